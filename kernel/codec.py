@@ -1,0 +1,60 @@
+"""msgspec hooks that let kernel-owned types cross a persistence boundary.
+
+Why hooks, and why never pickle: thread checkpoints, the journal and profile-store rows
+must stay readable by other processes, other versions of this package and other
+languages, and loading them must never run code chosen by whoever wrote the bytes.
+Pickle fails all three.  msgspec JSON / MessagePack are plain data, validated against the
+declared type on the way back in, so the kernel routes every value it persists through
+`msgspec` with these hooks: a `Vector` is written as an ordinary array (indistinguishable
+from a list on disk, so the storage format does not depend on the in-memory container)
+and rebuilt, with its items converted to the declared item type, on decode.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, get_args, get_origin
+
+import msgspec
+
+from .vector import Vector, _from_list
+
+__all__ = ["dec_hook", "enc_hook", "to_builtins"]
+
+_ANY_ITEM: tuple[object, ...] = (Any, object)
+
+
+def enc_hook(obj: Any) -> Any:
+    """Encode kernel types msgspec does not know; a Vector becomes an array."""
+    if type(obj) is Vector:
+        return obj.tolist()
+    raise NotImplementedError(f"Objects of type {type(obj).__qualname__} are not supported")
+
+
+def dec_hook(type_: Any, obj: Any) -> Any:
+    """Decode kernel types from the raw value msgspec produced.
+
+    msgspec passes the annotation as written: `Vector[int]` (a generic alias) or the bare
+    `Vector` class.  Items are converted with `msgspec.convert` so they get the same
+    validation as a `list[T]` field; a failure becomes a ValueError, which msgspec turns
+    into a `msgspec.ValidationError` carrying the field path.
+    """
+    origin = get_origin(type_) or type_
+    if origin is not Vector:
+        raise NotImplementedError(f"Type {type_!r} is not supported")
+    args = get_args(type_)
+    item = args[0] if args else Any
+    if type(obj) is Vector:
+        if item in _ANY_ITEM:
+            return obj
+        obj = obj.tolist()
+    try:
+        items = msgspec.convert(obj, types.GenericAlias(list, (item,)), dec_hook=dec_hook)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    return _from_list(items if items is not obj else list(items))
+
+
+def to_builtins(value: Any) -> Any:
+    """`msgspec.to_builtins` with kernel types (e.g. Vector -> list) understood."""
+    return msgspec.to_builtins(value, enc_hook=enc_hook)

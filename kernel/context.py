@@ -1,0 +1,54 @@
+"""What a hook is handed: the phase, who is running, and the frozen snapshot to decide on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .phases import Phase
+from .snapshot import Snapshot
+from .tools import ToolCall
+
+
+@attrs.frozen
+class RunIdentity:
+    """Who this run is: its id, thread, agent and (for sub-agents) its parent."""
+
+    run_id: str
+    thread_id: str
+    agent_id: str
+    parent_thread_id: str | None = None
+    parent_run_id: str | None = None
+
+
+@attrs.frozen
+class AgentSpec:
+    """The agent a run belongs to; a non-empty `active_hook_filter` names the plugins whose
+    behavioural components (hooks, tool gates, request transforms) may run."""
+
+    name: str = "default"
+    active_hook_filter: tuple[str, ...] = ()
+
+    def allows(self, plugin_id: str) -> bool:
+        return not self.active_hook_filter or plugin_id in self.active_hook_filter
+
+
+@attrs.frozen
+class PhaseContext:
+    """Everything a hook may read. It is frozen, and `snapshot` is frozen too: a hook changes
+    state only by returning a StateCommand."""
+
+    phase: Phase
+    run: RunIdentity
+    agent: AgentSpec
+    snapshot: Snapshot
+    messages: tuple[Any, ...] = ()
+    profile: Any = None
+    tool_call: ToolCall | None = None
+    response: Any = None
+    tool_result: Any = None
+
+
+PHASE_FIELDS = frozenset({"messages", "tool_call", "response", "tool_result"})
+"""The context fields a caller of `run_phase` may set."""

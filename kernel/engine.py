@@ -1,0 +1,381 @@
+"""The phase engine: gather, merge, commit, effects, actions -- one phase at a time.
+
+Running a phase:
+
+1. Gather: every active hook of the phase runs against the same snapshot (sync hooks are
+   called in place, async hooks concurrently). Each returns a StateCommand or None.
+2. Merge in registration order. Commands that write disjoint EXCLUSIVE keys commit together
+   (COMMUTATIVE ops concatenated); a command that overlaps one already kept is deferred and
+   its hook re-run alone on a fresh snapshot. A gather round is atomic: its commits are
+   staged and published together, so a failure anywhere in it commits nothing.
+3. Effects of each committed command go to their handlers with the post-commit snapshot.
+   A failing handler is logged and counted, never fatal.
+4. Scheduled actions due in this phase run, each on a fresh snapshot, each committing its
+   own command, round after round until none are left (or `max_phase_rounds` is exceeded).
+
+Tool commands and direct submissions go through the same commit path (`submit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .actions import ScheduledAction
+from .commands import StateCommand
+from .context import PhaseContext
+from .errors import (
+    HookFailed,
+    PhaseRunLoopExceeded,
+    StateError,
+    UnknownActionHandler,
+    UnknownEffectHandler,
+)
+from .merge import Contribution, partition
+from .phases import Phase
+from .plugin import Components, Registered
+from .snapshot import Snapshot
+from .state import LiveState
+from .toolgate import Block, GateDecision, SetResult, Suspend, decide
+
+logger = logging.getLogger("statekernel")
+
+ContextFactory = Callable[[Phase, Snapshot, Mapping[str, Any]], PhaseContext]
+"""Builds the context a hook sees for a phase, a snapshot and the phase's fields."""
+
+
+@attrs.frozen
+class PhaseReport:
+    """What one phase (or one submission, `phase=None`) did.
+
+    `commits` counts commits that moved the revision; `conflicts` counts hooks deferred and
+    re-run because of an EXCLUSIVE overlap; `effects_dispatched` counts effects handed to
+    handlers, of which `effects_failed` raised; `actions_run` counts action handler calls;
+    `hooks_run` names the plugin of each hook call, re-runs included, in order.
+    """
+
+    phase: Phase | None
+    revision: int
+    commits: int = 0
+    conflicts: int = 0
+    effects_dispatched: int = 0
+    effects_failed: int = 0
+    actions_run: int = 0
+    hooks_run: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        name = self.phase.name if self.phase is not None else "submit"
+        hooks = ", ".join(self.hooks_run) or "none"
+        return (
+            f"{name}: revision {self.revision}, {self.commits} commit(s), "
+            f"{self.conflicts} conflict(s), {self.effects_dispatched} effect(s) "
+            f"({self.effects_failed} failed), {self.actions_run} action(s); hooks run: {hooks}"
+        )
+
+
+class _Tally:
+    __slots__ = ("actions", "commits", "conflicts", "effects", "effects_failed", "hooks")
+
+    def __init__(self) -> None:
+        self.commits = self.conflicts = self.effects = self.effects_failed = self.actions = 0
+        self.hooks: list[str] = []
+
+    def report(self, phase: Phase | None, revision: int) -> PhaseReport:
+        return PhaseReport(
+            phase=phase,
+            revision=revision,
+            commits=self.commits,
+            conflicts=self.conflicts,
+            effects_dispatched=self.effects,
+            effects_failed=self.effects_failed,
+            actions_run=self.actions,
+            hooks_run=tuple(self.hooks),
+        )
+
+
+class PhaseEngine:
+    """Runs the phases of one run against its live state.
+
+    It owns the queue of scheduled actions waiting for a later phase. It is not reentrant:
+    the run serialises calls into it.
+    """
+
+    def __init__(
+        self,
+        components: Components,
+        state: LiveState,
+        make_context: ContextFactory,
+        *,
+        allows: Callable[[str], bool],
+        max_phase_rounds: int = 16,
+    ) -> None:
+        self._components = components
+        self._state = state
+        self._make_context = make_context
+        self._allows = allows
+        self._max_rounds = max_phase_rounds
+        self._pending: list[tuple[ScheduledAction, str | None]] = []
+        self._active: dict[Phase, tuple[Registered, ...]] = {}
+
+    @property
+    def state(self) -> LiveState:
+        return self._state
+
+    @property
+    def pending_actions(self) -> tuple[ScheduledAction, ...]:
+        """Actions scheduled for a phase that has not run yet."""
+        return tuple(action for action, _ in self._pending)
+
+    def active_hooks(self, phase: Phase) -> tuple[Registered, ...]:
+        hooks = self._active.get(phase)
+        if hooks is None:
+            hooks = tuple(h for h in self._components.hooks[phase] if self._allows(h.plugin))
+            self._active[phase] = hooks
+        return hooks
+
+    async def run_phase(self, phase: Phase, fields: Mapping[str, Any]) -> PhaseReport:
+        tally = _Tally()
+        hooks = self.active_hooks(phase)
+        if hooks:
+            context = self._make_context(phase, self._state.snapshot, fields)
+            await self._gather_round(hooks, context, tally)
+        await self._run_actions(phase, fields, tally)
+        return tally.report(phase, self._state.revision)
+
+    async def submit(self, command: StateCommand, origin: str | None = None) -> PhaseReport:
+        """Commit one command from outside a hook (a tool's, a caller's), through the same path."""
+        if not isinstance(command, StateCommand):
+            raise TypeError(f"submit takes a StateCommand, got {command!r}")
+        tally = _Tally()
+        contribution = Contribution(origin, command)
+        self._check_handlers(contribution)
+        before = self._state.revision
+        snapshot = self._state.commit((contribution,))
+        tally.commits += snapshot.revision != before
+        await self._after_commit((contribution,), snapshot, tally)
+        return tally.report(None, self._state.revision)
+
+    async def tool_gate(
+        self, fields: Mapping[str, Any], gates_context: PhaseContext | None = None
+    ) -> tuple[GateDecision | None, PhaseReport]:
+        """Run the TOOL_GATE phase, then every active gate on the resulting snapshot."""
+        report = await self.run_phase(Phase.TOOL_GATE, fields)
+        context = gates_context or self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
+        answers: list[tuple[str, GateDecision | None]] = []
+        for gate in self._components.gates:
+            if not self._allows(gate.plugin):
+                continue
+            try:
+                answer = gate.function(context)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            except Exception as error:
+                raise HookFailed(gate.plugin, str(Phase.TOOL_GATE), error) from error
+            if answer is not None and not isinstance(answer, Block | Suspend | SetResult):
+                problem = TypeError(
+                    f"a tool gate must return Block, Suspend, SetResult or None, got {answer!r}"
+                )
+                raise HookFailed(gate.plugin, str(Phase.TOOL_GATE), problem)
+            answers.append((gate.plugin, answer))
+        return decide(answers), report
+
+    # -- gather and merge ------------------------------------------------------------
+
+    async def _gather_round(
+        self, hooks: Sequence[Registered], context: PhaseContext, tally: _Tally
+    ) -> None:
+        results = await _call_all(hooks, context)
+        tally.hooks.extend([hook.plugin for hook in hooks])
+        contributions: list[Contribution] = []
+        owners: list[Registered] = []
+        for hook, result in zip(hooks, results, strict=True):
+            contribution = self._contribution(hook, result, context.phase)
+            if contribution is not None:
+                contributions.append(contribution)
+                owners.append(hook)
+                self._check_handlers(contribution)
+        if not contributions:
+            return
+        split = partition(contributions)
+        if not split.deferred:
+            before = self._state.revision
+            snapshot = self._state.commit(split.kept)
+            tally.commits += snapshot.revision != before
+            await self._after_commit(split.kept, snapshot, tally)
+            return
+        hook_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
+        await self._settle_conflicts(split.kept, split.deferred, hook_of, context, tally)
+
+    async def _settle_conflicts(
+        self,
+        kept: Sequence[Contribution],
+        deferred: Sequence[Contribution],
+        hook_of: Mapping[int, Registered],
+        context: PhaseContext,
+        tally: _Tally,
+    ) -> None:
+        staged = self._state.stage()
+        done: list[tuple[Sequence[Contribution], Snapshot]] = [(kept, staged.commit(kept))]
+        for contribution in deferred:
+            hook = hook_of[id(contribution)]
+            tally.conflicts += 1
+            tally.hooks.append(hook.plugin)
+            fresh = attrs.evolve(context, snapshot=staged.snapshot)
+            (result,) = await _call_all((hook,), fresh)
+            rerun = self._contribution(hook, result, context.phase)
+            if rerun is not None:
+                self._check_handlers(rerun)
+                done.append(((rerun,), staged.commit((rerun,))))
+        published = self._state.publish(staged)
+        tally.commits += published
+        for contributions, snapshot in done:
+            await self._after_commit(contributions, snapshot, tally)
+
+    def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
+        if result is None:
+            return None
+        if type(result) is not StateCommand and not isinstance(result, StateCommand):
+            problem = TypeError(f"a phase hook must return a StateCommand or None, got {result!r}")
+            raise HookFailed(hook.plugin, str(phase), problem)
+        if result.is_empty():
+            return None
+        return Contribution(hook.plugin, result)
+
+    def _check_handlers(self, contribution: Contribution) -> None:
+        command = contribution.command
+        if not (command.scheduled_actions or command.effects):
+            return
+        for action in command.scheduled_actions:
+            entry = self._components.actions.get(action.spec.key)
+            if entry is None or entry.spec is not action.spec:
+                raise UnknownActionHandler(action.spec.key, contribution.origin)
+        for effect in command.effects:
+            entry = self._components.effects.get(effect.spec.key)
+            if entry is None or entry.spec is not effect.spec:
+                raise UnknownEffectHandler(effect.spec.key, contribution.origin)
+
+    # -- after a commit: effects and actions --------------------------------------------
+
+    async def _after_commit(
+        self, contributions: Sequence[Contribution], snapshot: Snapshot, tally: _Tally
+    ) -> None:
+        for contribution in contributions:
+            command = contribution.command
+            for action in command.scheduled_actions:
+                self._pending.append((action, contribution.origin))
+            for effect in command.effects:
+                entry = self._components.effects[effect.spec.key]
+                tally.effects += 1
+                try:
+                    outcome = entry.function(effect.payload, snapshot)
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                except Exception:
+                    tally.effects_failed += 1
+                    logger.exception(
+                        "effect handler for %r (plugin %r) failed; the commit stands",
+                        effect.spec.key,
+                        entry.plugin,
+                    )
+
+    async def _run_actions(self, phase: Phase, fields: Mapping[str, Any], tally: _Tally) -> None:
+        rounds = 0
+        while any(action.spec.phase is phase for action, _ in self._pending):
+            due = [item for item in self._pending if item[0].spec.phase is phase]
+            self._pending = [item for item in self._pending if item[0].spec.phase is not phase]
+            if rounds >= self._max_rounds:
+                names = tuple(dict.fromkeys(action.spec.key for action, _ in due))
+                raise PhaseRunLoopExceeded(str(phase), rounds, names)
+            rounds += 1
+            for action, _origin in due:
+                await self._run_action(phase, action, fields, tally)
+
+    async def _run_action(
+        self, phase: Phase, action: ScheduledAction, fields: Mapping[str, Any], tally: _Tally
+    ) -> None:
+        entry = self._components.actions[action.spec.key]
+        context = self._make_context(phase, self._state.snapshot, fields)
+        tally.actions += 1
+        try:
+            result = entry.function(action.payload, context)
+            if inspect.isawaitable(result):
+                result = await result
+        except StateError:
+            raise
+        except Exception as error:
+            raise HookFailed(entry.plugin, str(phase), error) from error
+        if result is None:
+            return
+        if not isinstance(result, StateCommand):
+            problem = TypeError(
+                f"action handler for {action.spec.key!r} must return a StateCommand or None, "
+                f"got {result!r}"
+            )
+            raise HookFailed(entry.plugin, str(phase), problem)
+        contribution = Contribution(entry.plugin, result)
+        self._check_handlers(contribution)
+        before = self._state.revision
+        snapshot = self._state.commit((contribution,))
+        tally.commits += snapshot.revision != before
+        await self._after_commit((contribution,), snapshot, tally)
+
+
+async def _call_all(hooks: Sequence[Registered], context: PhaseContext) -> list[Any]:
+    """Call every hook on one context; sync hooks in place, async ones concurrently.
+
+    Sync hooks pay for no task creation. If several hooks fail, the first in registration
+    order is reported, so the error does not depend on timing either.
+    """
+    results: list[Any] = [None] * len(hooks)
+    waiting: list[int] = []
+    phase = str(context.phase)
+    for index, hook in enumerate(hooks):
+        try:
+            result = hook.function(context)
+        except StateError:
+            _close_unawaited(results, waiting)
+            raise
+        except Exception as error:
+            _close_unawaited(results, waiting)
+            raise HookFailed(hook.plugin, phase, error) from error
+        results[index] = result
+        if result is None or type(result) is StateCommand:
+            continue
+        if hook.is_async or inspect.isawaitable(result):
+            waiting.append(index)
+    if len(waiting) == 1:
+        index = waiting[0]
+        try:
+            results[index] = await results[index]
+        except StateError:
+            raise
+        except Exception as error:
+            raise HookFailed(hooks[index].plugin, phase, error) from error
+    elif waiting:
+        outcomes = await asyncio.gather(*(results[i] for i in waiting), return_exceptions=True)
+        failure: tuple[int, BaseException] | None = None
+        for index, outcome in zip(waiting, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                failure = failure or (index, outcome)
+            results[index] = outcome
+        if failure is not None:
+            failed_at, cause = failure
+            if isinstance(cause, StateError):
+                raise cause
+            raise HookFailed(hooks[failed_at].plugin, phase, cause) from cause
+    return results
+
+
+def _close_unawaited(results: list[Any], waiting: list[int]) -> None:
+    """Close coroutines that will never be awaited because an earlier hook failed."""
+    for index in waiting:
+        close = getattr(results[index], "close", None)
+        if close is not None:
+            close()

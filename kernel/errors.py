@@ -1,0 +1,203 @@
+"""Every error the kernel raises, in one place.
+
+All of them derive from `StateError`, so `except StateError` catches anything the kernel
+means to tell you. Each carries the facts it names as attributes (`key`, `plugin`, `phase`,
+`cause`, ...) so code can react without parsing text, and its message says what went wrong,
+where, and -- when there is something to do -- how to fix it.
+"""
+
+from __future__ import annotations
+
+
+def _where(**parts: object) -> str:
+    shown = [f"{name} {value!r}" for name, value in parts.items() if value is not None]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
+def _cause_text(cause: BaseException) -> str:
+    text = str(cause)
+    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+
+
+class StateError(Exception):
+    """Base class of every error the kernel raises on purpose."""
+
+
+class InvalidDeclaration(StateError, TypeError):
+    """A key, spec or schema class that cannot work, caught when the class is created."""
+
+    def __init__(self, owner: str, problem: str, fix: str) -> None:
+        self.owner = owner
+        self.problem = problem
+        super().__init__(f"{owner}: {problem}. {fix}")
+
+
+class DuplicateRegistration(StateError):
+    """Two registrations claim the same key string or the same action/effect handler slot."""
+
+    def __init__(self, kind: str, name: str, first: str | None, second: str | None) -> None:
+        self.kind = kind
+        self.name = name
+        self.first = first
+        self.second = second
+        super().__init__(
+            f"{kind} {name!r} is registered twice: first by plugin {first!r}, again by plugin "
+            f"{second!r}. Each {kind} must be registered once; rename one or drop a plugin."
+        )
+
+
+class UnknownStateKey(StateError, KeyError):
+    """A command or read names a StateKey that no plugin registered with this kernel."""
+
+    def __init__(self, key: str, plugin: str | None = None, known: tuple[str, ...] = ()) -> None:
+        self.key = key
+        self.plugin = plugin
+        hint = f" Registered keys: {', '.join(sorted(known))}." if known else ""
+        super().__init__(
+            f"state key {key!r} is not registered{_where(plugin=plugin)}. Register it with "
+            f"`registrar.register_key(...)` in a plugin of this kernel.{hint}"
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise show the message quoted
+        return str(self.args[0])
+
+
+class StateValidationError(StateError, TypeError):
+    """An update or payload does not have the type its key or spec declares."""
+
+    def __init__(
+        self, key: str, expected: str, given: object, *, what: str = "update", detail: str = ""
+    ) -> None:
+        self.key = key
+        self.expected = expected
+        self.given = type(given).__name__
+        extra = f": {detail}" if detail else ""
+        super().__init__(
+            f"{what} for {key!r} must be {expected}, got {self.given} {given!r:.80}{extra}. "
+            f"Pass a value of the declared type, or change the declaration."
+        )
+
+
+class CommitRejected(StateError):
+    """An `apply` or `validate` refused a value, so the whole commit was rejected.
+
+    Nothing of the commit changed: the state and the revision are as they were before it.
+    """
+
+    def __init__(
+        self, key: str, cause: BaseException, *, plugin: str | None = None, stage: str = "apply"
+    ) -> None:
+        self.key = key
+        self.plugin = plugin
+        self.cause = cause
+        self.stage = stage
+        super().__init__(
+            f"commit rejected: {stage} of key {key!r}{_where(plugin=plugin)} raised "
+            f"{_cause_text(cause)}. Nothing was committed; the state and revision are unchanged."
+        )
+        self.__cause__ = cause
+
+
+class RevisionConflict(StateError):
+    """A command or checkpoint was built against a revision that is no longer current."""
+
+    def __init__(self, expected: int, actual: int, *, what: str = "command") -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{what} expected revision {expected} but the live revision is {actual}: someone "
+            f"committed in between. Re-read the snapshot and build the {what} again."
+        )
+
+
+class HookFailed(StateError):
+    """A hook raised; nothing of its gather round was committed."""
+
+    def __init__(self, plugin: str, phase: str, cause: BaseException) -> None:
+        self.plugin = plugin
+        self.phase = phase
+        self.cause = cause
+        super().__init__(
+            f"hook of plugin {plugin!r} failed in phase {phase}: {_cause_text(cause)}. "
+            f"Nothing of this gather round was committed."
+        )
+        self.__cause__ = cause
+
+
+class PhaseRunLoopExceeded(StateError):
+    """Scheduled actions kept scheduling more actions past the round limit."""
+
+    def __init__(self, phase: str, rounds: int, pending: tuple[str, ...]) -> None:
+        self.phase = phase
+        self.rounds = rounds
+        self.pending = pending
+        super().__init__(
+            f"phase {phase} did not converge after {rounds} action rounds; still pending: "
+            f"{', '.join(pending) or 'nothing'}. An action probably schedules itself forever; "
+            f"make it stop, or raise max_phase_rounds if the work is really that deep."
+        )
+
+
+class UnknownEffectHandler(StateError):
+    """A command emits an effect that no plugin handles."""
+
+    def __init__(self, effect: str, plugin: str | None = None) -> None:
+        self.effect = effect
+        self.plugin = plugin
+        super().__init__(
+            f"effect {effect!r} has no registered handler{_where(plugin=plugin)}. Register one "
+            f"with `registrar.register_effect(...)`; effects are never dropped silently."
+        )
+
+
+class UnknownActionHandler(StateError):
+    """A command schedules an action that no plugin handles."""
+
+    def __init__(self, action: str, plugin: str | None = None) -> None:
+        self.action = action
+        self.plugin = plugin
+        super().__init__(
+            f"scheduled action {action!r} has no registered handler{_where(plugin=plugin)}. "
+            f"Register one with `registrar.register_action(...)`; actions are never dropped."
+        )
+
+
+class VersionConflict(StateError):
+    """A compare-and-set write found another version than the one it expected."""
+
+    def __init__(self, namespace: str, key: str, expected: int, actual: int | None) -> None:
+        self.namespace = namespace
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+        found = "no record" if actual is None else f"version {actual}"
+        super().__init__(
+            f"record ({namespace!r}, {key!r}) expected version {expected} but found {found}. "
+            f"Read it again and retry the write."
+        )
+
+
+class DecodeFailed(StateError):
+    """A stored record or thread value no longer decodes into its declared type."""
+
+    def __init__(self, key: str, record: str, cause: BaseException) -> None:
+        self.key = key
+        self.record = record
+        self.cause = cause
+        super().__init__(
+            f"stored value of key {key!r} (record {record!r}) does not decode into the "
+            f"declared type: {_cause_text(cause)}. Migrate or delete the record, or restore "
+            f"the old declaration."
+        )
+        self.__cause__ = cause
+
+
+class StoreError(StateError):
+    """A store operation failed; `cause` is what the backend raised."""
+
+    def __init__(self, operation: str, cause: BaseException, *, key: str | None = None) -> None:
+        self.operation = operation
+        self.key = key
+        self.cause = cause
+        super().__init__(f"store {operation} failed{_where(key=key)}: {_cause_text(cause)}")
+        self.__cause__ = cause

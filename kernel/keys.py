@@ -1,0 +1,211 @@
+"""Typed state keys: the declaration every piece of kernel state starts from.
+
+A key is a class, and the class itself is the token a user passes around
+(`snapshot.get(StepCounter)`, `cmd.update(StepCounter, 1)`). Everything the kernel needs to
+know about it -- the value and update types, whether values must be copied to stay frozen,
+the default -- is worked out once, when the class statement runs, so that a mistake in a
+declaration fails at import time rather than in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar
+
+import attrs
+
+from . import declared_types
+from .errors import InvalidDeclaration
+
+V = TypeVar("V")
+U = TypeVar("U")
+
+_UNSET: Any = object()
+
+
+class KeyScope(enum.Enum):
+    """How long a key's value lives: one run, or a whole thread across runs."""
+
+    RUN = "run"
+    THREAD = "thread"
+
+
+class MergeStrategy(enum.Enum):
+    """What happens when several hooks of one phase write the same key.
+
+    COMMUTATIVE: their ops are concatenated in registration order (declare it only when the
+    order of `apply` calls cannot change the result). EXCLUSIVE: only one hook's write can be
+    applied against a given snapshot; the others are re-run on a fresh one.
+    """
+
+    EXCLUSIVE = "exclusive"
+    COMMUTATIVE = "commutative"
+
+
+@attrs.frozen
+class StateKeyOptions:
+    """Per-registration overrides of a key's class defaults.
+
+    `scope=None` keeps the class's scope. `persistent=False` keeps a thread key in the
+    kernel's memory only, never in a ThreadStore.
+    """
+
+    scope: KeyScope | None = None
+    persistent: bool = True
+
+
+@attrs.frozen
+class KeyInfo:
+    """What the kernel derived from a key declaration, cached on the key class."""
+
+    name: str
+    value_type: Any
+    update_type: Any
+    update_classes: tuple[type, ...] | None
+    copy_values: bool
+    copy_updates: bool
+    make_default: Callable[[], Any]
+    has_validate: bool
+
+
+class StateKey(Generic[V, U]):
+    """Base class of typed state keys: subclass as `StateKey[Value, Update]`.
+
+    Set `key` (a unique string), optionally `merge`, `scope`, `default` or
+    `default_factory`, and a pure static `apply(value, update) -> new value`. Without an
+    `apply` the update replaces the value. An optional static `validate(value)` may raise to
+    refuse a value; it runs on every committed value.
+
+    A subclass that leaves `key` unset, or whose types are still type variables, is an
+    abstract base for other keys (for example a generic stage key) and cannot be registered.
+    """
+
+    key: ClassVar[str]
+    merge: ClassVar[MergeStrategy] = MergeStrategy.EXCLUSIVE
+    scope: ClassVar[KeyScope] = KeyScope.RUN
+    __statekernel_key__: ClassVar[KeyInfo | None] = None
+
+    @staticmethod
+    def apply(value: V, update: U) -> V:
+        """Replace the value with the update (the behaviour of keys that declare no apply)."""
+        return update  # type: ignore[return-value]
+
+    @staticmethod
+    def validate(value: V) -> None:
+        """Accept every value; override and raise to refuse one."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> StateKey[V, U]:
+        raise TypeError(
+            f"{cls.__name__} is a state key: use the class itself as the token "
+            f"(snapshot.get({cls.__name__}), cmd.update({cls.__name__}, ...)), do not "
+            f"instantiate it."
+        )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__statekernel_key__ = _declare(cls)
+
+
+def key_info(key: Any) -> KeyInfo:
+    """The derived facts of a registrable key class, or a clear error for anything else."""
+    info = getattr(key, "__statekernel_key__", None) if isinstance(key, type) else None
+    if info is None:
+        if isinstance(key, type) and issubclass(key, StateKey):
+            raise InvalidDeclaration(
+                key.__qualname__,
+                "is an abstract state key (no `key` string, or unresolved type parameters)",
+                "Use a concrete subclass that sets `key` and binds StateKey[Value, Update].",
+            )
+        raise TypeError(
+            f"expected a StateKey subclass (the class itself), got {key!r}. Declare keys as "
+            f"`class MyKey(StateKey[Value, Update]): key = 'my_key'`."
+        )
+    return info  # type: ignore[no-any-return]
+
+
+def _declare(cls: type[StateKey[Any, Any]]) -> KeyInfo | None:
+    owner = cls.__qualname__
+    name = getattr(cls, "key", None)
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise InvalidDeclaration(
+            owner, f"`key` must be a non-empty string, got {name!r}", "Set key = 'some_name'."
+        )
+    if not isinstance(cls.merge, MergeStrategy):
+        raise InvalidDeclaration(
+            owner, f"`merge` must be a MergeStrategy, got {cls.merge!r}", _MERGE_FIX
+        )
+    if not isinstance(cls.scope, KeyScope):
+        raise InvalidDeclaration(
+            owner,
+            f"`scope` must be a KeyScope, got {cls.scope!r}",
+            "Use KeyScope.RUN or KeyScope.THREAD.",
+        )
+    _check_callable(cls, "apply", 2)
+    _check_callable(cls, "validate", 1)
+    args = declared_types.generic_args(cls, StateKey) or (Any, Any)
+    value_type, update_type = args
+    if declared_types.is_unresolved(value_type) or declared_types.is_unresolved(update_type):
+        return None
+    copy_values = not declared_types.is_immutable(value_type)
+    return KeyInfo(
+        name=name,
+        value_type=value_type,
+        update_type=update_type,
+        update_classes=declared_types.runtime_classes(update_type),
+        copy_values=copy_values,
+        copy_updates=not declared_types.is_immutable(update_type),
+        make_default=_default_maker(cls, owner, value_type, copy_values),
+        has_validate=cls.validate is not StateKey.validate,
+    )
+
+
+_MERGE_FIX = "Use MergeStrategy.EXCLUSIVE (the default) or MergeStrategy.COMMUTATIVE."
+
+
+def _check_callable(cls: type, attribute: str, arity: int) -> None:
+    function = getattr(cls, attribute)
+    try:
+        inspect.signature(function).bind(*range(arity))
+    except TypeError:
+        params = ", ".join(["value", "update"][:arity])
+        raise InvalidDeclaration(
+            cls.__qualname__,
+            f"`{attribute}` must be callable as {attribute}({params})",
+            f"Declare it as a @staticmethod taking {arity} argument(s).",
+        ) from None
+    except ValueError:  # no signature available (a builtin): trust it
+        pass
+
+
+def _default_maker(cls: type, owner: str, value_type: Any, copy_values: bool) -> Callable[[], Any]:
+    factory = getattr(cls, "default_factory", None)
+    if factory is not None:
+        if not callable(factory):
+            raise InvalidDeclaration(
+                owner, f"`default_factory` must be callable, got {factory!r}", _DEFAULT_FIX
+            )
+        return factory  # type: ignore[no-any-return]
+    default = getattr(cls, "default", _UNSET)
+    if default is not _UNSET:
+        if copy_values:
+            return lambda: copy.deepcopy(default)
+        return lambda: default
+    zero = declared_types.zero_factory(value_type)
+    if zero is None:
+        raise InvalidDeclaration(
+            owner,
+            f"value type {declared_types.describe(value_type)} has no zero value to start from",
+            _DEFAULT_FIX,
+        )
+    if not copy_values:
+        shared = zero()
+        return lambda: shared
+    return zero
+
+
+_DEFAULT_FIX = "Set `default = ...` (an immutable value) or `default_factory = callable`."

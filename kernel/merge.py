@@ -1,0 +1,76 @@
+"""The pure merge step: how one phase's commands become commits.
+
+Hooks of a phase all read one snapshot, so two writes to one EXCLUSIVE key cannot both be
+right: the second was computed without seeing the first. `partition` walks the commands in
+registration order and keeps each one whose exclusive keys do not overlap what is already
+kept; the rest are deferred, to be re-run alone on a fresh snapshot. Ops on COMMUTATIVE keys
+never conflict: `merged_ops` concatenates them in registration order, so the result does not
+depend on which hook finished first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from .commands import StateCommand
+from .keys import MergeStrategy, StateKey
+
+
+@attrs.frozen
+class Contribution:
+    """One command and who produced it (a plugin id; None for a direct submission)."""
+
+    origin: str | None
+    command: StateCommand
+
+
+@attrs.frozen
+class Partition:
+    """The commands that can commit together, and those that must re-run afterwards."""
+
+    kept: tuple[Contribution, ...]
+    deferred: tuple[Contribution, ...]
+
+
+def exclusive_keys(command: StateCommand) -> frozenset[str]:
+    """Key strings the command writes under EXCLUSIVE merge (clears included)."""
+    return frozenset(
+        key.key for key, _ in command.patch.ops if key.merge is MergeStrategy.EXCLUSIVE
+    )
+
+
+def partition(contributions: Sequence[Contribution]) -> Partition:
+    """Greedily keep, in the given order, each command compatible with those already kept."""
+    kept: list[Contribution] = []
+    deferred: list[Contribution] = []
+    claimed: set[str] = set()
+    exclusive = MergeStrategy.EXCLUSIVE
+    for contribution in contributions:
+        mine: list[str] | None = None
+        for key, _ in contribution.command.patch.ops:
+            if key.merge is exclusive:
+                if mine is None:
+                    mine = [key.key]
+                else:
+                    mine.append(key.key)
+        if mine is None:
+            kept.append(contribution)
+        elif claimed.isdisjoint(mine):
+            claimed.update(mine)
+            kept.append(contribution)
+        else:
+            deferred.append(contribution)
+    return Partition(tuple(kept), tuple(deferred))
+
+
+def merged_ops(
+    contributions: Sequence[Contribution],
+) -> Iterator[tuple[type[StateKey[Any, Any]], Any, str | None]]:
+    """Every op of every command, in order, tagged with its origin for error messages."""
+    for contribution in contributions:
+        origin = contribution.origin
+        for key, update in contribution.command.patch.ops:
+            yield key, update, origin

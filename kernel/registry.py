@@ -1,0 +1,114 @@
+"""The key registry: which state keys this kernel knows, and how each one behaves here.
+
+A key class says what its values are; a registration says how this kernel keeps them (its
+scope after `StateKeyOptions`, whether it persists, which plugin owns it). Snapshots and
+commits consult the registry so that a key nobody registered is an error, never a silent
+write into a slot nobody reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .errors import DuplicateRegistration, UnknownStateKey
+from .keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, key_info
+
+
+@attrs.frozen
+class KeyBinding:
+    """One registered key, flattened for the hot path (one lookup gives every fact)."""
+
+    key: type[StateKey[Any, Any]]
+    name: str
+    scope: KeyScope
+    merge: MergeStrategy
+    persistent: bool
+    copy_values: bool
+    has_validate: bool
+    make_default: Callable[[], Any]
+    value_type: Any
+    plugin: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        key: type[StateKey[Any, Any]],
+        options: StateKeyOptions | None = None,
+        *,
+        plugin: str | None = None,
+    ) -> KeyBinding:
+        info = key_info(key)
+        options = options or StateKeyOptions()
+        if not isinstance(options, StateKeyOptions):
+            raise TypeError(
+                f"options for key {info.name!r} must be StateKeyOptions, got {options!r}"
+            )
+        return cls(
+            key=key,
+            name=info.name,
+            scope=options.scope if options.scope is not None else key.scope,
+            merge=key.merge,
+            persistent=options.persistent,
+            copy_values=info.copy_values,
+            has_validate=info.has_validate,
+            make_default=info.make_default,
+            value_type=info.value_type,
+            plugin=plugin,
+        )
+
+
+class KeyRegistry:
+    """An immutable set of key bindings, indexed by key class and by key string.
+
+    Built once (a kernel builds it from its plugins at construction) and shared by every
+    snapshot, so it never changes under a snapshot that refers to it.
+    """
+
+    __slots__ = ("_by_class", "_by_name")
+
+    def __init__(self, bindings: Iterable[KeyBinding] = ()) -> None:
+        by_class: dict[type[StateKey[Any, Any]], KeyBinding] = {}
+        by_name: dict[str, KeyBinding] = {}
+        for binding in bindings:
+            earlier = by_name.get(binding.name)
+            if earlier is not None:
+                raise DuplicateRegistration(
+                    "state key", binding.name, earlier.plugin, binding.plugin
+                )
+            by_name[binding.name] = binding
+            by_class[binding.key] = binding
+        # Plain dicts behind read-only types: a mapping proxy would cost on every lookup.
+        self._by_class: Mapping[type[StateKey[Any, Any]], KeyBinding] = by_class
+        self._by_name: Mapping[str, KeyBinding] = by_name
+
+    @classmethod
+    def of(cls, *keys: type[StateKey[Any, Any]]) -> KeyRegistry:
+        """A registry of the given keys with their class defaults (handy in tests and scripts)."""
+        return cls(KeyBinding.of(key) for key in keys)
+
+    @property
+    def by_class(self) -> Mapping[type[StateKey[Any, Any]], KeyBinding]:
+        return self._by_class
+
+    @property
+    def by_name(self) -> Mapping[str, KeyBinding]:
+        return self._by_name
+
+    def binding(self, key: type[StateKey[Any, Any]], *, plugin: str | None = None) -> KeyBinding:
+        found = self._by_class.get(key)
+        if found is None:
+            name = getattr(key, "key", repr(key))
+            raise UnknownStateKey(str(name), plugin, tuple(self._by_name))
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._by_class
+
+    def __iter__(self) -> Any:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)

@@ -1,0 +1,80 @@
+"""Snapshots: frozen, point-in-time views of the state.
+
+Every hook of a phase reads the same snapshot, so none sees another's half-written state.
+Values live in a persistent hash map (`immutables.Map`, a C-backed HAMT): taking a snapshot
+is handing out a reference, and a commit builds a new map sharing every untouched entry, so
+neither costs anything in proportion to the state held.
+
+Values of immutable declared types are returned as they are. Values of mutable declared types
+(list, dict, mutable models) are deep-copied on every `get`, an O(size) cost paid only by
+such keys, so that nothing a hook does to what it read can reach another snapshot.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import attrs
+import immutables
+
+from .keys import StateKey
+from .registry import KeyRegistry
+
+V = TypeVar("V")
+
+_MISSING: Any = object()
+
+
+@attrs.frozen(slots=True, repr=False, eq=False)
+class Snapshot:
+    """The state as of one `revision`; `get` reads a key, `K in snapshot` asks if it is set.
+
+    `revision` grows by one with each commit that carries at least one state op.
+    """
+
+    revision: int
+    _values: immutables.Map[str, Any]
+    _registry: KeyRegistry
+
+    def get(self, key: type[StateKey[V, Any]]) -> V:
+        """The value of `key`, or its default when it holds none."""
+        binding = self._registry.by_class.get(key)
+        if binding is None:
+            binding = self._registry.binding(key)  # raises UnknownStateKey
+        value = self._values.get(binding.name, _MISSING)
+        if value is _MISSING:
+            return binding.make_default()  # type: ignore[no-any-return]
+        if binding.copy_values:
+            return copy.deepcopy(value)  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        binding = self._registry.by_class.get(key)  # type: ignore[call-overload]
+        return binding is not None and binding.name in self._values
+
+    @property
+    def registry(self) -> KeyRegistry:
+        return self._registry
+
+    def raw_values(self) -> immutables.Map[str, Any]:
+        """The stored values by key string, uncopied: for the kernel's own persistence only."""
+        return self._values
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key that holds a value, by key string (copied like `get`): for display."""
+        by_name = self._registry.by_name
+        return {
+            name: copy.deepcopy(value) if by_name[name].copy_values else value
+            for name, value in sorted(self._values.items())
+            if name in by_name
+        }
+
+    def __iter__(self) -> Iterator[type[StateKey[Any, Any]]]:
+        """The registered keys that hold a value."""
+        by_name = self._registry.by_name
+        return (by_name[name].key for name in self._values if name in by_name)
+
+    def __repr__(self) -> str:
+        return f"<Snapshot revision={self.revision} keys={len(self._values)}>"

@@ -1,0 +1,213 @@
+"""The live state: the one place where committed state changes.
+
+A commit applies every op to a working copy of only the keys it touches, validates every
+touched value, and only then publishes a new snapshot. If any `apply` or `validate` raises,
+the working copy is thrown away: state and revision stay exactly as they were, and the error
+is a `CommitRejected` naming the key, the plugin and the cause. Nothing between "apply
+started" and "snapshot published" is ever visible.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import immutables
+
+from .commands import CLEAR, StateCommand
+from .errors import CommitRejected, RevisionConflict, UnknownStateKey
+from .keys import StateKey
+from .merge import Contribution
+from .registry import KeyBinding, KeyRegistry
+from .snapshot import Snapshot
+
+logger = logging.getLogger("statekernel")
+
+CommitListener = Callable[[Snapshot], None]
+
+_MISSING: Any = object()
+_UNTOUCHED: Any = object()
+
+
+class LiveState:
+    """Current state of one run: an O(1) `snapshot`, and an atomic `commit`."""
+
+    __slots__ = ("_history", "_listeners", "_registry", "_snapshot", "_staged_from")
+
+    def __init__(
+        self,
+        registry: KeyRegistry,
+        *,
+        values: Mapping[str, Any] | immutables.Map[str, Any] | None = None,
+        revision: int = 0,
+    ) -> None:
+        self._registry = registry
+        stored = values if isinstance(values, immutables.Map) else immutables.Map(values or {})
+        self._snapshot = Snapshot(revision, stored, registry)
+        self._listeners: list[CommitListener] = []
+        self._staged_from: Snapshot | None = None
+        self._history: list[Snapshot] = []
+
+    @classmethod
+    def of(
+        cls,
+        registry: KeyRegistry,
+        values: Mapping[type[StateKey[Any, Any]], Any],
+        *,
+        revision: int = 0,
+    ) -> LiveState:
+        """Live state seeded with values given by key class, each checked by its `validate`."""
+        stored: dict[str, Any] = {}
+        for key, value in values.items():
+            binding = registry.binding(key)
+            seeded = copy.deepcopy(value) if binding.copy_values else value
+            if binding.has_validate:
+                try:
+                    key.validate(seeded)
+                except Exception as error:
+                    raise CommitRejected(binding.name, error, stage="validate") from error
+            stored[binding.name] = seeded
+        return cls(registry, values=stored, revision=revision)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def revision(self) -> int:
+        return self._snapshot.revision
+
+    @property
+    def registry(self) -> KeyRegistry:
+        return self._registry
+
+    def add_listener(self, listener: CommitListener) -> None:
+        """Call `listener(snapshot)` after every commit that moved the revision."""
+        self._listeners.append(listener)
+
+    def commit(self, contributions: Sequence[Contribution]) -> Snapshot:
+        """Apply the commands' patches atomically, in order; return the resulting snapshot.
+
+        A commit with no state op (only effects or actions) leaves the revision alone.
+        """
+        return self._commit(contributions)
+
+    def submit(self, command: StateCommand, *, origin: str | None = None) -> Snapshot:
+        """Commit a single command (shorthand for `commit([Contribution(origin, command)])`)."""
+        return self._commit((Contribution(origin, command),))
+
+    def stage(self) -> LiveState:
+        """A private fork to commit into; `publish(fork)` makes all its commits live at once.
+
+        This is how a gather round with deferred re-runs stays atomic: the re-runs see the
+        fork's fresh snapshots, and if anything in the round fails the fork is dropped.
+        """
+        fork = LiveState(self._registry, values=self._snapshot.raw_values(), revision=self.revision)
+        fork._staged_from = self._snapshot
+        fork.add_listener(fork._history.append)
+        return fork
+
+    def publish(self, fork: LiveState) -> int:
+        """Make a staged fork's commits live, in order; returns how many there were."""
+        if fork._staged_from is not self._snapshot:
+            raise RevisionConflict(
+                fork._staged_from.revision if fork._staged_from else -1,
+                self.revision,
+                what="staged round",
+            )
+        for snapshot in fork._history:
+            self._snapshot = snapshot
+            self._notify(snapshot)
+        return len(fork._history)
+
+    def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
+        current = self._snapshot
+        revision = current.revision
+        for contribution in contributions:
+            expected = contribution.command.patch.base_revision
+            if expected is not None and expected != revision:
+                raise RevisionConflict(expected, revision)
+        by_class = self._registry.by_class
+        stored = current.raw_values()
+        working: dict[str, Any] = {}
+        touched: dict[str, KeyBinding] = {}
+        for contribution in contributions:
+            for key, update in contribution.command.patch.ops:
+                binding = by_class.get(key)
+                if binding is None:
+                    raise UnknownStateKey(
+                        getattr(key, "key", repr(key)),
+                        contribution.origin,
+                        tuple(self._registry.by_name),
+                    )
+                name = binding.name
+                value = working.get(name, _UNTOUCHED)
+                if value is _UNTOUCHED:
+                    touched[name] = binding
+                    if update is CLEAR:
+                        working[name] = _MISSING
+                        continue
+                    value = stored.get(name, _MISSING)
+                    if value is _MISSING:
+                        value = binding.make_default()
+                    elif binding.copy_values:
+                        value = copy.deepcopy(value)
+                elif update is CLEAR:
+                    working[name] = _MISSING
+                    continue
+                elif value is _MISSING:
+                    value = binding.make_default()
+                try:
+                    working[name] = key.apply(value, update)
+                except Exception as error:
+                    raise CommitRejected(name, error, plugin=contribution.origin) from error
+        if not working:
+            return current
+        for name, binding in touched.items():
+            value = working[name]
+            if binding.has_validate and value is not _MISSING:
+                try:
+                    binding.key.validate(value)
+                except Exception as error:
+                    origin = _last_writer(contributions, binding)
+                    raise CommitRejected(name, error, plugin=origin, stage="validate") from error
+        snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
+        self._snapshot = snapshot
+        self._notify(snapshot)
+        return snapshot
+
+    def _notify(self, snapshot: Snapshot) -> None:
+        for listener in self._listeners:
+            try:
+                listener(snapshot)
+            except Exception:
+                logger.exception(
+                    "commit listener %r failed at revision %d", listener, snapshot.revision
+                )
+
+
+def _last_writer(contributions: Sequence[Contribution], binding: KeyBinding) -> str | None:
+    """Who wrote `binding`'s key last in a commit: the plugin a validate failure is blamed on."""
+    for contribution in reversed(contributions):
+        if any(key is binding.key for key, _ in contribution.command.patch.ops):
+            return contribution.origin
+    return None
+
+
+def _with_changes(
+    stored: immutables.Map[str, Any], changes: dict[str, Any]
+) -> immutables.Map[str, Any]:
+    if len(changes) == 1:
+        ((name, value),) = changes.items()
+        if value is not _MISSING:
+            return stored.set(name, value)
+        return stored.delete(name) if name in stored else stored
+    mutation = stored.mutate()
+    for name, value in changes.items():
+        if value is not _MISSING:
+            mutation[name] = value
+        else:
+            mutation.pop(name, None)
+    return mutation.finish()

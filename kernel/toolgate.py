@@ -1,0 +1,62 @@
+"""Tool gates: runtime contracts on tool calls ("must review before publish").
+
+A gate reads the snapshot and answers None (no opinion), `Block(reason)`, `Suspend(ticket)`
+or `SetResult(result)`. Several gates may answer; the strongest kind wins (Block > Suspend >
+SetResult) and within a kind the first in registration order wins, so the outcome never
+depends on timing. Gates change nothing, so they can be re-evaluated freely.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+logger = logging.getLogger("statekernel")
+
+
+@attrs.frozen
+class Block:
+    """Refuse the call: it fails, and the model sees `reason` as the tool's error."""
+
+    reason: str
+
+
+@attrs.frozen
+class Suspend:
+    """Hold the call until an outside decision arrives; `ticket` says what is awaited."""
+
+    ticket: Any = None
+
+
+@attrs.frozen
+class SetResult:
+    """Skip the tool and use `result` as its result."""
+
+    result: Any
+
+
+GateDecision = Block | Suspend | SetResult
+
+_PRIORITY: dict[type, int] = {Block: 0, Suspend: 1, SetResult: 2}
+
+
+def decide(answers: Sequence[tuple[str, GateDecision | None]]) -> GateDecision | None:
+    """Pick the winning gate answer from `(plugin, answer)` pairs in registration order."""
+    winner: tuple[str, GateDecision] | None = None
+    for plugin, answer in answers:
+        if answer is None:
+            continue
+        if winner is None or _PRIORITY[type(answer)] < _PRIORITY[type(winner[1])]:
+            winner = (plugin, answer)
+        elif type(answer) is type(winner[1]):
+            logger.info(
+                "tool gates clash: %s from %r kept over %s from %r (first registered wins)",
+                winner[1],
+                winner[0],
+                answer,
+                plugin,
+            )
+    return None if winner is None else winner[1]

@@ -1,0 +1,1 @@
+"""Built-in plugins for statekernel, written only against `kernel`'s public API."""

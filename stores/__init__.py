@@ -1,0 +1,1 @@
+"""ProfileStore and ThreadStore backends (memory, SQLite) implementing kernel's protocols."""

@@ -1,0 +1,73 @@
+"""State keys the tests share: one of each shape the kernel treats differently."""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel import MergeStrategy, StateKey, Vector
+
+
+class Counter(StateKey[int, int]):
+    key = "test.counter"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Title(StateKey[str, str]):
+    key = "test.title"
+
+
+class Items(StateKey[list[int], int]):
+    """A mutable value type whose apply mutates its input: the kernel must copy."""
+
+    key = "test.items"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: list[int], update: int) -> list[int]:
+        value.append(update)
+        return value
+
+
+class Settings(StateKey[dict[str, list[int]], dict[str, list[int]]]):
+    key = "test.settings"
+
+    @staticmethod
+    def apply(value: dict[str, list[int]], update: dict[str, list[int]]) -> dict[str, list[int]]:
+        value.update(update)
+        return value
+
+
+class Msg(msgspec.Struct, frozen=True):
+    role: str
+    text: str
+
+
+class Log(StateKey[Vector[Msg], Msg]):
+    key = "test.log"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: Vector[Msg], update: Msg) -> Vector[Msg]:
+        return value.append(update)
+
+
+class Positive(StateKey[int, int]):
+    """Refuses negative values through validate."""
+
+    key = "test.positive"
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+    @staticmethod
+    def validate(value: int) -> None:
+        if value < 0:
+            raise ValueError(f"must stay >= 0, would be {value}")
+
+
+ALL_KEYS = (Counter, Title, Items, Settings, Log, Positive)

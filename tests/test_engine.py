@@ -1,0 +1,503 @@
+"""The phase engine: determinism, conflicts, effects, actions, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sample_keys import Counter, Log, Msg, Positive, Title
+
+from kernel import (
+    CommitRejected,
+    DuplicateRegistration,
+    EffectSpec,
+    HookFailed,
+    Kernel,
+    MergeStrategy,
+    Phase,
+    PhaseContext,
+    PhaseRunLoopExceeded,
+    Plugin,
+    PluginRegistrar,
+    ScheduledActionSpec,
+    Snapshot,
+    StateCommand,
+    StateKey,
+    StateValidationError,
+    UnknownActionHandler,
+    UnknownEffectHandler,
+    UnknownStateKey,
+)
+
+
+class Tally(StateKey[int, int]):
+    """EXCLUSIVE counter: hooks write `snapshot value + 1`, so concurrent writes conflict."""
+
+    key = "t.tally"
+
+
+class Audit(EffectSpec[str]):
+    key = "t.audit"
+
+
+class Again(ScheduledActionSpec[int]):
+    key = "t.again"
+    phase = Phase.STEP_START
+
+
+class Later(ScheduledActionSpec[str]):
+    key = "t.later"
+    phase = Phase.STEP_END
+
+
+class FnPlugin(Plugin):
+    """A plugin assembled from functions, so each test states only what it needs."""
+
+    def __init__(self, id: str, setup: Callable[[PluginRegistrar], None]) -> None:
+        self.id = id
+        self._setup = setup
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        self._setup(registrar)
+
+
+def keys(*declared: type[StateKey[Any, Any]]) -> FnPlugin:
+    def setup(r: PluginRegistrar) -> None:
+        for key in declared:
+            r.register_key(key)
+
+    return FnPlugin("keys", setup)
+
+
+def hook_plugin(id: str, phase: Phase, hook: Callable[[PhaseContext], Any]) -> FnPlugin:
+    return FnPlugin(id, lambda r: r.register_phase_hook(phase, hook))
+
+
+async def run_once(plugins: list[Plugin], phase: Phase = Phase.STEP_START) -> Any:
+    kernel = Kernel(plugins)
+    run = await kernel.start_run("t1")
+    report = await run.run_phase(phase)
+    return run, report
+
+
+# -- determinism ------------------------------------------------------------------------
+
+
+def _sleepy_appender(index: int, rng: random.Random) -> Callable[[PhaseContext], Any]:
+    delay = rng.random() / 500
+
+    async def hook(ctx: PhaseContext) -> StateCommand:
+        await asyncio.sleep(delay)
+        return (
+            StateCommand()
+            .update(Log, Msg("hook", str(index)))
+            .update(Counter, index)
+            .update(Title, f"from {index}")
+        )
+
+    return hook
+
+
+async def test_result_is_the_registration_order_result_whatever_the_timing() -> None:
+    outcomes = set()
+    for seed in range(50):
+        rng = random.Random(seed)
+        plugins: list[Plugin] = [keys(Log, Counter, Title)]
+        plugins += [
+            hook_plugin(f"p{i}", Phase.STEP_START, _sleepy_appender(i, rng)) for i in range(5)
+        ]
+        run, _ = await run_once(plugins)
+        snap = run.snapshot
+        outcomes.add(
+            (
+                snap.revision,
+                tuple(m.text for m in snap.get(Log)),
+                snap.get(Counter),
+                snap.get(Title),
+            )
+        )
+    assert len(outcomes) == 1
+    ((revision, log, counter, title),) = outcomes
+    assert log == ("0", "1", "2", "3", "4")
+    assert counter == 10
+    # Title is EXCLUSIVE: p0 commits with the round, p1..p4 re-run one by one afterwards.
+    assert title == "from 4"
+    assert revision == 5
+
+
+# -- conflicts --------------------------------------------------------------------------
+
+
+def _increment(ctx: PhaseContext) -> StateCommand:
+    return StateCommand().update(Tally, ctx.snapshot.get(Tally) + 1)
+
+
+async def test_two_hooks_on_one_exclusive_key_both_land() -> None:
+    run, report = await run_once(
+        [
+            keys(Tally),
+            hook_plugin("a", Phase.STEP_START, _increment),
+            hook_plugin("b", Phase.STEP_START, _increment),
+        ]
+    )
+    assert run.snapshot.get(Tally) == 2
+    assert report.conflicts == 1
+    assert report.commits == 2
+    assert report.hooks_run == ("a", "b", "b")
+
+
+async def test_commutative_writes_commit_once_without_conflict() -> None:
+    def add_one(ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Counter, 1)
+
+    run, report = await run_once(
+        [
+            keys(Counter),
+            hook_plugin("a", Phase.STEP_START, add_one),
+            hook_plugin("b", Phase.STEP_START, add_one),
+        ]
+    )
+    assert run.snapshot.get(Counter) == 2
+    assert (report.commits, report.conflicts, report.revision) == (1, 0, 1)
+
+
+async def test_a_failing_rerun_commits_nothing_of_the_round() -> None:
+    calls = {"b": 0}
+
+    def flaky(ctx: PhaseContext) -> StateCommand:
+        calls["b"] += 1
+        if calls["b"] == 2:
+            raise RuntimeError("fails on re-run")
+        return _increment(ctx)
+
+    kernel = Kernel(
+        [
+            keys(Tally, Counter),
+            hook_plugin("a", Phase.STEP_START, _increment),
+            hook_plugin("b", Phase.STEP_START, flaky),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(HookFailed) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert caught.value.plugin == "b" and "fails on re-run" in str(caught.value)
+    assert run.revision == 0 and Tally not in run.snapshot
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+async def test_a_raising_hook_fails_the_phase_and_commits_nothing() -> None:
+    def boom(ctx: PhaseContext) -> StateCommand:
+        raise ValueError("no")
+
+    kernel = Kernel(
+        [
+            keys(Counter),
+            hook_plugin("good", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
+            hook_plugin("bad", Phase.STEP_START, boom),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(HookFailed) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert (caught.value.plugin, caught.value.phase) == ("bad", "STEP_START")
+    assert isinstance(caught.value.cause, ValueError)
+    assert run.revision == 0
+
+
+async def test_a_failing_async_hook_among_others_fails_the_phase_by_registration_order() -> None:
+    async def slow_fail(ctx: PhaseContext) -> None:
+        await asyncio.sleep(0.002)
+        raise ValueError("first registered")
+
+    async def fast_fail(ctx: PhaseContext) -> None:
+        raise ValueError("second registered")
+
+    kernel = Kernel(
+        [
+            hook_plugin("first", Phase.STEP_START, slow_fail),
+            hook_plugin("second", Phase.STEP_START, fast_fail),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(HookFailed) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert caught.value.plugin == "first"
+
+
+async def test_a_hook_returning_a_non_command_is_a_hook_failure() -> None:
+    kernel = Kernel([hook_plugin("odd", Phase.STEP_START, lambda ctx: {"x": 1})])
+    run = await kernel.start_run("t")
+    with pytest.raises(HookFailed, match="StateCommand or None"):
+        await run.run_phase(Phase.STEP_START)
+
+
+async def test_apply_rejection_raises_commit_rejected_naming_key_and_plugin() -> None:
+    kernel = Kernel(
+        [
+            keys(Positive, Counter),
+            hook_plugin("ok", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
+            hook_plugin("neg", Phase.STEP_START, lambda ctx: StateCommand().update(Positive, -3)),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(CommitRejected) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert (caught.value.key, caught.value.plugin) == ("test.positive", "neg")
+    assert run.revision == 0 and run.snapshot.get(Counter) == 0
+
+
+async def test_unregistered_key_handler_and_effect_are_raised_as_such() -> None:
+    cases: list[tuple[Callable[[PhaseContext], StateCommand], type[Exception]]] = [
+        (lambda ctx: StateCommand().update(Title, "x"), UnknownStateKey),
+        (lambda ctx: StateCommand().emit(Audit, "x"), UnknownEffectHandler),
+        (lambda ctx: StateCommand().schedule(Again, 1), UnknownActionHandler),
+    ]
+    for hook, error in cases:
+        kernel = Kernel(
+            [
+                keys(Counter),
+                hook_plugin("ok", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
+                hook_plugin("bad", Phase.STEP_START, hook),
+            ]
+        )
+        run = await kernel.start_run("t")
+        with pytest.raises(error) as caught:
+            await run.run_phase(Phase.STEP_START)
+        assert getattr(caught.value, "plugin", None) == "bad"
+        assert run.revision == 0
+
+
+async def test_wrong_update_type_inside_a_hook_surfaces_as_state_validation_error() -> None:
+    kernel = Kernel(
+        [
+            keys(Counter),
+            hook_plugin("typo", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, "1")),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(StateValidationError, match="test.counter"):
+        await run.run_phase(Phase.STEP_START)
+
+
+def test_duplicate_registrations_fail_at_construction() -> None:
+    def audit_handler(r: PluginRegistrar) -> None:
+        r.register_effect(Audit, lambda payload, snap: None)
+
+    with pytest.raises(DuplicateRegistration, match="test.counter"):
+        Kernel([keys(Counter), FnPlugin("again", lambda r: r.register_key(Counter))])
+    with pytest.raises(DuplicateRegistration, match="t.audit") as caught:
+        Kernel([FnPlugin("one", audit_handler), FnPlugin("two", audit_handler)])
+    assert (caught.value.first, caught.value.second) == ("one", "two")
+
+    class SameName(StateKey[int, int]):
+        key = "test.counter"
+
+    with pytest.raises(DuplicateRegistration):
+        Kernel([keys(Counter), FnPlugin("other", lambda r: r.register_key(SameName))])
+
+
+# -- effects ----------------------------------------------------------------------------
+
+
+async def test_effects_see_post_commit_state_and_failures_do_not_stop_the_phase() -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    async def record(payload: str, snapshot: Snapshot) -> None:
+        seen.append((payload, snapshot.get(Counter), snapshot.revision))
+
+    class Broken(EffectSpec[str]):
+        key = "t.broken"
+
+    def broken(payload: str, snapshot: Snapshot) -> None:
+        raise RuntimeError("handler bug")
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_effect(Audit, record)
+        r.register_effect(Broken, broken)
+        r.register_phase_hook(
+            Phase.STEP_START,
+            lambda ctx: StateCommand().update(Counter, 5).emit(Broken, "x").emit(Audit, "after"),
+        )
+
+    run, report = await run_once([FnPlugin("fx", setup)])
+    assert seen == [("after", 5, 1)]
+    assert (report.effects_dispatched, report.effects_failed) == (2, 1)
+    assert run.snapshot.get(Counter) == 5
+
+
+async def test_effect_handlers_fire_even_when_the_plugin_is_filtered_out() -> None:
+    seen: list[str] = []
+
+    def handler_setup(r: PluginRegistrar) -> None:
+        r.register_effect(Audit, lambda payload, snap: seen.append(payload))
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: seen.append("hook ran"))
+
+    emitter = hook_plugin("emitter", Phase.STEP_START, lambda ctx: StateCommand().emit(Audit, "fx"))
+    kernel = Kernel([FnPlugin("handler", handler_setup), emitter])
+    run = await kernel.start_run("t", active_hook_filter=["emitter"])
+    await run.run_phase(Phase.STEP_START)
+    assert seen == ["fx"]
+
+
+# -- actions ----------------------------------------------------------------------------
+
+
+async def test_actions_converge_within_their_phase_and_later_ones_wait() -> None:
+    log: list[str] = []
+
+    def again(payload: int, ctx: PhaseContext) -> StateCommand:
+        log.append(f"again {payload} at rev {ctx.snapshot.revision}")
+        command = StateCommand().update(Counter, 1)
+        if payload > 1:
+            command.schedule(Again, payload - 1)
+        return command
+
+    def later(payload: str, ctx: PhaseContext) -> None:
+        log.append(f"later {payload} in {ctx.phase}")
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_action(Again, again)
+        r.register_action(Later, later)
+        r.register_phase_hook(
+            Phase.STEP_START, lambda ctx: StateCommand().schedule(Again, 3).schedule(Later, "x")
+        )
+
+    kernel = Kernel([FnPlugin("acts", setup)])
+    run = await kernel.start_run("t")
+    report = await run.run_phase(Phase.STEP_START)
+    assert log == ["again 3 at rev 0", "again 2 at rev 1", "again 1 at rev 2"]
+    assert report.actions_run == 3 and run.snapshot.get(Counter) == 3
+    await run.run_phase(Phase.AFTER_INFERENCE)
+    assert len(log) == 3
+    end = await run.run_phase(Phase.STEP_END)
+    assert log[-1] == "later x in STEP_END" and end.actions_run == 1
+
+
+async def test_an_action_scheduling_itself_forever_stops_after_max_rounds() -> None:
+    def forever(payload: int, ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Counter, 1).schedule(Again, payload + 1)
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_action(Again, forever)
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().schedule(Again, 0))
+
+    kernel = Kernel([FnPlugin("loop", setup)])
+    run = await kernel.start_run("t")
+    with pytest.raises(PhaseRunLoopExceeded) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert caught.value.rounds == 16 and caught.value.pending == ("t.again",)
+    assert run.snapshot.get(Counter) == 16 and run.revision == 16
+
+
+async def test_max_phase_rounds_is_configurable() -> None:
+    def forever(payload: int, ctx: PhaseContext) -> StateCommand:
+        return StateCommand().schedule(Again, payload + 1)
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_action(Again, forever)
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().schedule(Again, 0))
+
+    run = await Kernel([FnPlugin("loop", setup)], max_phase_rounds=3).start_run("t")
+    with pytest.raises(PhaseRunLoopExceeded, match="after 3"):
+        await run.run_phase(Phase.STEP_START)
+
+
+# -- filters, context and every phase ---------------------------------------------------
+
+
+async def test_hooks_of_filtered_out_plugins_never_run() -> None:
+    ran: list[str] = []
+
+    def tracker(name: str) -> FnPlugin:
+        return hook_plugin(name, Phase.STEP_START, lambda ctx: ran.append(name))
+
+    kernel = Kernel([tracker("a"), tracker("b"), tracker("c")])
+    run = await kernel.start_run("t", active_hook_filter=("a", "c"))
+    report = await run.run_phase(Phase.STEP_START)
+    assert ran == ["a", "c"] and report.hooks_run == ("a", "c")
+    with pytest.raises(ValueError, match="nope"):
+        await kernel.start_run("t2", active_hook_filter=("nope",))
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+async def test_every_phase_runs_hooks_with_the_agent_in_context(phase: Phase) -> None:
+    seen: list[PhaseContext] = []
+    kernel = Kernel([hook_plugin("spy", phase, seen.append)])
+    run = await kernel.start_run("thread-9", agent="writer", parent_thread_id="p")
+    await run.run_phase(phase, messages=("hi",))
+    (ctx,) = seen
+    assert ctx.phase is phase and ctx.agent.name == "writer"
+    assert ctx.run.thread_id == "thread-9" and ctx.run.parent_thread_id == "p"
+    assert ctx.messages == ("hi",)
+
+
+async def test_unknown_phase_fields_are_refused() -> None:
+    run = await Kernel([]).start_run("t")
+    with pytest.raises(TypeError, match="tool_resutl"):
+        await run.run_phase(Phase.STEP_START, tool_resutl=1)
+
+
+async def test_a_submitted_command_goes_through_the_same_path() -> None:
+    seen: list[int] = []
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_effect(Audit, lambda payload, snap: seen.append(snap.get(Counter)))
+
+    run = await Kernel([FnPlugin("p", setup)]).start_run("t")
+    report = await run.submit(StateCommand().update(Counter, 2).emit(Audit, "x"))
+    assert seen == [2] and report.commits == 1 and report.revision == 1
+    with pytest.raises(UnknownStateKey):
+        await run.submit(StateCommand().update(Title, "x"))
+
+
+async def test_thread_keys_survive_runs_and_run_keys_reset() -> None:
+    from kernel import KeyScope
+
+    class Seen(StateKey[int, int]):
+        key = "t.seen"
+        scope = KeyScope.THREAD
+        merge = MergeStrategy.COMMUTATIVE
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + update
+
+    def count(ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Seen, 1).update(Counter, 1)
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_key(Seen)
+        r.register_key(Counter)
+        r.register_phase_hook(Phase.RUN_START, count)
+
+    kernel = Kernel([FnPlugin("p", setup)])
+    for expected in (1, 2, 3):
+        run = await kernel.start_run("t")
+        await run.run_phase(Phase.RUN_START)
+        assert run.snapshot.get(Seen) == expected and run.snapshot.get(Counter) == 1
+        await run.finish()
+    assert run.revision == 3  # monotonic across runs
+    other = await kernel.start_run("other")
+    assert other.snapshot.get(Seen) == 0
+
+
+async def test_one_live_run_per_thread() -> None:
+    from kernel import StateError
+
+    kernel = Kernel([])
+    run = await kernel.start_run("t")
+    with pytest.raises(StateError, match="already has a live run"):
+        await kernel.start_run("t")
+    await run.finish()
+    with pytest.raises(StateError, match="finished"):
+        await run.run_phase(Phase.STEP_START)
+    await kernel.start_run("t")

@@ -1,0 +1,144 @@
+"""Declaring keys: defaults, types and mistakes caught when the class is created."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+import msgspec
+import pytest
+from sample_keys import Counter, Items, Log
+
+from kernel import InvalidDeclaration, KeyScope, MergeStrategy, StateKey, Vector
+from kernel.keys import key_info
+
+
+def test_class_attributes_are_the_declaration() -> None:
+    assert Counter.key == "test.counter"
+    assert Counter.merge is MergeStrategy.COMMUTATIVE
+    assert Counter.scope is KeyScope.RUN
+    info = key_info(Counter)
+    assert info.value_type is int and info.update_type is int
+    assert info.make_default() == 0
+
+
+def test_defaults_come_from_the_origin_class() -> None:
+    assert key_info(Log).make_default() == Vector()
+    assert key_info(Items).make_default() == []
+
+
+def test_mutable_default_is_fresh_each_time() -> None:
+    first = key_info(Items).make_default()
+    first.append(1)
+    assert key_info(Items).make_default() == []
+
+
+def test_declared_default_and_factory() -> None:
+    class Mode(StateKey[str, str]):
+        key = "t.mode"
+        default = "draft"
+
+    class Tags(StateKey[list[str], str]):
+        key = "t.tags"
+        default_factory = lambda: ["seed"]  # noqa: E731
+
+    assert key_info(Mode).make_default() == "draft"
+    assert key_info(Tags).make_default() == ["seed"]
+
+
+@pytest.mark.parametrize(
+    "value_type",
+    [int | None, Literal["a", "b"], enum.Enum("Color", "RED GREEN")],
+    ids=["optional", "literal", "enum"],
+)
+def test_types_without_zero_value_need_a_default(value_type: Any) -> None:
+    with pytest.raises(InvalidDeclaration, match=r"no zero value.*default"):
+
+        class Broken(StateKey[value_type, value_type]):  # type: ignore[valid-type]
+            key = "t.broken"
+
+
+def test_optional_with_declared_default_is_fine() -> None:
+    class Maybe(StateKey[int | None, int | None]):
+        key = "t.maybe"
+        default = None
+
+    assert key_info(Maybe).make_default() is None
+
+
+def test_key_must_be_a_nonempty_string() -> None:
+    with pytest.raises(InvalidDeclaration, match="non-empty string"):
+
+        class Bad(StateKey[int, int]):
+            key = ""
+
+
+def test_merge_and_scope_must_be_enums() -> None:
+    with pytest.raises(InvalidDeclaration, match="MergeStrategy"):
+
+        class BadMerge(StateKey[int, int]):
+            key = "t.bad_merge"
+            merge = "commutative"  # type: ignore[assignment]
+
+    with pytest.raises(InvalidDeclaration, match="KeyScope"):
+
+        class BadScope(StateKey[int, int]):
+            key = "t.bad_scope"
+            scope = "thread"  # type: ignore[assignment]
+
+
+def test_apply_must_take_value_and_update() -> None:
+    with pytest.raises(InvalidDeclaration, match="apply"):
+
+        class BadApply(StateKey[int, int]):
+            key = "t.bad_apply"
+
+            def apply(self, value: int, update: int) -> int:  # type: ignore[override]
+                return value
+
+
+def test_generic_intermediate_keys_resolve_in_concrete_subclasses() -> None:
+    from typing import Generic, TypeVar
+
+    T = TypeVar("T")
+
+    class Latest(StateKey[tuple[T, ...], T], Generic[T]):
+        @staticmethod
+        def apply(value: tuple[T, ...], update: T) -> tuple[T, ...]:
+            return (*value, update)
+
+    class Names(Latest[str]):
+        key = "t.names"
+
+    info = key_info(Names)
+    assert info.value_type == tuple[str, ...]
+    assert info.update_classes == (str,)
+    assert not info.copy_values  # a tuple of str is immutable: shared, never copied
+    with pytest.raises(InvalidDeclaration, match="abstract"):
+        key_info(Latest)
+
+
+def test_keys_are_tokens_not_instances() -> None:
+    with pytest.raises(TypeError, match="token"):
+        Counter()
+
+
+def test_immutability_is_decided_from_the_declared_type() -> None:
+    class Frozen(msgspec.Struct, frozen=True):
+        items: tuple[int, ...]
+
+    class Loose(msgspec.Struct, frozen=True):
+        items: list[int]
+
+    class A(StateKey[Frozen, Frozen]):
+        key = "t.a"
+        default = Frozen(())
+
+    class B(StateKey[Loose, Loose]):
+        key = "t.b"
+        default_factory = lambda: Loose([])  # noqa: E731
+
+    assert not key_info(A).copy_values
+    assert key_info(B).copy_values  # frozen outside, a mutable list inside
+    assert not key_info(Log).copy_values
+    assert key_info(Items).copy_values

@@ -1,0 +1,63 @@
+"""Merge: commutative ops concatenate in registration order; exclusive overlap partitions."""
+
+from __future__ import annotations
+
+import random
+
+from sample_keys import Counter, Log, Msg, Title
+
+from kernel import Contribution, KeyRegistry, LiveState, StateCommand, partition
+from kernel.merge import exclusive_keys, merged_ops
+
+
+def _log(text: str) -> StateCommand:
+    return StateCommand().update(Log, Msg("user", text)).update(Counter, 1)
+
+
+def test_commutative_ops_concatenate_in_the_given_order() -> None:
+    contributions = [Contribution(f"p{i}", _log(str(i))) for i in range(5)]
+    assert partition(contributions).deferred == ()
+    assert [(origin, key) for key, _, origin in merged_ops(contributions)][:2] == [
+        ("p0", Log),
+        ("p0", Counter),
+    ]
+    state = LiveState(KeyRegistry.of(Log, Counter))
+    state.commit(contributions)
+    assert [m.text for m in state.snapshot.get(Log)] == ["0", "1", "2", "3", "4"]
+    assert state.snapshot.get(Counter) == 5 and state.revision == 1
+
+
+def test_result_depends_on_registration_order_not_on_completion_order() -> None:
+    """Commands arriving in any completion order are put back in registration order first."""
+    registered = [Contribution(f"p{i}", _log(str(i))) for i in range(6)]
+    expected = None
+    for seed in range(20):
+        arrived = registered[:]
+        random.Random(seed).shuffle(arrived)
+        in_order = sorted(arrived, key=registered.index)
+        state = LiveState(KeyRegistry.of(Log, Counter))
+        state.commit(partition(in_order).kept)
+        result = (state.revision, tuple(state.snapshot.get(Log)))
+        expected = expected or result
+        assert result == expected
+
+
+def test_exclusive_overlap_keeps_a_greedy_prefix_and_defers_the_rest() -> None:
+    a = Contribution("a", StateCommand().update(Title, "a"))
+    b = Contribution("b", StateCommand().update(Title, "b").update(Counter, 1))
+    c = Contribution("c", StateCommand().update(Counter, 1))
+    d = Contribution("d", StateCommand().update(Title, "d"))
+    split = partition([a, b, c, d])
+    assert split.kept == (a, c)
+    assert split.deferred == (b, d)
+
+
+def test_disjoint_exclusive_writes_are_all_kept() -> None:
+    a = Contribution("a", StateCommand().update(Title, "a"))
+    c = Contribution("c", StateCommand().update(Counter, 1).update(Counter, 2))
+    assert partition([a, c]).kept == (a, c)
+
+
+def test_exclusive_keys_include_clears_and_skip_commutative() -> None:
+    command = StateCommand().clear(Title).update(Counter, 1)
+    assert exclusive_keys(command) == frozenset({"test.title"})

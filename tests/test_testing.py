@@ -1,0 +1,78 @@
+"""kernel.testing: what plugin authors use to test hooks and commutativity claims."""
+
+from __future__ import annotations
+
+import pytest
+from sample_keys import Counter, Items, Log, Msg, Title
+
+from kernel import (
+    MergeStrategy,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    StateCommand,
+    StateKey,
+    Vector,
+)
+from kernel.testing import assert_commutative, run_hooks, run_hooks_sync, snapshot_of
+
+
+class Greeter(Plugin):
+    id = "greeter"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_key(Title)
+        r.register_phase_hook(Phase.STEP_START, self.count)
+        r.register_phase_hook(Phase.STEP_START, self.title)
+        r.register_phase_hook(Phase.STEP_END, lambda ctx: None)
+
+    def count(self, ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Counter, ctx.snapshot.get(Counter) * 2)
+
+    async def title(self, ctx: PhaseContext) -> StateCommand | None:
+        if ctx.snapshot.get(Title):
+            return None
+        return StateCommand().update(Title, "hello")
+
+
+async def test_run_hooks_returns_commands_against_given_values() -> None:
+    commands = await run_hooks(Greeter(), Phase.STEP_START, values={Counter: 21})
+    assert [c.patch.ops for c in commands] == [[(Counter, 42)], [(Title, "hello")]]
+    commands = await run_hooks(Greeter(), Phase.STEP_START, values={Title: "set"})
+    assert [c.patch.ops for c in commands] == [[(Counter, 0)]]
+    assert await run_hooks(Greeter(), Phase.STEP_END) == []
+
+
+def test_run_hooks_sync_and_snapshot_of() -> None:
+    snap = snapshot_of(Greeter(), {Counter: 1}, revision=4)
+    assert snap.revision == 4 and snap.get(Counter) == 1
+    commands = run_hooks_sync(Greeter(), Phase.STEP_START, snapshot=snap)
+    assert commands[0].patch.ops == [(Counter, 2)]
+    assert snapshot_of([Log], {Log: Vector([Msg("a", "b")])}).get(Log)[0].text == "b"
+
+
+def test_assert_commutative_accepts_keys_that_commute() -> None:
+    assert_commutative(Counter, 0, [1, 2, 3, 4])
+    assert_commutative(Items, [7], [1, 1, 1])  # equal updates: every order agrees
+
+
+def test_assert_commutative_names_two_disagreeing_orders() -> None:
+    with pytest.raises(AssertionError) as caught:
+        assert_commutative(Log, Vector(), [Msg("a", "1"), Msg("b", "2")])
+    text = str(caught.value)
+    assert "test.log" in text and "do not commute" in text and "EXCLUSIVE" in text
+
+
+def test_assert_commutative_samples_when_orders_are_many() -> None:
+    class Sub(StateKey[int, int]):
+        key = "t.sub"
+        merge = MergeStrategy.COMMUTATIVE
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return update - value  # order-dependent
+
+    with pytest.raises(AssertionError, match="t.sub"):
+        assert_commutative(Sub, 0, list(range(10)), max_orders=50)
