@@ -4,6 +4,7 @@ This module re-exports the public API and nothing else.
 """
 
 from .actions import EffectSpec, ScheduledActionSpec
+from .agent import Agent, Decision, PendingCall, RunResult, run_status
 from .codec import dec_hook, enc_hook
 from .commands import MutationBatch, StateCommand
 from .context import AgentSpec, PhaseContext, RunIdentity
@@ -26,33 +27,42 @@ from .errors import (
 )
 from .keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
 from .merge import Contribution, Partition, partition
+from .messages import Message
+from .model import InferenceRequest, InferenceResponse, ScriptedModel
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
 from .registry import KeyRegistry
 from .runtime import Kernel, Run
 from .snapshot import Snapshot
 from .state import LiveState
+from .threads import ThreadState, ThreadStore
 from .toolgate import Block, SetResult, Suspend
 from .tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 from .vector import Vector
 
 __all__ = [
+    "Agent",
     "AgentSpec",
     "Block",
     "CommitRejected",
     "Contribution",
+    "Decision",
     "DecodeFailed",
     "DuplicateRegistration",
     "EffectSpec",
     "HookFailed",
+    "InferenceRequest",
+    "InferenceResponse",
     "InvalidDeclaration",
     "Kernel",
     "KeyRegistry",
     "KeyScope",
     "LiveState",
     "MergeStrategy",
+    "Message",
     "MutationBatch",
     "Partition",
+    "PendingCall",
     "Phase",
     "PhaseContext",
     "PhaseReport",
@@ -62,7 +72,9 @@ __all__ = [
     "RevisionConflict",
     "Run",
     "RunIdentity",
+    "RunResult",
     "ScheduledActionSpec",
+    "ScriptedModel",
     "SetResult",
     "Snapshot",
     "StateCommand",
@@ -72,6 +84,8 @@ __all__ = [
     "StateValidationError",
     "StoreError",
     "Suspend",
+    "ThreadState",
+    "ThreadStore",
     "ToolCall",
     "ToolCallStatus",
     "ToolOutput",
@@ -84,4 +98,5 @@ __all__ = [
     "dec_hook",
     "enc_hook",
     "partition",
+    "run_status",
 ]

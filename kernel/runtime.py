@@ -12,20 +12,29 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import attrs
-import immutables
+import msgspec
 
+from .checkpoint import (
+    RESERVED_PREFIX,
+    EncodeCache,
+    decode_values,
+    encode_scope,
+    merge_raw,
+    without,
+)
 from .commands import StateCommand
 from .context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
 from .engine import PhaseEngine, PhaseReport
-from .errors import CommitRejected, StateError
+from .errors import CommitRejected, HookFailed, StateError, StoreError
 from .keys import KeyScope
 from .phases import Phase
 from .plugin import Components, Plugin
 from .snapshot import Snapshot
 from .state import LiveState
+from .threads import ThreadState, ThreadStore
 from .toolgate import Block, GateDecision, SetResult, Suspend
 from .tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 
@@ -33,33 +42,68 @@ Tool = Callable[..., Any]
 """`(arguments: dict, ctx: PhaseContext) -> ToolOutput | value`, sync or async."""
 
 
-@attrs.define
-class _ThreadMemory:
-    """What a Kernel keeps of a thread between runs when no ThreadStore holds it."""
+_RUN_COUNT = RESERVED_PREFIX + "run_count"
+_int_decoder = msgspec.json.Decoder(int)
 
-    values: immutables.Map[str, Any] = attrs.field(factory=immutables.Map)
+
+class SuspendedRun(msgspec.Struct, frozen=True, kw_only=True):
+    """The kernel's record of a suspended run: who it was, plus the caller's own detail."""
+
+    run_id: str
+    agent: str
+    parent_thread_id: str | None = None
+    parent_run_id: str | None = None
+    active_hook_filter: tuple[str, ...] = ()
+    detail: bytes = b""
+
+
+@attrs.define
+class _Thread:
+    """What a Kernel keeps of a thread between its runs.
+
+    `values` holds decoded thread-scope values (non-persistent ones included); `foreign` and
+    `undecodable` hold stored bytes this kernel could not or may not decode, written back
+    untouched. `saved_revision` is what the ThreadStore holds, for compare-and-set.
+    """
+
+    values: dict[str, Any] = attrs.field(factory=dict)
+    foreign: dict[str, bytes] = attrs.field(factory=dict)
+    undecodable: dict[str, bytes] = attrs.field(factory=dict)
     revision: int = 0
+    saved_revision: int = 0
     runs: int = 0
+    suspended: SuspendedRun | None = None
+    run_values: dict[str, Any] = attrs.field(factory=dict)
 
 
 class Kernel:
-    """The registry of a set of plugins and the keeper of thread state between runs."""
+    """The registry of a set of plugins and the keeper of thread state between runs.
+
+    With a `thread_store`, persistent thread keys (and suspended runs) are saved there at
+    every checkpoint; without one they live in this kernel's memory and die with it.
+    `restore_errors="skip"` lets a run start when some stored value no longer decodes: that
+    key starts from its default and its stored bytes are kept unless the run writes it anew.
+    """
 
     def __init__(
         self,
         plugins: Iterable[Plugin],
         *,
         profile_store: Any = None,
-        thread_store: Any = None,
+        thread_store: ThreadStore | None = None,
         max_phase_rounds: int = 16,
+        restore_errors: Literal["raise", "skip"] = "raise",
     ) -> None:
         if not isinstance(max_phase_rounds, int) or max_phase_rounds < 1:
             raise ValueError(f"max_phase_rounds must be a positive int, got {max_phase_rounds!r}")
+        if restore_errors not in ("raise", "skip"):
+            raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
         self.components = Components.build(plugins)
         self.profile_store = profile_store
         self.thread_store = thread_store
         self.max_phase_rounds = max_phase_rounds
-        self._threads: dict[str, _ThreadMemory] = {}
+        self._skip_undecodable = restore_errors == "skip"
+        self._threads: dict[str, _Thread] = {}
         self._live: set[str] = set()
 
     @property
@@ -75,7 +119,68 @@ class Kernel:
         parent_run_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
     ) -> Run:
-        """Open a run on `thread_id`; runs no phase (the caller runs RUN_START)."""
+        """Open a run on `thread_id`; runs no phase (the caller runs RUN_START).
+
+        Run keys start at their defaults; thread keys are restored; the revision continues
+        from the thread's last one.
+        """
+        hook_filter = self._check_filter(tuple(active_hook_filter))
+        thread = await self._claim(thread_id)
+        try:
+            if thread.suspended is not None:
+                raise StateError(
+                    f"thread {thread_id!r} has a suspended run ({thread.suspended.run_id!r}) "
+                    f"waiting for a decision; resume it or cancel it before starting another."
+                )
+            thread.runs += 1
+            identity = RunIdentity(
+                run_id=f"{thread_id}:run-{thread.runs}",
+                thread_id=thread_id,
+                agent_id=agent,
+                parent_thread_id=parent_thread_id,
+                parent_run_id=parent_run_id,
+            )
+            return self._make_run(identity, AgentSpec(agent, hook_filter), thread, {})
+        except BaseException:
+            self._live.discard(thread_id)
+            raise
+
+    async def resume_run(self, thread_id: str) -> tuple[Run, bytes]:
+        """Reopen the suspended run of `thread_id` exactly as it was suspended.
+
+        Returns the run and the detail bytes its suspender stored. Raises `StateError` when
+        the thread has no suspended run.
+        """
+        thread = await self._claim(thread_id)
+        try:
+            record = thread.suspended
+            if record is None:
+                raise StateError(
+                    f"thread {thread_id!r} has no suspended run to resume; start a new run."
+                )
+            identity = RunIdentity(
+                run_id=record.run_id,
+                thread_id=thread_id,
+                agent_id=record.agent,
+                parent_thread_id=record.parent_thread_id,
+                parent_run_id=record.parent_run_id,
+            )
+            agent = AgentSpec(record.agent, record.active_hook_filter)
+            return self._make_run(identity, agent, thread, thread.run_values), record.detail
+        except BaseException:
+            self._live.discard(thread_id)
+            raise
+
+    def _check_filter(self, hook_filter: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [p for p in hook_filter if p not in self.components.plugin_ids]
+        if unknown:
+            raise ValueError(
+                f"active_hook_filter names plugins this kernel does not have: {unknown}; "
+                f"known plugins: {list(self.components.plugin_ids)}"
+            )
+        return hook_filter
+
+    async def _claim(self, thread_id: str) -> _Thread:
         if not isinstance(thread_id, str) or not thread_id:
             raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
         if thread_id in self._live:
@@ -83,55 +188,153 @@ class Kernel:
                 f"thread {thread_id!r} already has a live run in this kernel; finish it "
                 f"(await run.finish()) before starting another."
             )
-        hook_filter = tuple(active_hook_filter)
-        unknown = [p for p in hook_filter if p not in self.components.plugin_ids]
-        if unknown:
-            raise ValueError(
-                f"active_hook_filter names plugins this kernel does not have: {unknown}; "
-                f"known plugins: {list(self.components.plugin_ids)}"
-            )
-        memory = self._threads.setdefault(thread_id, _ThreadMemory())
-        memory.runs += 1
-        identity = RunIdentity(
-            run_id=f"{thread_id}:run-{memory.runs}",
-            thread_id=thread_id,
-            agent_id=agent,
-            parent_thread_id=parent_thread_id,
-            parent_run_id=parent_run_id,
-        )
-        state = LiveState(self.components.keys, values=memory.values, revision=memory.revision)
         self._live.add(thread_id)
-        return Run(self, identity, AgentSpec(agent, hook_filter), state)
+        try:
+            thread = self._threads.get(thread_id) or _Thread()
+            if self.thread_store is not None:
+                thread = await self._load(thread_id, thread)
+            self._threads[thread_id] = thread
+            return thread
+        except BaseException:
+            self._live.discard(thread_id)
+            raise
 
-    def _end_run(self, run: Run) -> None:
-        memory = self._threads[run.identity.thread_id]
-        memory.values = _thread_values(run.snapshot)
-        memory.revision = run.revision
+    async def _load(self, thread_id: str, memory: _Thread) -> _Thread:
+        """The thread as the store has it, with non-persistent keys from memory."""
+        assert self.thread_store is not None
+        try:
+            stored = await self.thread_store.load(thread_id)
+        except StateError:
+            raise
+        except Exception as error:
+            raise StoreError("thread load", error, key=thread_id) from error
+        if stored is None:
+            return _Thread(values=_volatile(self.components.keys, memory.values))
+        raw = dict(stored.values)
+        runs_raw = raw.pop(_RUN_COUNT, None)
+        registry = self.components.keys
+        restored = decode_values(
+            registry,
+            raw,
+            record=thread_id,
+            skip_undecodable=self._skip_undecodable,
+            scope=KeyScope.THREAD,
+        )
+        values = {**_volatile(registry, memory.values), **restored.values}
+        suspended = None
+        run_values: dict[str, Any] = {}
+        if stored.suspended is not None:
+            suspended = msgspec.json.decode(stored.suspended, type=SuspendedRun)
+            run_values = decode_values(
+                registry,
+                stored.run_values or {},
+                record=thread_id,
+                skip_undecodable=self._skip_undecodable,
+                scope=KeyScope.RUN,
+            ).values
+        return _Thread(
+            values=values,
+            foreign=restored.foreign,
+            undecodable=restored.undecodable,
+            revision=stored.revision,
+            saved_revision=stored.revision,
+            runs=_int_decoder.decode(runs_raw) if runs_raw is not None else 0,
+            suspended=suspended,
+            run_values=run_values,
+        )
+
+    def _make_run(
+        self,
+        identity: RunIdentity,
+        agent: AgentSpec,
+        thread: _Thread,
+        run_values: Mapping[str, Any],
+    ) -> Run:
+        values = {**thread.values, **run_values}
+        state = LiveState(self.components.keys, values=values, revision=thread.revision)
+        return Run(self, identity, agent, state, thread)
+
+    async def _save(self, run: Run, suspended: SuspendedRun | None) -> None:
+        """Checkpoint `run` into memory and, for persistent keys, the ThreadStore."""
+        thread = run._thread
+        registry = self.components.keys
+        values = run.snapshot.raw_values()
+        thread_values = {
+            name: value
+            for name, value in values.items()
+            if (binding := registry.by_name.get(name)) is not None
+            and binding.scope is KeyScope.THREAD
+        }
+        revision = run.revision
+        if self.thread_store is not None:
+            encoded = encode_scope(registry, values, KeyScope.THREAD, run._cache)
+            kept = without(encoded, thread.undecodable)
+            raw = merge_raw(thread.foreign, kept, encoded)
+            raw[_RUN_COUNT] = msgspec.json.encode(thread.runs)
+            state = ThreadState(
+                revision=revision,
+                values=raw,
+                run_values=(
+                    encode_scope(registry, values, KeyScope.RUN, run._cache, persistent_only=False)
+                    if suspended is not None
+                    else None
+                ),
+                suspended=msgspec.json.encode(suspended) if suspended is not None else None,
+            )
+            try:
+                await self.thread_store.save(
+                    run.identity.thread_id, state, expected_revision=thread.saved_revision
+                )
+            except StateError:
+                raise
+            except Exception as error:
+                raise StoreError("thread save", error, key=run.identity.thread_id) from error
+            thread.saved_revision = revision
+            thread.undecodable = kept
+        thread.values = thread_values
+        thread.revision = revision
+        thread.suspended = suspended
+        thread.run_values = (
+            {
+                name: value
+                for name, value in values.items()
+                if (binding := registry.by_name.get(name)) is not None
+                and binding.scope is KeyScope.RUN
+            }
+            if suspended is not None
+            else {}
+        )
+
+    def _release(self, run: Run) -> None:
         self._live.discard(run.identity.thread_id)
 
 
-def _thread_values(snapshot: Snapshot) -> immutables.Map[str, Any]:
-    """The values that outlive a run: thread keys, and keys no plugin here registered."""
-    by_name = snapshot.registry.by_name
-    values = snapshot.raw_values()
-    mutation = values.mutate()
-    for name in values:
-        binding = by_name.get(name)
-        if binding is not None and binding.scope is KeyScope.RUN:
-            del mutation[name]
-    return mutation.finish()
+def _volatile(registry: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The non-persistent thread keys among `values`: they live in kernel memory only."""
+    return {
+        name: value
+        for name, value in values.items()
+        if (binding := registry.by_name.get(name)) is not None and not binding.persistent
+    }
 
 
 class Run:
     """One run on one thread: phases, tool gates and submissions, strictly one at a time."""
 
     def __init__(
-        self, kernel: Kernel, identity: RunIdentity, agent: AgentSpec, state: LiveState
+        self,
+        kernel: Kernel,
+        identity: RunIdentity,
+        agent: AgentSpec,
+        state: LiveState,
+        thread: _Thread,
     ) -> None:
         self._kernel = kernel
         self.identity = identity
         self.agent = agent
         self._state = state
+        self._thread = thread
+        self._cache = EncodeCache()
         self._lock = asyncio.Lock()
         self._finished = False
         self._engine = PhaseEngine(
@@ -228,17 +431,88 @@ class Run:
                 return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(rejected))
         return ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=output.result)
 
-    async def finish(self, **fields: Any) -> PhaseReport:
-        """Run RUN_END and hand the thread's state back to the kernel; the run is then closed.
+    async def shape_request(self, request: Any) -> Any:
+        """Apply the active request transforms, in registration order, before an inference.
 
-        The thread is released even if RUN_END fails, with the state as last committed.
+        Each is `(request, snapshot) -> request`; they see the snapshot as it is now.
+        """
+        for transform in self._kernel.components.transforms:
+            if not self.agent.allows(transform.plugin):
+                continue
+            try:
+                shaped = transform.function(request, self.snapshot)
+                if inspect.isawaitable(shaped):
+                    shaped = await shaped
+            except StateError:
+                raise
+            except Exception as error:
+                raise HookFailed(transform.plugin, str(Phase.BEFORE_INFERENCE), error) from error
+            if type(shaped) is not type(request):
+                problem = TypeError(
+                    f"a request transform must return a {type(request).__name__}, got {shaped!r}"
+                )
+                raise HookFailed(transform.plugin, str(Phase.BEFORE_INFERENCE), problem)
+            request = shaped
+        return request
+
+    async def checkpoint(self) -> None:
+        """Persist the thread keys now (the Agent calls this at every STEP_END).
+
+        The save is a compare-and-set on the thread's revision: if another process saved
+        the thread since this run loaded it, this raises `RevisionConflict`.
+        """
+        self._check_open()
+        async with self._lock:
+            await self._kernel._save(self, None)
+
+    async def finish(self, **fields: Any) -> PhaseReport:
+        """Run RUN_END, save the thread keys and close the run.
+
+        The thread is saved and released even if RUN_END fails, with the state as last
+        committed; the failure is then raised.
         """
         self._check_open()
         try:
             return await self.run_phase(Phase.RUN_END, **fields)
         finally:
+            await self._close(save=True)
+
+    async def suspend(self, detail: bytes = b"") -> None:
+        """Save the whole run -- run keys included -- and close it without RUN_END.
+
+        `kernel.resume_run(thread_id)` reopens it exactly as it was, in this or any
+        process sharing the ThreadStore, and hands back `detail`.
+        """
+        self._check_open()
+        record = SuspendedRun(
+            run_id=self.identity.run_id,
+            agent=self.agent.name,
+            parent_thread_id=self.identity.parent_thread_id,
+            parent_run_id=self.identity.parent_run_id,
+            active_hook_filter=self.agent.active_hook_filter,
+            detail=detail,
+        )
+        try:
+            async with self._lock:
+                await self._kernel._save(self, record)
+        finally:
             self._finished = True
-            self._kernel._end_run(self)
+            self._kernel._release(self)
+
+    async def abandon(self) -> None:
+        """Close the run without saving anything: the thread stays as it was last saved."""
+        if not self._finished:
+            self._finished = True
+            self._kernel._release(self)
+
+    async def _close(self, *, save: bool) -> None:
+        try:
+            if save:
+                async with self._lock:
+                    await self._kernel._save(self, None)
+        finally:
+            self._finished = True
+            self._kernel._release(self)
 
     async def _tool_gate(
         self, tool_call: ToolCall, fields: Mapping[str, Any]

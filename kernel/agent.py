@@ -1,0 +1,427 @@
+"""The Agent facade: the whole phase loop behind `await agent.run(thread_id, messages)`.
+
+`Kernel` and `Run` give full control, one phase at a time. Most users want the loop itself:
+RUN_START, then steps of STEP_START → BEFORE_INFERENCE → model → AFTER_INFERENCE → per tool
+call TOOL_GATE → BEFORE_TOOL_EXECUTE → tool → AFTER_TOOL_EXECUTE → STEP_END, then RUN_END,
+with a checkpoint at every STEP_END, suspension when a gate says Suspend, and `resume` from
+any process that shares the ThreadStore. Defaults are sensible; every part can be overridden.
+
+The facade keeps its own state in keys under the reserved prefix `statekernel.`: the thread's
+message history (a thread key) and the life of each tool call of the run (a run key).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import attrs
+import msgspec
+
+from .codec import enc_hook
+from .commands import StateCommand
+from .errors import StateError
+from .keys import KeyScope, StateKey
+from .messages import Message
+from .model import InferenceRequest, InferenceResponse, Model
+from .phases import Phase
+from .plugin import Plugin, PluginRegistrar
+from .runtime import Kernel, Run, Tool
+from .snapshot import Snapshot
+from .threads import ThreadStore
+from .tools import ToolCall, ToolCallStatus, ToolResult
+from .vector import Vector
+
+logger = logging.getLogger("statekernel")
+
+Outcome = Literal["success", "failure", "suspended", "cancelled"]
+
+
+class CallState(msgspec.Struct, frozen=True):
+    """Where one tool call of the run stands."""
+
+    id: str
+    name: str
+    status: ToolCallStatus
+    error: str | None = None
+
+
+class History(StateKey[Vector[Message], tuple[Message, ...]]):
+    """The thread's whole message history (a thread key: it survives across runs)."""
+
+    key = "statekernel.messages"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[Message], update: tuple[Message, ...]) -> Vector[Message]:
+        return value.extend(update)
+
+
+class ToolCalls(StateKey[tuple[CallState, ...], CallState]):
+    """The life of each tool call of this run; an update replaces the call's entry by id."""
+
+    key = "statekernel.tool_calls"
+
+    @staticmethod
+    def apply(value: tuple[CallState, ...], update: CallState) -> tuple[CallState, ...]:
+        for index, call in enumerate(value):
+            if call.id == update.id:
+                return (*value[:index], update, *value[index + 1 :])
+        return (*value, update)
+
+
+def run_status(snapshot: Snapshot) -> Literal["running", "waiting", "done"]:
+    """The run's status, derived from its tool calls: any Running (or Resuming) → running;
+    else any Suspended → waiting; else the step's calls are done."""
+    statuses = {call.status for call in snapshot.get(ToolCalls)}
+    if statuses & {ToolCallStatus.RUNNING, ToolCallStatus.RESUMING}:
+        return "running"
+    if ToolCallStatus.SUSPENDED in statuses:
+        return "waiting"
+    return "done"
+
+
+class _Facade(Plugin):
+    id = "statekernel"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(History)
+        registrar.register_key(ToolCalls)
+
+
+class PendingCall(msgspec.Struct, frozen=True):
+    """A suspended tool call: what it was, and the ticket describing what it waits for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    ticket: Any = None
+
+
+class _Suspension(msgspec.Struct, frozen=True):
+    step: int
+    pending: tuple[PendingCall, ...]
+
+
+@attrs.frozen
+class Decision:
+    """An outside decision on a suspended call; build it with the class methods."""
+
+    kind: Literal["approve", "deny", "result"]
+    arguments: dict[str, Any] | None = None
+    reason: str = ""
+    value: Any = None
+
+    @classmethod
+    def approve(cls, arguments: dict[str, Any] | None = None) -> Decision:
+        """Run the tool, with `arguments` replacing the original ones if given."""
+        return cls("approve", arguments=arguments)
+
+    @classmethod
+    def deny(cls, reason: str) -> Decision:
+        """Fail the call; the model sees `reason` as the tool's error."""
+        return cls("deny", reason=reason)
+
+    @classmethod
+    def result(cls, value: Any) -> Decision:
+        """Skip the tool and use `value` as its result."""
+        return cls("result", value=value)
+
+
+@attrs.frozen
+class RunResult:
+    """How a run ended.
+
+    `outcome` is "success" (the model answered without tool calls), "failure" (see
+    `error`), "suspended" (see `pending`) or "cancelled". `messages` is the thread's whole
+    history after the run; `steps` counts the steps taken.
+    """
+
+    outcome: Outcome
+    snapshot: Snapshot
+    messages: tuple[Message, ...]
+    steps: int
+    error: BaseException | None = None
+    pending: tuple[PendingCall, ...] = ()
+
+
+class Agent:
+    """An agent: plugins, a model and tools, driven through the phase loop.
+
+    No store given: state lives in memory, like `Kernel`. Pass a `thread_store` (and a
+    `profile_store`) to persist; the demo and the command line use SQLite files.
+    """
+
+    def __init__(
+        self,
+        plugins: Iterable[Plugin],
+        model: Model,
+        tools: Mapping[str, Tool] | None = None,
+        *,
+        profile_store: Any = None,
+        thread_store: ThreadStore | None = None,
+        max_steps: int = 25,
+        name: str = "default",
+        max_phase_rounds: int = 16,
+        restore_errors: Literal["raise", "skip"] = "raise",
+    ) -> None:
+        if not callable(model):
+            raise TypeError(f"model must be an async callable (request) -> response, got {model!r}")
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        self.kernel = Kernel(
+            [_Facade(), *plugins],
+            profile_store=profile_store,
+            thread_store=thread_store,
+            max_phase_rounds=max_phase_rounds,
+            restore_errors=restore_errors,
+        )
+        self.model = model
+        self.tools: dict[str, Tool] = dict(tools or {})
+        self.max_steps = max_steps
+        self.name = name
+
+    async def run(
+        self,
+        thread_id: str,
+        messages: Iterable[Message | str] = (),
+        *,
+        parent_thread_id: str | None = None,
+        active_hook_filter: Iterable[str] = (),
+    ) -> RunResult:
+        """Append `messages` (a plain string is a user message) and run the loop to its end."""
+        incoming = [_as_message(m) for m in messages]
+        run = await self.kernel.start_run(
+            thread_id,
+            agent=self.name,
+            parent_thread_id=parent_thread_id,
+            active_hook_filter=active_hook_filter,
+        )
+        driver = _Driver(self, run, steps=0)
+        try:
+            await driver.append(*incoming)
+            await run.run_phase(Phase.RUN_START, messages=driver.history())
+            return await driver.loop()
+        except Exception as error:
+            return await driver.fail(error)
+
+    async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:
+        """Continue a suspended run with an outside `decision` on its call `call_id`."""
+        if not isinstance(decision, Decision):
+            raise TypeError(
+                f"decision must be Decision.approve(...), Decision.deny(...) or "
+                f"Decision.result(...), got {decision!r}"
+            )
+        run, detail = await self.kernel.resume_run(thread_id)
+        suspension = msgspec.json.decode(detail, type=_Suspension)
+        call = next((p for p in suspension.pending if p.id == call_id), None)
+        if call is None:
+            await run.abandon()
+            waiting = [p.id for p in suspension.pending]
+            raise StateError(
+                f"thread {thread_id!r} has no suspended call {call_id!r}; the calls waiting "
+                f"for a decision are {waiting}. Nothing was changed."
+            )
+        driver = _Driver(self, run, steps=suspension.step)
+        try:
+            await driver.settle(call, decision)
+            remaining = tuple(p for p in suspension.pending if p.id != call_id)
+            if remaining:
+                return await driver.suspend(remaining)
+            await driver.end_step()
+            return await driver.loop()
+        except Exception as error:
+            return await driver.fail(error)
+
+    async def cancel(self, thread_id: str) -> RunResult:
+        """Fail the suspended run's pending calls as Cancelled and end the run (RUN_END)."""
+        run, detail = await self.kernel.resume_run(thread_id)
+        suspension = msgspec.json.decode(detail, type=_Suspension)
+        driver = _Driver(self, run, steps=suspension.step)
+        try:
+            for pending in suspension.pending:
+                call = ToolCall(pending.id, pending.name, dict(pending.arguments))
+                result = ToolResult(call, ToolCallStatus.CANCELLED, error="cancelled")
+                await driver.record(result)
+            return await driver.end("cancelled")
+        except Exception as error:
+            return await driver.fail(error)
+
+
+class _Driver:
+    """The loop for one run: owns the step count and the message bookkeeping."""
+
+    def __init__(self, agent: Agent, run: Run, *, steps: int) -> None:
+        self.agent = agent
+        self.run = run
+        self.steps = steps
+        self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
+
+    def history(self) -> tuple[Message, ...]:
+        current = self.run.snapshot.get(History)
+        if current is not self._seen[0]:
+            self._seen = (current, current.totuple())
+        return self._seen[1]
+
+    async def append(self, *messages: Message) -> None:
+        if not messages:
+            return
+        base = len(self.run.snapshot.get(History))
+        prefix = self.run.identity.run_id
+        stamped = tuple(
+            m if m.id is not None else msgspec.structs.replace(m, id=f"{prefix}:m{base + i}")
+            for i, m in enumerate(messages)
+        )
+        await self.run.submit(StateCommand().update(History, stamped))
+
+    async def loop(self) -> RunResult:
+        run = self.run
+        while self.steps < self.agent.max_steps:
+            self.steps += 1
+            await run.run_phase(Phase.STEP_START, messages=self.history())
+            await run.run_phase(Phase.BEFORE_INFERENCE, messages=self.history())
+            request = await run.shape_request(
+                InferenceRequest(self.history(), tuple(self.agent.tools))
+            )
+            response = await self.agent.model(request)
+            if not isinstance(response, InferenceResponse):
+                raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
+            await run.run_phase(Phase.AFTER_INFERENCE, messages=self.history(), response=response)
+            await self.append(Message("assistant", response.text))
+            if not response.tool_calls:
+                await self.end_step()
+                return await self.end("success")
+            pending = await self.call_tools(response.tool_calls)
+            if pending:
+                return await self.suspend(pending)
+            await self.end_step()
+        raise StateError(
+            f"max_steps ({self.agent.max_steps}) reached without a final answer; raise "
+            f"max_steps or check why the model keeps calling tools."
+        )
+
+    async def call_tools(self, calls: tuple[ToolCall, ...]) -> tuple[PendingCall, ...]:
+        command = StateCommand()
+        for call in calls:
+            command.update(ToolCalls, CallState(call.id, call.name, ToolCallStatus.NEW))
+        await self.run.submit(command)
+        pending: list[PendingCall] = []
+        for call in calls:
+            tool = self.agent.tools.get(call.name)
+            if tool is None:
+                available = ", ".join(sorted(self.agent.tools)) or "none"
+                error = f"unknown tool {call.name!r}; available tools: {available}"
+                await self.record(ToolResult(call, ToolCallStatus.FAILED, error=error))
+                continue
+            await self._mark(call, ToolCallStatus.RUNNING)
+            result = await self.run.call_tool(call, tool, messages=self.history())
+            if result.status is ToolCallStatus.SUSPENDED:
+                await self._mark(call, ToolCallStatus.SUSPENDED)
+                pending.append(PendingCall(call.id, call.name, dict(call.arguments), result.ticket))
+                continue
+            await self.record(result)
+        return tuple(pending)
+
+    async def settle(self, pending: PendingCall, decision: Decision) -> None:
+        """Carry out an outside decision on a suspended call."""
+        call = ToolCall(pending.id, pending.name, dict(pending.arguments))
+        await self._mark(call, ToolCallStatus.RESUMING)
+        if decision.kind == "approve":
+            if decision.arguments is not None:
+                call = ToolCall(call.id, call.name, dict(decision.arguments))
+            tool = self.agent.tools.get(call.name)
+            if tool is None:
+                result = ToolResult(
+                    call, ToolCallStatus.FAILED, error=f"unknown tool {call.name!r}"
+                )
+            else:
+                result = await self.run.execute_tool(call, tool, messages=self.history())
+        elif decision.kind == "deny":
+            result = ToolResult(call, ToolCallStatus.FAILED, error=decision.reason)
+        else:
+            result = ToolResult(call, ToolCallStatus.SUCCEEDED, result=decision.value)
+        await self.run.run_phase(
+            Phase.AFTER_TOOL_EXECUTE, tool_call=call, tool_result=result, messages=self.history()
+        )
+        await self.record(result)
+
+    async def record(self, result: ToolResult) -> None:
+        """The call's final state, and its result or error as a tool message."""
+        call = result.call
+        state = CallState(call.id, call.name, result.status, result.error)
+        content = (result.error or "") if result.is_error else _as_text(result.result)
+        base = len(self.run.snapshot.get(History))
+        message = Message(
+            "tool",
+            content,
+            tool_call_id=call.id,
+            is_error=result.is_error,
+            id=f"{self.run.identity.run_id}:m{base}",
+        )
+        await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
+
+    async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
+        await self.run.submit(
+            StateCommand().update(ToolCalls, CallState(call.id, call.name, status))
+        )
+
+    async def end_step(self) -> None:
+        await self.run.run_phase(Phase.STEP_END, messages=self.history())
+        await self.run.checkpoint()
+
+    async def end(self, outcome: Outcome) -> RunResult:
+        await self.run.finish(messages=self.history())
+        return self._result(outcome)
+
+    async def suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
+        detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
+        await self.run.suspend(detail)
+        return self._result("suspended", pending=pending)
+
+    async def fail(self, error: BaseException) -> RunResult:
+        """RUN_END still runs, best effort, and the last committed state is checkpointed."""
+        logger.info("run %r failed: %s", self.run.identity.run_id, error)
+        if not self.run.finished:
+            try:
+                await self.run.finish(messages=self.history())
+            except Exception as cleanup:
+                logger.warning(
+                    "run %r: RUN_END after a failure also failed: %s",
+                    self.run.identity.run_id,
+                    cleanup,
+                )
+        return self._result("failure", error=error)
+
+    def _result(
+        self,
+        outcome: Outcome,
+        *,
+        error: BaseException | None = None,
+        pending: tuple[PendingCall, ...] = (),
+    ) -> RunResult:
+        return RunResult(
+            outcome=outcome,
+            snapshot=self.run.snapshot,
+            messages=self.history(),
+            steps=self.steps,
+            error=error,
+            pending=pending,
+        )
+
+
+def _as_message(message: Message | str) -> Message:
+    if isinstance(message, Message):
+        return message
+    if isinstance(message, str):
+        return Message("user", message)
+    raise TypeError(f"messages must be kernel.Message objects or strings, got {message!r}")
+
+
+def _as_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    try:
+        return msgspec.json.encode(result, enc_hook=enc_hook).decode()
+    except (TypeError, msgspec.EncodeError):
+        return repr(result)

@@ -1,0 +1,141 @@
+"""Turning a run's keys into stored bytes and back, one key at a time.
+
+Each key is encoded separately (msgspec JSON, through `kernel.codec`'s hooks) so that a value
+whose declared type changed since it was saved fails alone, with an error naming the key,
+instead of taking the whole thread down with an opaque message. Keys in the stored state
+that no plugin of this kernel registered are kept as raw bytes and written back untouched:
+a plugin missing from one run must not cost another plugin its state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import msgspec
+
+from .codec import dec_hook, enc_hook
+from .errors import CommitRejected, DecodeFailed, StateError
+from .keys import KeyScope
+from .registry import KeyRegistry
+
+logger = logging.getLogger("statekernel")
+
+_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
+
+RESERVED_PREFIX = "statekernel."
+"""Key strings the kernel and its facade keep for themselves."""
+
+
+@attrs.frozen
+class Restored:
+    """Decoded values ready to seed a run, and what had to be set aside."""
+
+    values: dict[str, Any]
+    foreign: dict[str, bytes]
+    undecodable: dict[str, bytes]
+
+
+class EncodeCache:
+    """Remembers the bytes of each value last encoded, so an unchanged value is not
+    re-encoded at every checkpoint. Stored values are never mutated in place (snapshots
+    are frozen), so identity is a safe test for "unchanged"."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[Any, bytes]] = {}
+
+    def encode(self, name: str, value: Any) -> bytes:
+        seen = self._seen.get(name)
+        if seen is not None and seen[0] is value:
+            return seen[1]
+        try:
+            raw = _encoder.encode(value)
+        except (TypeError, msgspec.EncodeError) as error:
+            raise StateError(
+                f"value of key {name!r} cannot be encoded for persistence: {error}. Use a "
+                f"msgspec-encodable type (Struct, dataclass, attrs class, pydantic model, "
+                f"builtins, Vector) or register the key with StateKeyOptions(persistent=False)."
+            ) from error
+        self._seen[name] = (value, raw)
+        return raw
+
+
+def encode_scope(
+    registry: KeyRegistry,
+    values: Mapping[str, Any],
+    scope: KeyScope,
+    cache: EncodeCache,
+    *,
+    persistent_only: bool = True,
+) -> dict[str, bytes]:
+    """Encode the held values of registered keys in `scope`, validating each first."""
+    encoded: dict[str, bytes] = {}
+    by_name = registry.by_name
+    for name, value in values.items():
+        binding = by_name.get(name)
+        if binding is None or binding.scope is not scope:
+            continue
+        if persistent_only and not binding.persistent:
+            continue
+        if binding.has_validate:
+            try:
+                binding.key.validate(value)
+            except Exception as error:
+                raise CommitRejected(name, error, plugin=binding.plugin, stage="persist") from error
+        encoded[name] = cache.encode(name, value)
+    return encoded
+
+
+def decode_values(
+    registry: KeyRegistry,
+    raw: Mapping[str, bytes],
+    *,
+    record: str,
+    skip_undecodable: bool,
+    scope: KeyScope | None = None,
+) -> Restored:
+    """Decode stored values of registered keys; keep the rest raw.
+
+    A value that no longer decodes raises `DecodeFailed` naming the key, unless
+    `skip_undecodable`: then the key starts from its default in this run and its stored
+    bytes are kept, to be written back unless the run writes the key anew.
+    """
+    values: dict[str, Any] = {}
+    foreign: dict[str, bytes] = {}
+    undecodable: dict[str, bytes] = {}
+    by_name = registry.by_name
+    for name, data in raw.items():
+        binding = by_name.get(name)
+        if binding is None or (scope is not None and binding.scope is not scope):
+            foreign[name] = data
+            continue
+        try:
+            values[name] = msgspec.json.decode(data, type=binding.value_type, dec_hook=dec_hook)
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError) as error:
+            if not skip_undecodable:
+                raise DecodeFailed(name, record, error) from error
+            logger.warning(
+                "thread %r: key %r does not decode and starts from its default: %s",
+                record,
+                name,
+                error,
+            )
+            undecodable[name] = data
+    return Restored(values, foreign, undecodable)
+
+
+def merge_raw(*parts: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Later parts win: used to lay this run's encoded keys over carried-over raw ones."""
+    merged: dict[str, bytes] = {}
+    for part in parts:
+        merged.update(part)
+    return merged
+
+
+def without(names: Iterable[str], raw: Mapping[str, bytes]) -> dict[str, bytes]:
+    dropped = set(names)
+    return {name: data for name, data in raw.items() if name not in dropped}

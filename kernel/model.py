@@ -1,0 +1,58 @@
+"""The model boundary: the request a model gets, the response it gives, and a scripted model.
+
+A model is any async callable `(InferenceRequest) -> InferenceResponse`. The kernel never
+talks to a network itself; `ScriptedModel` plays back fixed responses so tests and the demo
+run offline and deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+
+import attrs
+
+from .messages import Message
+from .tools import ToolCall
+
+
+@attrs.frozen
+class InferenceRequest:
+    """What the model sees: the thread's messages (context messages already placed by the
+    request transforms) and the names of the tools on offer."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class InferenceResponse:
+    """What the model answers: text, and the tool calls it wants made (none: it is done)."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+Model = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+
+
+class ScriptedModel:
+    """Returns the given responses in order, then `InferenceResponse(text="done")` forever.
+
+    Every request it was sent is kept in `requests`, so tests can check what the model saw.
+    """
+
+    def __init__(self, responses: Iterable[InferenceResponse] = ()) -> None:
+        self._responses = list(responses)
+        for response in self._responses:
+            if not isinstance(response, InferenceResponse):
+                raise TypeError(f"ScriptedModel takes InferenceResponse objects, got {response!r}")
+        self._next = 0
+        self.requests: list[InferenceRequest] = []
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        self.requests.append(request)
+        if self._next < len(self._responses):
+            response = self._responses[self._next]
+            self._next += 1
+            return response
+        return InferenceResponse(text="done")
