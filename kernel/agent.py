@@ -27,7 +27,7 @@ from .messages import Message
 from .model import InferenceRequest, InferenceResponse, Model
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
-from .runtime import Kernel, Run, Tool
+from .runtime import Kernel, PhaseListener, Run, Tool
 from .snapshot import Snapshot
 from .threads import ThreadStore
 from .tools import ToolCall, ToolCallStatus, ToolResult
@@ -151,6 +151,7 @@ class Agent:
 
     No store given: state lives in memory, like `Kernel`. Pass a `thread_store` (and a
     `profile_store`) to persist; the demo and the command line use SQLite files.
+    `on_phase(run, report)` is called after every phase, for tracing.
     """
 
     def __init__(
@@ -165,6 +166,7 @@ class Agent:
         name: str = "default",
         max_phase_rounds: int = 16,
         restore_errors: Literal["raise", "skip"] = "raise",
+        on_phase: PhaseListener | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(f"model must be an async callable (request) -> response, got {model!r}")
@@ -181,6 +183,7 @@ class Agent:
         self.tools: dict[str, Tool] = dict(tools or {})
         self.max_steps = max_steps
         self.name = name
+        self.on_phase = on_phase
 
     async def run(
         self,
@@ -255,6 +258,8 @@ class _Driver:
     def __init__(self, agent: Agent, run: Run, *, steps: int) -> None:
         self.agent = agent
         self.run = run
+        if agent.on_phase is not None:
+            run.add_phase_listener(agent.on_phase)
         self.steps = steps
         self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
 

@@ -25,9 +25,12 @@ _ANY_ITEM: tuple[object, ...] = (Any, object)
 
 
 def enc_hook(obj: Any) -> Any:
-    """Encode kernel types msgspec does not know; a Vector becomes an array."""
+    """Encode kernel types msgspec does not know; a Vector becomes an array, a pydantic
+    model its JSON-mode dump."""
     if type(obj) is Vector:
         return obj.tolist()
+    if _is_pydantic_model(type(obj)):
+        return obj.model_dump(mode="json")
     raise NotImplementedError(f"Objects of type {type(obj).__qualname__} are not supported")
 
 
@@ -40,6 +43,12 @@ def dec_hook(type_: Any, obj: Any) -> Any:
     into a `msgspec.ValidationError` carrying the field path.
     """
     origin = get_origin(type_) or type_
+    if isinstance(origin, type) and _is_pydantic_model(origin):
+        model: Any = origin
+        try:
+            return model.model_validate(obj)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise ValueError(str(exc)) from None
     if origin is not Vector:
         raise NotImplementedError(f"Type {type_!r} is not supported")
     args = get_args(type_)
@@ -53,6 +62,11 @@ def dec_hook(type_: Any, obj: Any) -> Any:
     except msgspec.ValidationError as exc:
         raise ValueError(str(exc)) from None
     return _from_list(items if items is not obj else list(items))
+
+
+def _is_pydantic_model(cls: type) -> bool:
+    """Duck-typed so that the codec does not import pydantic unless a model is in play."""
+    return hasattr(cls, "model_validate") and hasattr(cls, "model_dump")
 
 
 def to_builtins(value: Any) -> Any:

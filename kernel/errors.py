@@ -201,3 +201,22 @@ class StoreError(StateError):
         self.cause = cause
         super().__init__(f"store {operation} failed{_where(key=key)}: {_cause_text(cause)}")
         self.__cause__ = cause
+
+
+class UnknownProfileKey(UnknownStateKey):
+    """A profile read or write names a ProfileKey that no plugin of this kernel registered.
+
+    A subclass of `UnknownStateKey`, so one `except` serves both kinds of key; its own
+    message because the fix differs (`register_profile_key`, not `register_key`).
+    """
+
+    def __init__(self, key: str, known: tuple[str, ...] = ()) -> None:
+        self.key = key
+        self.plugin = None
+        hint = f" Registered profile keys: {', '.join(sorted(known))}." if known else ""
+        KeyError.__init__(
+            self,
+            f"profile key {key!r} is not registered with this kernel (or another class holds "
+            f"that key string). Register it with `registrar.register_profile_key(...)` in a "
+            f"plugin of this kernel.{hint}",
+        )

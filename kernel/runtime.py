@@ -38,6 +38,9 @@ from .threads import ThreadState, ThreadStore
 from .toolgate import Block, GateDecision, SetResult, Suspend
 from .tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 
+PhaseListener = Callable[["Run", PhaseReport], None]
+"""Called after each phase of a run with the run and the phase's report."""
+
 Tool = Callable[..., Any]
 """`(arguments: dict, ctx: PhaseContext) -> ToolOutput | value`, sync or async."""
 
@@ -335,6 +338,7 @@ class Run:
         self._state = state
         self._thread = thread
         self._cache = EncodeCache()
+        self._phase_listeners: list[PhaseListener] = []
         self._lock = asyncio.Lock()
         self._finished = False
         self._engine = PhaseEngine(
@@ -361,13 +365,20 @@ class Run:
         """Call `listener(snapshot)` after every commit of this run."""
         self._state.add_listener(listener)
 
+    def add_phase_listener(self, listener: PhaseListener) -> None:
+        """Call `listener(run, report)` after every phase of this run (tracing, demos)."""
+        self._phase_listeners.append(listener)
+
     async def run_phase(self, phase: Phase, **fields: Any) -> PhaseReport:
         """Run one phase: gather, merge, commit, effects, then its actions until converged."""
         self._check_open()
         if fields:
             _check_fields(fields)
         async with self._lock:
-            return await self._engine.run_phase(phase, fields)
+            report = await self._engine.run_phase(phase, fields)
+        for listener in self._phase_listeners:
+            listener(self, report)
+        return report
 
     async def tool_gate(self, tool_call: ToolCall, **fields: Any) -> GateDecision | None:
         """Run TOOL_GATE hooks for `tool_call`, then the tool gates; return the decision."""
@@ -523,7 +534,10 @@ class Run:
         fields = {**fields, "tool_call": tool_call}
         _check_fields(fields)
         async with self._lock:
-            return await self._engine.tool_gate(fields)
+            decision, report = await self._engine.tool_gate(fields)
+        for listener in self._phase_listeners:
+            listener(self, report)
+        return decision, report
 
     def _context(self, phase: Phase, snapshot: Snapshot, fields: Mapping[str, Any]) -> PhaseContext:
         return PhaseContext(phase, self.identity, self.agent, snapshot, **fields)

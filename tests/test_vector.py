@@ -474,3 +474,18 @@ def test_pydantic_round_trip() -> None:
     assert History.model_validate(dumped) == h
     assert History.model_validate_json(h.model_dump_json()) == h
     assert History.model_json_schema()["properties"]["steps"]["type"] == "array"
+
+
+def test_pydantic_models_round_trip_through_the_codec_hooks() -> None:
+    import pydantic
+
+    class Note(pydantic.BaseModel):
+        text: str
+        tags: list[str] = []
+
+    raw = msgspec.json.encode({"one": Note(text="a", tags=["x"])}, enc_hook=enc_hook)
+    assert raw == b'{"one":{"text":"a","tags":["x"]}}'
+    back = msgspec.json.decode(b'[{"text":"b"}]', type=Vector[Note], dec_hook=dec_hook)
+    assert back == [Note(text="b")]
+    with pytest.raises(msgspec.ValidationError, match="text"):
+        msgspec.json.decode(b'{"text": 3}', type=Note, dec_hook=dec_hook)
