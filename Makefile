@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m kernel demo
+	$(BIN)/python docs/examples/demo.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

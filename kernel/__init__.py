@@ -22,6 +22,7 @@ from .errors import (
     StoreError,
     UnknownActionHandler,
     UnknownEffectHandler,
+    UnknownProfileKey,
     UnknownStateKey,
     VersionConflict,
 )
@@ -31,6 +32,7 @@ from .messages import Message
 from .model import InferenceRequest, InferenceResponse, ScriptedModel
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
+from .profile import Entry, ProfileAccess, ProfileKey, ProfileStore, StateScope
 from .registry import KeyRegistry
 from .runtime import Kernel, Run
 from .snapshot import Snapshot
@@ -50,6 +52,7 @@ __all__ = [
     "DecodeFailed",
     "DuplicateRegistration",
     "EffectSpec",
+    "Entry",
     "HookFailed",
     "InferenceRequest",
     "InferenceResponse",
@@ -69,6 +72,9 @@ __all__ = [
     "PhaseRunLoopExceeded",
     "Plugin",
     "PluginRegistrar",
+    "ProfileAccess",
+    "ProfileKey",
+    "ProfileStore",
     "RevisionConflict",
     "Run",
     "RunIdentity",
@@ -81,6 +87,7 @@ __all__ = [
     "StateError",
     "StateKey",
     "StateKeyOptions",
+    "StateScope",
     "StateValidationError",
     "StoreError",
     "Suspend",
@@ -92,6 +99,7 @@ __all__ = [
     "ToolResult",
     "UnknownActionHandler",
     "UnknownEffectHandler",
+    "UnknownProfileKey",
     "UnknownStateKey",
     "Vector",
     "VersionConflict",

@@ -27,6 +27,7 @@ from .messages import Message
 from .model import InferenceRequest, InferenceResponse, Model
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
+from .profile import ProfileStore
 from .runtime import Kernel, PhaseListener, Run, Tool
 from .snapshot import Snapshot
 from .threads import ThreadStore
@@ -160,7 +161,7 @@ class Agent:
         model: Model,
         tools: Mapping[str, Tool] | None = None,
         *,
-        profile_store: Any = None,
+        profile_store: ProfileStore | None = None,
         thread_store: ThreadStore | None = None,
         max_steps: int = 25,
         name: str = "default",

@@ -7,6 +7,7 @@ from typing import Any
 import attrs
 
 from .phases import Phase
+from .profile import ProfileAccess
 from .snapshot import Snapshot
 from .tools import ToolCall
 
@@ -44,7 +45,7 @@ class PhaseContext:
     agent: AgentSpec
     snapshot: Snapshot
     messages: tuple[Any, ...] = ()
-    profile: Any = None
+    profile: ProfileAccess | None = None
     tool_call: ToolCall | None = None
     response: Any = None
     tool_result: Any = None

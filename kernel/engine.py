@@ -39,6 +39,7 @@ from .errors import (
 from .merge import Contribution, partition
 from .phases import Phase
 from .plugin import Components, Registered
+from .profile import BufferedProfileAccess, ProfileAccess
 from .snapshot import Snapshot
 from .state import LiveState
 from .toolgate import Block, GateDecision, SetResult, Suspend, decide
@@ -113,8 +114,10 @@ class PhaseEngine:
         *,
         allows: Callable[[str], bool],
         max_phase_rounds: int = 16,
+        profile: ProfileAccess | None = None,
     ) -> None:
         self._components = components
+        self._profile = profile
         self._state = state
         self._make_context = make_context
         self._allows = allows
@@ -166,6 +169,8 @@ class PhaseEngine:
         """Run the TOOL_GATE phase, then every active gate on the resulting snapshot."""
         report = await self.run_phase(Phase.TOOL_GATE, fields)
         context = gates_context or self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
+        if self._profile is not None:
+            context = attrs.evolve(context, profile=self._profile.read_only())
         answers: list[tuple[str, GateDecision | None]] = []
         for gate in self._components.gates:
             if not self._allows(gate.plugin):
@@ -174,6 +179,8 @@ class PhaseEngine:
                 answer = gate.function(context)
                 if inspect.isawaitable(answer):
                     answer = await answer
+            except StateError:
+                raise
             except Exception as error:
                 raise HookFailed(gate.plugin, str(Phase.TOOL_GATE), error) from error
             if answer is not None and not isinstance(answer, Block | Suspend | SetResult):
@@ -189,7 +196,8 @@ class PhaseEngine:
     async def _gather_round(
         self, hooks: Sequence[Registered], context: PhaseContext, tally: _Tally
     ) -> None:
-        results = await _call_all(hooks, context)
+        contexts = self._hook_contexts(context, len(hooks))
+        results = await _call_all(hooks, contexts)
         tally.hooks.extend([hook.plugin for hook in hooks])
         contributions: list[Contribution] = []
         owners: list[Registered] = []
@@ -199,40 +207,59 @@ class PhaseEngine:
                 contributions.append(contribution)
                 owners.append(hook)
                 self._check_handlers(contribution)
-        if not contributions:
-            return
         split = partition(contributions)
         if not split.deferred:
-            before = self._state.revision
-            snapshot = self._state.commit(split.kept)
-            tally.commits += snapshot.revision != before
-            await self._after_commit(split.kept, snapshot, tally)
+            if contributions:
+                before = self._state.revision
+                snapshot = self._state.commit(split.kept)
+                tally.commits += snapshot.revision != before
+            await _apply_profile_writes(contexts)
+            if contributions:
+                await self._after_commit(split.kept, snapshot, tally)
             return
-        hook_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
-        await self._settle_conflicts(split.kept, split.deferred, hook_of, context, tally)
+        owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
+        deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
+        kept_contexts = [
+            ctx for hook, ctx in zip(hooks, contexts, strict=True) if id(hook) not in deferred_hooks
+        ]
+        await self._settle_conflicts(
+            split.kept, split.deferred, owner_of, context, kept_contexts, tally
+        )
+
+    def _hook_contexts(self, context: PhaseContext, count: int) -> list[PhaseContext]:
+        """One context per hook: each hook gets its own profile buffer, so the writes of a
+        hook that is deferred or fails can be dropped without touching anyone else's."""
+        if self._profile is None:
+            return [context] * count
+        return [attrs.evolve(context, profile=self._profile.buffered()) for _ in range(count)]
 
     async def _settle_conflicts(
         self,
         kept: Sequence[Contribution],
         deferred: Sequence[Contribution],
-        hook_of: Mapping[int, Registered],
+        owner_of: Mapping[int, Registered],
         context: PhaseContext,
+        kept_contexts: Sequence[PhaseContext],
         tally: _Tally,
     ) -> None:
         staged = self._state.stage()
         done: list[tuple[Sequence[Contribution], Snapshot]] = [(kept, staged.commit(kept))]
+        rerun_contexts: list[PhaseContext] = []
         for contribution in deferred:
-            hook = hook_of[id(contribution)]
+            hook = owner_of[id(contribution)]
             tally.conflicts += 1
             tally.hooks.append(hook.plugin)
-            fresh = attrs.evolve(context, snapshot=staged.snapshot)
-            (result,) = await _call_all((hook,), fresh)
+            (fresh,) = self._hook_contexts(attrs.evolve(context, snapshot=staged.snapshot), 1)
+            (result,) = await _call_all((hook,), [fresh])
+            rerun_contexts.append(fresh)
             rerun = self._contribution(hook, result, context.phase)
             if rerun is not None:
                 self._check_handlers(rerun)
                 done.append(((rerun,), staged.commit((rerun,))))
         published = self._state.publish(staged)
         tally.commits += published
+        await _apply_profile_writes(kept_contexts)
+        await _apply_profile_writes(rerun_contexts)
         for contributions, snapshot in done:
             await self._after_commit(contributions, snapshot, tally)
 
@@ -299,7 +326,7 @@ class PhaseEngine:
         self, phase: Phase, action: ScheduledAction, fields: Mapping[str, Any], tally: _Tally
     ) -> None:
         entry = self._components.actions[action.spec.key]
-        context = self._make_context(phase, self._state.snapshot, fields)
+        (context,) = self._hook_contexts(self._make_context(phase, self._state.snapshot, fields), 1)
         tally.actions += 1
         try:
             result = entry.function(action.payload, context)
@@ -310,6 +337,7 @@ class PhaseEngine:
         except Exception as error:
             raise HookFailed(entry.plugin, str(phase), error) from error
         if result is None:
+            await _apply_profile_writes((context,))
             return
         if not isinstance(result, StateCommand):
             problem = TypeError(
@@ -322,10 +350,22 @@ class PhaseEngine:
         before = self._state.revision
         snapshot = self._state.commit((contribution,))
         tally.commits += snapshot.revision != before
+        await _apply_profile_writes((context,))
         await self._after_commit((contribution,), snapshot, tally)
 
 
-async def _call_all(hooks: Sequence[Registered], context: PhaseContext) -> list[Any]:
+async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
+    """Send each hook's buffered profile writes to the store, in registration order.
+
+    Called only after the hooks' commands committed: writes travel with the command.
+    """
+    for context in contexts:
+        profile = context.profile
+        if isinstance(profile, BufferedProfileAccess) and not profile.is_empty():
+            await profile.apply()
+
+
+async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext]) -> list[Any]:
     """Call every hook on one context; sync hooks in place, async ones concurrently.
 
     Sync hooks pay for no task creation. If several hooks fail, the first in registration
@@ -333,10 +373,10 @@ async def _call_all(hooks: Sequence[Registered], context: PhaseContext) -> list[
     """
     results: list[Any] = [None] * len(hooks)
     waiting: list[int] = []
-    phase = str(context.phase)
+    phase = str(contexts[0].phase) if contexts else ""
     for index, hook in enumerate(hooks):
         try:
-            result = hook.function(context)
+            result = hook.function(contexts[index])
         except StateError:
             _close_unawaited(results, waiting)
             raise

@@ -28,15 +28,21 @@ from .checkpoint import (
 from .commands import StateCommand
 from .context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
 from .engine import PhaseEngine, PhaseReport
-from .errors import CommitRejected, HookFailed, StateError, StoreError
+from .errors import CommitRejected, HookFailed, RevisionConflict, StateError, StoreError
 from .keys import KeyScope
 from .phases import Phase
 from .plugin import Components, Plugin
+from .profile import ProfileAccess, ProfileStore
 from .snapshot import Snapshot
 from .state import LiveState
 from .threads import ThreadState, ThreadStore
 from .toolgate import Block, GateDecision, SetResult, Suspend
 from .tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
+
+_WRITES_HERE = (
+    "this context is read-only for profile state; hooks, action handlers and tools get a "
+    "writable ctx.profile whose writes apply when their command commits"
+)
 
 PhaseListener = Callable[["Run", PhaseReport], None]
 """Called after each phase of a run with the run and the phase's report."""
@@ -92,7 +98,7 @@ class Kernel:
         self,
         plugins: Iterable[Plugin],
         *,
-        profile_store: Any = None,
+        profile_store: ProfileStore | None = None,
         thread_store: ThreadStore | None = None,
         max_phase_rounds: int = 16,
         restore_errors: Literal["raise", "skip"] = "raise",
@@ -103,6 +109,11 @@ class Kernel:
             raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
         self.components = Components.build(plugins)
         self.profile_store = profile_store
+        self.profile: ProfileAccess | None = (
+            ProfileAccess(profile_store, keys=self.components.profile_keys)
+            if profile_store is not None
+            else None
+        )
         self.thread_store = thread_store
         self.max_phase_rounds = max_phase_rounds
         self._skip_undecodable = restore_errors == "skip"
@@ -347,6 +358,7 @@ class Run:
             self._context,
             allows=agent.allows,
             max_phase_rounds=kernel.max_phase_rounds,
+            profile=kernel.profile,
         )
 
     @property
@@ -421,10 +433,15 @@ class Run:
         """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context, then commit
         the tool's command. Used by `call_tool`, and by a resume that skips the gate."""
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
-        context = self._context(
-            Phase.BEFORE_TOOL_EXECUTE,
-            self.snapshot,
-            {"tool_call": tool_call, "messages": messages},
+        profile = self._kernel.profile
+        buffer = profile.buffered() if profile is not None else None
+        context = attrs.evolve(
+            self._context(
+                Phase.BEFORE_TOOL_EXECUTE,
+                self.snapshot,
+                {"tool_call": tool_call, "messages": messages},
+            ),
+            profile=buffer,
         )
         try:
             output = tool(dict(tool_call.arguments), context)
@@ -433,14 +450,15 @@ class Run:
         except Exception as error:
             text = str(error) or type(error).__name__
             return ToolResult(tool_call, ToolCallStatus.FAILED, error=text)
-        if not isinstance(output, ToolOutput):
-            return ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=output)
-        if output.command is not None:
+        result = output.result if isinstance(output, ToolOutput) else output
+        if isinstance(output, ToolOutput) and output.command is not None:
             try:
                 await self.submit(output.command)
-            except CommitRejected as rejected:
+            except (CommitRejected, RevisionConflict) as rejected:
                 return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(rejected))
-        return ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=output.result)
+        if buffer is not None:
+            await buffer.apply()  # a tool's profile writes travel with its command
+        return ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=result)
 
     async def shape_request(self, request: Any) -> Any:
         """Apply the active request transforms, in registration order, before an inference.
@@ -540,7 +558,17 @@ class Run:
         return decision, report
 
     def _context(self, phase: Phase, snapshot: Snapshot, fields: Mapping[str, Any]) -> PhaseContext:
-        return PhaseContext(phase, self.identity, self.agent, snapshot, **fields)
+        # Read-only by default: every path that may write (hooks, actions, tools) swaps in a
+        # buffer of its own, so a forgotten swap can never write around the commit path.
+        profile = self._kernel.profile
+        return PhaseContext(
+            phase,
+            self.identity,
+            self.agent,
+            snapshot,
+            profile=profile.read_only(_WRITES_HERE) if profile is not None else None,
+            **fields,
+        )
 
     def _check_open(self) -> None:
         if self._finished:

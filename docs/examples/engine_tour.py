@@ -1,4 +1,6 @@
-"""A worked example, run by `make demo`: two plugins, one run, every phase printed.
+"""The engine up close: two plugins, one run, in memory, every phase printed.
+
+Run: .venv/bin/python docs/examples/engine_tour.py
 
 It shows the loop the whole kernel is built around: hooks read one frozen snapshot and return
 commands; the loop merges them (COMMUTATIVE ops concatenated, EXCLUSIVE conflicts re-run on a
@@ -12,18 +14,27 @@ from typing import Any
 
 import msgspec
 
-from .actions import EffectSpec, ScheduledActionSpec
-from .commands import StateCommand
-from .context import PhaseContext
-from .errors import CommitRejected, StateValidationError
-from .keys import KeyScope, MergeStrategy, StateKey
-from .phases import Phase
-from .plugin import Plugin, PluginRegistrar
-from .runtime import Kernel, Run
-from .snapshot import Snapshot
-from .toolgate import Block
-from .tools import ToolCall, ToolOutput
-from .vector import Vector
+from kernel import (
+    Block,
+    CommitRejected,
+    EffectSpec,
+    Kernel,
+    KeyScope,
+    MergeStrategy,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    Run,
+    ScheduledActionSpec,
+    Snapshot,
+    StateCommand,
+    StateKey,
+    StateValidationError,
+    ToolCall,
+    ToolOutput,
+    Vector,
+)
 
 
 class Note(msgspec.Struct, frozen=True):
@@ -192,3 +203,7 @@ async def main() -> None:
         print(f"a value refused by validate rejects the whole commit:\n    {error}")
     _show("\nafter the rejected commit, nothing of it is visible:", run, f"revision {run.revision}")
     await run.finish()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,690 @@
+"""Shared and profile state: typed records kept in a ProfileStore, outside the snapshot.
+
+Run and thread state live in the snapshot engine, where every change is merged and
+committed by the loop. Some state cannot live there: a team's shared notes read by a parent
+and its child agents in other threads, a user's locale read by every agent. Such a record is
+named by a `ProfileKey` (its namespace and value type) plus a key string (a `StateScope`
+such as `"parent_thread::p1"`, or an owner such as `"alice"`), and it lives in an async
+`ProfileStore`.
+
+Stores deal in JSON-compatible builtins only, so any backend (memory, SQLite, later
+PostgreSQL) stays simple and every process or language can read the rows. Typing happens
+here, in `ProfileAccess`: a value is checked against its key's declared type *before*
+anything is written (what was written can always be read back), and a stored record that no
+longer fits its declaration fails with `DecodeFailed` for that record only.
+
+Hooks are re-run when they lose an exclusive conflict, and tool gates are re-evaluated at
+will, so hooks must not write to the store directly. The engine hands them a
+`BufferedProfileAccess` (writes are recorded, applied once after the hook's command commits)
+or a `ReadOnlyProfileAccess` (gates). Both are `ProfileAccess` subclasses, so a hook author
+types `ctx.profile` as `ProfileAccess` whatever the engine gave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import copy
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from types import TracebackType
+from typing import (
+    Any,
+    ClassVar,
+    Generic,
+    NoReturn,
+    Protocol,
+    TypeVar,
+    cast,
+    runtime_checkable,
+)
+
+import attrs
+import msgspec
+
+from . import declared_types
+from .codec import dec_hook, enc_hook
+from .errors import (
+    DecodeFailed,
+    InvalidDeclaration,
+    StateError,
+    StateValidationError,
+    StoreError,
+    UnknownProfileKey,
+    VersionConflict,
+)
+
+__all__ = [
+    "DEFAULT_MAX_UPDATE_ATTEMPTS",
+    "DEFAULT_MAX_VALUE_BYTES",
+    "BufferedProfileAccess",
+    "Entry",
+    "ProfileAccess",
+    "ProfileKey",
+    "ProfileKeyInfo",
+    "ProfileStore",
+    "ReadOnlyProfileAccess",
+    "StateScope",
+    "profile_key_info",
+]
+
+V = TypeVar("V")
+T = TypeVar("T")
+
+DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
+"""Largest value, measured as encoded JSON, that a ProfileAccess or store accepts (16 MiB).
+
+A profile record is read whole on every access; anything bigger belongs in a file or blob
+store, with a reference kept here."""
+
+DEFAULT_MAX_UPDATE_ATTEMPTS = 32
+"""How often `update` re-reads and retries after losing a compare-and-set race."""
+
+_GATE_REASON = "tool gates are re-evaluated freely, so ctx.profile is read-only there"
+
+
+# -- scopes ---------------------------------------------------------------------------------
+
+
+class StateScope(str):
+    """A key string for shared state, built by the conventions every agent agrees on.
+
+    It *is* the string (a `str` subclass): `StateScope.parent_thread("p1") == "parent_thread::p1"`,
+    it hashes alike, and any plain string works wherever a scope does. The constructors only
+    spare agents from spelling the convention by hand, which is how two agents that mean the
+    same record end up with different strings.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def global_(cls) -> StateScope:
+        """One record shared by every agent and thread."""
+        return cls("global")
+
+    @classmethod
+    def parent_thread(cls, thread_id: str) -> StateScope:
+        """Shared by a parent thread and every sub-agent it delegates to."""
+        return cls("parent_thread::" + _part("parent_thread", thread_id))
+
+    @classmethod
+    def agent_type(cls, name: str) -> StateScope:
+        """Shared by every instance of one kind of agent."""
+        return cls("agent_type::" + _part("agent_type", name))
+
+    @classmethod
+    def thread(cls, thread_id: str) -> StateScope:
+        """Private to one thread, but kept in the ProfileStore (dynamic, async, persistent)."""
+        return cls("thread::" + _part("thread", thread_id))
+
+    def __repr__(self) -> str:
+        return f"StateScope({str.__repr__(self)})"
+
+
+def _part(kind: str, value: object) -> str:
+    # A None parent id (a top-level run has no parent) would silently become the string
+    # "parent_thread::None", shared by every top-level run: refuse it instead.
+    if not isinstance(value, str) or not value:
+        raise ValueError(
+            f"StateScope.{kind}() needs a non-empty string, got {value!r}. A run without a "
+            f"parent has RunIdentity.parent_thread_id None: decide what such a run shares "
+            f"(e.g. StateScope.thread(run.thread_id)) instead of passing None."
+        )
+    return value
+
+
+# -- store protocol -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Entry:
+    """One stored record as a store returns it: the value is JSON-compatible builtins.
+
+    `version` is 1 when the record is created and grows by one per write; `updated_at` is
+    the time of the last write in seconds since the epoch.
+    """
+
+    namespace: str
+    key: str
+    value: Any
+    version: int
+    updated_at: float
+
+
+@runtime_checkable
+class ProfileStore(Protocol):
+    """Async storage of JSON-compatible records by `(namespace, key)`.
+
+    `set(..., expected_version=n)` is a compare-and-set: it writes only if the record's
+    version is `n` (`0`: the record must not exist) and raises `VersionConflict` otherwise;
+    without it the last write wins. `list` returns records sorted by key whose key starts
+    with `prefix` taken literally (no wildcards). Stores connect lazily on first use, close
+    with `await store.close()` and work as `async with store:`.
+    """
+
+    async def get(self, namespace: str, key: str) -> Entry | None:
+        """The record, or None when absent."""
+        ...
+
+    async def set(
+        self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
+    ) -> Entry:
+        """Write the record; returns it with its new version."""
+        ...
+
+    async def delete(self, namespace: str, key: str) -> None:
+        """Remove the record (a no-op when absent)."""
+        ...
+
+    async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
+        """Records of `namespace` whose key starts with `prefix`, sorted by key."""
+        ...
+
+    async def clear(self, namespace: str) -> None:
+        """Remove every record of `namespace`."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> ProfileStore: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class SupportsAtomicUpdate(Protocol):
+    """A ProfileStore that can also read-modify-write one record atomically.
+
+    Optional: `ProfileAccess.update` uses it when the store has it, and falls back to
+    compare-and-set retries otherwise. Under contention compare-and-set makes losers retry,
+    and a writer that keeps losing to others (several processes hammering one counter) can
+    run out of attempts; a store that holds its write lock from the read to the write never
+    makes anyone retry. `fn` gets the current entry (None when absent) and returns the new
+    value; it may run on the store's own thread while the lock is held, so it must be pure
+    and quick. Exceptions from `fn` propagate unchanged and nothing is written.
+    """
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
+        """Set the record to `fn(current entry or None)` atomically; returns the new entry."""
+        ...
+
+
+# -- profile keys ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ProfileKeyInfo:
+    """What the kernel derived from a ProfileKey declaration, cached on the class."""
+
+    name: str
+    value_type: Any
+    make_default: Callable[[], Any]
+    classes: tuple[type, ...] | None
+    """Runtime classes a value may be (None: any); checked before the deeper msgspec check."""
+
+
+class ProfileKey(Generic[V]):
+    """Base class of shared/profile record types: subclass as `ProfileKey[Value]`.
+
+    Set `key` (the namespace string in the store) and optionally `default` (immutable) or
+    `default_factory`; otherwise a missing record reads as `Value()`, and a type without a
+    zero value must declare a default (checked when the class is created). The class itself
+    is the token: `await ctx.profile.read(TeamContext, scope)`. A subclass without `key`, or
+    with an unbound type variable, is an abstract base for other keys.
+    """
+
+    key: ClassVar[str]
+    __statekernel_profile_key__: ClassVar[ProfileKeyInfo | None] = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ProfileKey[V]:
+        raise TypeError(
+            f"{cls.__name__} is a profile key: use the class itself as the token "
+            f"(await ctx.profile.read({cls.__name__}, scope)), do not instantiate it."
+        )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__statekernel_profile_key__ = _declare(cls)
+
+
+def profile_key_info(key: Any) -> ProfileKeyInfo:
+    """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
+    info = getattr(key, "__statekernel_profile_key__", None) if isinstance(key, type) else None
+    if info is None:
+        if isinstance(key, type) and issubclass(key, ProfileKey):
+            raise InvalidDeclaration(
+                key.__qualname__,
+                "is an abstract profile key (no `key` string, or an unbound type parameter)",
+                "Use a concrete subclass that sets `key` and binds ProfileKey[Value].",
+            )
+        raise TypeError(
+            f"expected a ProfileKey subclass (the class itself), got {key!r}. Declare one as "
+            f"`class TeamContext(ProfileKey[TeamData]): key = 'team_context'`."
+        )
+    return info  # type: ignore[no-any-return]
+
+
+def _declare(cls: type[ProfileKey[Any]]) -> ProfileKeyInfo | None:
+    owner = cls.__qualname__
+    name = cls.__dict__.get("key", getattr(cls, "key", None))
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise InvalidDeclaration(
+            owner, f"`key` must be a non-empty string, got {name!r}", "Set key = 'some_name'."
+        )
+    args = declared_types.generic_args(cls, ProfileKey) or (Any,)
+    value_type = args[0]
+    if declared_types.is_unresolved(value_type):
+        return None
+    return ProfileKeyInfo(
+        name=name,
+        value_type=value_type,
+        make_default=_default_maker(cls, owner, value_type),
+        classes=declared_types.runtime_classes(value_type),
+    )
+
+
+_DEFAULT_FIX = "Set `default = ...` (an immutable value) or `default_factory = callable`."
+
+
+def _default_maker(cls: type, owner: str, value_type: Any) -> Callable[[], Any]:
+    factory = getattr(cls, "default_factory", None)
+    if factory is not None:
+        if not callable(factory):
+            raise InvalidDeclaration(
+                owner, f"`default_factory` must be callable, got {factory!r}", _DEFAULT_FIX
+            )
+        return factory  # type: ignore[no-any-return]
+    mutable = not declared_types.is_immutable(value_type)
+    default = getattr(cls, "default", _ABSENT)
+    if default is not _ABSENT:
+        return (lambda: copy.deepcopy(default)) if mutable else (lambda: default)
+    zero = declared_types.zero_factory(value_type)
+    if zero is None:
+        raise InvalidDeclaration(
+            owner,
+            f"value type {declared_types.describe(value_type)} has no zero value to read a "
+            f"missing record as",
+            _DEFAULT_FIX,
+        )
+    if mutable:
+        return zero
+    shared = zero()
+    return lambda: shared
+
+
+def _to_raw(value: Any) -> Any:
+    # str_keys: JSON object keys are strings, so the builtins match what a store returns.
+    return msgspec.to_builtins(value, enc_hook=enc_hook, str_keys=True)
+
+
+def _from_raw(raw: Any, value_type: Any) -> Any:
+    return msgspec.convert(raw, value_type, dec_hook=dec_hook, str_keys=True)
+
+
+# -- access ---------------------------------------------------------------------------------
+
+
+class ProfileAccess:
+    """Typed, async access to shared and profile records: what hooks see as `ctx.profile`.
+
+    Build one on any `ProfileStore`. `keys`, when given (the kernel passes the profile keys
+    its plugins registered), is checked on every call, so a key nobody registered fails with
+    `UnknownProfileKey` instead of writing a namespace nobody reads. `key` arguments are a
+    `StateScope` or any string. Reads go to the store, never the snapshot.
+
+    Written values are checked against the key's type and `max_value_bytes` (measured on
+    the encoded JSON) before anything is written. `update` is a read-modify-write that never
+    loses a concurrent write: atomic in the store when it `SupportsAtomicUpdate`, otherwise
+    compare-and-set retried up to `max_update_attempts` times with jittered backoff.
+    """
+
+    __slots__ = ("_atomic", "_keys", "_max_update_attempts", "_max_value_bytes", "_store")
+
+    def __init__(
+        self,
+        store: ProfileStore,
+        *,
+        keys: Mapping[str, type[Any]] | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_update_attempts: int = DEFAULT_MAX_UPDATE_ATTEMPTS,
+    ) -> None:
+        for label, number in (
+            ("max_value_bytes", max_value_bytes),
+            ("max_update_attempts", max_update_attempts),
+        ):
+            if not isinstance(number, int) or number < 1:
+                raise ValueError(f"{label} must be a positive int, got {number!r}")
+        self._store = store
+        self._keys = keys
+        self._max_value_bytes = max_value_bytes
+        self._max_update_attempts = max_update_attempts
+        self._atomic = isinstance(store, SupportsAtomicUpdate)
+
+    @property
+    def store(self) -> ProfileStore:
+        """The store this access reads from and (eventually) writes to."""
+        return self._store
+
+    # -- the hook-facing API ---------------------------------------------------------------
+
+    async def read(self, key_cls: type[ProfileKey[V]], key: str) -> V:
+        """The record's value, or the key's default when the record does not exist."""
+        info, record = self._resolve(key_cls, key)
+        entry = await self._store_call("get", info, record, self._store.get(info.name, record))
+        return cast(V, self._decode(info, record, _ABSENT if entry is None else entry.value))
+
+    async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
+        """Replace the record's value (last write wins)."""
+        info, record = self._resolve(key_cls, key)
+        raw = self._encode(info, record, value)
+        await self._store_call("set", info, record, self._store.set(info.name, record, raw))
+
+    async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
+        """Remove the record; it reads as the default again. A no-op when absent."""
+        info, record = self._resolve(key_cls, key)
+        await self._store_call("delete", info, record, self._store.delete(info.name, record))
+
+    async def update(self, key_cls: type[ProfileKey[V]], key: str, fn: Callable[[V], V]) -> V:
+        """Set the record to `fn(current value)` without losing concurrent writes.
+
+        `fn` gets the current value (the default when absent) and must be pure: it may run
+        more than once, and on another thread. With a store that `SupportsAtomicUpdate`
+        (both bundled stores) the read, `fn` and the write are one atomic step and nobody
+        retries. With any other store it reads, computes, and writes with compare-and-set on
+        the version read; on `VersionConflict` it reads again and retries, and after
+        `max_update_attempts` losses it raises the last `VersionConflict`. Returns the value
+        written.
+        """
+        info, record = self._resolve(key_cls, key)
+        return cast(V, await self._update(info, record, fn))
+
+    def buffered(self) -> BufferedProfileAccess:
+        """A view whose writes are recorded and sent to the store only by `apply()`."""
+        return BufferedProfileAccess(
+            self._store,
+            keys=self._keys,
+            max_value_bytes=self._max_value_bytes,
+            max_update_attempts=self._max_update_attempts,
+        )
+
+    def read_only(self, reason: str = _GATE_REASON) -> ReadOnlyProfileAccess:
+        """A view that reads like this one and refuses every write with `StateError`."""
+        return ReadOnlyProfileAccess(
+            self._store,
+            keys=self._keys,
+            max_value_bytes=self._max_value_bytes,
+            max_update_attempts=self._max_update_attempts,
+            reason=reason,
+        )
+
+    # -- shared machinery -----------------------------------------------------------------
+
+    def _resolve(self, key_cls: type[ProfileKey[Any]], key: str) -> tuple[ProfileKeyInfo, str]:
+        info = profile_key_info(key_cls)
+        if self._keys is not None and self._keys.get(info.name) is not key_cls:
+            raise UnknownProfileKey(info.name, tuple(self._keys))
+        if not isinstance(key, str):
+            raise TypeError(
+                f"the record key for profile key {info.name!r} must be a StateScope or a "
+                f"string, got {type(key).__name__} {key!r}"
+            )
+        return info, str(key)
+
+    def _encode(self, info: ProfileKeyInfo, record: str, value: Any) -> Any:
+        """Check `value` against the key's type and size limit; return the store builtins."""
+        expected = declared_types.describe(info.value_type)
+        what = f"profile value (record {record!r})"
+        if info.classes is not None and not isinstance(value, info.classes):
+            raise StateValidationError(info.name, expected, value, what=what)
+        try:
+            raw = _to_raw(value)
+            encoded = msgspec.json.encode(raw)
+            _from_raw(msgspec.json.decode(encoded), info.value_type)  # it must read back
+        except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+            raise StateValidationError(
+                info.name, expected, value, what=what, detail=str(exc)
+            ) from exc
+        if len(encoded) > self._max_value_bytes:
+            raise StoreError(
+                f"write of record {record!r}",
+                ValueError(
+                    f"the value encodes to {len(encoded):,} bytes of JSON, above the limit of "
+                    f"{self._max_value_bytes:,}; nothing was written. Keep large data in a "
+                    f"file or blob store and record a reference, or raise max_value_bytes"
+                ),
+                key=info.name,
+            )
+        return raw
+
+    def _decode(self, info: ProfileKeyInfo, record: str, raw: Any) -> Any:
+        if raw is _ABSENT or raw is _DELETED:
+            return info.make_default()
+        try:
+            return _from_raw(raw, info.value_type)
+        except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+            raise DecodeFailed(info.name, record, exc) from exc
+
+    async def _update(self, info: ProfileKeyInfo, record: str, fn: Callable[[Any], Any]) -> Any:
+        if self._atomic:
+            return await self._atomic_update(info, record, fn)
+        store = self._store
+        for attempt in range(self._max_update_attempts):
+            entry = await self._store_call("get", info, record, store.get(info.name, record))
+            current = self._decode(info, record, _ABSENT if entry is None else entry.value)
+            new = fn(current)
+            raw = self._encode(info, record, new)
+            expected = 0 if entry is None else entry.version
+            try:
+                await self._store_call(
+                    "set",
+                    info,
+                    record,
+                    store.set(info.name, record, raw, expected_version=expected),
+                )
+            except VersionConflict:
+                if attempt + 1 == self._max_update_attempts:
+                    raise
+                # Jittered exponential backoff: racing writers spread out instead of
+                # colliding again in lockstep.
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.0002 * 2**attempt)))
+                continue
+            return new
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    async def _atomic_update(
+        self, info: ProfileKeyInfo, record: str, fn: Callable[[Any], Any]
+    ) -> Any:
+        produced: list[Any] = []
+        failed: list[BaseException] = []
+
+        def step(entry: Entry | None) -> Any:
+            try:
+                new = fn(self._decode(info, record, _ABSENT if entry is None else entry.value))
+                raw = self._encode(info, record, new)
+            except Exception as exc:
+                failed.append(exc)
+                raise
+            produced[:] = [new]
+            return raw
+
+        store = cast(SupportsAtomicUpdate, self._store)
+        try:
+            await store.update(info.name, record, step)
+        except Exception as exc:
+            # The function's own errors (and the kernel's checks) reach the caller as they
+            # are; anything else is the store failing.
+            if (failed and exc is failed[-1]) or isinstance(exc, StateError):
+                raise
+            raise StoreError(f"update of record {record!r}", exc, key=info.name) from exc
+        return produced[0]
+
+    async def _store_call(
+        self, operation: str, info: ProfileKeyInfo, record: str, call: Awaitable[T]
+    ) -> T:
+        # Stores of this package raise StateErrors already; anything else a third-party
+        # store raises is wrapped so callers handle one error type that names the key.
+        try:
+            return await call
+        except StateError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"{operation} of record {record!r}", exc, key=info.name) from exc
+
+
+_ABSENT: Any = object()
+_DELETED: Any = object()
+
+
+@attrs.frozen
+class _Op:
+    kind: str  # "write", "delete" or "update"
+    info: ProfileKeyInfo
+    record: str
+    raw: Any = None
+    fn: Callable[[Any], Any] | None = None
+
+
+class BufferedProfileAccess(ProfileAccess):
+    """A ProfileAccess whose `write`, `delete` and `update` are recorded, not sent.
+
+    The engine gives one to each hook run. Reads see the buffer first, so a hook reads its
+    own writes (after `update`, the provisional value computed against the value read then).
+    `apply()` sends the recorded operations to the store in order, right after the hook's
+    command commits; `discard()` drops them (a deferred or failed hook: its re-run gets a new
+    buffer and makes its writes anew, so nothing is ever written twice). A recorded `update`
+    runs its function again at apply time against the store's value then, exactly as
+    `ProfileAccess.update` does: the value returned inside the hook was provisional.
+    """
+
+    __slots__ = ("_ops", "_overlay")
+
+    def __init__(
+        self,
+        store: ProfileStore,
+        *,
+        keys: Mapping[str, type[Any]] | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_update_attempts: int = DEFAULT_MAX_UPDATE_ATTEMPTS,
+    ) -> None:
+        super().__init__(
+            store,
+            keys=keys,
+            max_value_bytes=max_value_bytes,
+            max_update_attempts=max_update_attempts,
+        )
+        self._ops: list[_Op] = []
+        self._overlay: dict[tuple[str, str], Any] = {}
+
+    async def read(self, key_cls: type[ProfileKey[V]], key: str) -> V:
+        info, record = self._resolve(key_cls, key)
+        raw = self._overlay.get((info.name, record), _ABSENT)
+        if raw is _ABSENT:
+            return await super().read(key_cls, key)
+        return cast(V, self._decode(info, record, raw))
+
+    async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
+        info, record = self._resolve(key_cls, key)
+        raw = self._encode(info, record, value)
+        self._record(_Op("write", info, record, raw=raw), raw)
+
+    async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
+        info, record = self._resolve(key_cls, key)
+        self._record(_Op("delete", info, record), _DELETED)
+
+    async def update(self, key_cls: type[ProfileKey[V]], key: str, fn: Callable[[V], V]) -> V:
+        info, record = self._resolve(key_cls, key)
+        new = fn(await self.read(key_cls, key))
+        raw = self._encode(info, record, new)
+        self._record(_Op("update", info, record, fn=fn), raw)
+        return new
+
+    def is_empty(self) -> bool:
+        """True when nothing is recorded (apply would do nothing)."""
+        return not self._ops
+
+    async def apply(self) -> None:
+        """Send the recorded operations to the store in order, then forget them.
+
+        The buffer is emptied first, so applying twice never writes twice. If an operation
+        fails, the ones before it stand, the rest are dropped, and `StoreError` naming the
+        key and record is raised (its `cause` is what failed: the store, a `VersionConflict`
+        after every retry, or an update function that refused the value at apply time).
+        """
+        ops, self._ops, self._overlay = self._ops, [], {}
+        store = self._store
+        for op in ops:
+            name, record = op.info.name, op.record
+            try:
+                if op.kind == "write":
+                    await self._store_call("set", op.info, record, store.set(name, record, op.raw))
+                elif op.kind == "delete":
+                    await self._store_call("delete", op.info, record, store.delete(name, record))
+                else:
+                    assert op.fn is not None
+                    await self._update(op.info, record, op.fn)
+            except Exception as exc:
+                if isinstance(exc, StoreError) and exc.key == name:
+                    raise
+                raise StoreError(
+                    f"apply of buffered {op.kind} of record {record!r}", exc, key=name
+                ) from exc
+
+    def discard(self) -> None:
+        """Drop every recorded operation; nothing of them reaches the store."""
+        self._ops.clear()
+        self._overlay.clear()
+
+    def _record(self, op: _Op, raw: Any) -> None:
+        self._ops.append(op)
+        self._overlay[(op.info.name, op.record)] = raw
+
+
+class ReadOnlyProfileAccess(ProfileAccess):
+    """A ProfileAccess that reads and refuses every write with `StateError`.
+
+    Tool gates get this one: a gate is re-evaluated whenever the engine likes, so a write
+    there could happen any number of times.
+    """
+
+    __slots__ = ("_reason",)
+
+    def __init__(
+        self,
+        store: ProfileStore,
+        *,
+        keys: Mapping[str, type[Any]] | None = None,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_update_attempts: int = DEFAULT_MAX_UPDATE_ATTEMPTS,
+        reason: str = _GATE_REASON,
+    ) -> None:
+        super().__init__(
+            store,
+            keys=keys,
+            max_value_bytes=max_value_bytes,
+            max_update_attempts=max_update_attempts,
+        )
+        self._reason = reason
+
+    async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
+        self._refuse("write", key_cls, key)
+
+    async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
+        self._refuse("delete", key_cls, key)
+
+    async def update(self, key_cls: type[ProfileKey[V]], key: str, fn: Callable[[V], V]) -> V:
+        self._refuse("update", key_cls, key)
+
+    def _refuse(self, operation: str, key_cls: type[ProfileKey[Any]], key: str) -> NoReturn:
+        info, record = self._resolve(key_cls, key)
+        raise StateError(
+            f"{self._reason}: {operation} of profile key {info.name!r} (record {record!r}) "
+            f"refused. Write from a phase hook (e.g. BEFORE_TOOL_EXECUTE) instead: its profile "
+            f"writes are buffered and applied once, when its command commits."
+        )

@@ -1,0 +1,89 @@
+"""What every ProfileStore does to a record, whatever it keeps it in.
+
+Every backend holds a value as msgspec JSON, the memory store included, so that the backends
+behave alike: a value that is not JSON-compatible is refused when it is set (not when some
+other process reads it), a tuple reads back as a list everywhere, a caller mutating its value
+after `set` changes nothing stored, and the size limit is measured on the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from kernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
+
+__all__ = [
+    "check_expected",
+    "check_expected_version",
+    "check_names",
+    "decode_value",
+    "encode_value",
+]
+
+
+def check_names(namespace: object, key: object) -> tuple[str, str]:
+    """Both names as plain strings (a StateScope becomes its string), or a TypeError."""
+    for label, name in (("namespace", namespace), ("key", key)):
+        if not isinstance(name, str):
+            raise TypeError(
+                f"profile store {label} must be a string, got {type(name).__name__} {name!r}"
+            )
+    return str(namespace), str(key)
+
+
+def encode_value(namespace: str, key: str, value: Any, max_bytes: int) -> bytes:
+    """The value as JSON, refused before any write if it is not JSON or is too large."""
+    try:
+        data = msgspec.json.encode(value)
+    except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+        raise StateValidationError(
+            namespace,
+            "JSON-compatible builtins (dict, list, str, int, float, bool, None)",
+            value,
+            what=f"profile store value (record {key!r})",
+            detail=str(exc),
+        ) from exc
+    if len(data) > max_bytes:
+        raise StoreError(
+            f"set of record {key!r}",
+            ValueError(
+                f"the value encodes to {len(data):,} bytes of JSON, above the store's limit of "
+                f"{max_bytes:,}; nothing was written. Keep large data in a file or blob store "
+                f"and record a reference, or raise max_value_bytes"
+            ),
+            key=namespace,
+        )
+    return data
+
+
+def decode_value(namespace: str, key: str, data: bytes | str) -> Any:
+    """The stored JSON as builtins; a row that is no longer JSON fails for itself only."""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeFailed(namespace, key, exc) from exc
+
+
+def check_expected(namespace: str, key: str, expected: int | None, current: int | None) -> None:
+    """Raise VersionConflict unless a write expecting `expected` may replace `current`.
+
+    `expected` None: last write wins. `0`: the record must not exist. `n`: it must be at
+    version `n` (versions start at 1, so an existing record never matches 0).
+    """
+    if expected is None:
+        return
+    if (0 if current is None else current) != expected:
+        raise VersionConflict(namespace, key, expected, current)
+
+
+def check_expected_version(expected: object) -> int | None:
+    """The `expected_version` argument, checked: None or an int >= 0."""
+    if expected is None:
+        return None
+    if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+        raise ValueError(
+            f"expected_version must be None, 0 (must not exist) or a version >= 1, got {expected!r}"
+        )
+    return expected

@@ -1,0 +1,326 @@
+"""One SQLite file as the stores use it: a lazily opened aiosqlite connection, and a pipeline
+that turns many concurrent operations into few thread hops and few transactions.
+
+Why a pipeline. aiosqlite runs every call on the connection's own thread, and each call is
+a round trip to that thread (150-230 µs however little the SQL costs). So a store operation
+is one plain function (`SqliteOp.run`) run on that thread in one hop, never a chain of
+awaited calls; and operations that arrive while a hop is under way are queued and run
+together in the next hop, the writes among them in one `BEGIN IMMEDIATE` transaction (group
+commit): 64 concurrent sets cost about two hops and two commits instead of 64 of each. Each
+operation still gets its own outcome: a compare-and-set failure fails that operation only,
+because every operation checks before it writes and writes with one statement, which SQLite
+keeps atomic on its own.
+
+Durability. The journal is WAL and `synchronous` is NORMAL by default: a transaction whose
+COMMIT returned is in the WAL file, handed to the operating system, so it survives the
+process being killed (SIGKILL included) and the file stays consistent. What NORMAL gives up
+is the last few transactions on power loss or an OS crash (the file is still never
+corrupt). `synchronous="FULL"` fsyncs at every commit (once per group) and survives those too.
+
+Several processes. Every write transaction starts with BEGIN IMMEDIATE, taking the write
+lock up front so it never has to upgrade a read lock and fail half way. A lock held by
+another process is waited for by SQLite's busy timeout, and after that retried here with
+jittered backoff; "database is locked" reaches a caller only after `LOCK_PATIENCE_SECONDS`
+of uninterrupted contention, as a `StoreError`.
+
+Schema. Each component's schema version (`profile_store`, `thread_store`) is kept in the
+file, in table `statekernel_schema`, so that a later version of this package can migrate a
+file, and this one refuses a file written by a newer one instead of misreading it. Both
+stores may share one file.
+
+The only SQL not parameterised is PRAGMA values (SQLite cannot bind them); they come from a
+closed set of literals, never from a caller's string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar, cast
+
+import aiosqlite
+import attrs
+
+from kernel.errors import StateError, StoreError
+
+__all__ = [
+    "BUSY_TIMEOUT_SECONDS",
+    "LOCK_PATIENCE_SECONDS",
+    "Schema",
+    "SqliteConnection",
+    "SqliteOp",
+    "Synchronous",
+]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+BUSY_TIMEOUT_SECONDS = 5.0
+"""How long SQLite itself waits for another connection's lock before reporting it busy."""
+
+LOCK_PATIENCE_SECONDS = 120.0
+"""How long a busy database is retried before the operation fails with StoreError."""
+
+Synchronous = Literal["NORMAL", "FULL"]
+
+
+class SqliteOp(Protocol[T_co]):
+    """One store operation: a plain function of the connection, run on its thread."""
+
+    @property
+    def writes(self) -> bool:
+        """Whether it writes: a batch holding any write runs in one BEGIN IMMEDIATE."""
+        ...
+
+    def run(self, conn: sqlite3.Connection) -> T_co:
+        """Do the work; raise a StateError (e.g. VersionConflict) to fail this op only."""
+        ...
+
+    def error(self, cause: BaseException) -> BaseException:
+        """What the caller sees when this op failed with `cause` (not a StateError, which
+        passes as it is): a StoreError naming the key, or the cause itself."""
+        ...
+
+
+@attrs.frozen
+class Schema:
+    """A component's tables: created together with its version row when first missing."""
+
+    component: str
+    version: int
+    statements: tuple[str, ...]
+
+
+@attrs.frozen
+class _Failed:
+    error: BaseException
+
+
+class SqliteConnection:
+    """One SQLite file: opened on first use, operations pipelined, closed by `close()`."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], schema: Schema, *, synchronous: Synchronous = "NORMAL"
+    ) -> None:
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        self.path = os.fspath(path)
+        self._schema = schema
+        self._synchronous = synchronous
+        self._aio: aiosqlite.Connection | None = None
+        self._raw: sqlite3.Connection | None = None
+        self._execute: Callable[..., Awaitable[Any]] | None = None
+        self._opening = asyncio.Lock()
+        self._busy = False
+        self._queue: list[tuple[SqliteOp[Any], asyncio.Future[Any]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def submit(self, op: SqliteOp[T]) -> T:
+        """Run `op` on the connection's thread and return its result.
+
+        If nothing is under way, the caller runs its op at once (one hop, no task switch);
+        otherwise the op joins the queue that a drainer task runs in batches.
+        """
+        if self._busy:
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._queue.append((op, future))
+            return cast(T, await future)
+        self._busy = True
+        try:
+            try:
+                outcome = (await self._run_batch([op]))[0]
+            except Exception as exc:
+                raise _op_error(op, exc)  # noqa: B904 - a StoreError sets its own __cause__
+        finally:
+            if self._queue:
+                self._drainer = asyncio.get_running_loop().create_task(self._drain())
+            else:
+                self._busy = False
+        if isinstance(outcome, _Failed):
+            raise _op_error(op, outcome.error)
+        return cast(T, outcome)
+
+    async def close(self) -> None:
+        """Finish queued operations, then close the connection (it reopens on next use)."""
+        while self._drainer is not None:
+            await asyncio.wait({self._drainer})
+        aio, self._aio, self._raw, self._execute = self._aio, None, None, None
+        if aio is not None:
+            await aio.close()
+
+    async def _drain(self) -> None:
+        batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]] = []
+        try:
+            while True:
+                # Let the callers just woken by the previous batch queue their next op, so
+                # a steady stream of concurrent writers keeps landing in shared batches.
+                await asyncio.sleep(0)
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, []
+                try:
+                    outcomes = await self._run_batch([op for op, _ in batch])
+                except Exception as exc:
+                    for op, future in batch:
+                        if not future.done():
+                            future.set_exception(_op_error(op, exc))
+                    continue
+                for (op, future), outcome in zip(batch, outcomes, strict=True):
+                    if future.done():  # its caller was cancelled
+                        continue
+                    if isinstance(outcome, _Failed):
+                        future.set_exception(_op_error(op, outcome.error))
+                    else:
+                        future.set_result(outcome)
+                batch = []
+        except asyncio.CancelledError:
+            for _, future in batch + self._queue:
+                future.cancel()
+            self._queue = []
+            raise
+        finally:
+            self._busy = False
+            self._drainer = None
+
+    async def _run_batch(self, ops: Sequence[SqliteOp[Any]]) -> list[Any]:
+        if self._execute is None:
+            await self._open()
+        assert self._execute is not None
+        return cast(list[Any], await self._execute(_run_ops, self._raw, ops))
+
+    async def _open(self) -> None:
+        async with self._opening:
+            if self._execute is not None:
+                return
+            pending = aiosqlite.connect(
+                self.path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None
+            )
+            # aiosqlite's worker thread is not a daemon, so a store nobody closed would keep
+            # the process from exiting. Every operation that returned has committed, so
+            # letting the thread die with the process loses nothing a caller was told of.
+            worker = getattr(pending, "_thread", None)
+            if isinstance(worker, threading.Thread):
+                worker.daemon = True
+            try:
+                aio = await pending
+            except Exception as exc:
+                raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+            # aiosqlite has no public way to run a function on its thread; `_execute` is
+            # the (long-stable) internal it builds every public method on. Running a whole
+            # operation in one call is what makes an operation cost one hop, not several.
+            execute: Callable[..., Awaitable[Any]] = aio._execute
+            raw = aio._conn
+            try:
+                await execute(_prepare, raw, self._schema, self._synchronous)
+            except BaseException as exc:
+                await aio.close()
+                if isinstance(exc, StateError) or not isinstance(exc, Exception):
+                    raise
+                raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+            self._aio, self._raw, self._execute = aio, raw, execute
+
+
+def _op_error(op: SqliteOp[Any], exc: BaseException) -> BaseException:
+    return exc if isinstance(exc, StateError) else op.error(exc)
+
+
+# -- run on the connection's thread ---------------------------------------------------------
+
+
+def _run_ops(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]]) -> list[Any]:
+    if any(op.writes for op in ops):
+        return _retrying(lambda: _in_transaction(conn, lambda: _each(conn, ops, True)))
+    return _retrying(lambda: _each(conn, ops, False))
+
+
+def _each(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]], in_tx: bool) -> list[Any]:
+    outcomes: list[Any] = []
+    for op in ops:
+        try:
+            outcomes.append(op.run(conn))
+        except Exception as exc:
+            # Busy: retry the whole batch. Transaction gone (SQLite rolls back by itself
+            # on disk full, I/O errors...): the batch failed as a whole. Else: this op only.
+            if _is_busy(exc) or (in_tx and not conn.in_transaction):
+                raise
+            outcomes.append(_Failed(exc))
+    return outcomes
+
+
+def _in_transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def _retrying(body: Callable[[], T]) -> T:
+    deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
+    pause = 0.0005
+    while True:
+        try:
+            return body()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(random.uniform(pause / 2, pause))
+        pause = min(pause * 2, 0.05)
+
+
+def _is_busy(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def _prepare(conn: sqlite3.Connection, schema: Schema, synchronous: Synchronous) -> None:
+    _retrying(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+    conn.execute(f"PRAGMA synchronous = {synchronous}")  # a checked literal, see module doc
+    _retrying(lambda: _in_transaction(conn, lambda: _ensure_schema(conn, schema)))
+
+
+def _ensure_schema(conn: sqlite3.Connection, schema: Schema) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS statekernel_schema "
+        "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+    )
+    row = conn.execute(
+        "SELECT version FROM statekernel_schema WHERE component = ?", (schema.component,)
+    ).fetchone()
+    if row is None:
+        for statement in schema.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO statekernel_schema (component, version) VALUES (?, ?)",
+            (schema.component, schema.version),
+        )
+    elif row[0] != schema.version:
+        newer = row[0] > schema.version
+        raise StoreError(
+            f"open of {schema.component}",
+            ValueError(
+                f"the file holds {schema.component} schema version {row[0]}, but this "
+                f"statekernel reads version {schema.version}. "
+                + (
+                    "Upgrade statekernel to read it."
+                    if newer
+                    else "No migration from that version exists; export and re-import."
+                )
+            ),
+        )

@@ -1,0 +1,287 @@
+"""The SQLite ProfileStore: shared and profile records in one table of a SQLite file.
+
+Safe for many tasks and several processes on one file (see `sqlite_connection` for the
+locking, group commit and durability story). A value is stored as JSON text, so the rows
+can be read with any SQLite tool; a row whose text is no longer JSON fails with
+`DecodeFailed` for that record only. Compare-and-set checks the version inside the same
+transaction that writes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, ClassVar, Self
+
+import attrs
+
+from kernel.errors import StoreError
+from kernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
+
+from .profile_records import (
+    check_expected,
+    check_expected_version,
+    check_names,
+    decode_value,
+    encode_value,
+)
+from .sqlite_connection import Schema, SqliteConnection, Synchronous
+
+__all__ = ["SqliteProfileStore"]
+
+_SCHEMA = Schema(
+    component="profile_store",
+    version=1,
+    statements=(
+        """
+        CREATE TABLE profile_records (
+            namespace  TEXT NOT NULL,
+            key        TEXT NOT NULL,
+            value      TEXT NOT NULL,
+            version    INTEGER NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (namespace, key)
+        ) WITHOUT ROWID
+        """,
+    ),
+)
+
+_SELECT = "SELECT value, version, updated_at FROM profile_records WHERE namespace = ? AND key = ?"
+_SELECT_VERSION = "SELECT version FROM profile_records WHERE namespace = ? AND key = ?"
+_INSERT = (
+    "INSERT INTO profile_records (namespace, key, value, version, updated_at) "
+    "VALUES (?, ?, ?, 1, ?)"
+)
+_UPDATE = (
+    "UPDATE profile_records SET value = ?, version = ?, updated_at = ? "
+    "WHERE namespace = ? AND key = ?"
+)
+_DELETE = "DELETE FROM profile_records WHERE namespace = ? AND key = ?"
+_CLEAR = "DELETE FROM profile_records WHERE namespace = ?"
+_LIST = "SELECT key, value, version, updated_at FROM profile_records WHERE namespace = ?"
+# A literal prefix as a key range: LIKE would treat % and _ as wildcards, and a range uses
+# the primary key index where substr() would scan the namespace.
+_LIST_FROM = _LIST + " AND key >= ? ORDER BY key"
+_LIST_RANGE = _LIST + " AND key >= ? AND key < ? ORDER BY key"
+_LIST_ALL = _LIST + " ORDER BY key"
+
+
+class SqliteProfileStore:
+    """A ProfileStore in a SQLite file (created on first use, with its schema).
+
+    `max_value_bytes` refuses larger values (as encoded JSON) before any write;
+    `synchronous="FULL"` makes every commit survive power loss too, at an fsync per commit.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        self._db = SqliteConnection(path, _SCHEMA, synchronous=synchronous)
+        self._max_value_bytes = max_value_bytes
+
+    @property
+    def path(self) -> str:
+        return self._db.path
+
+    async def get(self, namespace: str, key: str) -> Entry | None:
+        namespace, key = check_names(namespace, key)
+        row = await self._db.submit(_Get(namespace, key))
+        if row is None:
+            return None
+        data, version, updated_at = row
+        return Entry(namespace, key, decode_value(namespace, key, data), version, updated_at)
+
+    async def set(
+        self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
+    ) -> Entry:
+        namespace, key = check_names(namespace, key)
+        expected = check_expected_version(expected_version)
+        data = encode_value(namespace, key, value, self._max_value_bytes).decode()
+        version, updated_at = await self._db.submit(_Set(namespace, key, data, expected))
+        return Entry(namespace, key, value, version, updated_at)
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
+        """Set the record to `fn(current entry or None)` in one write transaction.
+
+        `fn` runs on the connection's thread while the write lock is held, so no other
+        task or process can write between the read and the write: it must be pure and
+        quick. Its exceptions propagate unchanged, and nothing is written.
+        """
+        namespace, key = check_names(namespace, key)
+        return await self._db.submit(_Update(namespace, key, fn, self._max_value_bytes))
+
+    async def delete(self, namespace: str, key: str) -> None:
+        namespace, key = check_names(namespace, key)
+        await self._db.submit(_Delete(namespace, key))
+
+    async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
+        namespace, prefix = check_names(namespace, prefix)
+        rows = await self._db.submit(_List(namespace, prefix))
+        return [
+            Entry(namespace, key, decode_value(namespace, key, data), version, updated_at)
+            for key, data, version, updated_at in rows
+            if key.startswith(prefix)
+        ]
+
+    async def clear(self, namespace: str) -> None:
+        namespace, _ = check_names(namespace, "")
+        await self._db.submit(_Clear(namespace))
+
+    async def close(self) -> None:
+        """Finish pending writes and close the file; the store reopens it on next use."""
+        await self._db.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+# -- operations, run on the connection's thread ---------------------------------------------
+
+
+@attrs.frozen
+class _Get:
+    writes: ClassVar[bool] = False
+    namespace: str
+    key: str
+
+    def run(self, conn: sqlite3.Connection) -> tuple[str, int, float] | None:
+        row: tuple[str, int, float] | None = conn.execute(
+            _SELECT, (self.namespace, self.key)
+        ).fetchone()
+        return row
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"get of record {self.key!r}", cause, key=self.namespace)
+
+
+@attrs.frozen
+class _Set:
+    writes: ClassVar[bool] = True
+    namespace: str
+    key: str
+    data: str
+    expected: int | None
+
+    def run(self, conn: sqlite3.Connection) -> tuple[int, float]:
+        row = conn.execute(_SELECT_VERSION, (self.namespace, self.key)).fetchone()
+        current: int | None = None if row is None else row[0]
+        check_expected(self.namespace, self.key, self.expected, current)
+        now = time.time()
+        if current is None:
+            conn.execute(_INSERT, (self.namespace, self.key, self.data, now))
+            return 1, now
+        conn.execute(_UPDATE, (self.data, current + 1, now, self.namespace, self.key))
+        return current + 1, now
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"set of record {self.key!r}", cause, key=self.namespace)
+
+
+@attrs.frozen
+class _Update:
+    writes: ClassVar[bool] = True
+    namespace: str
+    key: str
+    fn: Callable[[Entry | None], Any]
+    max_bytes: int
+
+    def run(self, conn: sqlite3.Connection) -> Entry:
+        namespace, key = self.namespace, self.key
+        row = conn.execute(_SELECT, (namespace, key)).fetchone()
+        old = None
+        if row is not None:
+            old = Entry(namespace, key, decode_value(namespace, key, row[0]), row[1], row[2])
+        value = self.fn(old)
+        data = encode_value(namespace, key, value, self.max_bytes).decode()
+        now = time.time()
+        if old is None:
+            conn.execute(_INSERT, (namespace, key, data, now))
+        else:
+            conn.execute(_UPDATE, (data, old.version + 1, now, namespace, key))
+        return Entry(namespace, key, value, 1 if old is None else old.version + 1, now)
+
+    def error(self, cause: BaseException) -> BaseException:
+        if isinstance(cause, sqlite3.Error):
+            return StoreError(f"update of record {self.key!r}", cause, key=self.namespace)
+        return cause  # the function's own exception, unchanged
+
+
+@attrs.frozen
+class _Delete:
+    writes: ClassVar[bool] = True
+    namespace: str
+    key: str
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        conn.execute(_DELETE, (self.namespace, self.key))
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"delete of record {self.key!r}", cause, key=self.namespace)
+
+
+@attrs.frozen
+class _Clear:
+    writes: ClassVar[bool] = True
+    namespace: str
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        conn.execute(_CLEAR, (self.namespace,))
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError("clear", cause, key=self.namespace)
+
+
+@attrs.frozen
+class _List:
+    writes: ClassVar[bool] = False
+    namespace: str
+    prefix: str
+
+    def run(self, conn: sqlite3.Connection) -> list[tuple[str, str, int, float]]:
+        if not self.prefix:
+            return conn.execute(_LIST_ALL, (self.namespace,)).fetchall()
+        upper = _prefix_upper_bound(self.prefix)
+        if upper is None:
+            return conn.execute(_LIST_FROM, (self.namespace, self.prefix)).fetchall()
+        return conn.execute(_LIST_RANGE, (self.namespace, self.prefix, upper)).fetchall()
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"list of prefix {self.prefix!r}", cause, key=self.namespace)
+
+
+_MAX_CODE_POINT = 0x10FFFF
+
+
+def _prefix_upper_bound(prefix: str) -> str | None:
+    """The least string above every string that starts with `prefix`, or None if none.
+
+    SQLite compares TEXT bytewise in UTF-8, which orders like code points, so bumping the
+    last code point that can be bumped gives the bound (skipping the surrogate range, which
+    UTF-8 cannot hold). The caller still filters with startswith, so the bound only has to
+    be safe, and it is exact.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < _MAX_CODE_POINT:
+            bumped = last + 1
+            if 0xD800 <= bumped <= 0xDFFF:
+                bumped = 0xE000
+            return "".join(chars) + chr(bumped)
+    return None

@@ -1,0 +1,135 @@
+"""The SQLite ThreadStore: each thread's saved state as one row of a SQLite file.
+
+A save replaces the thread's whole row inside one transaction that first compares the
+stored revision, so a stale writer in another process gets `RevisionConflict`, an emptied
+state is saved as empty, and nothing of an older save can come back. Concurrent checkpoints
+of many threads share transactions through the connection's pipeline (`sqlite_connection`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from types import TracebackType
+from typing import ClassVar, Self
+
+import attrs
+
+from kernel.errors import StoreError
+from kernel.threads import ThreadState
+
+from .sqlite_connection import Schema, SqliteConnection, Synchronous
+from .thread_records import check_revision, decode_state, encode_state
+
+__all__ = ["SqliteThreadStore"]
+
+_SCHEMA = Schema(
+    component="thread_store",
+    version=1,
+    statements=(
+        """
+        CREATE TABLE thread_states (
+            thread_id TEXT PRIMARY KEY,
+            revision  INTEGER NOT NULL,
+            state     BLOB NOT NULL,
+            saved_at  REAL NOT NULL
+        ) WITHOUT ROWID
+        """,
+    ),
+)
+
+_SELECT = "SELECT state FROM thread_states WHERE thread_id = ?"
+_SELECT_REVISION = "SELECT revision FROM thread_states WHERE thread_id = ?"
+_REPLACE = (
+    "INSERT OR REPLACE INTO thread_states (thread_id, revision, state, saved_at) "
+    "VALUES (?, ?, ?, ?)"
+)
+_DELETE = "DELETE FROM thread_states WHERE thread_id = ?"
+
+
+class SqliteThreadStore:
+    """A ThreadStore in a SQLite file (created on first use, with its schema).
+
+    May share its file with a SqliteProfileStore. `synchronous="FULL"` makes every save
+    survive power loss too, at an fsync per commit.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+    ) -> None:
+        self._db = SqliteConnection(path, _SCHEMA, synchronous=synchronous)
+
+    @property
+    def path(self) -> str:
+        return self._db.path
+
+    async def load(self, thread_id: str) -> ThreadState | None:
+        if not isinstance(thread_id, str):
+            raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
+        data = await self._db.submit(_Load(thread_id))
+        return None if data is None else decode_state(thread_id, data)
+
+    async def save(self, thread_id: str, state: ThreadState, *, expected_revision: int) -> None:
+        data = encode_state(thread_id, state, expected_revision)
+        await self._db.submit(_Save(thread_id, state.revision, data, expected_revision))
+
+    async def delete(self, thread_id: str) -> None:
+        await self._db.submit(_Delete(thread_id))
+
+    async def close(self) -> None:
+        """Finish pending saves and close the file; the store reopens it on next use."""
+        await self._db.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+@attrs.frozen
+class _Load:
+    writes: ClassVar[bool] = False
+    thread_id: str
+
+    def run(self, conn: sqlite3.Connection) -> bytes | None:
+        row = conn.execute(_SELECT, (self.thread_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"load of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _Save:
+    writes: ClassVar[bool] = True
+    thread_id: str
+    revision: int
+    data: bytes
+    expected: int
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute(_SELECT_REVISION, (self.thread_id,)).fetchone()
+        check_revision(self.expected, None if row is None else row[0])
+        conn.execute(_REPLACE, (self.thread_id, self.revision, self.data, time.time()))
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"save of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _Delete:
+    writes: ClassVar[bool] = True
+    thread_id: str
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        conn.execute(_DELETE, (self.thread_id,))
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"delete of thread {self.thread_id!r}", cause)

@@ -1,0 +1,229 @@
+"""Thread state across runs and kernels: carry-over, emptiness, CAS, decode failures."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel import (
+    DecodeFailed,
+    Kernel,
+    KeyScope,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    RevisionConflict,
+    StateCommand,
+    StateKey,
+    StateKeyOptions,
+    ThreadStore,
+)
+from stores import MemoryThreadStore, SqliteThreadStore
+
+
+class Notes(StateKey[tuple[str, ...], str]):
+    key = "t.notes"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: tuple[str, ...], update: str) -> tuple[str, ...]:
+        return (*value, update)
+
+
+class Mood(StateKey[str, str]):
+    key = "t.mood"
+    scope = KeyScope.THREAD
+
+
+class Scratch(StateKey[int, int]):
+    """A thread key that stays in kernel memory only."""
+
+    key = "t.scratch"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class KeysOf(Plugin):
+    def __init__(self, id: str, *keys: type[StateKey[Any, Any]], volatile: bool = False) -> None:
+        self.id = id
+        self.keys = keys
+        self.volatile = volatile
+
+    def register(self, r: PluginRegistrar) -> None:
+        for key in self.keys:
+            options = StateKeyOptions(persistent=False) if self.volatile else None
+            r.register_key(key, options)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store_factory(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[], ThreadStore]]:
+    """Opens the same store again: a new handle on one SQLite file, or the one memory store."""
+    opened: list[ThreadStore] = []
+    shared = MemoryThreadStore()
+
+    def open_store() -> ThreadStore:
+        store: ThreadStore = (
+            shared if request.param == "memory" else SqliteThreadStore(tmp_path / "threads.db")
+        )
+        opened.append(store)
+        return store
+
+    yield open_store
+    for store in opened:
+        await store.close()
+
+
+async def write(kernel: Kernel, thread: str, command: StateCommand) -> int:
+    run = await kernel.start_run(thread)
+    await run.submit(command)
+    await run.finish()
+    return run.revision
+
+
+async def read(kernel: Kernel, thread: str, key: type[StateKey[Any, Any]]) -> Any:
+    run = await kernel.start_run(thread)
+    value = run.snapshot.get(key), key in run.snapshot, run.revision
+    await run.abandon()
+    return value
+
+
+async def test_keys_of_a_plugin_missing_for_one_run_are_carried_over(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    both = [KeysOf("notes", Notes), KeysOf("mood", Mood)]
+    await write(
+        Kernel(both, thread_store=store_factory()), "t", StateCommand().update(Mood, "calm")
+    )
+    notes_only = Kernel([KeysOf("notes", Notes)], thread_store=store_factory())
+    await write(notes_only, "t", StateCommand().update(Notes, "hello"))
+    value, held, revision = await read(Kernel(both, thread_store=store_factory()), "t", Mood)
+    assert (value, held, revision) == ("calm", True, 2)
+
+
+async def test_an_emptied_state_is_saved_as_empty(store_factory: Callable[[], ThreadStore]) -> None:
+    plugins = [KeysOf("mood", Mood)]
+    await write(
+        Kernel(plugins, thread_store=store_factory()), "t", StateCommand().update(Mood, "x")
+    )
+    await write(Kernel(plugins, thread_store=store_factory()), "t", StateCommand().clear(Mood))
+    value, held, revision = await read(Kernel(plugins, thread_store=store_factory()), "t", Mood)
+    assert (value, held, revision) == ("", False, 2)
+
+
+async def test_revision_is_monotonic_per_thread_so_base_revisions_carry_across_runs(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    plugins = [KeysOf("notes", Notes)]
+    kernel = Kernel(plugins, thread_store=store_factory())
+    assert await write(kernel, "t", StateCommand().update(Notes, "a")) == 1
+    later = Kernel(plugins, thread_store=store_factory())
+    run = await later.start_run("t")
+    assert run.revision == 1
+    await run.submit(StateCommand(base_revision=1).update(Notes, "b"))
+    with pytest.raises(RevisionConflict):
+        await run.submit(StateCommand(base_revision=1).update(Notes, "c"))
+    await run.finish()
+    assert await read(Kernel(plugins, thread_store=store_factory()), "t", Notes) == (
+        ("a", "b"),
+        True,
+        2,
+    )
+
+
+async def test_a_stale_writer_gets_a_revision_conflict(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    plugins = [KeysOf("mood", Mood)]
+    first = await Kernel(plugins, thread_store=store_factory()).start_run("t")
+    second = await Kernel(plugins, thread_store=store_factory()).start_run("t")
+    await first.submit(StateCommand().update(Mood, "first"))
+    await first.checkpoint()
+    await second.submit(StateCommand().update(Mood, "second"))
+    with pytest.raises(RevisionConflict):
+        await second.checkpoint()
+    await first.finish()
+    assert (await read(Kernel(plugins, thread_store=store_factory()), "t", Mood))[0] == "first"
+
+
+async def test_non_persistent_thread_keys_live_in_kernel_memory_only(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    plugins = [KeysOf("notes", Notes), KeysOf("scratch", Scratch, volatile=True)]
+    kernel = Kernel(plugins, thread_store=store_factory())
+    await write(kernel, "t", StateCommand().update(Scratch, 3).update(Notes, "kept"))
+    assert (await read(kernel, "t", Scratch))[0] == 3
+    fresh = Kernel(plugins, thread_store=store_factory())
+    assert (await read(fresh, "t", Scratch))[0] == 0
+    assert (await read(fresh, "t", Notes))[0] == ("kept",)
+
+
+class MoodAsNumber(StateKey[int, int]):
+    """Same key string as Mood, new type: stored strings no longer decode."""
+
+    key = "t.mood"
+    scope = KeyScope.THREAD
+
+
+async def test_a_value_that_no_longer_decodes_names_the_key(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    await write(
+        Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store_factory()),
+        "t",
+        StateCommand().update(Mood, "calm").update(Notes, "n"),
+    )
+    changed = [KeysOf("mood", MoodAsNumber), KeysOf("notes", Notes)]
+    strict = Kernel(changed, thread_store=store_factory())
+    with pytest.raises(DecodeFailed) as caught:
+        await strict.start_run("t")
+    assert caught.value.key == "t.mood" and "t.mood" in str(caught.value)
+    with pytest.raises(DecodeFailed):  # the failed restore claimed nothing: it fails again
+        await strict.start_run("t")
+
+    lenient = Kernel(changed, thread_store=store_factory(), restore_errors="skip")
+    run = await lenient.start_run("t")
+    assert run.snapshot.get(Notes) == ("n",) and run.snapshot.get(MoodAsNumber) == 0
+    await run.submit(StateCommand().update(Notes, "m"))
+    await run.finish()
+    # The undecodable bytes were kept: the old declaration still reads them.
+    old = Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store_factory())
+    assert (await read(old, "t", Mood))[0] == "calm"
+
+
+async def test_thread_state_survives_into_a_new_process_view(tmp_path: Path) -> None:
+    plugins = [KeysOf("notes", Notes)]
+    async with SqliteThreadStore(tmp_path / "a.db") as store:
+        await write(Kernel(plugins, thread_store=store), "t", StateCommand().update(Notes, "x"))
+    async with SqliteThreadStore(tmp_path / "a.db") as reopened:
+        assert (await read(Kernel(plugins, thread_store=reopened), "t", Notes))[0] == ("x",)
+
+
+def _count_steps(ctx: PhaseContext) -> StateCommand:
+    return StateCommand().update(Notes, f"step at {ctx.snapshot.revision}")
+
+
+async def test_checkpoint_saves_mid_run_state(store_factory: Callable[[], ThreadStore]) -> None:
+    class Stepper(Plugin):
+        id = "stepper"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Notes)
+            r.register_phase_hook(Phase.STEP_END, _count_steps)
+
+    run = await Kernel([Stepper()], thread_store=store_factory()).start_run("t")
+    await run.run_phase(Phase.STEP_END)
+    await run.checkpoint()
+    await run.run_phase(Phase.STEP_END)  # not checkpointed: lost with the process
+    await run.abandon()
+    assert (await read(Kernel([Stepper()], thread_store=store_factory()), "t", Notes))[0] == (
+        "step at 0",
+    )
