@@ -108,6 +108,12 @@ class StateCommand:
         return self.patch.base_revision
 
     def update(self, key: type[StateKey[V, U]], update: U) -> StateCommand:
+        info = getattr(key, "__statekernel_key__", None)
+        if info is not None and not info.copy_updates:
+            classes = info.update_classes
+            if classes is None or isinstance(update, classes):  # the common case, inlined
+                self.patch.ops.append((key, update))
+                return self
         self.patch.ops.append((key, _checked(key, update)))
         return self
 

@@ -124,6 +124,7 @@ class PhaseEngine:
         self._max_rounds = max_phase_rounds
         self._pending: list[tuple[ScheduledAction, str | None]] = []
         self._active: dict[Phase, tuple[Registered, ...]] = {}
+        self._hook_names: dict[Phase, tuple[str, ...]] = {}
 
     @property
     def state(self) -> LiveState:
@@ -139,6 +140,7 @@ class PhaseEngine:
         if hooks is None:
             hooks = tuple(h for h in self._components.hooks[phase] if self._allows(h.plugin))
             self._active[phase] = hooks
+            self._hook_names[phase] = tuple(hook.plugin for hook in hooks)
         return hooks
 
     async def run_phase(self, phase: Phase, fields: Mapping[str, Any]) -> PhaseReport:
@@ -198,14 +200,22 @@ class PhaseEngine:
     ) -> None:
         contexts = self._hook_contexts(context, len(hooks))
         results = await _call_all(hooks, contexts)
-        tally.hooks.extend([hook.plugin for hook in hooks])
+        tally.hooks.extend(self._hook_names[context.phase])
         contributions: list[Contribution] = []
         owners: list[Registered] = []
         for hook, result in zip(hooks, results, strict=True):
-            contribution = self._contribution(hook, result, context.phase)
-            if contribution is not None:
-                contributions.append(contribution)
-                owners.append(hook)
+            if result is None:
+                continue
+            if type(result) is StateCommand and result.patch.ops:
+                contribution: Contribution | None = Contribution(hook.plugin, result)
+            else:
+                contribution = self._contribution(hook, result, context.phase)
+                if contribution is None:
+                    continue
+            assert contribution is not None
+            contributions.append(contribution)
+            owners.append(hook)
+            if result.scheduled_actions or result.effects:
                 self._check_handlers(contribution)
         split = partition(contributions)
         if not split.deferred:
@@ -213,7 +223,8 @@ class PhaseEngine:
                 before = self._state.revision
                 snapshot = self._state.commit(split.kept)
                 tally.commits += snapshot.revision != before
-            await _apply_profile_writes(contexts)
+            if self._profile is not None:
+                await _apply_profile_writes(contexts)
             if contributions:
                 await self._after_commit(split.kept, snapshot, tally)
             return

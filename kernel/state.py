@@ -125,16 +125,15 @@ class LiveState:
     def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
         current = self._snapshot
         revision = current.revision
-        for contribution in contributions:
-            expected = contribution.command.patch.base_revision
-            if expected is not None and expected != revision:
-                raise RevisionConflict(expected, revision)
         by_class = self._registry.by_class
         stored = current.raw_values()
         working: dict[str, Any] = {}
         touched: dict[str, KeyBinding] = {}
         for contribution in contributions:
-            for key, update in contribution.command.patch.ops:
+            patch = contribution.command.patch
+            if patch.base_revision is not None and patch.base_revision != revision:
+                raise RevisionConflict(patch.base_revision, revision)
+            for key, update in patch.ops:
                 binding = by_class.get(key)
                 if binding is None:
                     raise UnknownStateKey(
