@@ -140,7 +140,16 @@ def _immutable(annotation: Any, seen: set[Any]) -> bool:
             return bool(items) and all(_immutable(a, seen) for a in items)
         if origin is frozenset or _is_vector(origin):
             return bool(args) and _immutable(args[0], seen)
-        return False
+        if isinstance(origin, type) and annotation not in seen:
+            # A parameterised frozen record (`Transition[Doc]`): its fields, with the type
+            # variables bound to the arguments given.
+            seen.add(annotation)
+            field_types = _frozen_field_types(origin)
+            if field_types is None:
+                return False
+            bound = dict(zip(getattr(origin, "__parameters__", ()), args, strict=False))
+            return all(_immutable(_substitute(t, bound), seen) for t in field_types)
+        return annotation in seen
     if not isinstance(annotation, type):
         return False
     if annotation in seen:  # a recursive type: decided by its other fields

@@ -131,9 +131,13 @@ class PhaseEngine:
         return self._state
 
     @property
-    def pending_actions(self) -> tuple[ScheduledAction, ...]:
-        """Actions scheduled for a phase that has not run yet."""
-        return tuple(action for action, _ in self._pending)
+    def pending_actions(self) -> tuple[tuple[ScheduledAction, str | None], ...]:
+        """Actions scheduled for a phase that has not run yet, with who scheduled them."""
+        return tuple(self._pending)
+
+    def restore_pending(self, pending: Sequence[tuple[ScheduledAction, str | None]]) -> None:
+        """Put back actions saved with a suspended run, ahead of anything scheduled since."""
+        self._pending[:0] = list(pending)
 
     def active_hooks(self, phase: Phase) -> tuple[Registered, ...]:
         hooks = self._active.get(phase)

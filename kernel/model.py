@@ -8,6 +8,7 @@ run offline and deterministically.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -22,6 +23,10 @@ class InferenceRequest:
 
     messages: tuple[Message, ...]
     tools: tuple[str, ...] = ()
+
+    def replace(self, **changes: Any) -> InferenceRequest:
+        """A copy with some fields changed: transforms use it so fields added later survive."""
+        return attrs.evolve(self, **changes)
 
 
 @attrs.frozen

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
 import msgspec
 
+from .actions import ScheduledAction, ScheduledActionSpec, spec_info
 from .checkpoint import (
     RESERVED_PREFIX,
     EncodeCache,
@@ -25,10 +27,19 @@ from .checkpoint import (
     merge_raw,
     without,
 )
+from .codec import dec_hook, enc_hook
 from .commands import StateCommand
 from .context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
 from .engine import PhaseEngine, PhaseReport
-from .errors import CommitRejected, HookFailed, RevisionConflict, StateError, StoreError
+from .errors import (
+    CommitRejected,
+    DecodeFailed,
+    HookFailed,
+    RevisionConflict,
+    StateError,
+    StoreError,
+    UnknownActionHandler,
+)
 from .keys import KeyScope
 from .phases import Phase
 from .plugin import Components, Plugin
@@ -51,18 +62,31 @@ Tool = Callable[..., Any]
 """`(arguments: dict, ctx: PhaseContext) -> ToolOutput | value`, sync or async."""
 
 
+logger = logging.getLogger("statekernel")
+
 _RUN_COUNT = RESERVED_PREFIX + "run_count"
 _int_decoder = msgspec.json.Decoder(int)
 
 
+class PendingAction(msgspec.Struct, frozen=True):
+    """A scheduled action saved with a suspended run: its spec key, who scheduled it, and
+    its payload encoded like any persisted value."""
+
+    key: str
+    origin: str | None
+    payload: msgspec.Raw
+
+
 class SuspendedRun(msgspec.Struct, frozen=True, kw_only=True):
-    """The kernel's record of a suspended run: who it was, plus the caller's own detail."""
+    """The kernel's record of a suspended run: who it was, the actions still waiting for
+    their phase, plus the suspender's own detail."""
 
     run_id: str
     agent: str
     parent_thread_id: str | None = None
     parent_run_id: str | None = None
     active_hook_filter: tuple[str, ...] = ()
+    actions: tuple[PendingAction, ...] = ()
     detail: bytes = b""
 
 
@@ -180,10 +204,25 @@ class Kernel:
                 parent_run_id=record.parent_run_id,
             )
             agent = AgentSpec(record.agent, record.active_hook_filter)
-            return self._make_run(identity, agent, thread, thread.run_values), record.detail
+            run = self._make_run(identity, agent, thread, thread.run_values)
+            run._engine.restore_pending([self._decode_action(a, thread_id) for a in record.actions])
+            return run, record.detail
         except BaseException:
             self._live.discard(thread_id)
             raise
+
+    def _decode_action(
+        self, saved: PendingAction, thread_id: str
+    ) -> tuple[ScheduledAction, str | None]:
+        entry = self.components.actions.get(saved.key)
+        if entry is None:
+            raise UnknownActionHandler(saved.key, saved.origin)
+        payload_type = spec_info(entry.spec, ScheduledActionSpec).payload_type
+        try:
+            payload = msgspec.json.decode(saved.payload, type=payload_type, dec_hook=dec_hook)
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError) as error:
+            raise DecodeFailed(saved.key, f"{thread_id} (pending action)", error) from error
+        return ScheduledAction(entry.spec, payload), saved.origin
 
     def _check_filter(self, hook_filter: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [p for p in hook_filter if p not in self.components.plugin_ids]
@@ -513,12 +552,17 @@ class Run:
         process sharing the ThreadStore, and hands back `detail`.
         """
         self._check_open()
+        actions = tuple(
+            PendingAction(action.spec.key, origin, msgspec.Raw(self._cache_encode(action.payload)))
+            for action, origin in self._engine.pending_actions
+        )
         record = SuspendedRun(
             run_id=self.identity.run_id,
             agent=self.agent.name,
             parent_thread_id=self.identity.parent_thread_id,
             parent_run_id=self.identity.parent_run_id,
             active_hook_filter=self.agent.active_hook_filter,
+            actions=actions,
             detail=detail,
         )
         try:
@@ -534,7 +578,23 @@ class Run:
             self._finished = True
             self._kernel._release(self)
 
+    def _cache_encode(self, payload: Any) -> bytes:
+        try:
+            return msgspec.json.encode(payload, enc_hook=enc_hook)
+        except (TypeError, msgspec.EncodeError) as error:
+            raise StateError(
+                f"a scheduled action's payload cannot be saved with the suspended run: {error}; "
+                f"use a msgspec-encodable payload type."
+            ) from error
+
     async def _close(self, *, save: bool) -> None:
+        dropped = [action.spec.key for action, _ in self._engine.pending_actions]
+        if dropped:
+            logger.warning(
+                "run %r ended with scheduled actions whose phase never came: %s (dropped)",
+                self.identity.run_id,
+                ", ".join(dropped),
+            )
         try:
             if save:
                 async with self._lock:

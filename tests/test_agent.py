@@ -20,6 +20,7 @@ from kernel import (
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    ScheduledActionSpec,
     ScriptedModel,
     StateCommand,
     StateError,
@@ -298,3 +299,58 @@ async def test_wrong_decision_type_is_refused() -> None:
     await agent.run("t", ["pay"])
     with pytest.raises(TypeError, match="Decision.approve"):
         await agent.resume("t", "call-pay", "yes")  # type: ignore[arg-type]
+
+
+class Remind(ScheduledActionSpec[str]):
+    key = "t.remind"
+    phase = Phase.BEFORE_INFERENCE
+
+
+class Reminders(StateKey[tuple[str, ...], str]):
+    key = "t.reminders"
+
+    @staticmethod
+    def apply(value: tuple[str, ...], update: str) -> tuple[str, ...]:
+        return (*value, update)
+
+
+class Reminding(Plugin):
+    id = "reminding"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Reminders)
+        r.register_action(Remind, lambda text, ctx: StateCommand().update(Reminders, text))
+        r.register_tool_gate(
+            lambda ctx: Suspend("ok?") if ctx.tool_call and ctx.tool_call.name == "pay" else None
+        )
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+async def test_actions_waiting_for_a_later_phase_survive_suspend_and_resume(
+    with_store: bool, tmp_path: Any
+) -> None:
+    from stores import SqliteThreadStore
+
+    def note(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+        return ToolOutput("noted", StateCommand().schedule(Remind, "check the invoice"))
+
+    store = SqliteThreadStore(tmp_path / "t.db") if with_store else None
+    model = ScriptedModel(
+        [
+            InferenceResponse(
+                tool_calls=(ToolCall("n", "note", {}), ToolCall("p", "pay", {"amount": 1}))
+            ),
+            InferenceResponse(text="done"),
+        ]
+    )
+    tools = {"note": note, "pay": lambda a, c: "paid"}
+    agent = Agent([Reminding()], model, tools, thread_store=store)
+    suspended = await agent.run("t", ["go"])
+    assert suspended.outcome == "suspended" and suspended.snapshot.get(Reminders) == ()
+    # Memory lives in the Agent's kernel; a store lets a brand-new Agent pick the run up.
+    resumed = agent if store is None else Agent([Reminding()], model, tools, thread_store=store)
+    done = await resumed.resume("t", "p", Decision.approve())
+    assert done.outcome == "success"
+    assert done.snapshot.get(Reminders) == ("check the invoice",)
+    if store is not None:
+        await store.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 import pytest
@@ -142,3 +142,28 @@ def test_immutability_is_decided_from_the_declared_type() -> None:
     assert key_info(B).copy_values  # frozen outside, a mutable list inside
     assert not key_info(Log).copy_values
     assert key_info(Items).copy_values
+
+
+E = TypeVar("E")
+
+
+class Move(msgspec.Struct, Generic[E], frozen=True):
+    """A generic frozen record, as plugins declare transitions."""
+
+    source: E
+    target: E
+
+
+class Step(enum.Enum):
+    ONE = 1
+
+
+def test_parameterised_frozen_records_are_immutable_when_their_arguments_are() -> None:
+    class Moves(StateKey[tuple[Move[Step], ...], Move[Step]]):
+        key = "t.moves"
+
+    class LooseMoves(StateKey[tuple[Move[list[int]], ...], Move[list[int]]]):
+        key = "t.loose_moves"
+
+    assert not key_info(Moves).copy_values and not key_info(Moves).copy_updates
+    assert key_info(LooseMoves).copy_values

@@ -1,0 +1,113 @@
+"""Context injection: keyed, banded, throttled context messages, step by step.
+
+Run: .venv/bin/python docs/examples/context_injection.py
+
+A "guide" plugin schedules context messages; the model (scripted, offline) calls a no-op
+tool for four steps, then a tool that dismisses one message, then answers. Every request the
+model received is printed with each context message labelled by its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kernel import (
+    Agent,
+    InferenceResponse,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ScriptedModel,
+    StateCommand,
+    ToolCall,
+    ToolOutput,
+)
+from plugins import ContextInjection, ContextMessage, ContextStep, add_context, remove_context
+
+
+class Guide(Plugin):
+    """Adds the context a coding agent should see, before every inference."""
+
+    id = "guide"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_phase_hook(Phase.BEFORE_INFERENCE, self.guide)
+
+    def guide(self, ctx: PhaseContext) -> StateCommand:
+        step = ctx.snapshot.get(ContextStep)
+        command = StateCommand()
+        if step == 1:
+            command.extend(
+                add_context(ContextMessage(key="persona", content="You are a careful engineer."))
+            )
+            command.extend(
+                add_context(
+                    ContextMessage(
+                        key="repo", content="Repo: statekernel, Python 3.11.", band="session"
+                    )
+                )
+            )
+            command.extend(
+                add_context(
+                    ContextMessage(
+                        key="format",
+                        content="Answer in one paragraph.",
+                        band="suffix_system",
+                    )
+                )
+            )
+        # Asked for at every step; the cooldown lets it through every third step only, and
+        # the expiry takes it out of the request again after one step.
+        reminder = ContextMessage(
+            key="tests",
+            content=f"Reminder (step {step}): run the tests.",
+            band="conversation",
+            cooldown_steps=3,
+            expires_after_steps=1,
+        )
+        return command.extend(add_context(reminder))
+
+
+def noop(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    return "ok"
+
+
+def dismiss(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+    return ToolOutput("dismissed", remove_context(arguments["key"]))
+
+
+def call(name: str, **arguments: Any) -> InferenceResponse:
+    return InferenceResponse(f"calling {name}", (ToolCall(f"call-{name}", name, arguments),))
+
+
+async def main() -> None:
+    model = ScriptedModel(
+        [*(call("noop") for _ in range(4)), call("dismiss", key="repo"), InferenceResponse("Done.")]
+    )
+    agent = Agent([ContextInjection(), Guide()], model, {"noop": noop, "dismiss": dismiss})
+    result = await agent.run("thread-1", ["Fix the failing test."])
+
+    for number, request in enumerate(model.requests, start=1):
+        print(f"request of step {number}:")
+        history = 0
+        for message in request.messages:
+            key = (message.id or "").removeprefix("context:")
+            if key == message.id:  # not a context message: part of the thread's history
+                history += 1
+                continue
+            if history:
+                print(f"    ... the thread's history: {history} message(s) ...")
+                history = 0
+            print(f"    {key:<8} {message.content}")
+    print(f"thread history: {len(result.messages)} messages, none of them context messages")
+    assert [m.content for m in model.requests[0].messages][:2] == [
+        "You are a careful engineer.",
+        "Repo: statekernel, Python 3.11.",
+    ]
+    assert sum("Reminder" in m.content for r in model.requests for m in r.messages) == 2
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,169 @@
+"""Team context: one shared record of goals and notes for a parent agent and its sub-agents.
+
+A parent delegating to child agents wants them to pursue the same goals, and wants to see
+what each child adds. Thread state cannot do that (each child has its own thread), so the
+record lives in the ProfileStore under `StateScope.parent_thread(parent_id)`: every run
+whose `parent_thread_id` is `parent_id` reads and extends the same record, and runs under
+another parent never see it. A run without a parent leads its own team: it uses
+`StateScope.parent_thread(its own thread id)`, which is exactly the record its children use.
+
+Children extend the record with `ProfileAccess.update` (read-modify-write with
+compare-and-set, retried on conflict), never with a blind write, so children running at the
+same time lose none of each other's additions. Before each inference the plugin reads the
+record and injects it as a context message through `plugins.context`, so install
+`ContextInjection` alongside it. It needs a ProfileStore (`Agent(..., profile_store=...)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from kernel import (
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ProfileAccess,
+    ProfileKey,
+    RunIdentity,
+    StateCommand,
+    StateError,
+    StateScope,
+)
+
+from .context import Band, ContextMessage, add_context
+
+__all__ = ["Team", "TeamContext", "TeamData", "extend_team", "render_team", "team_scope"]
+
+
+class TeamData(msgspec.Struct, frozen=True):
+    """What a team shares: its goals and the notes its members leave, in the order added."""
+
+    goals: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def extended(self, *, goals: Iterable[str] = (), notes: Iterable[str] = ()) -> TeamData:
+        """This record plus the goals and notes not already in it.
+
+        Adding what is already there changes nothing, so seeding the same goals at every
+        run start, or an update retried after a conflict, never duplicates an entry.
+        """
+        return TeamData(_joined(self.goals, goals), _joined(self.notes, notes))
+
+
+def _joined(kept: tuple[str, ...], added: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*kept, *added)))
+
+
+class TeamContext(ProfileKey[TeamData]):
+    """The team record; its key string is `team_scope(run)`."""
+
+    key = "team_context"
+
+
+def team_scope(run: RunIdentity) -> StateScope:
+    """The team record a run belongs to: its parent's, or its own if it has no parent."""
+    return StateScope.parent_thread(run.parent_thread_id or run.thread_id)
+
+
+async def extend_team(
+    profile: ProfileAccess, scope: str, *, goals: Iterable[str] = (), notes: Iterable[str] = ()
+) -> TeamData:
+    """Add goals and notes to the team record at `scope` without losing concurrent additions.
+
+    Inside a hook, action or tool the write is buffered and applied when its command
+    commits (the returned value is then provisional); on a plain `ProfileAccess` it is
+    applied at once.
+    """
+    goals, notes = tuple(goals), tuple(notes)
+    return await profile.update(
+        TeamContext, scope, lambda team: team.extended(goals=goals, notes=notes)
+    )
+
+
+def render_team(team: TeamData) -> str:
+    """The record as the model reads it."""
+    lines = ["Team context, shared with the agents you work with:"]
+    if team.goals:
+        lines += ["Goals:", *(f"- {goal}" for goal in team.goals)]
+    if team.notes:
+        lines += ["Notes:", *(f"- {note}" for note in team.notes)]
+    return "\n".join(lines)
+
+
+class Team(Plugin):
+    """Seeds and injects the team record; `tools()` lets the model extend it.
+
+    `goals` are added to the run's team record at every RUN_START (adding existing goals
+    changes nothing): give them to the parent. Before each inference the record, if it
+    holds anything, becomes the context message `context_key` in `band` (expiring after the
+    step, so every request shows the record as it is then).
+    """
+
+    id = "team"
+
+    def __init__(
+        self,
+        *,
+        goals: Iterable[str] = (),
+        band: Band = "session",
+        order: int = 0,
+        context_key: str = "team",
+    ) -> None:
+        self.goals = tuple(goals)
+        self.band: Band = band
+        self.order = order
+        self.context_key = context_key
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_profile_key(TeamContext)
+        if self.goals:
+            registrar.register_phase_hook(Phase.RUN_START, self.seed)
+        registrar.register_phase_hook(Phase.BEFORE_INFERENCE, self.inject)
+
+    async def seed(self, ctx: PhaseContext) -> None:
+        await extend_team(_profile(ctx), team_scope(ctx.run), goals=self.goals)
+
+    async def inject(self, ctx: PhaseContext) -> StateCommand | None:
+        team = await _profile(ctx).read(TeamContext, team_scope(ctx.run))
+        if not (team.goals or team.notes):
+            return None
+        message = ContextMessage(
+            key=self.context_key,
+            content=render_team(team),
+            band=self.band,
+            order=self.order,
+            expires_after_steps=1,
+        )
+        return add_context(message)
+
+    def tools(self) -> dict[str, Callable[[dict[str, Any], PhaseContext], Any]]:
+        """`add_team_goal(goal)` and `add_team_note(note)`, for the Agent's tools."""
+        return {"add_team_goal": _adder("goal"), "add_team_note": _adder("note")}
+
+
+def _adder(field: str) -> Callable[[dict[str, Any], PhaseContext], Any]:
+    async def add(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        text = arguments.get(field)
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"add_team_{field} needs a non-empty string argument {field!r}")
+        goals, notes = ((text,), ()) if field == "goal" else ((), (text,))
+        await extend_team(_profile(ctx), team_scope(ctx.run), goals=goals, notes=notes)
+        return f"added team {field}: {text}"
+
+    add.__name__ = f"add_team_{field}"
+    return add
+
+
+def _profile(ctx: PhaseContext) -> ProfileAccess:
+    profile = ctx.profile
+    if not isinstance(profile, ProfileAccess):
+        raise StateError(
+            f"the team plugin needs a ProfileStore, but run {ctx.run.run_id!r} has none (phase "
+            f"{ctx.phase}). Give one to the agent: Agent(..., profile_store="
+            f"stores.MemoryProfileStore()) or stores.SqliteProfileStore(path)."
+        )
+    return profile

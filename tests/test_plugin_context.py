@@ -1,0 +1,247 @@
+"""Context injection: band order in the request, throttling, removal by key, expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from kernel import (
+    Agent,
+    InferenceRequest,
+    InferenceResponse,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ScriptedModel,
+    StateCommand,
+    ToolCall,
+    ToolOutput,
+)
+from kernel.testing import assert_commutative
+from plugins import (
+    AddContextMessage,
+    ContextInjection,
+    ContextMessage,
+    ContextMessages,
+    ContextStep,
+    ContextThrottle,
+    RemoveContextMessage,
+    add_context,
+    remove_context,
+)
+from stores import MemoryThreadStore
+
+Schedule = Callable[[PhaseContext], Iterable[ContextMessage]]
+
+
+class Injector(Plugin):
+    """Schedules AddContextMessage for whatever `schedule(ctx)` returns, at `phase`."""
+
+    id = "injector"
+
+    def __init__(self, schedule: Schedule, phase: Phase = Phase.BEFORE_INFERENCE) -> None:
+        self.schedule = schedule
+        self.phase = phase
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_phase_hook(self.phase, self.hook)
+
+    def hook(self, ctx: PhaseContext) -> StateCommand | None:
+        command = StateCommand()
+        for message in self.schedule(ctx):
+            command.schedule(AddContextMessage, message)
+        return command if not command.is_empty() else None
+
+
+def steps(count: int) -> list[InferenceResponse]:
+    """`count - 1` steps that call the no-op tool, then a final answer."""
+    return [
+        InferenceResponse("working", (ToolCall(f"call-{i}", "noop", {}),)) for i in range(count - 1)
+    ]
+
+
+def contents(request: InferenceRequest) -> list[str]:
+    return [m.content for m in request.messages]
+
+
+def seen(model: ScriptedModel, text: str) -> list[bool]:
+    return [any(text in m.content for m in request.messages) for request in model.requests]
+
+
+def once(*messages: ContextMessage) -> Schedule:
+    """Schedule `messages` in the first step only."""
+    return lambda ctx: messages if ctx.snapshot.get(ContextStep) == 1 else ()
+
+
+NOOP = {"noop": lambda a, c: "ok"}
+
+
+async def test_messages_are_placed_by_band_then_order_then_key() -> None:
+    messages = (
+        ContextMessage(key="tail", content="suffix", band="suffix_system"),
+        ContextMessage(key="late", content="conversation", band="conversation"),
+        ContextMessage(key="s2", content="session", band="session"),
+        ContextMessage(key="b", content="system b", band="system", order=1),
+        ContextMessage(key="z", content="system z", band="system"),
+        ContextMessage(key="a", content="system a", band="system"),
+    )
+    model = ScriptedModel([InferenceResponse("ok")])
+    result = await Agent([ContextInjection(), Injector(once(*messages))], model).run("t", ["hi"])
+
+    (request,) = model.requests
+    assert contents(request) == [
+        "system a",
+        "system z",
+        "system b",
+        "session",
+        "hi",
+        "conversation",
+        "suffix",
+    ]
+    assert [m.role for m in request.messages] == ["system"] * 4 + ["user", "system", "system"]
+    assert [m.content for m in result.messages] == ["hi", "ok"]  # the history is untouched
+
+
+async def test_conversation_messages_come_after_the_whole_history_including_tool_results() -> None:
+    note = ContextMessage(key="note", content="remember the budget", band="conversation")
+    model = ScriptedModel(steps(2))
+    agent = Agent([ContextInjection(), Injector(lambda ctx: (note,))], model, NOOP)
+    await agent.run("t", ["plan"])
+    assert contents(model.requests[1]) == ["plan", "working", "ok", "remember the budget"]
+
+
+async def test_a_key_is_replaced_not_duplicated() -> None:
+    def schedule(ctx: PhaseContext) -> tuple[ContextMessage, ...]:
+        step = ctx.snapshot.get(ContextStep)
+        return (ContextMessage(key="status", content=f"status at step {step}"),)
+
+    model = ScriptedModel(steps(3))
+    await Agent([ContextInjection(), Injector(schedule)], model, NOOP).run("t", ["go"])
+    assert [[c for c in contents(r) if c.startswith("status")] for r in model.requests] == [
+        ["status at step 1"],
+        ["status at step 2"],
+        ["status at step 3"],
+    ]
+
+
+async def test_a_throttled_key_is_not_injected_again_within_its_cooldown() -> None:
+    def schedule(ctx: PhaseContext) -> tuple[ContextMessage, ...]:
+        step = ctx.snapshot.get(ContextStep)
+        return (ContextMessage(key="nudge", content=f"nudge {step}", cooldown_steps=2),)
+
+    model = ScriptedModel(steps(5))
+    await Agent([ContextInjection(), Injector(schedule)], model, NOOP).run("t", ["go"])
+    nudges = [[c for c in contents(r) if c.startswith("nudge")] for r in model.requests]
+    # injected at steps 1, 3 and 5; the adds of steps 2 and 4 fall in a cooldown
+    assert nudges == [["nudge 1"], ["nudge 1"], ["nudge 3"], ["nudge 3"], ["nudge 5"]]
+
+
+async def test_a_throttled_reminder_with_expiry_shows_every_cooldown_steps() -> None:
+    reminder = ContextMessage(
+        key="reminder", content="check the tests", cooldown_steps=3, expires_after_steps=1
+    )
+    model = ScriptedModel(steps(7))
+    await Agent([ContextInjection(), Injector(lambda ctx: (reminder,))], model, NOOP).run(
+        "t", ["go"]
+    )
+    assert seen(model, "check the tests") == [True, False, False, True, False, False, True]
+
+
+async def test_expiry_removes_a_message_after_n_steps() -> None:
+    hint = ContextMessage(key="hint", content="a hint", expires_after_steps=2)
+    model = ScriptedModel(steps(4))
+    result = await Agent([ContextInjection(), Injector(once(hint))], model, NOOP).run("t", ["go"])
+    assert seen(model, "a hint") == [True, True, False, False]
+    assert result.snapshot.get(ContextMessages) == ()
+
+
+async def test_remove_by_key_through_the_action_and_the_command_helper() -> None:
+    keep = ContextMessage(key="keep", content="kept")
+    first = ContextMessage(key="first", content="first to go")
+    second = ContextMessage(key="second", content="second to go")
+
+    def dismiss(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+        return ToolOutput("dismissed", StateCommand().schedule(RemoveContextMessage, "first"))
+
+    def drop(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+        return ToolOutput("dropped", remove_context("second", "not-there"))
+
+    model = ScriptedModel(
+        [
+            InferenceResponse("x", (ToolCall("c1", "dismiss", {}),)),
+            InferenceResponse("y", (ToolCall("c2", "drop", {}),)),
+        ]
+    )
+    tools = {"dismiss": dismiss, "drop": drop}
+    agent = Agent([ContextInjection(), Injector(once(keep, first, second))], model, tools)
+    result = await agent.run("t", ["go"])
+    assert [seen(model, text) for text in ("kept", "first to go", "second to go")] == [
+        [True, True, True],
+        [True, False, False],  # the action, scheduled by step 1's tool, runs before step 2's call
+        [True, True, False],  # the helper's removal commits with step 2's tool command
+    ]
+    assert [e.message.key for e in result.snapshot.get(ContextMessages)] == ["keep"]
+
+
+async def test_an_action_scheduled_after_inference_waits_for_the_next_steps_request() -> None:
+    late = ContextMessage(key="late", content="late news")
+    model = ScriptedModel(steps(2))
+    injector = Injector(once(late), phase=Phase.AFTER_INFERENCE)
+    await Agent([ContextInjection(), injector], model, NOOP).run("t", ["go"])
+    assert seen(model, "late news") == [False, True]
+
+
+async def test_messages_and_cooldowns_carry_over_to_the_threads_next_run() -> None:
+    note = ContextMessage(key="note", content="from run one", cooldown_steps=10)
+    model = ScriptedModel()
+    agent = Agent([ContextInjection(), Injector(lambda ctx: (note,))], model)
+    await agent.run("t", ["one"])
+    second = await agent.run("t", ["two"])
+    assert seen(model, "from run one") == [True, True]
+    assert second.snapshot.get(ContextStep) == 2
+    (mark,) = second.snapshot.get(ContextThrottle)
+    assert (mark.key, mark.until) == ("note", 11)
+    other = await agent.run("other", ["x"])
+    assert other.snapshot.get(ContextStep) == 1
+
+
+async def test_context_state_round_trips_through_a_thread_store() -> None:
+    note = ContextMessage(key="note", content="stored", band="session", cooldown_steps=4)
+    store = MemoryThreadStore()
+    first = Agent(
+        [ContextInjection(), Injector(lambda ctx: (note,))], ScriptedModel(), thread_store=store
+    )
+    done = await first.run("t", ["one"])
+    model = ScriptedModel()
+    again = await Agent([ContextInjection()], model, thread_store=store).run("t", ["two"])
+    assert seen(model, "stored") == [True]
+    for key in (ContextMessages, ContextThrottle):
+        assert again.snapshot.get(key) == done.snapshot.get(key)
+
+
+async def test_add_context_is_a_command_scheduling_the_action() -> None:
+    command = add_context(ContextMessage(key="k", content="c"))
+    (action,) = command.scheduled_actions
+    assert action.spec is AddContextMessage and action.payload.key == "k"
+
+
+def test_the_step_clock_is_commutative() -> None:
+    assert_commutative(ContextStep, 0, [1, 1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"key": ""}, "key must be a non-empty string"),
+        ({"band": "footer"}, "band must be one of system, session, conversation"),
+        ({"role": "tool"}, "role must be"),
+        ({"cooldown_steps": 0}, "cooldown_steps must be a positive int"),
+        ({"expires_after_steps": -1}, "expires_after_steps must be a positive int"),
+    ],
+)
+def test_a_malformed_message_fails_where_it_is_built(fields: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        ContextMessage(**{"key": "k", "content": "c", **fields})
