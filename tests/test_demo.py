@@ -27,9 +27,13 @@ def test_demo_persists_to_sqlite_and_shows_thread_and_run_scopes(tmp_path: Path)
         output = run_example("demo.py", tmp_path)
         assert (tmp_path / ".statekernel" / "threads.db").exists()
         assert "run 1: success" in output and "run 2: success" in output
-        assert "(demo.facts = ['kernel'], demo.steps = 0)" in output
-        assert "thread key demo.facts = ['kernel', 'merge']" in output
-        assert "publish needs verified facts" in output
+        assert "at run start: demo.facts = ['kernel'], demo.doc_stage = DRAFT" in output
+        assert "thread key demo.facts      = ['kernel', 'merge']" in output
+        assert "thread key demo.doc_stage  = PUBLISHED" in output
+        assert "publish needs stage REVIEWED (now DRAFT)" in output
+        assert "system: Style: short, plain sentences." in output
+        assert "- Collect reader questions" in output
+        assert (tmp_path / ".statekernel" / "profiles.db").exists()
 
 
 def test_engine_tour_runs(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """The statekernel demo (`make demo`): a scripted two-run conversation on one thread.
 
-Everything is stored in SQLite under ./.statekernel/ (the embedded default a user sees).
-For each phase it prints the hooks that ran, the commits and the revision; between the runs
-it shows a thread key surviving while a run key starts again from its default.
+Everything is stored in SQLite under ./.statekernel/ (the embedded default a user sees):
+thread state in threads.db, shared team state in profiles.db. For each phase it prints the
+plugins whose hooks ran, the commits and the revision; between the runs it shows thread keys
+surviving while a run key starts again from its default. Every built-in plugin takes part:
+run lifecycle, context injection, the review-before-publish stage workflow, team context.
 
 Run: .venv/bin/python docs/examples/demo.py
 """
@@ -10,6 +12,7 @@ Run: .venv/bin/python docs/examples/demo.py
 from __future__ import annotations
 
 import asyncio
+import enum
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,6 @@ import msgspec
 
 from kernel import (
     Agent,
-    Block,
     InferenceResponse,
     KeyScope,
     MergeStrategy,
@@ -35,10 +37,22 @@ from kernel import (
     ToolOutput,
     Vector,
 )
-from stores import SqliteThreadStore
+from plugins import (
+    ContextInjection,
+    ContextMessage,
+    RunLifecycle,
+    StageKey,
+    StageWorkflow,
+    StepCount,
+    Team,
+    TeamContext,
+    add_context,
+)
+from stores import SqliteProfileStore, SqliteThreadStore
 
 DATA = Path(".statekernel")
 THREAD = "demo-thread"
+HELPER_THREAD = "demo-helper"
 
 
 class Fact(msgspec.Struct, frozen=True):
@@ -58,41 +72,34 @@ class Facts(StateKey[Vector[Fact], Fact]):
         return value.append(update)
 
 
-class StepsThisRun(StateKey[int, int]):
-    """Run key: steps taken in this run; back to 0 at every run start."""
-
-    key = "demo.steps"
-    merge = MergeStrategy.COMMUTATIVE
-
-    @staticmethod
-    def apply(value: int, update: int) -> int:
-        return value + update
+class Doc(enum.Enum):
+    DRAFT = "draft"
+    REVIEWED = "reviewed"
+    PUBLISHED = "published"
 
 
-class Verified(StateKey[bool, bool]):
-    """Run key: set by the `verify` tool; `publish` is gated on it."""
+class DocStage(StageKey[Doc]):
+    """Thread key: where the note stands. Only Draft → Reviewed → Published is legal."""
 
-    key = "demo.verified"
+    key = "demo.doc_stage"
+    transitions = {Doc.DRAFT: {Doc.REVIEWED}, Doc.REVIEWED: {Doc.PUBLISHED}}
+
+
+WORKFLOW = StageWorkflow(DocStage, advances={"review": Doc.REVIEWED, "publish": Doc.PUBLISHED})
 
 
 class Notebook(Plugin):
+    """The demo's own plugin: a fact store, and a style guide injected as context."""
+
     id = "notebook"
 
     def register(self, r: PluginRegistrar) -> None:
         r.register_key(Facts)
-        r.register_key(StepsThisRun)
-        r.register_key(Verified)
-        r.register_phase_hook(Phase.STEP_START, self.count_step)
-        r.register_tool_gate(self.gate)
+        r.register_phase_hook(Phase.RUN_START, self.style_guide)
 
-    def count_step(self, ctx: PhaseContext) -> StateCommand:
-        return StateCommand().update(StepsThisRun, 1)
-
-    def gate(self, ctx: PhaseContext) -> Block | None:
-        call = ctx.tool_call
-        if call is not None and call.name == "publish" and not ctx.snapshot.get(Verified):
-            return Block("publish needs verified facts: call `verify` first")
-        return None
+    def style_guide(self, ctx: PhaseContext) -> StateCommand:
+        guide = ContextMessage(key="style", content="Style: short, plain sentences.")
+        return add_context(guide)
 
 
 def remember(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
@@ -100,9 +107,8 @@ def remember(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
     return ToolOutput(f"remembered {fact.topic}", StateCommand().update(Facts, fact))
 
 
-def verify(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
-    count = len(ctx.snapshot.get(Facts))
-    return ToolOutput(f"{count} fact(s) verified", StateCommand().update(Verified, True))
+def review(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    return f"reviewed {len(ctx.snapshot.get(Facts))} fact(s)"
 
 
 def publish(arguments: dict[str, Any], ctx: PhaseContext) -> str:
@@ -116,26 +122,35 @@ def call(call_id: str, name: str, **arguments: Any) -> InferenceResponse:
 FIRST_RUN = [
     call("c1", "remember", topic="kernel", text="hooks return commands"),
     call("c2", "publish"),
-    InferenceResponse(text="Noted one fact; publishing needs verification."),
+    InferenceResponse(text="Noted one fact; publishing has to wait for a review."),
 ]
 SECOND_RUN = [
     call("c3", "remember", topic="merge", text="conflicts re-run on a fresh snapshot"),
-    call("c4", "verify"),
+    call("c4", "review"),
     call("c5", "publish"),
-    InferenceResponse(text="Two facts verified and published."),
+    InferenceResponse(text="Two facts reviewed and published."),
+]
+HELPER_RUN = [
+    call("h1", "add_team_goal", goal="Collect reader questions"),
+    InferenceResponse(text="Added a goal for the team."),
 ]
 
 
 def show_phase(run: Run, report: PhaseReport) -> None:
     assert report.phase is not None
-    hooks = ", ".join(report.hooks_run) or "-"
+    plugins = ", ".join(dict.fromkeys(report.hooks_run)) or "-"
     line = (
-        f"  {report.phase.name:<20} hooks: {hooks:<9} commits: {report.commits}  "
-        f"revision: {report.revision:>2}"
+        f"  {report.phase.name:<20} commits: {report.commits}  revision: {report.revision:>3}"
+        f"  hooks of: {plugins}"
     )
     if report.phase is Phase.RUN_START:
-        facts = [fact.topic for fact in run.snapshot.get(Facts)]
-        line += f"   (demo.facts = {facts}, demo.steps = {run.snapshot.get(StepsThisRun)})"
+        snapshot = run.snapshot
+        facts = [fact.topic for fact in snapshot.get(Facts)]
+        line += (
+            f"\n{'':24}at run start: demo.facts = {facts}, "
+            f"demo.doc_stage = {snapshot.get(DocStage).name}, "
+            f"run_lifecycle.steps = {snapshot.get(StepCount)}"
+        )
     print(line)
 
 
@@ -147,41 +162,87 @@ def show_result(label: str, result: RunResult, seen: int) -> None:
         flag = " [tool error]" if message.is_error else ""
         print(f"    {message.role:>9}: {content}{flag}")
     facts = [fact.topic for fact in snapshot.get(Facts)]
-    print(f"    thread key demo.facts = {facts}")
-    print(f"    run key demo.steps    = {snapshot.get(StepsThisRun)}")
-    print(f"    revision              = {snapshot.revision}\n")
+    print(f"    thread key demo.facts      = {facts}")
+    print(f"    thread key demo.doc_stage  = {snapshot.get(DocStage).name}")
+    print(f"    run key run_lifecycle.steps = {snapshot.get(StepCount)}")
+    print(f"    revision                   = {snapshot.revision}\n")
 
 
-async def conversation(store: SqliteThreadStore, script: list[InferenceResponse]) -> RunResult:
+def show_first_request(model: ScriptedModel) -> None:
+    print("  what the model saw at its first inference (context placed in bands):")
+    for message in model.requests[0].messages:
+        content = message.content.replace("\n", "\n" + " " * 15)
+        print(f"    {message.role:>9}: {content}")
+
+
+async def writer_run(
+    threads: SqliteThreadStore, profiles: SqliteProfileStore, script: list[InferenceResponse]
+) -> tuple[RunResult, ScriptedModel]:
+    model = ScriptedModel(script)
+    team = Team(goals=["Publish a note about statekernel"])
     agent = Agent(
-        [Notebook()],
-        ScriptedModel(script),
-        {"remember": remember, "verify": verify, "publish": publish},
-        thread_store=store,
+        [RunLifecycle(), ContextInjection(), WORKFLOW, team, Notebook()],
+        model,
+        WORKFLOW.tools({"remember": remember, "review": review, "publish": publish}),
+        thread_store=threads,
+        profile_store=profiles,
         on_phase=show_phase,
     )
-    return await agent.run(THREAD, ["Learn about statekernel and publish what you learn."])
+    result = await agent.run(THREAD, ["Learn about statekernel and publish a short note."])
+    return result, model
+
+
+async def helper_run(threads: SqliteThreadStore, profiles: SqliteProfileStore) -> ScriptedModel:
+    model = ScriptedModel(HELPER_RUN)
+    team = Team()
+    agent = Agent(
+        [ContextInjection(), team],
+        model,
+        team.tools(),
+        thread_store=threads,
+        profile_store=profiles,
+    )
+    await agent.run(HELPER_THREAD, ["Help the writer."], parent_thread_id=THREAD)
+    return model
 
 
 async def main() -> None:
     DATA.mkdir(exist_ok=True)
-    async with SqliteThreadStore(DATA / "threads.db") as store:
-        await store.delete(THREAD)  # start the demo thread afresh on every `make demo`
-        print(f"thread {THREAD!r} in {DATA / 'threads.db'}")
+    async with (
+        SqliteThreadStore(DATA / "threads.db") as threads,
+        SqliteProfileStore(DATA / "profiles.db") as profiles,
+    ):
+        for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
+            await threads.delete(thread)
+        await profiles.clear(TeamContext.key)
+
+        print(f"thread {THREAD!r}, stored in {DATA}/")
         print(
-            "Each line is one phase: the hooks that ran, the commits they made, the revision\n"
-            "after it. The revision also moves between phases: the Agent commits messages,\n"
-            "tool-call states and tool commands through the same commit path.\n\nrun 1:"
+            "Each line is one phase: the commits made, the revision after it, and the plugins\n"
+            "whose hooks ran. The revision also moves between phases: the Agent commits\n"
+            "messages, tool-call states and tool commands through the same commit path.\n"
         )
-        first = await conversation(store, FIRST_RUN)
+        print("run 1:")
+        first, model = await writer_run(threads, profiles, FIRST_RUN)
+        show_first_request(model)
         show_result("run 1", first, 0)
-        print("run 2 (a new Agent, reading the same SQLite file):")
-        second = await conversation(store, SECOND_RUN)
+
+        print("run 2 (a new Agent, reading the same SQLite files):")
+        second, _ = await writer_run(threads, profiles, SECOND_RUN)
         show_result("run 2", second, len(first.messages))
         print(
-            "demo.facts (thread scope) carried over from run 1 into run 2; "
-            "demo.steps (run scope) started again from 0."
+            "demo.facts and demo.doc_stage (thread scope) carried over from run 1 into run 2;\n"
+            "run_lifecycle.steps (run scope) started again from 0.\n"
         )
+
+        print(f"a helper agent on thread {HELPER_THREAD!r}, child of {THREAD!r}:")
+        helper_model = await helper_run(threads, profiles)
+        team_message = next(
+            m for m in helper_model.requests[-1].messages if m.content.startswith("Team")
+        )
+        print("  the shared team context it saw at its last inference:")
+        for line in team_message.content.splitlines():
+            print(f"    {line}")
 
 
 if __name__ == "__main__":
