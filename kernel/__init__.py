@@ -23,6 +23,7 @@ from .errors import (
     UnknownActionHandler,
     UnknownEffectHandler,
     UnknownProfileKey,
+    UnknownSchemaField,
     UnknownStateKey,
     VersionConflict,
 )
@@ -33,8 +34,10 @@ from .model import InferenceRequest, InferenceResponse, ScriptedModel
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
 from .profile import Entry, ProfileAccess, ProfileKey, ProfileStore, StateScope
+from .reducers import StateUpdater
 from .registry import KeyRegistry
 from .runtime import Kernel, Run
+from .schema import Commutative, Ephemeral, StateSchema
 from .snapshot import Snapshot
 from .state import LiveState
 from .threads import ThreadState, ThreadStore
@@ -47,12 +50,14 @@ __all__ = [
     "AgentSpec",
     "Block",
     "CommitRejected",
+    "Commutative",
     "Contribution",
     "Decision",
     "DecodeFailed",
     "DuplicateRegistration",
     "EffectSpec",
     "Entry",
+    "Ephemeral",
     "HookFailed",
     "InferenceRequest",
     "InferenceResponse",
@@ -87,7 +92,9 @@ __all__ = [
     "StateError",
     "StateKey",
     "StateKeyOptions",
+    "StateSchema",
     "StateScope",
+    "StateUpdater",
     "StateValidationError",
     "StoreError",
     "Suspend",
@@ -100,6 +107,7 @@ __all__ = [
     "UnknownActionHandler",
     "UnknownEffectHandler",
     "UnknownProfileKey",
+    "UnknownSchemaField",
     "UnknownStateKey",
     "Vector",
     "VersionConflict",

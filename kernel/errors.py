@@ -8,6 +8,8 @@ where, and -- when there is something to do -- how to fix it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 def _where(**parts: object) -> str:
     shown = [f"{name} {value!r}" for name, value in parts.items() if value is not None]
@@ -220,3 +222,19 @@ class UnknownProfileKey(UnknownStateKey):
             f"that key string). Register it with `registrar.register_profile_key(...)` in a "
             f"plugin of this kernel.{hint}",
         )
+
+
+class UnknownSchemaField(StateError, KeyError):
+    """An update names a field the schema does not declare."""
+
+    def __init__(self, schema: str, field: str, known: Iterable[str]) -> None:
+        self.schema = schema
+        self.field = field
+        self.known = tuple(known)
+        super().__init__(
+            f"{schema} has no field {field!r}; its fields are: {', '.join(self.known)}. "
+            f"Fix the name, or declare the field on the schema class."
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise show the message quoted
+        return str(self.args[0])

@@ -54,6 +54,13 @@ class Snapshot:
         binding = self._registry.by_class.get(key)  # type: ignore[call-overload]
         return binding is not None and binding.name in self._values
 
+    def view(self, schema: Any) -> Any:
+        """A validated instance of a schema-declared state (see `kernel.StateSchema`): pass
+        the compiled `StateSchema` or the model / TypedDict class it was compiled from."""
+        from .schema import view  # schema builds on snapshots; import at use to keep layering
+
+        return view(self, schema)
+
     @property
     def registry(self) -> KeyRegistry:
         return self._registry
