@@ -33,7 +33,16 @@ from .messages import Message
 from .model import InferenceRequest, InferenceResponse, ScriptedModel
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
-from .profile import Entry, ProfileAccess, ProfileKey, ProfileStore, StateScope
+from .profile import (
+    BufferedProfileAccess,
+    Entry,
+    ProfileAccess,
+    ProfileKey,
+    ProfileStore,
+    ReadOnlyProfileAccess,
+    StateScope,
+    SupportsAtomicUpdate,
+)
 from .reducers import StateUpdater
 from .registry import KeyRegistry
 from .runtime import Kernel, Run
@@ -49,6 +58,7 @@ __all__ = [
     "Agent",
     "AgentSpec",
     "Block",
+    "BufferedProfileAccess",
     "CommitRejected",
     "Commutative",
     "Contribution",
@@ -80,6 +90,7 @@ __all__ = [
     "ProfileAccess",
     "ProfileKey",
     "ProfileStore",
+    "ReadOnlyProfileAccess",
     "RevisionConflict",
     "Run",
     "RunIdentity",
@@ -97,6 +108,7 @@ __all__ = [
     "StateUpdater",
     "StateValidationError",
     "StoreError",
+    "SupportsAtomicUpdate",
     "Suspend",
     "ThreadState",
     "ThreadStore",

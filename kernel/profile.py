@@ -65,6 +65,7 @@ __all__ = [
     "ProfileStore",
     "ReadOnlyProfileAccess",
     "StateScope",
+    "SupportsAtomicUpdate",
     "profile_key_info",
 ]
 
@@ -136,12 +137,13 @@ def _part(kind: str, value: object) -> str:
 # -- store protocol -------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """One stored record as a store returns it: the value is JSON-compatible builtins.
 
     `version` is 1 when the record is created and grows by one per write; `updated_at` is
-    the time of the last write in seconds since the epoch.
+    the time of the last write in seconds since the epoch. A msgspec Struct rather than an
+    attrs class because it is a stored record, and because every get and set builds one:
+    a Struct is built several times faster.
     """
 
     namespace: str
@@ -271,7 +273,7 @@ def profile_key_info(key: Any) -> ProfileKeyInfo:
 
 def _declare(cls: type[ProfileKey[Any]]) -> ProfileKeyInfo | None:
     owner = cls.__qualname__
-    name = cls.__dict__.get("key", getattr(cls, "key", None))
+    name = getattr(cls, "key", None)
     if name is None:
         return None
     if not isinstance(name, str) or not name:

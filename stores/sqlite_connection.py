@@ -52,6 +52,7 @@ from kernel.errors import StateError, StoreError
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",
     "LOCK_PATIENCE_SECONDS",
+    "OpFailed",
     "Schema",
     "SqliteConnection",
     "SqliteOp",
@@ -66,6 +67,14 @@ BUSY_TIMEOUT_SECONDS = 5.0
 
 LOCK_PATIENCE_SECONDS = 120.0
 """How long a busy database is retried before the operation fails with StoreError."""
+
+_MAX_IN_FLIGHT = 1
+"""Hops sent to the connection's thread and not yet answered.
+
+One: under load the queue fills while a hop runs, so batches stay large. Two in flight
+(the loop handing out one batch's results while the thread runs the next) measured no
+faster on CPython, where both sides spend most of that time holding the GIL, and made
+batches smaller."""
 
 Synchronous = Literal["NORMAL", "FULL"]
 
@@ -98,7 +107,9 @@ class Schema:
 
 
 @attrs.frozen
-class _Failed:
+class OpFailed:
+    """The outcome of one op of a batch that failed on its own (the batch went on)."""
+
     error: BaseException
 
 
@@ -117,76 +128,91 @@ class SqliteConnection:
         self._raw: sqlite3.Connection | None = None
         self._execute: Callable[..., Awaitable[Any]] | None = None
         self._opening = asyncio.Lock()
-        self._busy = False
+        self._in_flight = 0
         self._queue: list[tuple[SqliteOp[Any], asyncio.Future[Any]]] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._batches: set[asyncio.Task[None]] = set()
 
     async def submit(self, op: SqliteOp[T]) -> T:
         """Run `op` on the connection's thread and return its result.
 
-        If nothing is under way, the caller runs its op at once (one hop, no task switch);
-        otherwise the op joins the queue that a drainer task runs in batches.
+        With nothing under way and nobody queued, the caller sends its op at once (one hop,
+        no task switch); otherwise the op joins the queue, which goes to the thread as one
+        batch when the hop under way returns. Hops run in the order they were sent, so
+        operations take effect in the order they were submitted.
         """
-        if self._busy:
+        if self._queue or self._in_flight >= _MAX_IN_FLIGHT:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._queue.append((op, future))
             return cast(T, await future)
-        self._busy = True
+        self._in_flight += 1
         try:
             try:
                 outcome = (await self._run_batch([op]))[0]
             except Exception as exc:
                 raise _op_error(op, exc)  # noqa: B904 - a StoreError sets its own __cause__
         finally:
-            if self._queue:
-                self._drainer = asyncio.get_running_loop().create_task(self._drain())
-            else:
-                self._busy = False
-        if isinstance(outcome, _Failed):
+            self._in_flight -= 1
+            self._dispatch()
+        if isinstance(outcome, OpFailed):
             raise _op_error(op, outcome.error)
         return cast(T, outcome)
 
     async def close(self) -> None:
         """Finish queued operations, then close the connection (it reopens on next use)."""
-        while self._drainer is not None:
-            await asyncio.wait({self._drainer})
+        while self._batches:
+            await asyncio.wait(set(self._batches))
         aio, self._aio, self._raw, self._execute = self._aio, None, None, None
         if aio is not None:
             await aio.close()
 
-    async def _drain(self) -> None:
+    def _dispatch(self) -> None:
+        if self._queue and self._in_flight < _MAX_IN_FLIGHT:
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._run_queued())
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _run_queued(self) -> None:
+        """Run the queue in batches until it stays empty for one turn of the event loop."""
         batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]] = []
+        cancelled = False
         try:
             while True:
-                # Let the callers just woken by the previous batch queue their next op, so
-                # a steady stream of concurrent writers keeps landing in shared batches.
+                # Let the callers just woken by the previous batch queue their next op
+                # (this task still counts as in flight, so they queue rather than each
+                # sending a hop of one): a steady stream of writers stays in big batches.
                 await asyncio.sleep(0)
-                if not self._queue:
-                    return
                 batch, self._queue = self._queue, []
-                try:
-                    outcomes = await self._run_batch([op for op, _ in batch])
-                except Exception as exc:
-                    for op, future in batch:
-                        if not future.done():
-                            future.set_exception(_op_error(op, exc))
-                    continue
-                for (op, future), outcome in zip(batch, outcomes, strict=True):
-                    if future.done():  # its caller was cancelled
-                        continue
-                    if isinstance(outcome, _Failed):
-                        future.set_exception(_op_error(op, outcome.error))
-                    else:
-                        future.set_result(outcome)
+                if not batch:
+                    return
+                await self._answer(batch)
                 batch = []
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the loop is shutting down: release every waiter
+            cancelled = True
             for _, future in batch + self._queue:
                 future.cancel()
             self._queue = []
             raise
         finally:
-            self._busy = False
-            self._drainer = None
+            self._in_flight -= 1
+            if not cancelled:
+                self._dispatch()
+
+    async def _answer(self, batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]]) -> None:
+        try:
+            outcomes = await self._run_batch([op for op, _ in batch])
+        except Exception as exc:
+            for op, future in batch:
+                if not future.done():
+                    future.set_exception(_op_error(op, exc))
+            return
+        for (op, future), outcome in zip(batch, outcomes, strict=True):
+            if future.done():  # its caller was cancelled
+                continue
+            if isinstance(outcome, OpFailed):
+                future.set_exception(_op_error(op, outcome.error))
+            else:
+                future.set_result(outcome)
 
     async def _run_batch(self, ops: Sequence[SqliteOp[Any]]) -> list[Any]:
         if self._execute is None:
@@ -210,6 +236,15 @@ class SqliteConnection:
             try:
                 aio = await pending
             except Exception as exc:
+                # aiosqlite stops its thread on a failed connect but does not wait for it;
+                # wait here, or the thread would answer into an event loop closed meanwhile.
+                deadline = time.monotonic() + 5.0
+                while (
+                    isinstance(worker, threading.Thread)
+                    and worker.is_alive()
+                    and time.monotonic() < deadline
+                ):
+                    await asyncio.sleep(0.001)
                 raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
             # aiosqlite has no public way to run a function on its thread; `_execute` is
             # the (long-stable) internal it builds every public method on. Running a whole
@@ -235,8 +270,36 @@ def _op_error(op: SqliteOp[Any], exc: BaseException) -> BaseException:
 
 def _run_ops(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]]) -> list[Any]:
     if any(op.writes for op in ops):
-        return _retrying(lambda: _in_transaction(conn, lambda: _each(conn, ops, True)))
-    return _retrying(lambda: _each(conn, ops, False))
+        return _retrying(lambda: _in_transaction(conn, lambda: _all(conn, ops, True)))
+    return _retrying(lambda: _all(conn, ops, False))
+
+
+def _all(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]], in_tx: bool) -> list[Any]:
+    """Run a batch; a batch of one kind of op whose class offers `run_many` in one go.
+
+    `run_many(conn, ops) -> outcomes` (an `OpFailed` for an op that failed alone) lets an
+    op kind replace N statements by a few set-based ones, which is most of a big batch's
+    cost. If it fails as a whole, what it wrote is rolled back to a savepoint and the ops
+    run one by one, so that only the op at fault fails.
+    """
+    kind = type(ops[0])
+    run_many = getattr(kind, "run_many", None)
+    if run_many is None or len(ops) < 2 or any(type(op) is not kind for op in ops):
+        return _each(conn, ops, in_tx)
+    if in_tx:
+        conn.execute("SAVEPOINT run_many")
+    try:
+        outcomes: list[Any] = run_many(conn, ops)
+    except Exception as exc:
+        if _is_busy(exc) or (in_tx and not conn.in_transaction):
+            raise
+        if in_tx:
+            conn.execute("ROLLBACK TO run_many")
+            conn.execute("RELEASE run_many")
+        return _each(conn, ops, in_tx)
+    if in_tx:
+        conn.execute("RELEASE run_many")
+    return outcomes
 
 
 def _each(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]], in_tx: bool) -> list[Any]:
@@ -249,7 +312,7 @@ def _each(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]], in_tx: bool) -
             # on disk full, I/O errors...): the batch failed as a whole. Else: this op only.
             if _is_busy(exc) or (in_tx and not conn.in_transaction):
                 raise
-            outcomes.append(_Failed(exc))
+            outcomes.append(OpFailed(exc))
     return outcomes
 
 

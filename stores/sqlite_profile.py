@@ -13,13 +13,13 @@ import builtins
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
 import attrs
 
-from kernel.errors import StoreError
+from kernel.errors import StoreError, VersionConflict
 from kernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
 
 from .profile_records import (
@@ -29,7 +29,7 @@ from .profile_records import (
     decode_value,
     encode_value,
 )
-from .sqlite_connection import Schema, SqliteConnection, Synchronous
+from .sqlite_connection import OpFailed, Schema, SqliteConnection, Synchronous
 
 __all__ = ["SqliteProfileStore"]
 
@@ -59,6 +59,10 @@ _INSERT = (
 _UPDATE = (
     "UPDATE profile_records SET value = ?, version = ?, updated_at = ? "
     "WHERE namespace = ? AND key = ?"
+)
+_VERSIONS_IN = "SELECT key, version FROM profile_records WHERE namespace = ? AND key IN"
+_ROWS_IN = (
+    "SELECT key, value, version, updated_at FROM profile_records WHERE namespace = ? AND key IN"
 )
 _DELETE = "DELETE FROM profile_records WHERE namespace = ? AND key = ?"
 _CLEAR = "DELETE FROM profile_records WHERE namespace = ?"
@@ -160,6 +164,12 @@ class _Get:
     namespace: str
     key: str
 
+    @staticmethod
+    def run_many(conn: sqlite3.Connection, ops: Sequence[_Get]) -> list[Any]:
+        """Many gets in one query per namespace (chunked), answered in the ops' order."""
+        rows = _lookup(conn, _ROWS_IN, ops)
+        return [rows.get((op.namespace, op.key)) for op in ops]
+
     def run(self, conn: sqlite3.Connection) -> tuple[str, int, float] | None:
         row: tuple[str, int, float] | None = conn.execute(
             _SELECT, (self.namespace, self.key)
@@ -177,6 +187,35 @@ class _Set:
     key: str
     data: str
     expected: int | None
+
+    @staticmethod
+    def run_many(conn: sqlite3.Connection, ops: Sequence[_Set]) -> list[Any]:
+        """Many sets in a few statements: one lookup of the current versions, then one
+        executemany of inserts and one of updates, in the same order as one by one."""
+        versions = {record: row[0] for record, row in _lookup(conn, _VERSIONS_IN, ops).items()}
+        now = time.time()
+        inserts: list[tuple[str, str, str, float]] = []
+        updates: list[tuple[str, int, float, str, str]] = []
+        outcomes: list[Any] = []
+        for op in ops:
+            record = (op.namespace, op.key)
+            current = versions.get(record)
+            try:
+                check_expected(op.namespace, op.key, op.expected, current)
+            except VersionConflict as conflict:
+                outcomes.append(OpFailed(conflict))
+                continue
+            if current is None:
+                inserts.append((op.namespace, op.key, op.data, now))
+            else:
+                updates.append((op.data, current + 1, now, op.namespace, op.key))
+            versions[record] = version = 1 if current is None else current + 1
+            outcomes.append((version, now))
+        # Every insert precedes every update of its record (a record is inserted at most
+        # once in a batch of sets), and updates keep their order: the same end state.
+        conn.executemany(_INSERT, inserts)
+        conn.executemany(_UPDATE, updates)
+        return outcomes
 
     def run(self, conn: sqlite3.Connection) -> tuple[int, float]:
         row = conn.execute(_SELECT_VERSION, (self.namespace, self.key)).fetchone()
@@ -263,6 +302,28 @@ class _List:
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"list of prefix {self.prefix!r}", cause, key=self.namespace)
+
+
+_LOOKUP_CHUNK = 500  # bound variables per statement: far below SQLite's limit (999 at least)
+
+
+def _lookup(
+    conn: sqlite3.Connection, select: str, ops: Sequence[_Get] | Sequence[_Set]
+) -> dict[tuple[str, str], tuple[Any, ...]]:
+    """`select` (which yields the key first) for every record the ops name, in one query per
+    namespace and chunk of keys; the rest of each row by (namespace, key)."""
+    keys_by_namespace: dict[str, dict[str, None]] = {}
+    for op in ops:
+        keys_by_namespace.setdefault(op.namespace, {})[op.key] = None
+    found: dict[tuple[str, str], Any] = {}
+    for namespace, unique in keys_by_namespace.items():
+        keys = list(unique)
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = keys[start : start + _LOOKUP_CHUNK]
+            marks = ", ".join("?" * len(chunk))  # placeholders only: values stay bound
+            for key, *rest in conn.execute(f"{select} ({marks})", (namespace, *chunk)):
+                found[(namespace, key)] = tuple(rest)
+    return found
 
 
 _MAX_CODE_POINT = 0x10FFFF

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
-from kernel.profile import ProfileStore, StateScope, SupportsAtomicUpdate
+from kernel.profile import Entry, ProfileStore, StateScope, SupportsAtomicUpdate
 from stores import MemoryProfileStore, SqliteProfileStore
 
 
@@ -87,6 +87,33 @@ async def test_one_failed_compare_and_set_fails_only_itself(store: ProfileStore)
             assert not isinstance(outcome, BaseException) and outcome.version == 2
     stored = {entry.key: entry.value for entry in await store.list("ns")}
     assert stored == {f"k{i}": 1 if i % 2 == 0 else 0 for i in range(32)}
+
+
+async def test_concurrent_reads_each_get_their_own_record(store: ProfileStore) -> None:
+    for i in range(0, 40, 2):
+        await store.set(f"ns{i % 3}", f"k{i}", {"i": i})
+    entries = await asyncio.gather(*(store.get(f"ns{i % 3}", f"k{i}") for i in range(40)))
+    for i, entry in enumerate(entries):
+        if i % 2:
+            assert entry is None
+        else:
+            assert entry is not None
+            assert (entry.namespace, entry.key, entry.value) == (f"ns{i % 3}", f"k{i}", {"i": i})
+
+
+async def test_a_set_sqlite_cannot_store_fails_alone_in_its_batch(tmp_path: Path) -> None:
+    async with SqliteProfileStore(tmp_path / "batch.db") as made:
+        await made.set("ns", "warm", 0)
+        keys = [f"k{i}" for i in range(10)]
+        keys[4] = "lone surrogate \ud800"  # UTF-8 cannot hold it: SQLite refuses the key
+        outcomes = await asyncio.gather(
+            *(made.set("ns", key, i) for i, key in enumerate(keys)), return_exceptions=True
+        )
+        failure = outcomes.pop(4)
+        assert isinstance(failure, StoreError) and failure.key == "ns"
+        assert all(isinstance(outcome, Entry) for outcome in outcomes)
+        stored = {entry.key: entry.value for entry in await made.list("ns", "k")}
+        assert stored == {key: i for i, key in enumerate(keys) if i != 4}
 
 
 async def test_delete_removes_and_is_a_no_op_when_absent(store: ProfileStore) -> None:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -49,7 +50,12 @@ def test_four_processes_updating_one_counter_lose_no_increment(tmp_path: Path) -
         )
         for _ in range(4)
     ]
-    errors = [worker.communicate(timeout=120)[1] for worker in workers]
+    try:
+        errors = [worker.communicate(timeout=120)[1] for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
     assert [worker.returncode for worker in workers] == [0, 0, 0, 0], errors
     assert not any("locked" in text for text in errors)
     with sqlite3.connect(path) as raw:
@@ -92,6 +98,8 @@ def test_every_acknowledged_set_survives_sigkill_and_the_file_stays_sound(
         text=True,
     )
     assert child.stdout is not None
+    watchdog = threading.Timer(60, child.kill)  # a hung child must not hang the suite
+    watchdog.start()
     acked: list[str] = []
     try:
         while len(acked) < 400:
@@ -101,6 +109,7 @@ def test_every_acknowledged_set_survives_sigkill_and_the_file_stays_sound(
             acked.append(line.rstrip("\n"))
     finally:
         os.kill(child.pid, signal.SIGKILL)
+        watchdog.cancel()
     rest, errors = child.communicate(timeout=60)
     assert len(acked) >= 400, errors
     # Lines the child flushed before it died were acknowledged too; a torn last line was not.
