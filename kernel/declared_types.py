@@ -15,6 +15,7 @@ corrupt other snapshots.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import types
@@ -24,6 +25,8 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import attrs
 import msgspec
+
+from .errors import InvalidDeclaration
 
 _ATOMIC_IMMUTABLE: frozenset[Any] = frozenset(
     {int, float, complex, bool, str, bytes, type(None), None, range, type(Ellipsis)}
@@ -223,3 +226,39 @@ def zero_factory(annotation: Any) -> Callable[[], Any] | None:
     except Exception:
         return None
     return target
+
+
+_NOT_SET: Any = object()
+_DEFAULT_FIX = "Set `default = ...` (an immutable value) or `default_factory = callable`."
+
+
+def default_maker(declaring: type, value_type: Any) -> Callable[[], Any]:
+    """How a declared key makes its default: `default_factory`, else a copy of `default`
+    (shared when the type is immutable), else the type's zero value.
+
+    A type with no zero value and no declared default is an `InvalidDeclaration` raised
+    here, when the class is created, not when the first read finds nothing.
+    """
+    owner = declaring.__qualname__
+    factory = getattr(declaring, "default_factory", None)
+    if factory is not None:
+        if not callable(factory):
+            raise InvalidDeclaration(
+                owner, f"`default_factory` must be callable, got {factory!r}", _DEFAULT_FIX
+            )
+        return factory  # type: ignore[no-any-return]
+    mutable = not is_immutable(value_type)
+    default = getattr(declaring, "default", _NOT_SET)
+    if default is not _NOT_SET:
+        return (lambda: copy.deepcopy(default)) if mutable else (lambda: default)
+    zero = zero_factory(value_type)
+    if zero is None:
+        raise InvalidDeclaration(
+            owner,
+            f"value type {describe(value_type)} has no zero value to use as the default",
+            _DEFAULT_FIX,
+        )
+    if mutable:
+        return zero
+    shared = zero()
+    return lambda: shared

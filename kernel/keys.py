@@ -9,7 +9,6 @@ declaration fails at import time rather than in the middle of a run.
 
 from __future__ import annotations
 
-import copy
 import enum
 import inspect
 from collections.abc import Callable
@@ -22,8 +21,6 @@ from .errors import InvalidDeclaration
 
 V = TypeVar("V")
 U = TypeVar("U")
-
-_UNSET: Any = object()
 
 
 class KeyScope(enum.Enum):
@@ -159,7 +156,7 @@ def _declare(cls: type[StateKey[Any, Any]]) -> KeyInfo | None:
         update_classes=declared_types.runtime_classes(update_type),
         copy_values=copy_values,
         copy_updates=not declared_types.is_immutable(update_type),
-        make_default=_default_maker(cls, owner, value_type, copy_values),
+        make_default=declared_types.default_maker(cls, value_type),
         has_validate=cls.validate is not StateKey.validate,
     )
 
@@ -180,32 +177,3 @@ def _check_callable(cls: type, attribute: str, arity: int) -> None:
         ) from None
     except ValueError:  # no signature available (a builtin): trust it
         pass
-
-
-def _default_maker(cls: type, owner: str, value_type: Any, copy_values: bool) -> Callable[[], Any]:
-    factory = getattr(cls, "default_factory", None)
-    if factory is not None:
-        if not callable(factory):
-            raise InvalidDeclaration(
-                owner, f"`default_factory` must be callable, got {factory!r}", _DEFAULT_FIX
-            )
-        return factory  # type: ignore[no-any-return]
-    default = getattr(cls, "default", _UNSET)
-    if default is not _UNSET:
-        if copy_values:
-            return lambda: copy.deepcopy(default)
-        return lambda: default
-    zero = declared_types.zero_factory(value_type)
-    if zero is None:
-        raise InvalidDeclaration(
-            owner,
-            f"value type {declared_types.describe(value_type)} has no zero value to start from",
-            _DEFAULT_FIX,
-        )
-    if not copy_values:
-        shared = zero()
-        return lambda: shared
-    return zero
-
-
-_DEFAULT_FIX = "Set `default = ...` (an immutable value) or `default_factory = callable`."

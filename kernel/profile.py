@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
@@ -287,38 +286,9 @@ def _declare(cls: type[ProfileKey[Any]]) -> ProfileKeyInfo | None:
     return ProfileKeyInfo(
         name=name,
         value_type=value_type,
-        make_default=_default_maker(cls, owner, value_type),
+        make_default=declared_types.default_maker(cls, value_type),
         classes=declared_types.runtime_classes(value_type),
     )
-
-
-_DEFAULT_FIX = "Set `default = ...` (an immutable value) or `default_factory = callable`."
-
-
-def _default_maker(cls: type, owner: str, value_type: Any) -> Callable[[], Any]:
-    factory = getattr(cls, "default_factory", None)
-    if factory is not None:
-        if not callable(factory):
-            raise InvalidDeclaration(
-                owner, f"`default_factory` must be callable, got {factory!r}", _DEFAULT_FIX
-            )
-        return factory  # type: ignore[no-any-return]
-    mutable = not declared_types.is_immutable(value_type)
-    default = getattr(cls, "default", _ABSENT)
-    if default is not _ABSENT:
-        return (lambda: copy.deepcopy(default)) if mutable else (lambda: default)
-    zero = declared_types.zero_factory(value_type)
-    if zero is None:
-        raise InvalidDeclaration(
-            owner,
-            f"value type {declared_types.describe(value_type)} has no zero value to read a "
-            f"missing record as",
-            _DEFAULT_FIX,
-        )
-    if mutable:
-        return zero
-    shared = zero()
-    return lambda: shared
 
 
 def _to_raw(value: Any) -> Any:
@@ -331,6 +301,9 @@ def _from_raw(raw: Any, value_type: Any) -> Any:
 
 
 # -- access ---------------------------------------------------------------------------------
+
+
+_View = TypeVar("_View", bound="ProfileAccess")
 
 
 class ProfileAccess:
@@ -409,22 +382,27 @@ class ProfileAccess:
 
     def buffered(self) -> BufferedProfileAccess:
         """A view whose writes are recorded and sent to the store only by `apply()`."""
-        return BufferedProfileAccess(
-            self._store,
-            keys=self._keys,
-            max_value_bytes=self._max_value_bytes,
-            max_update_attempts=self._max_update_attempts,
-        )
+        view = self._view_as(BufferedProfileAccess)
+        view._ops = []
+        view._overlay = {}
+        return view
 
     def read_only(self, reason: str = _GATE_REASON) -> ReadOnlyProfileAccess:
         """A view that reads like this one and refuses every write with `StateError`."""
-        return ReadOnlyProfileAccess(
-            self._store,
-            keys=self._keys,
-            max_value_bytes=self._max_value_bytes,
-            max_update_attempts=self._max_update_attempts,
-            reason=reason,
-        )
+        view = self._view_as(ReadOnlyProfileAccess)
+        view._reason = reason
+        return view
+
+    def _view_as(self, kind: type[_View]) -> _View:
+        """A view of the same store and settings, built without re-checking them: the
+        engine makes one per hook call, so this is on the phase's path."""
+        view = object.__new__(kind)
+        view._store = self._store
+        view._keys = self._keys
+        view._max_value_bytes = self._max_value_bytes
+        view._max_update_attempts = self._max_update_attempts
+        view._atomic = self._atomic
+        return view
 
     # -- shared machinery -----------------------------------------------------------------
 
@@ -556,8 +534,9 @@ class _Op:
 class BufferedProfileAccess(ProfileAccess):
     """A ProfileAccess whose `write`, `delete` and `update` are recorded, not sent.
 
-    The engine gives one to each hook run. Reads see the buffer first, so a hook reads its
-    own writes (after `update`, the provisional value computed against the value read then).
+    Made by `access.buffered()`; the engine gives one to each hook run. Reads see the
+    buffer first, so a hook reads its own writes (after `update`, the provisional value
+    computed against the value read then).
     `apply()` sends the recorded operations to the store in order, right after the hook's
     command commits; `discard()` drops them (a deferred or failed hook: its re-run gets a new
     buffer and makes its writes anew, so nothing is ever written twice). A recorded `update`
@@ -566,23 +545,8 @@ class BufferedProfileAccess(ProfileAccess):
     """
 
     __slots__ = ("_ops", "_overlay")
-
-    def __init__(
-        self,
-        store: ProfileStore,
-        *,
-        keys: Mapping[str, type[Any]] | None = None,
-        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-        max_update_attempts: int = DEFAULT_MAX_UPDATE_ATTEMPTS,
-    ) -> None:
-        super().__init__(
-            store,
-            keys=keys,
-            max_value_bytes=max_value_bytes,
-            max_update_attempts=max_update_attempts,
-        )
-        self._ops: list[_Op] = []
-        self._overlay: dict[tuple[str, str], Any] = {}
+    _ops: list[_Op]
+    _overlay: dict[tuple[str, str], Any]
 
     async def read(self, key_cls: type[ProfileKey[V]], key: str) -> V:
         info, record = self._resolve(key_cls, key)
@@ -651,28 +615,12 @@ class BufferedProfileAccess(ProfileAccess):
 class ReadOnlyProfileAccess(ProfileAccess):
     """A ProfileAccess that reads and refuses every write with `StateError`.
 
-    Tool gates get this one: a gate is re-evaluated whenever the engine likes, so a write
-    there could happen any number of times.
+    Made by `access.read_only(reason)`. Tool gates get this one: a gate is re-evaluated
+    whenever the engine likes, so a write there could happen any number of times.
     """
 
     __slots__ = ("_reason",)
-
-    def __init__(
-        self,
-        store: ProfileStore,
-        *,
-        keys: Mapping[str, type[Any]] | None = None,
-        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-        max_update_attempts: int = DEFAULT_MAX_UPDATE_ATTEMPTS,
-        reason: str = _GATE_REASON,
-    ) -> None:
-        super().__init__(
-            store,
-            keys=keys,
-            max_value_bytes=max_value_bytes,
-            max_update_attempts=max_update_attempts,
-        )
-        self._reason = reason
+    _reason: str
 
     async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
         self._refuse("write", key_cls, key)

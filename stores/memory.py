@@ -11,14 +11,14 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import attrs
 
 from kernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
 from kernel.threads import ThreadState
 
+from .lifecycle import ClosingStore
 from .profile_records import (
     check_expected,
     check_expected_version,
@@ -38,7 +38,7 @@ class _Record:
     updated_at: float
 
 
-class MemoryProfileStore:
+class MemoryProfileStore(ClosingStore):
     """A ProfileStore held in a dict; nothing survives the process."""
 
     def __init__(self, *, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
@@ -91,24 +91,13 @@ class MemoryProfileStore:
     async def close(self) -> None:
         """Nothing to release; the records stay until the store is dropped."""
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
-
 
 def _entry(namespace: str, key: str, record: _Record) -> Entry:
     value = decode_value(namespace, key, record.data)
     return Entry(namespace, key, value, record.version, record.updated_at)
 
 
-class MemoryThreadStore:
+class MemoryThreadStore(ClosingStore):
     """A ThreadStore held in a dict; nothing survives the process."""
 
     def __init__(self) -> None:
@@ -129,14 +118,3 @@ class MemoryThreadStore:
 
     async def close(self) -> None:
         """Nothing to release; the threads stay until the store is dropped."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -14,14 +14,14 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import attrs
 
 from kernel.errors import StoreError, VersionConflict
 from kernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
 
+from .lifecycle import ClosingStore
 from .profile_records import (
     check_expected,
     check_expected_version,
@@ -74,7 +74,7 @@ _LIST_RANGE = _LIST + " AND key >= ? AND key < ? ORDER BY key"
 _LIST_ALL = _LIST + " ORDER BY key"
 
 
-class SqliteProfileStore:
+class SqliteProfileStore(ClosingStore):
     """A ProfileStore in a SQLite file (created on first use, with its schema).
 
     `max_value_bytes` refuses larger values (as encoded JSON) before any write;
@@ -142,17 +142,6 @@ class SqliteProfileStore:
     async def close(self) -> None:
         """Finish pending writes and close the file; the store reopens it on next use."""
         await self._db.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 # -- operations, run on the connection's thread ---------------------------------------------

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from types import TracebackType
-from typing import ClassVar, Self
+from typing import ClassVar
 
 import attrs
 
 from kernel.errors import StoreError
 from kernel.threads import ThreadState
 
+from .lifecycle import ClosingStore
 from .sqlite_connection import Schema, SqliteConnection, Synchronous
 from .thread_records import check_revision, decode_state, encode_state
 
@@ -48,7 +48,7 @@ _REPLACE = (
 _DELETE = "DELETE FROM thread_states WHERE thread_id = ?"
 
 
-class SqliteThreadStore:
+class SqliteThreadStore(ClosingStore):
     """A ThreadStore in a SQLite file (created on first use, with its schema).
 
     May share its file with a SqliteProfileStore. `synchronous="FULL"` makes every save
@@ -80,17 +80,6 @@ class SqliteThreadStore:
     async def close(self) -> None:
         """Finish pending saves and close the file; the store reopens it on next use."""
         await self._db.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 @attrs.frozen
