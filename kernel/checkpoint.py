@@ -10,7 +10,7 @@ a plugin missing from one run must not cost another plugin its state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -54,7 +54,7 @@ class EncodeCache:
             return seen[1]
         try:
             raw = _encoder.encode(value)
-        except (TypeError, msgspec.EncodeError) as error:
+        except (TypeError, NotImplementedError, msgspec.EncodeError) as error:
             raise StateError(
                 f"value of key {name!r} cannot be encoded for persistence: {error}. Use a "
                 f"msgspec-encodable type (Struct, dataclass, attrs class, pydantic model, "
@@ -126,16 +126,3 @@ def decode_values(
             )
             undecodable[name] = data
     return Restored(values, foreign, undecodable)
-
-
-def merge_raw(*parts: Mapping[str, bytes]) -> dict[str, bytes]:
-    """Later parts win: used to lay this run's encoded keys over carried-over raw ones."""
-    merged: dict[str, bytes] = {}
-    for part in parts:
-        merged.update(part)
-    return merged
-
-
-def without(names: Iterable[str], raw: Mapping[str, bytes]) -> dict[str, bytes]:
-    dropped = set(names)
-    return {name: data for name, data in raw.items() if name not in dropped}

@@ -210,27 +210,26 @@ class PhaseEngine:
         for hook, result in zip(hooks, results, strict=True):
             if result is None:
                 continue
-            if type(result) is StateCommand and result.patch.ops:
-                contribution: Contribution | None = Contribution(hook.plugin, result)
+            if type(result) is StateCommand and result.patch.ops:  # the common case, inlined
+                contribution = Contribution(hook.plugin, result)
             else:
-                contribution = self._contribution(hook, result, context.phase)
-                if contribution is None:
+                maybe = self._contribution(hook, result, context.phase)
+                if maybe is None:
                     continue
-            assert contribution is not None
+                contribution = maybe
             contributions.append(contribution)
             owners.append(hook)
             if result.scheduled_actions or result.effects:
                 self._check_handlers(contribution)
         split = partition(contributions)
         if not split.deferred:
+            done: list[tuple[Sequence[Contribution], Snapshot]] = []
             if contributions:
                 before = self._state.revision
                 snapshot = self._state.commit(split.kept)
                 tally.commits += snapshot.revision != before
-            if self._profile is not None:
-                await _apply_profile_writes(contexts)
-            if contributions:
-                await self._after_commit(split.kept, snapshot, tally)
+                done.append((split.kept, snapshot))
+            await self._after_commits(done, contexts, tally)
             return
         owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
         deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
@@ -246,7 +245,21 @@ class PhaseEngine:
         hook that is deferred or fails can be dropped without touching anyone else's."""
         if self._profile is None:
             return [context] * count
-        return [attrs.evolve(context, profile=self._profile.buffered()) for _ in range(count)]
+        c = context  # built directly: attrs.evolve costs several times more, per hook
+        return [
+            PhaseContext(
+                c.phase,
+                c.run,
+                c.agent,
+                c.snapshot,
+                c.messages,
+                self._profile.buffered(),
+                c.tool_call,
+                c.response,
+                c.tool_result,
+            )
+            for _ in range(count)
+        ]
 
     async def _settle_conflicts(
         self,
@@ -273,15 +286,12 @@ class PhaseEngine:
                 done.append(((rerun,), staged.commit((rerun,))))
         published = self._state.publish(staged)
         tally.commits += published
-        await _apply_profile_writes(kept_contexts)
-        await _apply_profile_writes(rerun_contexts)
-        for contributions, snapshot in done:
-            await self._after_commit(contributions, snapshot, tally)
+        await self._after_commits(done, [*kept_contexts, *rerun_contexts], tally)
 
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
         if result is None:
             return None
-        if type(result) is not StateCommand and not isinstance(result, StateCommand):
+        if not isinstance(result, StateCommand):
             problem = TypeError(f"a phase hook must return a StateCommand or None, got {result!r}")
             raise HookFailed(hook.plugin, str(phase), problem)
         if result.is_empty():
@@ -302,6 +312,24 @@ class PhaseEngine:
                 raise UnknownEffectHandler(effect.spec.key, contribution.origin)
 
     # -- after a commit: effects and actions --------------------------------------------
+
+    async def _after_commits(
+        self,
+        done: Sequence[tuple[Sequence[Contribution], Snapshot]],
+        contexts: Sequence[PhaseContext],
+        tally: _Tally,
+    ) -> None:
+        """After commits: the hooks' profile writes, then effects and actions.
+
+        Effects and actions go out even when a profile write fails (`StoreError` is raised
+        after them): the commits stand, so nothing their commands asked for may be dropped.
+        """
+        try:
+            if self._profile is not None:
+                await _apply_profile_writes(contexts)
+        finally:
+            for contributions, snapshot in done:
+                await self._after_commit(contributions, snapshot, tally)
 
     async def _after_commit(
         self, contributions: Sequence[Contribution], snapshot: Snapshot, tally: _Tally
@@ -326,6 +354,8 @@ class PhaseEngine:
                     )
 
     async def _run_actions(self, phase: Phase, fields: Mapping[str, Any], tally: _Tally) -> None:
+        if not self._pending:
+            return
         rounds = 0
         while any(action.spec.phase is phase for action, _ in self._pending):
             due = [item for item in self._pending if item[0].spec.phase is phase]
@@ -334,8 +364,12 @@ class PhaseEngine:
                 names = tuple(dict.fromkeys(action.spec.key for action, _ in due))
                 raise PhaseRunLoopExceeded(str(phase), rounds, names)
             rounds += 1
-            for action, _origin in due:
-                await self._run_action(phase, action, fields, tally)
+            for index, (action, _origin) in enumerate(due):
+                try:
+                    await self._run_action(phase, action, fields, tally)
+                except BaseException:
+                    self._pending[:0] = due[index + 1 :]  # the failure drops no other action
+                    raise
 
     async def _run_action(
         self, phase: Phase, action: ScheduledAction, fields: Mapping[str, Any], tally: _Tally
@@ -352,7 +386,7 @@ class PhaseEngine:
         except Exception as error:
             raise HookFailed(entry.plugin, str(phase), error) from error
         if result is None:
-            await _apply_profile_writes((context,))
+            await self._after_commits((), (context,), tally)
             return
         if not isinstance(result, StateCommand):
             problem = TypeError(
@@ -365,8 +399,7 @@ class PhaseEngine:
         before = self._state.revision
         snapshot = self._state.commit((contribution,))
         tally.commits += snapshot.revision != before
-        await _apply_profile_writes((context,))
-        await self._after_commit((contribution,), snapshot, tally)
+        await self._after_commits((((contribution,), snapshot),), (context,), tally)
 
 
 async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:

@@ -10,13 +10,12 @@ depend on which hook finished first.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import attrs
 
 from .commands import StateCommand
-from .keys import MergeStrategy, StateKey
+from .keys import MergeStrategy
 
 
 @attrs.frozen
@@ -33,13 +32,6 @@ class Partition:
 
     kept: tuple[Contribution, ...]
     deferred: tuple[Contribution, ...]
-
-
-def exclusive_keys(command: StateCommand) -> frozenset[str]:
-    """Key strings the command writes under EXCLUSIVE merge (clears included)."""
-    return frozenset(
-        key.key for key, _ in command.patch.ops if key.merge is MergeStrategy.EXCLUSIVE
-    )
 
 
 def partition(contributions: Sequence[Contribution]) -> Partition:
@@ -64,13 +56,3 @@ def partition(contributions: Sequence[Contribution]) -> Partition:
         else:
             deferred.append(contribution)
     return Partition(tuple(kept), tuple(deferred))
-
-
-def merged_ops(
-    contributions: Sequence[Contribution],
-) -> Iterator[tuple[type[StateKey[Any, Any]], Any, str | None]]:
-    """Every op of every command, in order, tagged with its origin for error messages."""
-    for contribution in contributions:
-        origin = contribution.origin
-        for key, update in contribution.command.patch.ops:
-            yield key, update, origin

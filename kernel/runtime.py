@@ -10,6 +10,7 @@ still means something in the next.
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -24,8 +25,6 @@ from .checkpoint import (
     EncodeCache,
     decode_values,
     encode_scope,
-    merge_raw,
-    without,
 )
 from .codec import dec_hook, enc_hook
 from .commands import StateCommand
@@ -44,6 +43,7 @@ from .keys import KeyScope
 from .phases import Phase
 from .plugin import Components, Plugin
 from .profile import ProfileAccess, ProfileStore
+from .registry import KeyRegistry
 from .snapshot import Snapshot
 from .state import LiveState
 from .threads import ThreadState, ThreadStore
@@ -262,7 +262,11 @@ class Kernel:
         except Exception as error:
             raise StoreError("thread load", error, key=thread_id) from error
         if stored is None:
-            return _Thread(values=_volatile(self.components.keys, memory.values))
+            return _Thread(
+                values=_volatile(self.components.keys, memory.values),
+                revision=memory.revision,
+                runs=memory.runs,
+            )
         raw = dict(stored.values)
         runs_raw = raw.pop(_RUN_COUNT, None)
         registry = self.components.keys
@@ -278,13 +282,16 @@ class Kernel:
         run_values: dict[str, Any] = {}
         if stored.suspended is not None:
             suspended = msgspec.json.decode(stored.suspended, type=SuspendedRun)
-            run_values = decode_values(
-                registry,
-                stored.run_values or {},
-                record=thread_id,
-                skip_undecodable=self._skip_undecodable,
-                scope=KeyScope.RUN,
-            ).values
+            run_values = {
+                **_volatile(registry, memory.run_values),
+                **decode_values(
+                    registry,
+                    stored.run_values or {},
+                    record=thread_id,
+                    skip_undecodable=self._skip_undecodable,
+                    scope=KeyScope.RUN,
+                ).values,
+            }
         return _Thread(
             values=values,
             foreign=restored.foreign,
@@ -305,30 +312,37 @@ class Kernel:
     ) -> Run:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
+        if thread.undecodable:
+            state.track_touched()  # to know which set-aside values this run replaced
         return Run(self, identity, agent, state, thread)
 
     async def _save(self, run: Run, suspended: SuspendedRun | None) -> None:
-        """Checkpoint `run` into memory and, for persistent keys, the ThreadStore."""
+        """Checkpoint `run`: persistent keys to the ThreadStore, the rest to memory.
+
+        Raises before changing anything if a value cannot be encoded or the store refuses
+        the save; the run then stays open, so the caller can still end it cleanly.
+        """
         thread = run._thread
         registry = self.components.keys
-        values = run.snapshot.raw_values()
-        thread_values = {
-            name: value
-            for name, value in values.items()
-            if (binding := registry.by_name.get(name)) is not None
-            and binding.scope is KeyScope.THREAD
-        }
+        thread_values, run_values = _split_by_scope(registry, run.snapshot._stored_values())
         revision = run.revision
         if self.thread_store is not None:
-            encoded = encode_scope(registry, values, KeyScope.THREAD, run._cache)
-            kept = without(encoded, thread.undecodable)
-            raw = merge_raw(thread.foreign, kept, encoded)
-            raw[_RUN_COUNT] = msgspec.json.encode(thread.runs)
+            undecodable = {
+                name: data
+                for name, data in thread.undecodable.items()
+                if name not in run._state.touched_names
+            }
+            raw = {
+                **thread.foreign,
+                **undecodable,
+                **encode_scope(registry, thread_values, KeyScope.THREAD, run._cache),
+                _RUN_COUNT: msgspec.json.encode(thread.runs),
+            }
             state = ThreadState(
                 revision=revision,
                 values=raw,
                 run_values=(
-                    encode_scope(registry, values, KeyScope.RUN, run._cache, persistent_only=False)
+                    encode_scope(registry, run_values, KeyScope.RUN, run._cache)
                     if suspended is not None
                     else None
                 ),
@@ -343,27 +357,45 @@ class Kernel:
             except Exception as error:
                 raise StoreError("thread save", error, key=run.identity.thread_id) from error
             thread.saved_revision = revision
-            thread.undecodable = kept
+            thread.undecodable = undecodable
+            # The store holds the persistent keys; memory keeps only what it must not.
+            thread_values = _volatile(registry, thread_values)
+            run_values = _volatile(registry, run_values)
         thread.values = thread_values
+        thread.run_values = run_values if suspended is not None else {}
         thread.revision = revision
         thread.suspended = suspended
-        thread.run_values = (
-            {
-                name: value
-                for name, value in values.items()
-                if (binding := registry.by_name.get(name)) is not None
-                and binding.scope is KeyScope.RUN
-            }
-            if suspended is not None
-            else {}
-        )
 
     def _release(self, run: Run) -> None:
-        self._live.discard(run.identity.thread_id)
+        thread_id = run.identity.thread_id
+        self._live.discard(thread_id)
+        thread = self._threads.get(thread_id)
+        if (
+            self.thread_store is not None
+            and thread is not None
+            and thread.saved_revision > 0
+            and not thread.values
+            and thread.suspended is None
+        ):
+            del self._threads[thread_id]  # everything it held is in the store
 
 
-def _volatile(registry: Any, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The non-persistent thread keys among `values`: they live in kernel memory only."""
+def _split_by_scope(
+    registry: KeyRegistry, values: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Registered values split into (thread-scoped, run-scoped)."""
+    thread_values: dict[str, Any] = {}
+    run_values: dict[str, Any] = {}
+    for name, value in values.items():
+        binding = registry.by_name.get(name)
+        if binding is not None:
+            target = thread_values if binding.scope is KeyScope.THREAD else run_values
+            target[name] = value
+    return thread_values, run_values
+
+
+def _volatile(registry: KeyRegistry, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The non-persistent keys among `values`: they live in kernel memory only."""
     return {
         name: value
         for name, value in values.items()
@@ -388,6 +420,8 @@ class Run:
         self._state = state
         self._thread = thread
         self._cache = EncodeCache()
+        profile = kernel.profile
+        self._read_only_profile = profile.read_only(_WRITES_HERE) if profile is not None else None
         self._phase_listeners: list[PhaseListener] = []
         self._lock = asyncio.Lock()
         self._finished = False
@@ -483,7 +517,7 @@ class Run:
             profile=buffer,
         )
         try:
-            output = tool(dict(tool_call.arguments), context)
+            output = tool(copy.deepcopy(dict(tool_call.arguments)), context)
             if inspect.isawaitable(output):
                 output = await output
         except Exception as error:
@@ -565,12 +599,10 @@ class Run:
             actions=actions,
             detail=detail,
         )
-        try:
-            async with self._lock:
-                await self._kernel._save(self, record)
-        finally:
-            self._finished = True
-            self._kernel._release(self)
+        async with self._lock:
+            await self._kernel._save(self, record)  # on failure the run stays open
+        self._finished = True
+        self._kernel._release(self)
 
     async def abandon(self) -> None:
         """Close the run without saving anything: the thread stays as it was last saved."""
@@ -581,7 +613,7 @@ class Run:
     def _cache_encode(self, payload: Any) -> bytes:
         try:
             return msgspec.json.encode(payload, enc_hook=enc_hook)
-        except (TypeError, msgspec.EncodeError) as error:
+        except (TypeError, NotImplementedError, msgspec.EncodeError) as error:
             raise StateError(
                 f"a scheduled action's payload cannot be saved with the suspended run: {error}; "
                 f"use a msgspec-encodable payload type."
@@ -620,14 +652,8 @@ class Run:
     def _context(self, phase: Phase, snapshot: Snapshot, fields: Mapping[str, Any]) -> PhaseContext:
         # Read-only by default: every path that may write (hooks, actions, tools) swaps in a
         # buffer of its own, so a forgotten swap can never write around the commit path.
-        profile = self._kernel.profile
         return PhaseContext(
-            phase,
-            self.identity,
-            self.agent,
-            snapshot,
-            profile=profile.read_only(_WRITES_HERE) if profile is not None else None,
-            **fields,
+            phase, self.identity, self.agent, snapshot, profile=self._read_only_profile, **fields
         )
 
     def _check_open(self) -> None:

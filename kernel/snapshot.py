@@ -65,7 +65,7 @@ class Snapshot:
     def registry(self) -> KeyRegistry:
         return self._registry
 
-    def raw_values(self) -> immutables.Map[str, Any]:
+    def _stored_values(self) -> immutables.Map[str, Any]:
         """The stored values by key string, uncopied: for the kernel's own persistence only."""
         return self._values
 

@@ -34,7 +34,7 @@ _UNTOUCHED: Any = object()
 class LiveState:
     """Current state of one run: an O(1) `snapshot`, and an atomic `commit`."""
 
-    __slots__ = ("_history", "_listeners", "_registry", "_snapshot", "_staged_from")
+    __slots__ = ("_history", "_listeners", "_registry", "_snapshot", "_staged_from", "_touched")
 
     def __init__(
         self,
@@ -49,6 +49,7 @@ class LiveState:
         self._listeners: list[CommitListener] = []
         self._staged_from: Snapshot | None = None
         self._history: list[Snapshot] = []
+        self._touched: set[str] | None = None
 
     @classmethod
     def of(
@@ -83,6 +84,16 @@ class LiveState:
     def registry(self) -> KeyRegistry:
         return self._registry
 
+    def track_touched(self) -> None:
+        """From now on, remember the key strings every commit touches (`touched_names`)."""
+        if self._touched is None:
+            self._touched = set()
+
+    @property
+    def touched_names(self) -> frozenset[str]:
+        """Key strings written or cleared since `track_touched()` (empty if never called)."""
+        return frozenset(self._touched or ())
+
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(snapshot)` after every commit that moved the revision."""
         self._listeners.append(listener)
@@ -104,9 +115,13 @@ class LiveState:
         This is how a gather round with deferred re-runs stays atomic: the re-runs see the
         fork's fresh snapshots, and if anything in the round fails the fork is dropped.
         """
-        fork = LiveState(self._registry, values=self._snapshot.raw_values(), revision=self.revision)
+        fork = LiveState(
+            self._registry, values=self._snapshot._stored_values(), revision=self.revision
+        )
         fork._staged_from = self._snapshot
         fork.add_listener(fork._history.append)
+        if self._touched is not None:
+            fork._touched = set()
         return fork
 
     def publish(self, fork: LiveState) -> int:
@@ -120,13 +135,15 @@ class LiveState:
         for snapshot in fork._history:
             self._snapshot = snapshot
             self._notify(snapshot)
+        if self._touched is not None and fork._touched:
+            self._touched.update(fork._touched)
         return len(fork._history)
 
     def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
         current = self._snapshot
         revision = current.revision
         by_class = self._registry.by_class
-        stored = current.raw_values()
+        stored = current._stored_values()
         working: dict[str, Any] = {}
         touched: dict[str, KeyBinding] = {}
         for contribution in contributions:
@@ -173,6 +190,8 @@ class LiveState:
                     origin = _last_writer(contributions, binding)
                     raise CommitRejected(name, error, plugin=origin, stage="validate") from error
         snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
+        if self._touched is not None:
+            self._touched.update(working)
         self._snapshot = snapshot
         self._notify(snapshot)
         return snapshot

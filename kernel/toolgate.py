@@ -40,7 +40,12 @@ class SetResult:
 
 GateDecision = Block | Suspend | SetResult
 
-_PRIORITY: dict[type, int] = {Block: 0, Suspend: 1, SetResult: 2}
+
+def _priority(answer: GateDecision) -> int:
+    """Block beats Suspend beats SetResult (lower wins); subclasses rank as their base."""
+    if isinstance(answer, Block):
+        return 0
+    return 1 if isinstance(answer, Suspend) else 2
 
 
 def decide(answers: Sequence[tuple[str, GateDecision | None]]) -> GateDecision | None:
@@ -49,9 +54,9 @@ def decide(answers: Sequence[tuple[str, GateDecision | None]]) -> GateDecision |
     for plugin, answer in answers:
         if answer is None:
             continue
-        if winner is None or _PRIORITY[type(answer)] < _PRIORITY[type(winner[1])]:
+        if winner is None or _priority(answer) < _priority(winner[1]):
             winner = (plugin, answer)
-        elif type(answer) is type(winner[1]):
+        elif _priority(answer) == _priority(winner[1]):
             logger.info(
                 "tool gates clash: %s from %r kept over %s from %r (first registered wins)",
                 winner[1],

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -10,13 +13,20 @@ import attrs
 from .commands import StateCommand
 
 
+def _frozen_arguments(arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A private, read-only copy: every hook of a tool call sees the same call object, so
+    none of them may change the arguments the others check or the tool receives."""
+    return MappingProxyType(copy.deepcopy(dict(arguments)))
+
+
 @attrs.frozen
 class ToolCall:
-    """One tool call the model asked for."""
+    """One tool call the model asked for. `arguments` is read-only; the tool itself gets a
+    fresh, mutable copy."""
 
     id: str
     name: str
-    arguments: dict[str, Any] = attrs.field(factory=dict)
+    arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_arguments)
 
 
 @attrs.frozen

@@ -284,9 +284,8 @@ class ContextInjection(Plugin):
         now = snapshot.get(ContextStep)
         live = [entry for entry in entries if not _expired(entry, now)]
         split = bisect.bisect_left(live, _AFTER_HISTORY, key=lambda e: _RANK[e.message.band])
-        return InferenceRequest(
-            (*_messages(live[:split]), *request.messages, *_messages(live[split:])),
-            request.tools,
+        return request.replace(
+            messages=(*_messages(live[:split]), *request.messages, *_messages(live[split:]))
         )
 
 

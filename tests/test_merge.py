@@ -7,7 +7,6 @@ import random
 from sample_keys import Counter, Log, Msg, Title
 
 from kernel import Contribution, KeyRegistry, LiveState, StateCommand, partition
-from kernel.merge import exclusive_keys, merged_ops
 
 
 def _log(text: str) -> StateCommand:
@@ -17,10 +16,6 @@ def _log(text: str) -> StateCommand:
 def test_commutative_ops_concatenate_in_the_given_order() -> None:
     contributions = [Contribution(f"p{i}", _log(str(i))) for i in range(5)]
     assert partition(contributions).deferred == ()
-    assert [(origin, key) for key, _, origin in merged_ops(contributions)][:2] == [
-        ("p0", Log),
-        ("p0", Counter),
-    ]
     state = LiveState(KeyRegistry.of(Log, Counter))
     state.commit(contributions)
     assert [m.text for m in state.snapshot.get(Log)] == ["0", "1", "2", "3", "4"]
@@ -58,6 +53,9 @@ def test_disjoint_exclusive_writes_are_all_kept() -> None:
     assert partition([a, c]).kept == (a, c)
 
 
-def test_exclusive_keys_include_clears_and_skip_commutative() -> None:
-    command = StateCommand().clear(Title).update(Counter, 1)
-    assert exclusive_keys(command) == frozenset({"test.title"})
+def test_a_clear_claims_an_exclusive_key_and_commutative_ops_claim_none() -> None:
+    clearing = Contribution("a", StateCommand().clear(Title).update(Counter, 1))
+    writing = Contribution("b", StateCommand().update(Title, "b").update(Counter, 1))
+    counting = Contribution("c", StateCommand().update(Counter, 5))
+    split = partition([clearing, writing, counting])
+    assert split.kept == (clearing, counting) and split.deferred == (writing,)
