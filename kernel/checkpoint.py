@@ -10,7 +10,7 @@ a plugin missing from one run must not cost another plugin its state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -19,7 +19,7 @@ import msgspec
 from .codec import dec_hook, enc_hook
 from .errors import CommitRejected, DecodeFailed, StateError
 from .keys import KeyScope
-from .registry import KeyRegistry
+from .registry import KeyBinding, KeyRegistry
 
 logger = logging.getLogger("statekernel")
 
@@ -39,19 +39,22 @@ class Restored:
 
 
 class EncodeCache:
-    """Remembers the bytes of each value last encoded, so an unchanged value is not
-    re-encoded at every checkpoint. Stored values are never mutated in place (snapshots
-    are frozen), so identity is a safe test for "unchanged"."""
+    """Remembers the bytes of each value last encoded, so an unchanged value is neither
+    re-validated nor re-encoded at every checkpoint. Stored values are never mutated in
+    place (snapshots are frozen), so identity is a safe test for "unchanged"."""
 
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[Any, bytes]] = {}
 
-    def encode(self, name: str, value: Any) -> bytes:
+    def encode(self, name: str, value: Any, validate: Callable[[Any], None] | None = None) -> bytes:
+        """The value's bytes; a value not seen before is first checked by `validate`."""
         seen = self._seen.get(name)
         if seen is not None and seen[0] is value:
             return seen[1]
+        if validate is not None:
+            validate(value)
         try:
             raw = _encoder.encode(value)
         except (TypeError, NotImplementedError, msgspec.EncodeError) as error:
@@ -81,13 +84,24 @@ def encode_scope(
             continue
         if persistent_only and not binding.persistent:
             continue
-        if binding.has_validate:
-            try:
-                binding.key.validate(value)
-            except Exception as error:
-                raise CommitRejected(name, error, plugin=binding.plugin, stage="persist") from error
-        encoded[name] = cache.encode(name, value)
+        encoded[name] = cache.encode(
+            name, value, _persist_check(binding) if binding.has_validate else None
+        )
     return encoded
+
+
+def _persist_check(binding: KeyBinding) -> Callable[[Any], None]:
+    """`validate` before persisting (the seed's validate_for_persist), as a CommitRejected."""
+
+    def check(value: Any) -> None:
+        try:
+            binding.key.validate(value)
+        except Exception as error:
+            raise CommitRejected(
+                binding.name, error, plugin=binding.plugin, stage="persist"
+            ) from error
+
+    return check
 
 
 def decode_values(

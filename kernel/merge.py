@@ -36,6 +36,8 @@ class Partition:
 
 def partition(contributions: Sequence[Contribution]) -> Partition:
     """Greedily keep, in the given order, each command compatible with those already kept."""
+    if len(contributions) < 2:
+        return Partition(tuple(contributions), ())
     kept: list[Contribution] = []
     deferred: list[Contribution] = []
     claimed: set[str] = set()
