@@ -107,13 +107,15 @@ EffectSpec._generic_base = EffectSpec
 
 def spec_info(spec: Any, expected: type) -> SpecInfo:
     """The derived facts of a concrete spec class, or a clear error for anything else."""
-    info = getattr(spec, "__statekernel_spec__", None) if isinstance(spec, type) else None
-    if info is None or not issubclass(spec, expected):
-        raise TypeError(
-            f"expected a concrete {expected.__name__} subclass (the class itself, with `key` "
-            f"set and its payload type bound), got {spec!r}."
-        )
-    return info  # type: ignore[no-any-return]
+    info: SpecInfo = declared_types.declaration_of(
+        spec,
+        expected,
+        "__statekernel_spec__",
+        kind=expected.__name__,
+        binds=f"{expected.__name__}[Payload]",
+        example=f"class MySpec({expected.__name__}[Payload]): key = 'my_spec'",
+    )
+    return info
 
 
 @attrs.frozen

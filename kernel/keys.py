@@ -108,19 +108,15 @@ class StateKey(Generic[V, U]):
 
 def key_info(key: Any) -> KeyInfo:
     """The derived facts of a registrable key class, or a clear error for anything else."""
-    info = getattr(key, "__statekernel_key__", None) if isinstance(key, type) else None
-    if info is None:
-        if isinstance(key, type) and issubclass(key, StateKey):
-            raise InvalidDeclaration(
-                key.__qualname__,
-                "is an abstract state key (no `key` string, or unresolved type parameters)",
-                "Use a concrete subclass that sets `key` and binds StateKey[Value, Update].",
-            )
-        raise TypeError(
-            f"expected a StateKey subclass (the class itself), got {key!r}. Declare keys as "
-            f"`class MyKey(StateKey[Value, Update]): key = 'my_key'`."
-        )
-    return info  # type: ignore[no-any-return]
+    info: KeyInfo = declared_types.declaration_of(
+        key,
+        StateKey,
+        "__statekernel_key__",
+        kind="state key",
+        binds="StateKey[Value, Update]",
+        example="class MyKey(StateKey[Value, Update]): key = 'my_key'",
+    )
+    return info
 
 
 def _declare(cls: type[StateKey[Any, Any]]) -> KeyInfo | None:

@@ -255,19 +255,15 @@ class ProfileKey(Generic[V]):
 
 def profile_key_info(key: Any) -> ProfileKeyInfo:
     """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
-    info = getattr(key, "__statekernel_profile_key__", None) if isinstance(key, type) else None
-    if info is None:
-        if isinstance(key, type) and issubclass(key, ProfileKey):
-            raise InvalidDeclaration(
-                key.__qualname__,
-                "is an abstract profile key (no `key` string, or an unbound type parameter)",
-                "Use a concrete subclass that sets `key` and binds ProfileKey[Value].",
-            )
-        raise TypeError(
-            f"expected a ProfileKey subclass (the class itself), got {key!r}. Declare one as "
-            f"`class TeamContext(ProfileKey[TeamData]): key = 'team_context'`."
-        )
-    return info  # type: ignore[no-any-return]
+    info: ProfileKeyInfo = declared_types.declaration_of(
+        key,
+        ProfileKey,
+        "__statekernel_profile_key__",
+        kind="profile key",
+        binds="ProfileKey[Value]",
+        example="class TeamContext(ProfileKey[TeamData]): key = 'team_context'",
+    )
+    return info
 
 
 def _declare(cls: type[ProfileKey[Any]]) -> ProfileKeyInfo | None:
