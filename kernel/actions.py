@@ -39,7 +39,7 @@ class _Spec(Generic[P]):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _Spec[P]:
         raise TypeError(
-            f"{cls.__name__} is a {cls._kind} spec: pass the class itself, e.g. "
+            f"{cls.__name__} is an {cls._kind} spec: pass the class itself, e.g. "
             f"cmd.schedule({cls.__name__}, payload) / cmd.emit({cls.__name__}, payload)."
         )
 

@@ -22,7 +22,7 @@ import msgspec
 from .codec import enc_hook
 from .commands import StateCommand
 from .errors import StateError
-from .keys import KeyScope, StateKey
+from .keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from .messages import Message
 from .model import InferenceRequest, InferenceResponse, Model
 from .phases import Phase
@@ -84,7 +84,7 @@ def run_status(snapshot: Snapshot) -> Literal["running", "waiting", "done"]:
 
 
 class _Facade(Plugin):
-    id = "statekernel"
+    id = RESERVED_PLUGIN_ID
 
     def register(self, registrar: PluginRegistrar) -> None:
         registrar.register_key(History)

@@ -25,9 +25,6 @@ logger = logging.getLogger("statekernel")
 
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
-RESERVED_PREFIX = "statekernel."
-"""Key strings the kernel and its facade keep for themselves."""
-
 
 @attrs.frozen
 class Restored:

@@ -23,6 +23,13 @@ V = TypeVar("V")
 U = TypeVar("U")
 
 
+RESERVED_PREFIX = "statekernel."
+"""Key strings the kernel and its Agent facade keep for themselves."""
+
+RESERVED_PLUGIN_ID = "statekernel"
+"""The id of the Agent facade's own plugin: the only one that may use RESERVED_PREFIX."""
+
+
 class KeyScope(enum.Enum):
     """How long a key's value lives: one run, or a whole thread across runs."""
 

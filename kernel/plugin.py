@@ -22,7 +22,7 @@ import attrs
 
 from .actions import EffectSpec, ScheduledActionSpec, spec_info
 from .errors import DuplicateRegistration, InvalidDeclaration
-from .keys import StateKey, StateKeyOptions
+from .keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, StateKey, StateKeyOptions
 from .phases import Phase
 from .registry import KeyBinding, KeyRegistry
 
@@ -96,7 +96,15 @@ class PluginRegistrar:
     def register_key(
         self, key: type[StateKey[Any, Any]], options: StateKeyOptions | None = None
     ) -> None:
-        self.keys.append(KeyBinding.of(key, options, plugin=self._plugin))
+        binding = KeyBinding.of(key, options, plugin=self._plugin)
+        if binding.name.startswith(RESERVED_PREFIX) and self._plugin != RESERVED_PLUGIN_ID:
+            raise InvalidDeclaration(
+                key.__qualname__,
+                f"uses the key string {binding.name!r}, but the prefix {RESERVED_PREFIX!r} is "
+                f"reserved for the kernel's own keys",
+                "Choose a key string with your plugin's own prefix.",
+            )
+        self.keys.append(binding)
 
     def register_profile_key(self, key: type[Any]) -> None:
         self.profile_keys.append(key)
@@ -160,6 +168,12 @@ class Components:
         for plugin in plugins:
             plugin_id = _plugin_id(plugin)
             if plugin_id in plugin_ids:
+                if plugin_id == RESERVED_PLUGIN_ID:
+                    raise InvalidDeclaration(
+                        type(plugin).__qualname__,
+                        f"uses the plugin id {plugin_id!r}, which the Agent facade reserves",
+                        "Give the plugin another `id`.",
+                    )
                 raise DuplicateRegistration("plugin", plugin_id, plugin_id, plugin_id)
             plugin_ids.append(plugin_id)
             registrar = PluginRegistrar(plugin_id)

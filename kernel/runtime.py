@@ -21,7 +21,6 @@ import msgspec
 
 from .actions import ScheduledAction, ScheduledActionSpec, spec_info
 from .checkpoint import (
-    RESERVED_PREFIX,
     EncodeCache,
     decode_values,
     encode_scope,
@@ -39,7 +38,7 @@ from .errors import (
     StoreError,
     UnknownActionHandler,
 )
-from .keys import KeyScope
+from .keys import RESERVED_PREFIX, KeyScope
 from .phases import Phase
 from .plugin import Components, Plugin
 from .profile import ProfileAccess, ProfileStore

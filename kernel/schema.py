@@ -41,7 +41,7 @@ from pydantic_core import PydanticUndefined
 from . import declared_types
 from .commands import StateCommand
 from .errors import InvalidDeclaration, StateError, StateValidationError, UnknownSchemaField
-from .keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
+from .keys import RESERVED_PLUGIN_ID, KeyScope, MergeStrategy, StateKey, StateKeyOptions
 from .phases import Phase
 from .plugin import Plugin, PluginRegistrar
 from .reducers import Reducer, StateUpdater, check_reducer, describe_reducer, is_appending
@@ -60,8 +60,6 @@ _RESET_PHASES: Mapping[EphemeralScope, Phase] = {
     "step": Phase.STEP_START,
     "call": Phase.BEFORE_INFERENCE,
 }
-
-_RESERVED_PREFIX = "statekernel"
 
 
 @attrs.frozen
@@ -222,10 +220,10 @@ class StateSchema(Generic[M]):
             )
         owner = model.__qualname__
         prefix = model.__name__ if prefix is None else prefix
-        if not isinstance(prefix, str) or not prefix or prefix.startswith(_RESERVED_PREFIX):
+        if not isinstance(prefix, str) or not prefix or prefix.startswith(RESERVED_PLUGIN_ID):
             raise InvalidDeclaration(
                 f"StateSchema({owner})",
-                f"prefix must be a non-empty string not starting with {_RESERVED_PREFIX!r} "
+                f"prefix must be a non-empty string not starting with {RESERVED_PLUGIN_ID!r} "
                 f"(reserved for the Agent facade), got {prefix!r}",
                 "Pass prefix='chat' or similar.",
             )

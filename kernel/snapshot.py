@@ -51,6 +51,8 @@ class Snapshot:
         return value  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
+        """Whether `key` holds a value (False after a clear, and for a key nobody
+        registered: asking is harmless, reading one with `get` is an error)."""
         binding = self._registry.by_class.get(key)  # type: ignore[call-overload]
         return binding is not None and binding.name in self._values
 

@@ -167,3 +167,26 @@ def test_parameterised_frozen_records_are_immutable_when_their_arguments_are() -
 
     assert not key_info(Moves).copy_values and not key_info(Moves).copy_updates
     assert key_info(LooseMoves).copy_values
+
+
+def test_the_kernels_reserved_prefix_and_plugin_id_are_refused() -> None:
+    from kernel import Kernel, Plugin, PluginRegistrar
+
+    class Sneaky(StateKey[int, int]):
+        key = "statekernel.mine"
+
+    class Uses(Plugin):
+        id = "uses"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Sneaky)
+
+    class Impostor(Plugin):
+        id = "statekernel"
+
+    from kernel import Agent, ScriptedModel
+
+    with pytest.raises(InvalidDeclaration, match="reserved"):
+        Kernel([Uses()])
+    with pytest.raises(InvalidDeclaration, match="reserves"):
+        Agent([Impostor()], ScriptedModel())
