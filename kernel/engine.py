@@ -188,12 +188,12 @@ class PhaseEngine:
             except StateError:
                 raise
             except Exception as error:
-                raise HookFailed(gate.plugin, str(Phase.TOOL_GATE), error) from error
+                raise HookFailed(gate.plugin, Phase.TOOL_GATE, error) from error
             if answer is not None and not isinstance(answer, Block | Suspend | SetResult):
                 problem = TypeError(
                     f"a tool gate must return Block, Suspend, SetResult or None, got {answer!r}"
                 )
-                raise HookFailed(gate.plugin, str(Phase.TOOL_GATE), problem)
+                raise HookFailed(gate.plugin, Phase.TOOL_GATE, problem)
             answers.append((gate.plugin, answer))
         return decide(answers), report
 
@@ -293,7 +293,7 @@ class PhaseEngine:
             return None
         if not isinstance(result, StateCommand):
             problem = TypeError(f"a phase hook must return a StateCommand or None, got {result!r}")
-            raise HookFailed(hook.plugin, str(phase), problem)
+            raise HookFailed(hook.plugin, phase, problem)
         if result.is_empty():
             return None
         return Contribution(hook.plugin, result)
@@ -362,7 +362,7 @@ class PhaseEngine:
             self._pending = [item for item in self._pending if item[0].spec.phase is not phase]
             if rounds >= self._max_rounds:
                 names = tuple(dict.fromkeys(action.spec.key for action, _ in due))
-                raise PhaseRunLoopExceeded(str(phase), rounds, names)
+                raise PhaseRunLoopExceeded(phase, rounds, names)
             rounds += 1
             for index, (action, _origin) in enumerate(due):
                 try:
@@ -384,7 +384,7 @@ class PhaseEngine:
         except StateError:
             raise
         except Exception as error:
-            raise HookFailed(entry.plugin, str(phase), error) from error
+            raise HookFailed(entry.plugin, phase, error) from error
         if result is None:
             await self._after_commits((), (context,), tally)
             return
@@ -393,7 +393,7 @@ class PhaseEngine:
                 f"action handler for {action.spec.key!r} must return a StateCommand or None, "
                 f"got {result!r}"
             )
-            raise HookFailed(entry.plugin, str(phase), problem)
+            raise HookFailed(entry.plugin, phase, problem)
         contribution = Contribution(entry.plugin, result)
         self._check_handlers(contribution)
         before = self._state.revision
@@ -421,7 +421,7 @@ async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext
     """
     results: list[Any] = [None] * len(hooks)
     waiting: list[int] = []
-    phase = str(contexts[0].phase) if contexts else ""
+    phase: str = contexts[0].phase if contexts else ""
     for index, hook in enumerate(hooks):
         try:
             result = hook.function(contexts[index])

@@ -547,12 +547,12 @@ class Run:
             except StateError:
                 raise
             except Exception as error:
-                raise HookFailed(transform.plugin, str(Phase.BEFORE_INFERENCE), error) from error
+                raise HookFailed(transform.plugin, Phase.BEFORE_INFERENCE, error) from error
             if type(shaped) is not type(request):
                 problem = TypeError(
                     f"a request transform must return a {type(request).__name__}, got {shaped!r}"
                 )
-                raise HookFailed(transform.plugin, str(Phase.BEFORE_INFERENCE), problem)
+                raise HookFailed(transform.plugin, Phase.BEFORE_INFERENCE, problem)
             request = shaped
         return request
 

@@ -205,6 +205,7 @@ async def test_a_raising_hook_fails_the_phase_and_commits_nothing() -> None:
     with pytest.raises(HookFailed) as caught:
         await run.run_phase(Phase.STEP_START)
     assert (caught.value.plugin, caught.value.phase) == ("bad", "STEP_START")
+    assert caught.value.phase is Phase.STEP_START  # the member itself, equal to its name
     assert isinstance(caught.value.cause, ValueError)
     assert run.revision == 0
 
