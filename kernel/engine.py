@@ -169,12 +169,10 @@ class PhaseEngine:
         await self._after_commit((contribution,), snapshot, tally)
         return tally.report(None, self._state.revision)
 
-    async def tool_gate(
-        self, fields: Mapping[str, Any], gates_context: PhaseContext | None = None
-    ) -> tuple[GateDecision | None, PhaseReport]:
+    async def tool_gate(self, fields: Mapping[str, Any]) -> tuple[GateDecision | None, PhaseReport]:
         """Run the TOOL_GATE phase, then every active gate on the resulting snapshot."""
         report = await self.run_phase(Phase.TOOL_GATE, fields)
-        context = gates_context or self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
+        context = self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
         if self._profile is not None:
             context = attrs.evolve(context, profile=self._profile.read_only())
         answers: list[tuple[str, GateDecision | None]] = []

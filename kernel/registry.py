@@ -67,7 +67,7 @@ class KeyRegistry:
     snapshot, so it never changes under a snapshot that refers to it.
     """
 
-    __slots__ = ("_by_class", "_by_name")
+    __slots__ = ("by_class", "by_name")
 
     def __init__(self, bindings: Iterable[KeyBinding] = ()) -> None:
         by_class: dict[type[StateKey[Any, Any]], KeyBinding] = {}
@@ -80,35 +80,28 @@ class KeyRegistry:
                 )
             by_name[binding.name] = binding
             by_class[binding.key] = binding
-        # Plain dicts behind read-only types: a mapping proxy would cost on every lookup.
-        self._by_class: Mapping[type[StateKey[Any, Any]], KeyBinding] = by_class
-        self._by_name: Mapping[str, KeyBinding] = by_name
+        # Plain attributes holding plain dicts, typed read-only: snapshots and commits look
+        # keys up here on every get and op, where a property or mapping proxy would cost.
+        self.by_class: Mapping[type[StateKey[Any, Any]], KeyBinding] = by_class
+        self.by_name: Mapping[str, KeyBinding] = by_name
 
     @classmethod
     def of(cls, *keys: type[StateKey[Any, Any]]) -> KeyRegistry:
         """A registry of the given keys with their class defaults (handy in tests and scripts)."""
         return cls(KeyBinding.of(key) for key in keys)
 
-    @property
-    def by_class(self) -> Mapping[type[StateKey[Any, Any]], KeyBinding]:
-        return self._by_class
-
-    @property
-    def by_name(self) -> Mapping[str, KeyBinding]:
-        return self._by_name
-
     def binding(self, key: type[StateKey[Any, Any]], *, plugin: str | None = None) -> KeyBinding:
-        found = self._by_class.get(key)
+        found = self.by_class.get(key)
         if found is None:
             name = getattr(key, "key", repr(key))
-            raise UnknownStateKey(str(name), plugin, tuple(self._by_name))
+            raise UnknownStateKey(str(name), plugin, tuple(self.by_name))
         return found
 
     def __contains__(self, key: object) -> bool:
-        return key in self._by_class
+        return key in self.by_class
 
     def __iter__(self) -> Any:
-        return iter(self._by_name.values())
+        return iter(self.by_name.values())
 
     def __len__(self) -> int:
-        return len(self._by_name)
+        return len(self.by_name)
