@@ -4,8 +4,9 @@ Hooks of a phase all read one snapshot, so two writes to one EXCLUSIVE key canno
 right: the second was computed without seeing the first. `partition` walks the commands in
 registration order and keeps each one whose exclusive keys do not overlap what is already
 kept; the rest are deferred, to be re-run alone on a fresh snapshot. Ops on COMMUTATIVE keys
-never conflict: `merged_ops` concatenates them in registration order, so the result does not
-depend on which hook finished first.
+never conflict: they claim nothing here, so every command that carries them is kept, and the
+commit (`LiveState.commit`) applies the kept commands' ops in registration order. The result
+therefore does not depend on which hook finished first.
 """
 
 from __future__ import annotations
