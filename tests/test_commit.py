@@ -18,6 +18,7 @@ from kernel import (
     StateCommand,
     StateKey,
     UnknownStateKey,
+    Vector,
 )
 
 
@@ -160,3 +161,114 @@ def test_a_batch_with_a_failing_op_leaves_state_and_revision_exactly_as_before(
     assert state.snapshot is before
     assert state.revision == before.revision == len(history)
     assert state.snapshot.to_dict() == held_before
+
+
+# -- seeding, staging and the details errors carry --------------------------------------------
+
+
+class Nested(StateKey[dict[str, list[int]], int]):
+    """apply mutates a list nested inside the value: only a deep copy keeps snapshots frozen."""
+
+    key = "t.nested"
+
+    @staticmethod
+    def apply(value: dict[str, list[int]], update: int) -> dict[str, list[int]]:
+        value.setdefault("items", []).append(update)
+        return value
+
+
+def test_an_apply_that_mutates_nested_values_leaves_older_snapshots_alone() -> None:
+    state = LiveState(KeyRegistry.of(Nested))
+    state.submit(StateCommand().update(Nested, 1))
+    first = state.snapshot
+    state.submit(StateCommand().update(Nested, 2))
+    assert first.get(Nested) == {"items": [1]}
+    assert state.snapshot.get(Nested) == {"items": [1, 2]}
+
+
+def test_seeding_validates_and_copies_mutable_values_but_shares_immutable_ones() -> None:
+    registry = KeyRegistry.of(Nested, Log, Positive)
+    given = {"items": [1]}
+    log = Vector([Msg("a", "b"), Msg("c", "d")])
+    state = LiveState.of(registry, {Nested: given, Log: log})
+    given["items"].append(99)
+    assert state.revision == 0
+    assert state.snapshot.get(Nested) == {"items": [1]}
+    assert state.snapshot.get(Log) is log
+    assert LiveState.of(registry, {Positive: 1}, revision=7).revision == 7
+    with pytest.raises(CommitRejected) as caught:
+        LiveState.of(registry, {Positive: -1})
+    assert (caught.value.key, caught.value.stage) == ("test.positive", "validate")
+    assert "must stay >= 0" in str(caught.value)
+
+
+def test_a_staged_round_publishes_all_its_commits_at_once_in_order() -> None:
+    state = LiveState(KeyRegistry.of(Counter, Title))
+    state.track_touched()
+    state.submit(StateCommand().update(Counter, 1))
+    seen: list[int] = []
+    state.add_listener(lambda snap: seen.append(snap.revision))
+    fork = state.stage()
+    fork.submit(StateCommand().update(Title, "a"))
+    fork.submit(StateCommand().update(Counter, 1))
+    assert fork.revision == 3 and state.revision == 1  # the fork continues the revision
+    assert state.touched_names == {"test.counter"}
+    assert state.publish(fork) == 2
+    assert seen == [2, 3] and state.revision == 3
+    assert state.snapshot is fork.snapshot
+    assert state.touched_names == {"test.counter", "test.title"}
+
+
+def test_touched_names_are_tracked_only_when_asked() -> None:
+    state = LiveState(KeyRegistry.of(Counter, Title))
+    state.submit(StateCommand().update(Counter, 1))
+    fork = state.stage()
+    fork.submit(StateCommand().update(Title, "a"))
+    state.publish(fork)
+    assert state.touched_names == frozenset()
+    state.track_touched()
+    state.track_touched()  # asking twice keeps what was tracked
+    state.submit(StateCommand().clear(Counter))
+    state.track_touched()
+    assert state.touched_names == {"test.counter"}
+
+
+def test_a_stale_staged_round_is_a_revision_conflict_naming_both_revisions() -> None:
+    state = LiveState(KeyRegistry.of(Counter))
+    state.submit(StateCommand().update(Counter, 1))
+    fork = state.stage()
+    fork.submit(StateCommand().update(Counter, 1))
+    state.submit(StateCommand().update(Counter, 1))
+    with pytest.raises(RevisionConflict) as caught:
+        state.publish(fork)
+    assert (caught.value.expected, caught.value.actual) == (1, 2)
+    assert str(caught.value).startswith("staged round expected revision 1 ")
+    assert state.snapshot.get(Counter) == 2
+    with pytest.raises(RevisionConflict) as not_a_fork:
+        state.publish(LiveState(KeyRegistry.of(Counter)))
+    assert (not_a_fork.value.expected, not_a_fork.value.actual) == (-1, 2)
+
+
+def test_an_unknown_key_error_lists_the_registered_keys() -> None:
+    state = LiveState(KeyRegistry.of(Counter, Log))
+    with pytest.raises(UnknownStateKey) as caught:
+        state.submit(StateCommand().update(Title, "x"), origin="writer")
+    assert caught.value.key == "test.title"
+    assert "Registered keys: test.counter, test.log." in str(caught.value)
+    assert "plugin 'writer'" in str(caught.value)
+
+
+def test_a_failing_commit_listener_is_logged_with_the_listener_and_revision(
+    state: LiveState, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(snapshot: Any) -> None:
+        raise RuntimeError("listener bug")
+
+    state.add_listener(broken)
+    with caplog.at_level("ERROR", logger="statekernel"):
+        state.submit(StateCommand().update(Counter, 1))
+    (record,) = caplog.records
+    assert record.getMessage().startswith("commit listener <function ")
+    assert "broken" in record.getMessage()
+    assert record.getMessage().endswith(" failed at revision 1")
+    assert record.exc_info is not None and "listener bug" in str(record.exc_info[1])

@@ -6,7 +6,19 @@ import random
 
 from sample_keys import Counter, Log, Msg, Title
 
-from kernel import Contribution, KeyRegistry, LiveState, StateCommand, partition
+from kernel import (
+    Contribution,
+    KeyRegistry,
+    LiveState,
+    Partition,
+    StateCommand,
+    StateKey,
+    partition,
+)
+
+
+class Other(StateKey[str, str]):
+    key = "t.other"
 
 
 def _log(text: str) -> StateCommand:
@@ -59,3 +71,18 @@ def test_a_clear_claims_an_exclusive_key_and_commutative_ops_claim_none() -> Non
     counting = Contribution("c", StateCommand().update(Counter, 5))
     split = partition([clearing, writing, counting])
     assert split.kept == (clearing, counting) and split.deferred == (writing,)
+
+
+def test_every_exclusive_key_of_a_command_claims_it() -> None:
+    """A command is deferred when any of its exclusive keys, not only the first, is taken."""
+    first = Contribution("a", StateCommand().update(Title, "a"))
+    second = Contribution("b", StateCommand().update(Other, "b").update(Title, "b"))
+    third = Contribution("c", StateCommand().update(Other, "c"))
+    split = partition([first, second, third])
+    assert split.kept == (first, third) and split.deferred == (second,)
+
+
+def test_zero_or_one_command_is_kept_as_it_is() -> None:
+    only = Contribution("a", StateCommand().update(Title, "a"))
+    assert partition([only]) == Partition((only,), ())
+    assert partition([]) == Partition((), ())
