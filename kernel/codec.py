@@ -19,7 +19,17 @@ import msgspec
 
 from .vector import Vector, _from_list
 
-__all__ = ["dec_hook", "enc_hook", "to_builtins"]
+__all__ = ["CODEC_ERRORS", "dec_hook", "enc_hook", "to_builtins"]
+
+CODEC_ERRORS: tuple[type[BaseException], ...] = (
+    msgspec.MsgspecError,
+    TypeError,
+    ValueError,
+    NotImplementedError,  # an object of a type msgspec cannot encode
+    RecursionError,  # a value nested deeper than the interpreter's stack
+)
+"""What msgspec raises for a value it cannot encode, convert or decode: the one list every
+boundary catches, so each failure becomes an error naming the key instead of escaping raw."""
 
 _ANY_ITEM: tuple[object, ...] = (Any, object)
 

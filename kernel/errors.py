@@ -8,7 +8,20 @@ where, and -- when there is something to do -- how to fix it.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable
+
+_PREVIEW = reprlib.Repr()
+_PREVIEW.maxlevel, _PREVIEW.maxstring, _PREVIEW.maxother = 3, 60, 60
+
+
+def _preview(value: object) -> str:
+    """A short repr for a message: bounded in depth and length, so a huge or deeply nested
+    value (or one whose repr raises) cannot turn an error message into a new error."""
+    try:
+        return _PREVIEW.repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def _where(**parts: object) -> str:
@@ -75,7 +88,7 @@ class StateValidationError(StateError, TypeError):
         self.given = type(given).__name__
         extra = f": {detail}" if detail else ""
         super().__init__(
-            f"{what} for {key!r} must be {expected}, got {self.given} {given!r:.80}{extra}. "
+            f"{what} for {key!r} must be {expected}, got {self.given} {_preview(given)}{extra}. "
             f"Pass a value of the declared type, or change the declaration."
         )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from .errors import StateError
+
 
 class Phase(enum.StrEnum):
     """One boundary of the agent loop where hooks run and their commands commit.
@@ -25,3 +27,21 @@ class Phase(enum.StrEnum):
     AFTER_TOOL_EXECUTE = "AFTER_TOOL_EXECUTE"
     STEP_END = "STEP_END"
     RUN_END = "RUN_END"
+
+
+def phase_of(value: object) -> Phase:
+    """`value` as a Phase: a member, or its name in any case (`"step_start"`).
+
+    Anything else is a `StateError` listing the phases, rather than a bare `KeyError` or a
+    report that breaks later.
+    """
+    if isinstance(value, Phase):
+        return value
+    if isinstance(value, str):
+        found = Phase.__members__.get(value.upper())
+        if found is not None:
+            return found
+    names = ", ".join(Phase.__members__)
+    raise StateError(
+        f"{value!r} is not a phase; use a kernel.Phase member or one of its names: {names}."
+    )

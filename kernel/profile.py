@@ -42,7 +42,7 @@ import attrs
 import msgspec
 
 from . import declared_types
-from .codec import dec_hook, enc_hook
+from .codec import CODEC_ERRORS, dec_hook, enc_hook
 from .errors import (
     DecodeFailed,
     InvalidDeclaration,
@@ -423,7 +423,7 @@ class ProfileAccess:
             raw = _to_raw(value)
             encoded = msgspec.json.encode(raw)
             _from_raw(msgspec.json.decode(encoded), info.value_type)  # it must read back
-        except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+        except CODEC_ERRORS as exc:
             raise StateValidationError(
                 info.name, expected, value, what=what, detail=str(exc)
             ) from exc
@@ -444,7 +444,7 @@ class ProfileAccess:
             return info.make_default()
         try:
             return _from_raw(raw, info.value_type)
-        except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+        except CODEC_ERRORS as exc:
             raise DecodeFailed(info.name, record, exc) from exc
 
     async def _update(self, info: ProfileKeyInfo, record: str, fn: Callable[[Any], Any]) -> Any:

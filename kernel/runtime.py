@@ -13,7 +13,7 @@ import asyncio
 import copy
 import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -39,7 +39,7 @@ from .errors import (
     UnknownActionHandler,
 )
 from .keys import RESERVED_PREFIX, KeyScope
-from .phases import Phase
+from .phases import Phase, phase_of
 from .plugin import Components, Plugin
 from .profile import ProfileAccess, ProfileStore
 from .registry import KeyRegistry
@@ -54,8 +54,9 @@ _WRITES_HERE = (
     "writable ctx.profile whose writes apply when their command commits"
 )
 
-PhaseListener = Callable[["Run", PhaseReport], None]
-"""Called after each phase of a run with the run and the phase's report."""
+PhaseListener = Callable[["Run", PhaseReport], Awaitable[None] | None]
+"""Called after each phase of a run with the run and the phase's report; an async listener
+is awaited before the phase returns."""
 
 Tool = Callable[..., Any]
 """`(arguments: dict, ctx: PhaseContext) -> ToolOutput | value`, sync or async."""
@@ -450,18 +451,22 @@ class Run:
         self._state.add_listener(listener)
 
     def add_phase_listener(self, listener: PhaseListener) -> None:
-        """Call `listener(run, report)` after every phase of this run (tracing, demos)."""
+        """Call `listener(run, report)` after every phase of this run (tracing, demos); an async
+        listener is awaited before the phase returns."""
         self._phase_listeners.append(listener)
 
-    async def run_phase(self, phase: Phase, **fields: Any) -> PhaseReport:
-        """Run one phase: gather, merge, commit, effects, then its actions until converged."""
+    async def run_phase(self, phase: Phase | str, **fields: Any) -> PhaseReport:
+        """Run one phase: gather, merge, commit, effects, then its actions until converged.
+
+        `phase` is a `Phase` or its name in any case (`"step_start"`).
+        """
         self._check_open()
+        phase = phase_of(phase)
         if fields:
             _check_fields(fields)
         async with self._lock:
             report = await self._engine.run_phase(phase, fields)
-        for listener in self._phase_listeners:
-            listener(self, report)
+        await self._notify_phase(report)
         return report
 
     async def tool_gate(self, tool_call: ToolCall, **fields: Any) -> GateDecision | None:
@@ -644,9 +649,14 @@ class Run:
         _check_fields(fields)
         async with self._lock:
             decision, report = await self._engine.tool_gate(fields)
-        for listener in self._phase_listeners:
-            listener(self, report)
+        await self._notify_phase(report)
         return decision, report
+
+    async def _notify_phase(self, report: PhaseReport) -> None:
+        for listener in self._phase_listeners:
+            outcome = listener(self, report)
+            if inspect.isawaitable(outcome):
+                await outcome
 
     def _context(self, phase: Phase, snapshot: Snapshot, fields: Mapping[str, Any]) -> PhaseContext:
         # Read-only by default: every path that may write (hooks, actions, tools) swaps in a

@@ -135,7 +135,8 @@ class LiveState:
         for snapshot in fork._history:
             self._snapshot = snapshot
             self._notify(snapshot)
-        if self._touched is not None and fork._touched:
+        if fork._touched:  # a fork tracks touched keys only when this state does
+            assert self._touched is not None
             self._touched.update(fork._touched)
         return len(fork._history)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from kernel.codec import CODEC_ERRORS
 from kernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
 
 __all__ = [
@@ -37,7 +38,7 @@ def encode_value(namespace: str, key: str, value: Any, max_bytes: int) -> bytes:
     """The value as JSON, refused before any write if it is not JSON or is too large."""
     try:
         data = msgspec.json.encode(value)
-    except (TypeError, ValueError, msgspec.MsgspecError) as exc:
+    except CODEC_ERRORS as exc:
         raise StateValidationError(
             namespace,
             "JSON-compatible builtins (dict, list, str, int, float, bool, None)",
@@ -62,7 +63,7 @@ def decode_value(namespace: str, key: str, data: bytes | str) -> Any:
     """The stored JSON as builtins; a row that is no longer JSON fails for itself only."""
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
+    except CODEC_ERRORS as exc:
         raise DecodeFailed(namespace, key, exc) from exc
 
 

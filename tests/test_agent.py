@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -354,3 +355,19 @@ async def test_actions_waiting_for_a_later_phase_survive_suspend_and_resume(
     assert done.snapshot.get(Reminders) == ("check the invoice",)
     if store is not None:
         await store.close()
+
+
+async def test_an_async_on_phase_callback_is_awaited_for_every_phase() -> None:
+    seen: list[Phase | None] = []
+
+    async def listen(run: Any, report: Any) -> None:
+        await asyncio.sleep(0)
+        seen.append(report.phase)
+
+    calls = InferenceResponse("", (ToolCall("c1", "echo", {}),))
+    agent = Agent([], ScriptedModel([calls]), {"echo": lambda a, c: "hi"}, on_phase=listen)
+    result = await agent.run("t", ["go"])
+    assert result.outcome == "success"
+    assert seen[0] is Phase.RUN_START and seen[-1] is Phase.RUN_END
+    assert Phase.TOOL_GATE in seen and Phase.AFTER_TOOL_EXECUTE in seen
+    assert seen.count(Phase.STEP_START) == 2

@@ -272,3 +272,13 @@ def test_a_failing_commit_listener_is_logged_with_the_listener_and_revision(
     assert "broken" in record.getMessage()
     assert record.getMessage().endswith(" failed at revision 1")
     assert record.exc_info is not None and "listener bug" in str(record.exc_info[1])
+
+
+def test_an_op_added_by_hand_that_is_no_key_is_refused_naming_it() -> None:
+    state = LiveState(KeyRegistry.of(Counter))
+    command = StateCommand().update(Counter, 1)
+    command.patch.ops.append(("counter", 1))  # type: ignore[arg-type]
+    with pytest.raises(UnknownStateKey) as caught:
+        state.submit(command, origin="hand")
+    assert caught.value.key == "'counter'"
+    assert state.revision == 0

@@ -25,6 +25,7 @@ from kernel import (
     ScheduledActionSpec,
     Snapshot,
     StateCommand,
+    StateError,
     StateKey,
     StateValidationError,
     UnknownActionHandler,
@@ -502,3 +503,25 @@ async def test_one_live_run_per_thread() -> None:
     with pytest.raises(StateError, match="finished"):
         await run.run_phase(Phase.STEP_START)
     await kernel.start_run("t")
+
+
+# -- phases named by string ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["STEP_START", "step_start", "Step_Start"])
+async def test_a_phase_may_be_named_by_its_name_in_any_case(name: str) -> None:
+    seen: list[Phase] = []
+    plugin = hook_plugin("p", Phase.STEP_START, lambda ctx: seen.append(ctx.phase))
+    run = await Kernel([plugin]).start_run("t")
+    report = await run.run_phase(name)  # type: ignore[arg-type]
+    assert report.phase is Phase.STEP_START
+    assert seen == [Phase.STEP_START]
+
+
+@pytest.mark.parametrize("name", ["STEP-START", "", 3, None])
+async def test_an_unknown_phase_is_a_state_error_listing_the_phases(name: Any) -> None:
+    run = await Kernel([keys(Counter)]).start_run("t")
+    with pytest.raises(StateError, match=r"is not a phase.*RUN_START, STEP_START") as caught:
+        await run.run_phase(name)
+    assert not isinstance(caught.value, KeyError)
+    assert run.revision == 0

@@ -433,3 +433,34 @@ async def test_a_failing_foreign_store_surfaces_as_store_error_naming_the_key() 
         await access.read(Visits, "x")
     assert caught.value.key == "visits"
     assert isinstance(caught.value.cause, ConnectionError)
+
+
+class Anything(ProfileKey[Any]):
+    key = "test.anything"
+    default = None
+
+
+class _Opaque:
+    """An object msgspec has no encoding for."""
+
+
+@pytest.mark.parametrize(
+    "value",
+    [_Opaque(), {"inner": [_Opaque()]}, "deep"],
+    ids=["unencodable", "nested unencodable", "nested past the stack"],
+)
+async def test_a_value_that_cannot_be_stored_is_refused_naming_the_key(value: Any) -> None:
+    if value == "deep":
+        value = []
+        for _ in range(100_000):
+            value = [value]
+    store = MemoryProfileStore()
+    access = ProfileAccess(store)
+    with pytest.raises(
+        StateValidationError,
+        match=r"'test.anything'.*record 'alice'|record 'alice'.*'test.anything'",
+    ) as caught:
+        await access.write(Anything, "alice", value)
+    assert caught.value.key == "test.anything"
+    assert await store.get("test.anything", "alice") is None
+    assert await access.read(Anything, "alice") is None

@@ -321,3 +321,36 @@ def test_list_agrees_with_sorted_startswith(keys: set[str], prefix: str) -> None
                 assert [e.key for e in await made.list("ns")] == sorted(keys)
 
     asyncio.run(check())
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_values_nested_past_the_stack_are_refused_naming_the_record(
+    store: ProfileStore,
+) -> None:
+    with pytest.raises(StateValidationError, match=r"record 'deep'") as caught:
+        await store.set("ns", "deep", _nested(100_000))
+    assert caught.value.key == "ns"
+    assert await store.get("ns", "deep") is None
+
+
+async def test_a_row_nested_past_the_stack_fails_for_that_record_only(tmp_path: Path) -> None:
+    path = tmp_path / "deep.db"
+    async with SqliteProfileStore(path) as made:
+        await made.set("ns", "deep", 1)
+        await made.set("ns", "fine", 2)
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE profile_records SET value = ? WHERE key = 'deep'",
+            ("[" * 100_000 + "]" * 100_000,),
+        )
+    async with SqliteProfileStore(path) as made:
+        with pytest.raises(DecodeFailed) as caught:
+            await made.get("ns", "deep")
+        assert (caught.value.key, caught.value.record) == ("ns", "deep")
+        assert (await made.get("ns", "fine")).value == 2  # type: ignore[union-attr]
