@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import msgspec
 
-from .codec import dec_hook, enc_hook
+from .codec import CODEC_ERRORS, dec_hook, enc_hook
 from .errors import CommitRejected, DecodeFailed, StateError
 from .keys import KeyScope
 from .registry import KeyBinding, KeyRegistry
@@ -54,7 +54,7 @@ class EncodeCache:
             validate(value)
         try:
             raw = _encoder.encode(value)
-        except (TypeError, NotImplementedError, msgspec.EncodeError) as error:
+        except CODEC_ERRORS as error:
             raise StateError(
                 f"value of key {name!r} cannot be encoded for persistence: {error}. Use a "
                 f"msgspec-encodable type (Struct, dataclass, attrs class, pydantic model, "
@@ -126,7 +126,7 @@ def decode_values(
             continue
         try:
             values[name] = msgspec.json.decode(data, type=binding.value_type, dec_hook=dec_hook)
-        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError) as error:
+        except CODEC_ERRORS as error:
             if not skip_undecodable:
                 raise DecodeFailed(name, record, error) from error
             logger.warning(

@@ -68,10 +68,11 @@ def dec_hook(type_: Any, obj: Any) -> Any:
             return obj
         obj = obj.tolist()
     try:
+        # Converting to a list type always builds a new list, so the Vector may own it.
         items = msgspec.convert(obj, types.GenericAlias(list, (item,)), dec_hook=dec_hook)
     except msgspec.ValidationError as exc:
         raise ValueError(str(exc)) from None
-    return _from_list(items if items is not obj else list(items))
+    return _from_list(items)
 
 
 def _is_pydantic_model(cls: type) -> bool:

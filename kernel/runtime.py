@@ -25,7 +25,7 @@ from .checkpoint import (
     decode_values,
     encode_scope,
 )
-from .codec import dec_hook, enc_hook
+from .codec import CODEC_ERRORS, dec_hook, enc_hook
 from .commands import StateCommand
 from .context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
 from .engine import PhaseEngine, PhaseReport
@@ -220,7 +220,7 @@ class Kernel:
         payload_type = spec_info(entry.spec, ScheduledActionSpec).payload_type
         try:
             payload = msgspec.json.decode(saved.payload, type=payload_type, dec_hook=dec_hook)
-        except (msgspec.DecodeError, msgspec.ValidationError, TypeError, ValueError) as error:
+        except CODEC_ERRORS as error:
             raise DecodeFailed(saved.key, f"{thread_id} (pending action)", error) from error
         return ScheduledAction(entry.spec, payload), saved.origin
 
@@ -617,7 +617,7 @@ class Run:
     def _cache_encode(self, payload: Any) -> bytes:
         try:
             return msgspec.json.encode(payload, enc_hook=enc_hook)
-        except (TypeError, NotImplementedError, msgspec.EncodeError) as error:
+        except CODEC_ERRORS as error:
             raise StateError(
                 f"a scheduled action's payload cannot be saved with the suspended run: {error}; "
                 f"use a msgspec-encodable payload type."

@@ -1,0 +1,421 @@
+"""The persistence path as users meet it: values through a real SQLite thread store, the
+validate-before-persist check, what a restore does with bytes it cannot or may not decode,
+the store's argument checks and the codec hooks' promises."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pydantic
+import pytest
+
+from kernel import (
+    CommitRejected,
+    DecodeFailed,
+    Kernel,
+    KeyScope,
+    Plugin,
+    PluginRegistrar,
+    StateCommand,
+    StateError,
+    StateKey,
+    StateKeyOptions,
+    ThreadState,
+    ThreadStore,
+    Vector,
+    dec_hook,
+)
+from stores import MemoryThreadStore, SqliteThreadStore
+
+
+class Mood(StateKey[str, str]):
+    key = "t.mood"
+    scope = KeyScope.THREAD
+
+
+class Notes(StateKey[tuple[str, ...], str]):
+    key = "t.notes"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: tuple[str, ...], update: str) -> tuple[str, ...]:
+        return (*value, update)
+
+
+class Level(StateKey[int, int]):
+    key = "t.level"
+    scope = KeyScope.THREAD
+
+
+validated: list[Any] = []
+
+
+class CappedLevel(StateKey[int, int]):
+    """The same key string as Level, with a validate that records what it saw."""
+
+    key = "t.level"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def validate(value: int) -> None:
+        validated.append(value)
+        if value > 3:
+            raise ValueError(f"level {value} is above the cap of 3")
+
+
+class KeysOf(Plugin):
+    def __init__(
+        self, id: str, *keys: type[StateKey[Any, Any]], options: StateKeyOptions | None = None
+    ) -> None:
+        self.id = id
+        self.keys = keys
+        self.options = options
+
+    def register(self, r: PluginRegistrar) -> None:
+        for key in self.keys:
+            r.register_key(key, self.options)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteThreadStore]:
+    async with SqliteThreadStore(tmp_path / "threads.db") as opened:
+        yield opened
+
+
+@pytest.fixture(autouse=True)
+def _fresh_validate_log() -> None:
+    validated.clear()
+
+
+async def write(kernel: Kernel, thread: str, command: StateCommand) -> None:
+    run = await kernel.start_run(thread)
+    await run.submit(command)
+    await run.finish()
+
+
+async def read(kernel: Kernel, thread: str, key: type[StateKey[Any, Any]]) -> Any:
+    run = await kernel.start_run(thread)
+    try:
+        return run.snapshot.get(key)
+    finally:
+        await run.abandon()
+
+
+async def stored_values(store: ThreadStore, thread: str) -> dict[str, bytes]:
+    state = await store.load(thread)
+    assert state is not None
+    return state.values
+
+
+# -- values through the store -----------------------------------------------------------------
+
+
+class Attachment(pydantic.BaseModel):
+    name: str
+    payload: bytes
+    source: pydantic.AnyUrl
+
+
+class Files(StateKey[Vector[Attachment], Attachment]):
+    key = "t.files"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[Attachment], update: Attachment) -> Vector[Attachment]:
+        return value.append(update)
+
+
+async def test_pydantic_models_in_a_vector_round_trip_through_sqlite(
+    store: SqliteThreadStore,
+) -> None:
+    attachment = Attachment(
+        name="a.bin", payload=b"\x00raw bytes", source=pydantic.AnyUrl("https://example.org/a")
+    )
+    plugins = [KeysOf("files", Files)]
+    await write(Kernel(plugins, thread_store=store), "t", StateCommand().update(Files, attachment))
+    back = await read(Kernel(plugins, thread_store=store), "t", Files)
+    assert type(back) is Vector and list(back) == [attachment]
+
+
+class HalfModel:
+    """Has a pydantic-style dump but no way back: the kernel could never restore it."""
+
+    def model_dump(self, mode: str = "python") -> dict[str, str]:
+        return {"text": "x"}
+
+
+class Half(StateKey[Any, Any]):
+    key = "t.half"
+    scope = KeyScope.THREAD
+    default = None
+
+
+async def test_a_value_that_could_not_be_restored_is_refused_at_checkpoint(
+    store: SqliteThreadStore,
+) -> None:
+    run = await Kernel([KeysOf("half", Half)], thread_store=store).start_run("t")
+    await run.submit(StateCommand().update(Half, HalfModel()))
+    with pytest.raises(StateError, match=r"'t\.half' cannot be encoded.*persistent=False"):
+        await run.checkpoint()
+    await run.abandon()
+    assert await store.load("t") is None
+
+
+async def test_non_persistent_keys_never_reach_the_store(store: SqliteThreadStore) -> None:
+    class Draft(StateKey[str, str]):
+        key = "r.draft"
+
+    volatile = StateKeyOptions(persistent=False)
+    plugins = [KeysOf("kept", Mood), KeysOf("volatile", Level, options=volatile)]
+    kernel = Kernel(plugins, thread_store=store)
+    await write(kernel, "t", StateCommand().update(Mood, "calm").update(Level, 2))
+    saved_values = await stored_values(store, "t")
+    assert "t.mood" in saved_values and "t.level" not in saved_values
+
+    class RunLevel(StateKey[int, int]):
+        key = "r.level"
+
+    suspending = Kernel(
+        [KeysOf("kept", Draft), KeysOf("volatile", RunLevel, options=volatile)], thread_store=store
+    )
+    run = await suspending.start_run("t")
+    await run.submit(StateCommand().update(Draft, "half done").update(RunLevel, 7))
+    await run.suspend()
+    saved = await store.load("t")
+    assert saved is not None and saved.run_values is not None
+    assert "r.draft" in saved.run_values and "r.level" not in saved.run_values
+    resumed, _ = await suspending.resume_run("t")
+    assert (resumed.snapshot.get(Draft), resumed.snapshot.get(RunLevel)) == ("half done", 7)
+    await resumed.abandon()
+
+
+# -- validate before persisting ---------------------------------------------------------------
+
+
+async def test_an_unchanged_value_is_validated_once_not_at_every_checkpoint(
+    store: SqliteThreadStore,
+) -> None:
+    run = await Kernel([KeysOf("levels", CappedLevel)], thread_store=store).start_run("t")
+    await run.submit(StateCommand().update(CappedLevel, 2))
+    before = len(validated)
+    await run.checkpoint()
+    assert validated[before:] == [2]  # the persist check saw the value itself
+    await run.checkpoint()
+    await run.finish()
+    assert len(validated) == before + 1
+
+
+async def test_a_value_changed_after_a_checkpoint_is_saved_by_the_next(
+    store: SqliteThreadStore,
+) -> None:
+    plugins = [KeysOf("levels", CappedLevel)]
+    run = await Kernel(plugins, thread_store=store).start_run("t")
+    await run.submit(StateCommand().update(CappedLevel, 1))
+    await run.checkpoint()
+    await run.submit(StateCommand().update(CappedLevel, 3))
+    before = len(validated)
+    await run.checkpoint()
+    await run.abandon()
+    assert validated[before:] == [3]
+    assert await read(Kernel(plugins, thread_store=store), "t", CappedLevel) == 3
+
+
+async def test_a_stored_value_the_new_validate_refuses_is_not_persisted_again(
+    store: SqliteThreadStore,
+) -> None:
+    await write(
+        Kernel([KeysOf("levels", Level)], thread_store=store), "t", StateCommand().update(Level, 5)
+    )
+    before = await store.load("t")
+    stricter = Kernel([KeysOf("levels", CappedLevel), KeysOf("mood", Mood)], thread_store=store)
+    run = await stricter.start_run("t")
+    await run.submit(StateCommand().update(Mood, "calm"))  # commits: Level is not touched
+    with pytest.raises(CommitRejected) as caught:
+        await run.checkpoint()
+    error = caught.value
+    assert (error.key, error.plugin, error.stage) == ("t.level", "levels", "persist")
+    assert isinstance(error.cause, ValueError) and str(error.cause) in str(error)
+    assert "'t.level'" in str(error) and "'levels'" in str(error) and "persist" in str(error)
+    assert await store.load("t") == before  # nothing was saved
+    await run.submit(StateCommand().update(CappedLevel, 3))  # the run stays open: fix it
+    await run.finish()
+    assert await read(Kernel([KeysOf("levels", Level)], thread_store=store), "t", Level) == 3
+
+
+# -- what a restore does with bytes it cannot or may not decode -------------------------------
+
+
+async def test_keys_no_plugin_registered_are_carried_over_byte_for_byte(
+    store: SqliteThreadStore,
+) -> None:
+    both = Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store)
+    await write(both, "t", StateCommand().update(Mood, "calm"))
+    await write(both, "t", StateCommand().update(Notes, "first"))
+    mood_bytes = (await stored_values(store, "t"))["t.mood"]
+    notes_only = Kernel([KeysOf("notes", Notes)], thread_store=store)
+    run = await notes_only.start_run("t")
+    assert run.snapshot.get(Notes) == ("first",)  # the unknown key hides nothing
+    await run.submit(StateCommand().update(Notes, "second"))
+    await run.finish()
+    assert (await stored_values(store, "t"))["t.mood"] == mood_bytes
+    assert await read(both, "t", Mood) == "calm"
+
+
+async def test_a_key_that_moved_to_run_scope_starts_fresh_and_keeps_its_thread_bytes(
+    store: SqliteThreadStore,
+) -> None:
+    await write(
+        Kernel([KeysOf("mood", Mood)], thread_store=store), "t", StateCommand().update(Mood, "calm")
+    )
+    per_run = Kernel(
+        [KeysOf("mood", Mood, options=StateKeyOptions(scope=KeyScope.RUN))], thread_store=store
+    )
+    run = await per_run.start_run("t")
+    assert Mood not in run.snapshot  # a run key always starts at its default
+    await run.submit(StateCommand().update(Mood, "this run only"))
+    await run.finish()
+    assert await read(Kernel([KeysOf("mood", Mood)], thread_store=store), "t", Mood) == "calm"
+
+
+class MoodAsNumber(StateKey[int, int]):
+    """Same key string as Mood, new type: the stored string no longer decodes."""
+
+    key = "t.mood"
+    scope = KeyScope.THREAD
+
+
+async def _stored_mood(store: SqliteThreadStore) -> bytes:
+    await write(
+        Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store),
+        "thread-7",
+        StateCommand().update(Mood, "calm").update(Notes, "n"),
+    )
+    return (await stored_values(store, "thread-7"))["t.mood"]
+
+
+async def test_a_value_that_no_longer_decodes_names_key_thread_and_reason(
+    store: SqliteThreadStore,
+) -> None:
+    data = await _stored_mood(store)
+    with pytest.raises(msgspec.ValidationError) as reason:
+        msgspec.json.decode(data, type=int)
+    strict = Kernel([KeysOf("mood", MoodAsNumber)], thread_store=store)
+    with pytest.raises(DecodeFailed) as caught:
+        await strict.start_run("thread-7")
+    error = caught.value
+    assert (error.key, error.record) == ("t.mood", "thread-7")
+    assert isinstance(error.cause, msgspec.ValidationError)
+    assert str(reason.value) in str(error)
+    assert "'t.mood'" in str(error) and "'thread-7'" in str(error)
+
+
+async def test_skipped_values_start_from_the_default_with_a_warning_and_keep_their_bytes(
+    store: SqliteThreadStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = await _stored_mood(store)
+    with pytest.raises(msgspec.ValidationError) as reason:
+        msgspec.json.decode(data, type=int)
+    changed = [KeysOf("mood", MoodAsNumber), KeysOf("notes", Notes)]
+    lenient = Kernel(changed, thread_store=store, restore_errors="skip")
+    with caplog.at_level(logging.WARNING, logger="statekernel"):
+        run = await lenient.start_run("thread-7")
+    warnings = [r for r in caplog.records if r.name == "statekernel"]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    message = warnings[0].getMessage()
+    assert "thread-7" in message and "t.mood" in message and str(reason.value) in message
+    assert (run.snapshot.get(MoodAsNumber), run.snapshot.get(Notes)) == (0, ("n",))
+    await run.submit(StateCommand().update(Notes, "m"))
+    await run.finish()
+    assert (await stored_values(store, "thread-7"))["t.mood"] == data  # written back untouched
+
+    run = await lenient.start_run("thread-7")
+    await run.submit(StateCommand().update(MoodAsNumber, 4))  # written anew: replaces them
+    await run.finish()
+    assert await read(Kernel(changed, thread_store=store), "thread-7", MoodAsNumber) == 4
+
+
+class LiveSession:
+    """A type the codec cannot decode at all."""
+
+
+class MoodAsSession(StateKey[LiveSession, LiveSession]):
+    key = "t.mood"
+    scope = KeyScope.THREAD
+    default_factory = LiveSession
+
+
+async def test_a_key_redeclared_with_an_undecodable_type_fails_like_any_decode(
+    store: SqliteThreadStore,
+) -> None:
+    data = await _stored_mood(store)
+    strict = Kernel([KeysOf("mood", MoodAsSession)], thread_store=store)
+    with pytest.raises(DecodeFailed) as caught:
+        await strict.start_run("thread-7")
+    assert (caught.value.key, caught.value.record) == ("t.mood", "thread-7")
+    assert "LiveSession" in str(caught.value)  # the reason names the unsupported type
+    lenient = Kernel([KeysOf("mood", MoodAsSession)], thread_store=store, restore_errors="skip")
+    run = await lenient.start_run("thread-7")
+    assert type(run.snapshot.get(MoodAsSession)) is LiveSession
+    await run.finish()
+    assert (await stored_values(store, "thread-7"))["t.mood"] == data
+
+
+# -- the store's own checks -------------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+    made: ThreadStore = (
+        MemoryThreadStore() if request.param == "memory" else SqliteThreadStore(tmp_path / "t.db")
+    )
+    async with made:
+        yield made
+
+
+async def test_bad_save_arguments_say_what_was_given(any_store: ThreadStore) -> None:
+    state = ThreadState(revision=1)
+    with pytest.raises(TypeError, match=r"thread_id must be a string, got int"):
+        await any_store.save(7, state, expected_revision=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"ThreadState, got dict"):
+        await any_store.save("t", {"revision": 1}, expected_revision=0)  # type: ignore[arg-type]
+    for bad in (True, "0", 1.0, None, -1):
+        with pytest.raises(ValueError, match=rf"expected_revision.*got {bad!r}$"):
+            await any_store.save("t", state, expected_revision=bad)  # type: ignore[arg-type]
+    assert await any_store.load("t") is None
+
+
+async def test_a_document_that_no_longer_decodes_is_blamed_on_the_thread_state(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "corrupt.db"
+    async with SqliteThreadStore(path) as made:
+        await made.save("bad", ThreadState(revision=1), expected_revision=0)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE thread_states SET state = x'c1' WHERE thread_id = 'bad'")
+    async with SqliteThreadStore(path) as made:
+        with pytest.raises(DecodeFailed) as caught:
+            await made.load("bad")
+    error = caught.value
+    assert (error.key, error.record) == ("thread state", "bad")
+    assert isinstance(error.cause, msgspec.MsgspecError) and str(error.cause) in str(error)
+
+
+# -- the codec hooks --------------------------------------------------------------------------
+
+
+def test_converting_a_vector_checks_and_converts_its_items_like_a_list() -> None:
+    as_floats = msgspec.convert(Vector([1, 2]), Vector[float], dec_hook=dec_hook)
+    assert type(as_floats) is Vector and as_floats == msgspec.convert([1, 2], list[float])
+    assert [type(x) for x in as_floats] == [float, float]
+    with pytest.raises(msgspec.ValidationError) as as_list:
+        msgspec.convert([1, "two"], list[int])
+    with pytest.raises(msgspec.ValidationError) as as_vector:
+        msgspec.convert(Vector([1, "two"]), Vector[int], dec_hook=dec_hook)
+    assert str(as_vector.value) == str(as_list.value)
+    untyped = msgspec.convert(Vector([1, "two"]), Vector, dec_hook=dec_hook)
+    assert type(untyped) is Vector and untyped == [1, "two"]
