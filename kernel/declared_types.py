@@ -125,10 +125,10 @@ def is_immutable(annotation: Any) -> bool:
 
 
 def _immutable(annotation: Any, seen: set[Any]) -> bool:
+    # `Any`, `object` and type variables need no case of their own: none is a frozen record,
+    # so each falls through to "mutable" below.
     if annotation in _ATOMIC_IMMUTABLE:
         return True
-    if annotation is Any or annotation is object or isinstance(annotation, TypeVar):
-        return False
     origin = get_origin(annotation)
     args = get_args(annotation)
     if origin is Annotated:
@@ -148,9 +148,10 @@ def _immutable(annotation: Any, seen: set[Any]) -> bool:
             # variables bound to the arguments given.
             seen.add(annotation)
             field_types = _frozen_field_types(origin)
-            if field_types is None:
-                return False
-            bound = dict(zip(getattr(origin, "__parameters__", ()), args, strict=False))
+            params = getattr(origin, "__parameters__", ())
+            if field_types is None or not all(isinstance(p, TypeVar) for p in params):
+                return False  # (a TypeVarTuple or ParamSpec parameter cannot be bound here)
+            bound = dict(zip(params, args, strict=False))
             return all(_immutable(_substitute(t, bound), seen) for t in field_types)
         return annotation in seen
     if not isinstance(annotation, type):
@@ -187,7 +188,7 @@ def _frozen_field_types(cls: type) -> list[Any] | None:
         return [_hints(cls).get(f.name, Any) for f in dataclasses.fields(cls)]
     if _is_pydantic_model(cls):
         model: Any = cls
-        if not model.model_config.get("frozen", False):
+        if not model.model_config.get("frozen"):
             return None
         return [field.annotation for field in model.model_fields.values()]
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):  # NamedTuple
@@ -197,7 +198,7 @@ def _frozen_field_types(cls: type) -> list[Any] | None:
 
 def _hints(cls: type) -> dict[str, Any]:
     try:
-        return typing.get_type_hints(cls, include_extras=True)
+        return typing.get_type_hints(cls)  # `Annotated` stripped: it never changes the answer
     except Exception:  # unresolvable forward reference: fall back to "unknown"
         return {"?": Any}
 
