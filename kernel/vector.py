@@ -61,29 +61,19 @@ _EMPTY_BODY: tuple[Any, ...] = ((), 10, _NO_ITEMS, 0)
 def _push_block(root: tuple[Any, ...], shift: int, off: int, block: tuple[Any, ...]) -> Any:
     """Path-copy `block` (the 32 leaves starting at item `off`) into the trie."""
     if (off >> 5) == (1 << shift):  # root is full: grow the tree by one level
-        node: Any = block
-        level = shift
-        while level > 5:
-            node = (node,)
-            level -= 5
-        return (root, node), shift + 5
+        root, shift = (root,), shift + 5
     return _push_node(shift, root, off, block), shift
 
 
 def _push_node(level: int, parent: tuple[Any, ...], off: int, block: tuple[Any, ...]) -> Any:
+    """Return `parent` (a node at `level`) with `block` added as its last descendant."""
     sub = (off >> level) & 31
-    node: Any
-    if level == 10:
-        node = block
-    elif sub < len(parent):
-        node = _push_node(level - 5, parent[sub], off, block)
-    else:
-        node = block
-        lvl = level - 5
-        while lvl > 5:
-            node = (node,)
-            lvl -= 5
-    return (*parent[:sub], node)
+    if sub < len(parent):  # the block belongs under the last child: path-copy into it
+        return (*parent[:sub], _push_node(level - 5, parent[sub], off, block))
+    node: Any = block
+    for _ in range(level // 5 - 2):  # a new child: a path of one-child nodes down to the block
+        node = (node,)
+    return (*parent, node)
 
 
 def _push_leaf(body: tuple[Any, ...], off: int, leaf: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -120,15 +110,14 @@ def _from_list(items: list[Any]) -> Vector[Any]:
         _set_state(v, (n, n, items, _EMPTY_BODY))
         return v
     tailoff = (n - 1) & -32
-    nleaves = tailoff >> 5
-    leaves = list(zip(*[iter(items)] * 32, strict=False))[:nleaves]
-    nblocks = nleaves >> 5
-    nodes: list[Any] = list(zip(*[iter(leaves)] * 32, strict=False))
+    leaves = list(zip(*[iter(items)] * 32, strict=False))[: tailoff >> 5]
+    full = len(leaves) & -32  # leaves that fill whole blocks go into the trie, the rest to mid
+    nodes: list[Any] = [tuple(leaves[i : i + 32]) for i in range(0, full, 32)]
     shift = 10
     while len(nodes) > 32:
         nodes = [tuple(nodes[i : i + 32]) for i in range(0, len(nodes), 32)]
         shift += 5
-    mid = leaves[nblocks << 5 :]
+    mid = leaves[full:]
     body = (tuple(nodes), shift, mid or _NO_ITEMS, len(mid))
     _set_state(v, (n, n - tailoff, items[tailoff:], body))
     return v
@@ -237,9 +226,6 @@ class Vector(Sequence[T], Generic[T]):
     def __len__(self) -> int:
         return self._s[0]
 
-    def __bool__(self) -> bool:
-        return self._s[0] != 0
-
     @overload
     def __getitem__(self, index: SupportsIndex) -> T: ...
 
@@ -268,13 +254,12 @@ class Vector(Sequence[T], Generic[T]):
             return mid[(i - midoff) >> 5][i & 31]  # type: ignore[no-any-return]
         if shift == 10:
             return root[i >> 10][(i >> 5) & 31][i & 31]  # type: ignore[no-any-return]
-        if shift == 15:
-            return root[i >> 15][(i >> 10) & 31][(i >> 5) & 31][i & 31]  # type: ignore[no-any-return]
         node: Any = root
-        while shift > 0:
-            node = node[(i >> shift) & 31]
+        while shift != 15:  # over 2**20 items: descend to the 2**20-item subtree of item i
+            node = node[i >> shift]
+            i &= (1 << shift) - 1
             shift -= 5
-        return node[i & 31]  # type: ignore[no-any-return]
+        return node[i >> 15][(i >> 10) & 31][(i >> 5) & 31][i & 31]  # type: ignore[no-any-return]
 
     def _leaf_at(self, i: int) -> tuple[Sequence[Any], int]:
         """Return the storage chunk holding item `i` (0 <= i < len) and its first index."""
@@ -296,7 +281,7 @@ class Vector(Sequence[T], Generic[T]):
         cnt = self._s[0]
         start, stop, step = s.indices(cnt)
         if step == 1:
-            if start == 0 and stop >= cnt:
+            if start == 0 and stop == cnt:
                 return self
             out: list[Any] = []
             i = start
@@ -387,9 +372,7 @@ class Vector(Sequence[T], Generic[T]):
             return len(other) == cnt and self.totuple() == other  # type: ignore[arg-type]
         if _is_stringlike(other) or not isinstance(other, Sequence):
             return NotImplemented
-        if len(other) != cnt:
-            return False
-        return all(a is b or a == b for a, b in zip(self, other, strict=True))
+        return len(other) == cnt and self.tolist() == list(other)
 
     def __hash__(self) -> int:
         try:
@@ -424,7 +407,7 @@ class Vector(Sequence[T], Generic[T]):
             _unwrap,
             core_schema.no_info_after_validator_function(Vector, as_list),
             serialization=core_schema.plain_serializer_function_ser_schema(
-                _to_list, info_arg=False, return_schema=as_list
+                _to_list, return_schema=as_list
             ),
         )
 
