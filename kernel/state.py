@@ -17,7 +17,7 @@ from typing import Any
 import immutables
 
 from .commands import CLEAR, StateCommand
-from .errors import CommitRejected, RevisionConflict, UnknownStateKey
+from .errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
 from .keys import StateKey
 from .merge import Contribution
 from .registry import KeyBinding, KeyRegistry
@@ -106,7 +106,19 @@ class LiveState:
         return self._commit(contributions)
 
     def submit(self, command: StateCommand, *, origin: str | None = None) -> Snapshot:
-        """Commit a single command (shorthand for `commit([Contribution(origin, command)])`)."""
+        """Commit a single command's patch (`commit([Contribution(origin, command)])`).
+
+        Live state has no handlers to dispatch effects or run actions, so a command carrying
+        any is refused before anything commits, rather than committed without them.
+        """
+        if command.effects or command.scheduled_actions:
+            raise StateError(
+                f"LiveState.submit commits state ops only, but this command also carries "
+                f"{len(command.effects)} effect(s) and {len(command.scheduled_actions)} "
+                f"scheduled action(s), which need a run to dispatch; nothing was committed. "
+                f"Use `await run.submit(command)` on a Run of a Kernel that registers their "
+                f"handlers."
+            )
         return self._commit((Contribution(origin, command),))
 
     def stage(self) -> LiveState:

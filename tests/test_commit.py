@@ -12,10 +12,14 @@ from sample_keys import Counter, Items, Log, Msg, Positive, Title
 from kernel import (
     CommitRejected,
     Contribution,
+    EffectSpec,
     KeyRegistry,
     LiveState,
+    Phase,
     RevisionConflict,
+    ScheduledActionSpec,
     StateCommand,
+    StateError,
     StateKey,
     UnknownStateKey,
     Vector,
@@ -282,3 +286,27 @@ def test_an_op_added_by_hand_that_is_no_key_is_refused_naming_it() -> None:
         state.submit(command, origin="hand")
     assert caught.value.key == "'counter'"
     assert state.revision == 0
+
+
+class Notice(EffectSpec[str]):
+    key = "t.notice"
+
+
+class FollowUp(ScheduledActionSpec[int]):
+    key = "t.follow_up"
+    phase = Phase.STEP_END
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [lambda c: c.emit(Notice, "hi"), lambda c: c.schedule(FollowUp, 1)],
+    ids=["effect", "action"],
+)
+def test_live_state_refuses_a_command_whose_effects_or_actions_it_cannot_dispatch(
+    state: LiveState, extra: Any
+) -> None:
+    command = StateCommand().update(Counter, 1)
+    extra(command)
+    with pytest.raises(StateError, match=r"Use `await run.submit\(command\)`"):
+        state.submit(command)
+    assert state.revision == 0 and Counter not in state.snapshot
