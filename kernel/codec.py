@@ -41,6 +41,8 @@ def enc_hook(obj: Any) -> Any:
         return obj.tolist()
     if _is_pydantic_model(type(obj)):
         return obj.model_dump(mode="json")
+    if isinstance(obj, str):  # a str subclass such as StateScope is stored as its string
+        return str(obj)
     raise NotImplementedError(f"Objects of type {type(obj).__qualname__} are not supported")
 
 

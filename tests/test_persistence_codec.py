@@ -25,10 +25,12 @@ from kernel import (
     StateError,
     StateKey,
     StateKeyOptions,
+    StateScope,
     ThreadState,
     ThreadStore,
     Vector,
     dec_hook,
+    enc_hook,
 )
 from stores import MemoryThreadStore, SqliteThreadStore
 
@@ -419,3 +421,31 @@ def test_converting_a_vector_checks_and_converts_its_items_like_a_list() -> None
     assert str(as_vector.value) == str(as_list.value)
     untyped = msgspec.convert(Vector([1, "two"]), Vector, dec_hook=dec_hook)
     assert type(untyped) is Vector and untyped == [1, "two"]
+
+
+class SharedWith(StateKey[str, str]):
+    key = "codec.shared_with"
+    scope = KeyScope.THREAD
+
+
+async def test_a_scope_held_in_a_str_thread_key_is_saved_as_its_string(tmp_path: Path) -> None:
+    assert msgspec.json.encode(StateScope.parent_thread("p1"), enc_hook=enc_hook) == (
+        b'"parent_thread::p1"'
+    )
+    path = tmp_path / "scope.db"
+
+    class Keys(Plugin):
+        id = "keys"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(SharedWith)
+
+    async with SqliteThreadStore(path) as store:
+        run = await Kernel([Keys()], thread_store=store).start_run("t")
+        await run.submit(StateCommand().update(SharedWith, StateScope.global_()))
+        await run.finish()
+    async with SqliteThreadStore(path) as store:
+        run = await Kernel([Keys()], thread_store=store).start_run("t")
+        restored = run.snapshot.get(SharedWith)
+        assert restored == "global" and type(restored) is str
+        await run.abandon()
