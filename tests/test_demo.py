@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+from kernel.testing import assert_commutative
+
 EXAMPLES = Path(__file__).parent.parent / "docs" / "examples"
 
 
-def run_example(name: str, cwd: Path) -> str:
+def run_example(name: str, cwd: Path, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
+        [sys.executable, str(EXAMPLES / name), *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -22,18 +25,42 @@ def run_example(name: str, cwd: Path) -> str:
     return done.stdout
 
 
-def test_demo_persists_to_sqlite_and_shows_thread_and_run_scopes(tmp_path: Path) -> None:
+def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
     for _ in range(2):  # rerunnable: the demo thread starts afresh each time
         output = run_example("demo.py", tmp_path)
         assert (tmp_path / ".statekernel" / "threads.db").exists()
-        assert "run 1: success" in output and "run 2: success" in output
-        assert "at run start: demo.facts = ['kernel'], demo.doc_stage = DRAFT" in output
-        assert "thread key demo.facts      = ['kernel', 'merge']" in output
-        assert "thread key demo.doc_stage  = PUBLISHED" in output
-        assert "publish needs stage REVIEWED (now DRAFT)" in output
-        assert "system: Style: short, plain sentences." in output
-        assert "- Collect reader questions" in output
         assert (tmp_path / ".statekernel" / "profiles.db").exists()
+        lines = [line.strip() for line in output.splitlines()]
+        # what was blocked and why, and which tool the model called
+        assert "model    calls publish()" in lines
+        assert "BLOCKED  publish needs stage REVIEWED (now DRAFT): call `review` first" in lines
+        assert "=> success after 3 steps; facts ['kernel'], note stage DRAFT" in lines
+        # what was carried over between runs, read from the second run's start
+        assert "carried over from run 1 (thread keys): facts ['kernel'], note stage DRAFT" in lines
+        assert "started again (run key): step counter 0 (run 1 ended at 3)" in lines
+        assert "=> success after 4 steps; facts ['kernel', 'merge'], note stage PUBLISHED" in lines
+        # what the team shared, and the injected context
+        assert "system: Style: short, plain sentences." in lines
+        assert "- Collect reader questions" in lines
+        assert "[trace]" not in output
+        assert len(lines) < 45
+
+
+def test_the_demo_trace_shows_every_phase(tmp_path: Path) -> None:
+    output = run_example("demo.py", tmp_path, "--trace")
+    traced = [line.split()[1] for line in output.splitlines() if "[trace]" in line]
+    assert traced.count("RUN_START") == 2 and traced.count("RUN_END") == 2
+    assert "TOOL_GATE" in traced and "BEFORE_TOOL_EXECUTE" in traced
+
+
+def test_the_demo_keeps_its_commutative_promise() -> None:
+    spec = importlib.util.spec_from_file_location("statekernel_demo", EXAMPLES / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    facts = [demo.Fact("kernel", "a"), demo.Fact("merge", "b"), demo.Fact("kernel", "c")]
+    assert_commutative(demo.Facts, (), facts)
+    assert_commutative(demo.Facts, (demo.Fact("kernel", "a"),), facts)
 
 
 def test_engine_tour_runs(tmp_path: Path) -> None:

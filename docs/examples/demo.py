@@ -1,18 +1,25 @@
-"""The statekernel demo (`make demo`): a scripted two-run conversation on one thread.
+"""The statekernel demo (`make demo`): a writer agent, two runs on one thread, and a helper.
+
+The story: a writer agent learns facts and wants to publish a note, but the stage workflow
+makes "review before publish" a rule the runtime enforces, so its first attempt is blocked
+with a reason the model can act on. A second run, by a new Agent reading the same SQLite
+files, finds the facts and the note's stage carried over (thread keys) while its step
+counter starts again (a run key). A helper agent on a child thread adds a goal to the team
+context, a shared record the writer's thread reads too.
 
 Everything is stored in SQLite under ./.statekernel/ (the embedded default a user sees):
-thread state in threads.db, shared team state in profiles.db. For each phase it prints the
-plugins whose hooks ran, the commits and the revision; between the runs it shows thread keys
-surviving while a run key starts again from its default. Every built-in plugin takes part:
-run lifecycle, context injection, the review-before-publish stage workflow, team context.
+thread state in threads.db, shared team state in profiles.db. Every built-in plugin takes
+part: run lifecycle, context injection, the stage workflow, team context.
 
-Run: .venv/bin/python docs/examples/demo.py
+Run: .venv/bin/python docs/examples/demo.py [--trace]
+(--trace adds one line per phase: its commits, the revision after it, the plugins that ran.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +42,6 @@ from kernel import (
     StateKey,
     ToolCall,
     ToolOutput,
-    Vector,
 )
 from plugins import (
     ContextInjection,
@@ -60,16 +66,21 @@ class Fact(msgspec.Struct, frozen=True):
     text: str
 
 
-class Facts(StateKey[Vector[Fact], Fact]):
-    """Thread key: what the agent learned; survives from run to run."""
+class Facts(StateKey[tuple[Fact, ...], Fact]):
+    """Thread key: what the agent learned; survives from run to run.
+
+    COMMUTATIVE is a promise that the order of updates cannot change the result, so `apply`
+    keeps the facts as a sorted set: any order of the same facts gives the same tuple
+    (`kernel.testing.assert_commutative` checks it).
+    """
 
     key = "demo.facts"
     scope = KeyScope.THREAD
     merge = MergeStrategy.COMMUTATIVE
 
     @staticmethod
-    def apply(value: Vector[Fact], update: Fact) -> Vector[Fact]:
-        return value.append(update)
+    def apply(value: tuple[Fact, ...], update: Fact) -> tuple[Fact, ...]:
+        return tuple(sorted({*value, update}, key=lambda fact: (fact.topic, fact.text)))
 
 
 class Doc(enum.Enum):
@@ -137,59 +148,74 @@ HELPER_RUN = [
 
 
 def show_phase(run: Run, report: PhaseReport) -> None:
+    """The --trace line of one phase."""
     assert report.phase is not None
     plugins = ", ".join(dict.fromkeys(report.hooks_run)) or "-"
-    line = (
-        f"  {report.phase.name:<20} commits: {report.commits}  revision: {report.revision:>3}"
-        f"  hooks of: {plugins}"
+    print(
+        f"    [trace] {report.phase.name:<20} commits: {report.commits}  "
+        f"revision: {report.revision:>3}  hooks of: {plugins}"
     )
-    if report.phase is Phase.RUN_START:
-        snapshot = run.snapshot
-        facts = [fact.topic for fact in snapshot.get(Facts)]
-        line += (
-            f"\n{'':24}at run start: demo.facts = {facts}, "
-            f"demo.doc_stage = {snapshot.get(DocStage).name}, "
-            f"run_lifecycle.steps = {snapshot.get(StepCount)}"
-        )
-    print(line)
 
 
-def show_result(label: str, result: RunResult, seen: int) -> None:
-    snapshot = result.snapshot
-    print(f"{label}: {result.outcome} after {result.steps} step(s); messages of this run:")
+def topics(snapshot: Any) -> list[str]:
+    return [fact.topic for fact in snapshot.get(Facts)]
+
+
+def show_conversation(result: RunResult, seen: int, script: list[InferenceResponse]) -> None:
+    """The run's messages, with the tool calls the model asked for spelled out."""
+    responses = iter(script)
     for message in result.messages[seen:]:
-        content = message.content or "(asks for a tool call)"
-        flag = " [tool error]" if message.is_error else ""
-        print(f"    {message.role:>9}: {content}{flag}")
-    facts = [fact.topic for fact in snapshot.get(Facts)]
-    print(f"    thread key demo.facts      = {facts}")
-    print(f"    thread key demo.doc_stage  = {snapshot.get(DocStage).name}")
-    print(f"    run key run_lifecycle.steps = {snapshot.get(StepCount)}")
-    print(f"    revision                   = {snapshot.revision}\n")
+        if message.role == "assistant":
+            response = next(responses)
+            for tool_call in response.tool_calls:
+                arguments = ", ".join(f"{k}={v!r}" for k, v in tool_call.arguments.items())
+                print(f"  model    calls {tool_call.name}({arguments})")
+            if message.content:
+                print(f"  model    {message.content}")
+        elif message.role == "tool":
+            label = "BLOCKED" if message.is_error else "tool"
+            print(f"  {label:<8} {message.content}")
+        else:
+            print(f"  {message.role:<8} {message.content}")
+    snapshot = result.snapshot
+    print(
+        f"  => {result.outcome} after {result.steps} steps; facts {topics(snapshot)}, "
+        f"note stage {snapshot.get(DocStage).name}\n"
+    )
 
 
-def show_first_request(model: ScriptedModel) -> None:
-    print("  what the model saw at its first inference (context placed in bands):")
-    for message in model.requests[0].messages:
-        content = message.content.replace("\n", "\n" + " " * 15)
-        print(f"    {message.role:>9}: {content}")
+def show_context(request: Any) -> None:
+    print("  before the user's message, the model was given (context injection, team context):")
+    for message in request.messages:
+        if message.role == "system":
+            text = message.content.replace("\n", "\n" + " " * 14)
+            print(f"    system: {text}")
 
 
 async def writer_run(
     threads: SqliteThreadStore, profiles: SqliteProfileStore, script: list[InferenceResponse]
-) -> tuple[RunResult, ScriptedModel]:
+) -> tuple[RunResult, ScriptedModel, Any]:
+    """One run of the writer; returns its result, its model and the state at RUN_START."""
     model = ScriptedModel(script)
     team = Team(goals=["Publish a note about statekernel"])
+    at_start: list[Any] = []
+
+    def listen(run: Run, report: PhaseReport) -> None:
+        if report.phase is Phase.RUN_START:
+            at_start.append(run.snapshot)
+        if TRACE:
+            show_phase(run, report)
+
     agent = Agent(
         [RunLifecycle(), ContextInjection(), WORKFLOW, team, Notebook()],
         model,
         WORKFLOW.tools({"remember": remember, "review": review, "publish": publish}),
         thread_store=threads,
         profile_store=profiles,
-        on_phase=show_phase,
+        on_phase=listen,
     )
     result = await agent.run(THREAD, ["Learn about statekernel and publish a short note."])
-    return result, model
+    return result, model, at_start[0]
 
 
 async def helper_run(threads: SqliteThreadStore, profiles: SqliteProfileStore) -> ScriptedModel:
@@ -215,35 +241,40 @@ async def main() -> None:
         for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
             await threads.delete(thread)
         await profiles.clear(TeamContext.key)
-
-        print(f"thread {THREAD!r}, stored in {DATA}/")
         print(
-            "Each line is one phase: the commits made, the revision after it, and the plugins\n"
-            "whose hooks ran. The revision also moves between phases: the Agent commits\n"
-            "messages, tool-call states and tool commands through the same commit path.\n"
-        )
-        print("run 1:")
-        first, model = await writer_run(threads, profiles, FIRST_RUN)
-        show_first_request(model)
-        show_result("run 1", first, 0)
-
-        print("run 2 (a new Agent, reading the same SQLite files):")
-        second, _ = await writer_run(threads, profiles, SECOND_RUN)
-        show_result("run 2", second, len(first.messages))
-        print(
-            "demo.facts and demo.doc_stage (thread scope) carried over from run 1 into run 2;\n"
-            "run_lifecycle.steps (run scope) started again from 0.\n"
+            "A writer agent learns facts and publishes a note; the stage workflow requires a\n"
+            f"review before publishing. Stored in {DATA}/ (threads.db, profiles.db).\n"
         )
 
-        print(f"a helper agent on thread {HELPER_THREAD!r}, child of {THREAD!r}:")
+        print(f"Run 1 on thread {THREAD!r}")
+        first, model, _ = await writer_run(threads, profiles, FIRST_RUN)
+        show_context(model.requests[0])
+        show_conversation(first, 0, FIRST_RUN)
+
+        print("Run 2: a new Agent on the same SQLite files")
+        second, _, start = await writer_run(threads, profiles, SECOND_RUN)
+        print(
+            f"  carried over from run 1 (thread keys): facts {topics(start)}, note stage "
+            f"{start.get(DocStage).name}\n"
+            f"  started again (run key): step counter {start.get(StepCount)} "
+            f"(run 1 ended at {first.snapshot.get(StepCount)})"
+        )
+        show_conversation(second, len(first.messages), SECOND_RUN)
+
+        print(f"A helper agent on thread {HELPER_THREAD!r}, a child of {THREAD!r}")
         helper_model = await helper_run(threads, profiles)
+        for response in HELPER_RUN:
+            for tool_call in response.tool_calls:
+                print(f"  model    calls {tool_call.name}(goal={tool_call.arguments['goal']!r})")
         team_message = next(
             m for m in helper_model.requests[-1].messages if m.content.startswith("Team")
         )
-        print("  the shared team context it saw at its last inference:")
+        print("  the team context is one shared record; the helper now sees:")
         for line in team_message.content.splitlines():
             print(f"    {line}")
 
+
+TRACE = "--trace" in sys.argv[1:]
 
 if __name__ == "__main__":
     asyncio.run(main())
