@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from kernel import (
+from statekernel import (
     Kernel,
     KeyRegistry,
     LiveState,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kernel import (
+from statekernel import (
     Kernel,
     MergeStrategy,
     Phase,

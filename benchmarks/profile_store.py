@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import aiosqlite
 
-from stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 CONCURRENCY = 64
 NAMESPACE = "bench"

@@ -586,7 +586,7 @@ class Run:
     async def suspend(self, detail: bytes = b"") -> None:
         """Save the whole run -- run keys included -- and close it without RUN_END.
 
-        `kernel.resume_run(thread_id)` reopens it exactly as it was, in this or any
+        `statekernel.resume_run(thread_id)` reopens it exactly as it was, in this or any
         process sharing the ThreadStore, and hands back `detail`.
         """
         self._check_open()

@@ -89,7 +89,7 @@ class Commutative:
 
     `Annotated[int, operator.add, Commutative()]`. Several hooks of one phase writing the
     field then have their updates concatenated instead of being re-run one by one. Declare it
-    only when it is true (`kernel.testing.assert_commutative(schema.keys[name], ...)` checks);
+    only when it is true (`statekernel.testing.assert_commutative(schema.keys[name], ...)` checks);
     a field without a reducer (overwrite) can never be commutative.
     """
 
@@ -189,7 +189,7 @@ class StateSchema(Generic[M]):
     ```
     `keys` maps each field name to its generated StateKey class (key string
     `f"{prefix}.{field}"`), usable anywhere a hand-written key is (`snapshot.get`,
-    `cmd.update`, `kernel.testing`). `plugin` (id `f"schema:{prefix}"`) registers them all.
+    `cmd.update`, `statekernel.testing`). `plugin` (id `f"schema:{prefix}"`) registers them all.
     `prefix` defaults to the class name; `scope` applies to every field except
     `Ephemeral("run")` ones, which are always run-scoped; `persistent=False` keeps thread
     fields out of the ThreadStore.

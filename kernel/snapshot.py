@@ -57,7 +57,7 @@ class Snapshot:
         return binding is not None and binding.name in self._values
 
     def view(self, schema: Any) -> Any:
-        """A validated instance of a schema-declared state (see `kernel.StateSchema`): pass
+        """A validated instance of a schema-declared state (see `statekernel.StateSchema`): pass
         the compiled `StateSchema` or the model / TypedDict class it was compiled from."""
         from .schema import view  # schema builds on snapshots; import at use to keep layering
 

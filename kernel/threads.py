@@ -1,7 +1,7 @@
 """The ThreadStore protocol: where thread state lives between runs and processes.
 
-The kernel defines the protocol; `stores` implements it (memory, SQLite). A store sees only
-encoded bytes and a revision: it never needs to know a key's type, and a value whose type
+The kernel defines the protocol; `statekernel.stores` implements it (memory, SQLite). A store
+sees only encoded bytes and a revision: it never needs to know a key's type, and a value whose type
 changed since it was saved is found out when the kernel decodes it, key by key, so the error
 can name the key.
 

@@ -1,4 +1,4 @@
-"""Built-in plugins for statekernel, written only against `kernel`'s public API.
+"""Built-in plugins for statekernel, written only against `statekernel`'s public API.
 
 - `RunLifecycle` (plugins.run_lifecycle): the run's phase, status, step count and pending work.
 - `ContextInjection` (plugins.context): keyed, banded, throttled context messages.

@@ -37,7 +37,7 @@ from typing import Literal
 
 import msgspec
 
-from kernel import (
+from statekernel import (
     InferenceRequest,
     KeyScope,
     MergeStrategy,

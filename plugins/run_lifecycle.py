@@ -20,7 +20,7 @@ from typing import Literal
 
 import msgspec
 
-from kernel import (
+from statekernel import (
     MergeStrategy,
     Phase,
     PhaseContext,
@@ -56,7 +56,7 @@ class RunStatus(StateKey[Status, Status]):
 
     RUN_END also runs after a failed run, so "done" says the run ended, not that it
     succeeded: that is `RunResult.outcome`. A suspended run stays "running"; use
-    `kernel.run_status(snapshot)` to see that it waits for a decision.
+    `statekernel.run_status(snapshot)` to see that it waits for a decision.
     """
 
     key = "run_lifecycle.status"

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
 
-from kernel import (
+from statekernel import (
     Block,
     InvalidDeclaration,
     KeyScope,

@@ -1,11 +1,11 @@
 """ProfileStore and ThreadStore backends (memory, SQLite) implementing kernel's protocols.
 
-The protocols are defined in `kernel` (the core depends on no backend) and re-exported here
+The protocols are defined in `statekernel` (the core depends on no backend) and re-exported here
 so that `from stores import ProfileStore, SqliteProfileStore` reads naturally.
 """
 
-from kernel.profile import ProfileStore
-from kernel.threads import ThreadStore
+from statekernel.profile import ProfileStore
+from statekernel.threads import ThreadStore
 
 from .memory import MemoryProfileStore, MemoryThreadStore
 from .sqlite_profile import SqliteProfileStore

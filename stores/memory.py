@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from kernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
-from kernel.threads import ThreadState
+from statekernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
+from statekernel.threads import ThreadState
 
 from .lifecycle import ClosingStore
 from .profile_records import (

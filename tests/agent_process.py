@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from kernel import (
+from statekernel import (
     Agent,
     Decision,
     InferenceResponse,
@@ -33,7 +33,7 @@ from kernel import (
     Suspend,
     ToolCall,
 )
-from stores import SqliteThreadStore
+from statekernel.stores import SqliteThreadStore
 
 
 class Journal(StateKey[tuple[str, ...], str]):

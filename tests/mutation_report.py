@@ -48,16 +48,16 @@ def main() -> int:
         by_module[_module(name)][status] += 1
         if status not in _KILLED:
             survivors.append((name, status))
-    print(f"{'module':<28} {'mutants':>8} {'killed':>7} {'survived':>9} {'score':>7}")
+    print(f"{'module':<36} {'mutants':>8} {'killed':>7} {'survived':>9} {'score':>7}")
     total = killed = 0
     for module in sorted(by_module):
         counts = by_module[module]
         n = sum(counts.values())
         k = sum(counts[s] for s in _KILLED)
         total, killed = total + n, killed + k
-        print(f"{module:<28} {n:>8} {k:>7} {n - k:>9} {100 * k / n:>6.1f}%")
+        print(f"{module:<36} {n:>8} {k:>7} {n - k:>9} {100 * k / n:>6.1f}%")
     score = 100 * killed / total
-    print(f"{'total':<28} {total:>8} {killed:>7} {total - killed:>9} {score:>6.1f}%")
+    print(f"{'total':<36} {total:>8} {killed:>7} {total - killed:>9} {score:>6.1f}%")
     if survivors:
         print("\nsurvivors (see them with `mutmut show NAME`):")
         for name, status in survivors:

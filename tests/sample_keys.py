@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from kernel import MergeStrategy, StateKey, Vector
+from statekernel import MergeStrategy, StateKey, Vector
 
 
 class Counter(StateKey[int, int]):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sample_keys import Counter, Positive
 
-from kernel import (
+from statekernel import (
     Agent,
     Block,
     Decision,
@@ -330,7 +330,7 @@ class Reminding(Plugin):
 async def test_actions_waiting_for_a_later_phase_survive_suspend_and_resume(
     with_store: bool, tmp_path: Any
 ) -> None:
-    from stores import SqliteThreadStore
+    from statekernel.stores import SqliteThreadStore
 
     def note(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
         return ToolOutput("noted", StateCommand().schedule(Remind, "check the invoice"))

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 from sample_keys import Counter, Log, Msg, Settings, Title
 
-from kernel import (
+from statekernel import (
     EffectSpec,
     InvalidDeclaration,
     MutationBatch,
@@ -16,7 +16,7 @@ from kernel import (
     StateError,
     StateValidationError,
 )
-from kernel.commands import CLEAR
+from statekernel.commands import CLEAR
 
 
 class Audit(EffectSpec[str]):

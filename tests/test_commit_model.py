@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sample_keys import Counter, Items, Log, Msg, Positive, Settings, Title
 
-from kernel import (
+from statekernel import (
     CommitRejected,
     Contribution,
     Kernel,

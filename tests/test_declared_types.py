@@ -32,7 +32,7 @@ import pydantic
 import pydantic.v1
 import pytest
 
-from kernel import (
+from statekernel import (
     InvalidDeclaration,
     KeyRegistry,
     LiveState,

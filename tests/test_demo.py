@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernel.testing import assert_commutative
+from statekernel.testing import assert_commutative
 
 EXAMPLES = Path(__file__).parent.parent / "docs" / "examples"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sample_keys import Counter, Log, Msg, Positive, Title
 
-from kernel import (
+from statekernel import (
     CommitRejected,
     DuplicateRegistration,
     EffectSpec,
@@ -462,7 +462,7 @@ async def test_a_submitted_command_goes_through_the_same_path() -> None:
 
 
 async def test_thread_keys_survive_runs_and_run_keys_reset() -> None:
-    from kernel import KeyScope
+    from statekernel import KeyScope
 
     class Seen(StateKey[int, int]):
         key = "t.seen"
@@ -493,7 +493,7 @@ async def test_thread_keys_survive_runs_and_run_keys_reset() -> None:
 
 
 async def test_one_live_run_per_thread() -> None:
-    from kernel import StateError
+    from statekernel import StateError
 
     kernel = Kernel([])
     run = await kernel.start_run("t")

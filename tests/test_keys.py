@@ -9,8 +9,8 @@ import msgspec
 import pytest
 from sample_keys import Counter, Items, Log
 
-from kernel import InvalidDeclaration, KeyScope, MergeStrategy, StateKey, Vector
-from kernel.keys import key_info
+from statekernel import InvalidDeclaration, KeyScope, MergeStrategy, StateKey, Vector
+from statekernel.keys import key_info
 
 
 def test_class_attributes_are_the_declaration() -> None:
@@ -170,7 +170,7 @@ def test_parameterised_frozen_records_are_immutable_when_their_arguments_are() -
 
 
 def test_the_kernels_reserved_prefix_and_plugin_id_are_refused() -> None:
-    from kernel import Kernel, Plugin, PluginRegistrar
+    from statekernel import Kernel, Plugin, PluginRegistrar
 
     class Sneaky(StateKey[int, int]):
         key = "statekernel.mine"
@@ -184,7 +184,7 @@ def test_the_kernels_reserved_prefix_and_plugin_id_are_refused() -> None:
     class Impostor(Plugin):
         id = "statekernel"
 
-    from kernel import Agent, ScriptedModel
+    from statekernel import Agent, ScriptedModel
 
     with pytest.raises(InvalidDeclaration, match="reserved"):
         Kernel([Uses()])

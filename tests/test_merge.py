@@ -6,7 +6,7 @@ import random
 
 from sample_keys import Counter, Log, Msg, Title
 
-from kernel import (
+from statekernel import (
     Contribution,
     KeyRegistry,
     LiveState,

@@ -14,7 +14,7 @@ import msgspec
 import pydantic
 import pytest
 
-from kernel import (
+from statekernel import (
     CommitRejected,
     DecodeFailed,
     Kernel,
@@ -32,7 +32,7 @@ from kernel import (
     dec_hook,
     enc_hook,
 )
-from stores import MemoryThreadStore, SqliteThreadStore
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
 class Mood(StateKey[str, str]):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kernel import (
+from statekernel import (
     Agent,
     InferenceRequest,
     InferenceResponse,
@@ -20,8 +20,7 @@ from kernel import (
     ToolCall,
     ToolOutput,
 )
-from kernel.testing import assert_commutative
-from plugins import (
+from statekernel.plugins import (
     AddContextMessage,
     ContextInjection,
     ContextMessage,
@@ -32,7 +31,8 @@ from plugins import (
     add_context,
     remove_context,
 )
-from stores import MemoryThreadStore
+from statekernel.stores import MemoryThreadStore
+from statekernel.testing import assert_commutative
 
 Schedule = Callable[[PhaseContext], Iterable[ContextMessage]]
 

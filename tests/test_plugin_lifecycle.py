@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernel import (
+from statekernel import (
     Agent,
     CommitRejected,
     InferenceRequest,
@@ -23,8 +23,7 @@ from kernel import (
     StateCommand,
     ToolCall,
 )
-from kernel.testing import assert_commutative
-from plugins import (
+from statekernel.plugins import (
     Lifecycle,
     PendingWork,
     RunLifecycle,
@@ -33,6 +32,7 @@ from plugins import (
     StepCount,
     lifecycle_of,
 )
+from statekernel.testing import assert_commutative
 
 P = Phase
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kernel import (
+from statekernel import (
     Agent,
     CommitRejected,
     InferenceResponse,
@@ -20,8 +20,8 @@ from kernel import (
     ToolCall,
     ToolOutput,
 )
-from plugins import IllegalTransition, StageKey, StageWorkflow, Transition
-from stores import MemoryThreadStore
+from statekernel.plugins import IllegalTransition, StageKey, StageWorkflow, Transition
+from statekernel.stores import MemoryThreadStore
 
 
 class Doc(enum.Enum):

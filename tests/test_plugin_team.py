@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kernel import (
+from statekernel import (
     Agent,
     Entry,
     InferenceResponse,
@@ -20,8 +20,15 @@ from kernel import (
     StateScope,
     ToolCall,
 )
-from plugins import ContextInjection, Team, TeamContext, TeamData, extend_team, team_scope
-from stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.plugins import (
+    ContextInjection,
+    Team,
+    TeamContext,
+    TeamData,
+    extend_team,
+    team_scope,
+)
+from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 
 class Interleaving:

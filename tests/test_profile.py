@@ -15,7 +15,7 @@ import msgspec
 import pydantic
 import pytest
 
-from kernel.errors import (
+from statekernel.errors import (
     DecodeFailed,
     InvalidDeclaration,
     StateValidationError,
@@ -24,7 +24,7 @@ from kernel.errors import (
     UnknownStateKey,
     VersionConflict,
 )
-from kernel.profile import (
+from statekernel.profile import (
     Entry,
     ProfileAccess,
     ProfileKey,
@@ -32,8 +32,8 @@ from kernel.profile import (
     StateScope,
     profile_key_info,
 )
-from kernel.vector import Vector
-from stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.vector import Vector
 
 
 class TeamData(msgspec.Struct):

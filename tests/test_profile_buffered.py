@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from kernel.errors import StateError, StateValidationError, StoreError, UnknownProfileKey
-from kernel.profile import (
+from statekernel.errors import StateError, StateValidationError, StoreError, UnknownProfileKey
+from statekernel.profile import (
     BufferedProfileAccess,
     Entry,
     ProfileAccess,
@@ -22,7 +22,7 @@ from kernel.profile import (
     ReadOnlyProfileAccess,
     StateScope,
 )
-from stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 
 class Visits(ProfileKey[int]):

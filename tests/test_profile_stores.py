@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
-from kernel.profile import Entry, ProfileStore, StateScope, SupportsAtomicUpdate
-from stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
+from statekernel.profile import Entry, ProfileStore, StateScope, SupportsAtomicUpdate
+from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 
 @pytest.fixture(params=["memory", "sqlite"])

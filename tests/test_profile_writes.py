@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from kernel import (
+from statekernel import (
     Agent,
     Block,
     HookFailed,
@@ -29,7 +29,7 @@ from kernel import (
     ToolCall,
     ToolOutput,
 )
-from stores import MemoryProfileStore
+from statekernel.stores import MemoryProfileStore
 
 
 class Visits(ProfileKey[int]):
@@ -271,7 +271,7 @@ def test_profile_values_are_typed_through_msgspec() -> None:
 
     async def scenario() -> Team:
         store = MemoryProfileStore()
-        from kernel import ProfileAccess
+        from statekernel import ProfileAccess
 
         access = ProfileAccess(store)
         await access.write(TeamKey, StateScope.global_(), Team(("a",)))

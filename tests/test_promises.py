@@ -12,7 +12,7 @@ import attrs
 import pytest
 from sample_keys import Counter, Positive, Title
 
-from kernel import (
+from statekernel import (
     Agent,
     CommitRejected,
     InferenceResponse,
@@ -33,8 +33,8 @@ from kernel import (
     ToolCall,
     Vector,
 )
-from plugins import StageKey, StageWorkflow
-from stores import MemoryProfileStore, SqliteProfileStore, SqliteThreadStore
+from statekernel.plugins import StageKey, StageWorkflow
+from statekernel.stores import MemoryProfileStore, SqliteProfileStore, SqliteThreadStore
 
 
 class Keys(Plugin):

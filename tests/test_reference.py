@@ -14,10 +14,11 @@ from types import ModuleType
 
 import pytest
 
-import kernel
-import kernel.testing
-import plugins
-import stores
+import statekernel
+import statekernel.lowlevel
+import statekernel.plugins
+import statekernel.stores
+import statekernel.testing
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 REFERENCE = DOCS / "reference.md"
@@ -47,20 +48,25 @@ def _code_spans(text: str) -> set[str]:
 
 
 def _testing_functions() -> list[str]:
-    """The public functions defined in kernel.testing (it has no __all__)."""
+    """The public functions defined in statekernel.testing (it has no __all__)."""
     return sorted(
         name
-        for name, value in vars(kernel.testing).items()
+        for name, value in vars(statekernel.testing).items()
         if not name.startswith("_")
         and inspect.isfunction(value)
-        and value.__module__ == kernel.testing.__name__
+        and value.__module__ == statekernel.testing.__name__
     )
 
 
 def _public_names() -> list[tuple[str, str]]:
-    modules: tuple[ModuleType, ...] = (kernel, stores, plugins)
+    modules: tuple[ModuleType, ...] = (
+        statekernel,
+        statekernel.lowlevel,
+        statekernel.stores,
+        statekernel.plugins,
+    )
     names = [(module.__name__, name) for module in modules for name in module.__all__]
-    names += [("kernel.testing", name) for name in _testing_functions()]
+    names += [("statekernel.testing", name) for name in _testing_functions()]
     return names
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kernel import (
+from statekernel import (
     Agent,
     Block,
     EffectSpec,
@@ -29,8 +29,8 @@ from kernel import (
     Suspend,
     ToolCall,
 )
-from kernel.toolgate import decide
-from stores import MemoryProfileStore, SqliteThreadStore
+from statekernel.stores import MemoryProfileStore, SqliteThreadStore
+from statekernel.toolgate import decide
 
 
 def test_tool_call_arguments_are_read_only_and_tools_get_their_own_copy() -> None:
@@ -205,7 +205,7 @@ async def test_a_cleared_undecodable_key_stays_cleared(tmp_path: Path) -> None:
 
 
 async def test_encoding_failures_are_state_errors_naming_the_key() -> None:
-    from stores import MemoryThreadStore
+    from statekernel.stores import MemoryThreadStore
 
     class Plug(Plugin):
         id = "plug"

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, TypedDict
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel import (
+from statekernel import (
     Agent,
     InferenceResponse,
     InvalidDeclaration,
@@ -31,17 +31,17 @@ from kernel import (
     ToolCall,
     Vector,
 )
-from kernel.plugin import Components
-from kernel.reducers import StateUpdater, append_messages
-from kernel.schema import (
+from statekernel.plugin import Components
+from statekernel.reducers import StateUpdater, append_messages
+from statekernel.schema import (
     Commutative,
     Ephemeral,
     StateSchema,
     UnknownSchemaField,
     view,
 )
-from kernel.testing import assert_commutative, run_hooks, snapshot_of
-from stores import MemoryThreadStore
+from statekernel.stores import MemoryThreadStore
+from statekernel.testing import assert_commutative, run_hooks, snapshot_of
 
 
 class Msg(BaseModel):

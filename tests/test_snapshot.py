@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sample_keys import Counter, Items, Log, Msg, Settings, Title
 
-from kernel import KeyRegistry, LiveState, StateCommand, UnknownStateKey
-from kernel.keys import MergeStrategy, StateKey
+from statekernel import KeyRegistry, LiveState, StateCommand, UnknownStateKey
+from statekernel.keys import MergeStrategy, StateKey
 
 
 def test_get_returns_default_until_a_value_is_set(state: LiveState) -> None:
@@ -116,7 +116,7 @@ def test_seeded_state_is_validated_and_copied() -> None:
     seed.append(2)
     assert state.snapshot.get(Items) == [1]
     assert state.revision == 7
-    from kernel import CommitRejected
+    from statekernel import CommitRejected
 
     with pytest.raises(CommitRejected, match="negative"):
         LiveState.of(registry, {Nonneg: -1})

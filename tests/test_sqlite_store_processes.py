@@ -19,8 +19,8 @@ import pytest
 COUNTER_WORKER = textwrap.dedent(
     """
     import asyncio, sys, time
-    from kernel.profile import ProfileAccess, ProfileKey
-    from stores import SqliteProfileStore
+    from statekernel.profile import ProfileAccess, ProfileKey
+    from statekernel.stores import SqliteProfileStore
 
     class Counter(ProfileKey[int]):
         key = "counter"
@@ -68,7 +68,7 @@ def test_four_processes_updating_one_counter_lose_no_increment(tmp_path: Path) -
 STREAM_WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from stores import SqliteProfileStore
+    from statekernel.stores import SqliteProfileStore
 
     async def writer(store, lane):
         for i in range(20_000):  # a bound, in case nobody kills us

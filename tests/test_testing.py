@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sample_keys import Counter, Items, Log, Msg, Title
 
-from kernel import (
+from statekernel import (
     MergeStrategy,
     Phase,
     PhaseContext,
@@ -15,7 +15,7 @@ from kernel import (
     StateKey,
     Vector,
 )
-from kernel.testing import assert_commutative, run_hooks, run_hooks_sync, snapshot_of
+from statekernel.testing import assert_commutative, run_hooks, run_hooks_sync, snapshot_of
 
 
 class Greeter(Plugin):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel.errors import DecodeFailed, RevisionConflict, StoreError
-from kernel.threads import ThreadState, ThreadStore
-from stores import MemoryThreadStore, SqliteThreadStore
+from statekernel.errors import DecodeFailed, RevisionConflict, StoreError
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+from statekernel.threads import ThreadState, ThreadStore
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -128,7 +128,7 @@ async def test_the_file_records_its_schema_version(tmp_path: Path) -> None:
 
 
 async def test_profile_and_thread_stores_can_share_one_file(tmp_path: Path) -> None:
-    from stores import SqliteProfileStore
+    from statekernel.stores import SqliteProfileStore
 
     path = tmp_path / "both.db"
     async with SqliteThreadStore(path) as threads, SqliteProfileStore(path) as profiles:
@@ -158,8 +158,8 @@ def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         f"""
         import asyncio
-        from kernel.threads import ThreadState
-        from stores import SqliteThreadStore
+        from statekernel.threads import ThreadState
+        from statekernel.stores import SqliteThreadStore
 
         async def main():
             async with SqliteThreadStore({str(path)!r}) as store:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kernel import (
+from statekernel import (
     DecodeFailed,
     Kernel,
     KeyScope,
@@ -22,7 +22,7 @@ from kernel import (
     StateKeyOptions,
     ThreadStore,
 )
-from stores import MemoryThreadStore, SqliteThreadStore
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
 class Notes(StateKey[tuple[str, ...], str]):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sample_keys import Counter, Positive
 
-from kernel import (
+from statekernel import (
     Block,
     HookFailed,
     Kernel,

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import Vector
+from statekernel import Vector
 
 # -- growth across the trie's boundaries ---------------------------------------------------
 

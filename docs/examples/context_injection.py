@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kernel import (
+from statekernel import (
     Agent,
     InferenceResponse,
     Phase,
@@ -24,7 +24,13 @@ from kernel import (
     ToolCall,
     ToolOutput,
 )
-from plugins import ContextInjection, ContextMessage, ContextStep, add_context, remove_context
+from statekernel.plugins import (
+    ContextInjection,
+    ContextMessage,
+    ContextStep,
+    add_context,
+    remove_context,
+)
 
 
 class Guide(Plugin):

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from kernel import (
+from statekernel import (
     Agent,
     InferenceResponse,
     KeyScope,
@@ -43,7 +43,7 @@ from kernel import (
     ToolCall,
     ToolOutput,
 )
-from plugins import (
+from statekernel.plugins import (
     ContextInjection,
     ContextMessage,
     RunLifecycle,
@@ -54,7 +54,7 @@ from plugins import (
     TeamContext,
     add_context,
 )
-from stores import SqliteProfileStore, SqliteThreadStore
+from statekernel.stores import SqliteProfileStore, SqliteThreadStore
 
 DATA = Path(".statekernel")
 THREAD = "demo-thread"
@@ -71,7 +71,7 @@ class Facts(StateKey[tuple[Fact, ...], Fact]):
 
     COMMUTATIVE is a promise that the order of updates cannot change the result, so `apply`
     keeps the facts as a sorted set: any order of the same facts gives the same tuple
-    (`kernel.testing.assert_commutative` checks it).
+    (`statekernel.testing.assert_commutative` checks it).
     """
 
     key = "demo.facts"

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from kernel import (
+from statekernel import (
     Block,
     CommitRejected,
     EffectSpec,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kernel import (
+from statekernel import (
     Agent,
     InferenceResponse,
     Phase,
@@ -22,7 +22,7 @@ from kernel import (
     StateCommand,
     ToolCall,
 )
-from plugins import PendingWork, RunLifecycle, RunPhase, lifecycle_of
+from statekernel.plugins import PendingWork, RunLifecycle, RunPhase, lifecycle_of
 
 
 class Tracer(Plugin):

@@ -13,7 +13,7 @@ import asyncio
 import enum
 from typing import Any
 
-from kernel import (
+from statekernel import (
     Agent,
     CommitRejected,
     InferenceResponse,
@@ -23,7 +23,7 @@ from kernel import (
     StateCommand,
     ToolCall,
 )
-from plugins import StageKey, StageWorkflow, Transition
+from statekernel.plugins import StageKey, StageWorkflow, Transition
 
 
 class Doc(enum.Enum):

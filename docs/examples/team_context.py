@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 
-from kernel import Agent, InferenceResponse, ProfileAccess, ScriptedModel, StateScope, ToolCall
-from plugins import ContextInjection, Team, TeamContext
-from stores import MemoryProfileStore
+from statekernel import Agent, InferenceResponse, ProfileAccess, ScriptedModel, StateScope, ToolCall
+from statekernel.plugins import ContextInjection, Team, TeamContext
+from statekernel.stores import MemoryProfileStore
 
 
 def child_agent(store: MemoryProfileStore, goal: str) -> tuple[Agent, ScriptedModel]:
