@@ -43,5 +43,5 @@ def phase_of(value: object) -> Phase:
             return found
     names = ", ".join(Phase.__members__)
     raise StateError(
-        f"{value!r} is not a phase; use a kernel.Phase member or one of its names: {names}."
+        f"{value!r} is not a phase; use a statekernel.Phase member or one of its names: {names}."
     )
