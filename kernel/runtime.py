@@ -466,7 +466,8 @@ class Run:
             _check_fields(fields)
         async with self._lock:
             report = await self._engine.run_phase(phase, fields)
-        await self._notify_phase(report)
+        if self._phase_listeners:
+            await self._notify_phase(report)
         return report
 
     async def tool_gate(self, tool_call: ToolCall, **fields: Any) -> GateDecision | None:
@@ -649,7 +650,8 @@ class Run:
         _check_fields(fields)
         async with self._lock:
             decision, report = await self._engine.tool_gate(fields)
-        await self._notify_phase(report)
+        if self._phase_listeners:
+            await self._notify_phase(report)
         return decision, report
 
     async def _notify_phase(self, report: PhaseReport) -> None:

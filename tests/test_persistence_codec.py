@@ -433,19 +433,12 @@ async def test_a_scope_held_in_a_str_thread_key_is_saved_as_its_string(tmp_path:
         b'"parent_thread::p1"'
     )
     path = tmp_path / "scope.db"
-
-    class Keys(Plugin):
-        id = "keys"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(SharedWith)
-
     async with SqliteThreadStore(path) as store:
-        run = await Kernel([Keys()], thread_store=store).start_run("t")
+        run = await Kernel([KeysOf("keys", SharedWith)], thread_store=store).start_run("t")
         await run.submit(StateCommand().update(SharedWith, StateScope.global_()))
         await run.finish()
     async with SqliteThreadStore(path) as store:
-        run = await Kernel([Keys()], thread_store=store).start_run("t")
+        run = await Kernel([KeysOf("keys", SharedWith)], thread_store=store).start_run("t")
         restored = run.snapshot.get(SharedWith)
         assert restored == "global" and type(restored) is str
         await run.abandon()
