@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from statekernel.vector import Vector
+from statekernel._vector import Vector
 
 pvector: Any
 try:

@@ -3,13 +3,13 @@
 This module re-exports the public API and nothing else.
 """
 
-from .actions import EffectSpec, ScheduledActionSpec
-from .agent import Agent, Decision, PendingCall, RunResult, run_status
-from .codec import dec_hook, enc_hook
-from .commands import MutationBatch, StateCommand
-from .context import AgentSpec, PhaseContext, RunIdentity
-from .engine import PhaseReport
-from .errors import (
+from ._agent import Agent, Decision, PendingCall, RunResult, run_status
+from ._codec import dec_hook, enc_hook
+from ._commands import MutationBatch, StateCommand
+from ._commit import LiveState
+from ._context import AgentSpec, PhaseContext, RunIdentity
+from ._engine import PhaseReport
+from ._errors import (
     CommitRejected,
     DecodeFailed,
     DuplicateRegistration,
@@ -27,13 +27,13 @@ from .errors import (
     UnknownStateKey,
     VersionConflict,
 )
-from .keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
-from .merge import Contribution, Partition, partition
-from .messages import Message
-from .model import InferenceRequest, InferenceResponse, ScriptedModel
-from .phases import Phase
-from .plugin import Plugin, PluginRegistrar
-from .profile import (
+from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
+from ._merge import Contribution, Partition, partition
+from ._messages import Message
+from ._model import InferenceRequest, InferenceResponse, ScriptedModel
+from ._phases import Phase
+from ._plugin import Plugin, PluginRegistrar
+from ._profile import (
     BufferedProfileAccess,
     Entry,
     ProfileAccess,
@@ -43,16 +43,16 @@ from .profile import (
     StateScope,
     SupportsAtomicUpdate,
 )
-from .reducers import StateUpdater
-from .registry import KeyRegistry
-from .runtime import Kernel, Run
-from .schema import Commutative, Ephemeral, StateSchema
-from .snapshot import Snapshot
-from .state import LiveState
-from .threads import ThreadState, ThreadStore
-from .toolgate import Block, SetResult, Suspend
-from .tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
-from .vector import Vector
+from ._reducers import StateUpdater
+from ._registry import KeyRegistry
+from ._runtime import Kernel, Run
+from ._schema import Commutative, Ephemeral, StateSchema
+from ._snapshot import Snapshot
+from ._specs import EffectSpec, ScheduledActionSpec
+from ._threads import ThreadState, ThreadStore
+from ._toolgate import Block, SetResult, Suspend
+from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
+from ._vector import Vector
 
 __all__ = [
     "Agent",

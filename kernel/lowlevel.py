@@ -6,10 +6,10 @@ are stable, but using them means taking on what `Run` otherwise does for you: a 
 commits patches and nothing else, and a `partition` only decides what may commit together.
 """
 
-from .merge import Contribution, Partition, partition
-from .profile import BufferedProfileAccess, ReadOnlyProfileAccess, SupportsAtomicUpdate
-from .registry import KeyBinding, KeyRegistry
-from .state import LiveState
+from ._commit import LiveState
+from ._merge import Contribution, Partition, partition
+from ._profile import BufferedProfileAccess, ReadOnlyProfileAccess, SupportsAtomicUpdate
+from ._registry import KeyBinding, KeyRegistry
 
 __all__ = [
     "BufferedProfileAccess",

@@ -18,14 +18,14 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .commands import StateCommand
-from .context import AgentSpec, PhaseContext, RunIdentity
-from .keys import StateKey, key_info
-from .phases import Phase
-from .plugin import Components, Plugin
-from .registry import KeyBinding, KeyRegistry
-from .snapshot import Snapshot
-from .state import LiveState
+from ._commands import StateCommand
+from ._commit import LiveState
+from ._context import AgentSpec, PhaseContext, RunIdentity
+from ._keys import StateKey, key_info
+from ._phases import Phase
+from ._plugin import Components, Plugin
+from ._registry import KeyBinding, KeyRegistry
+from ._snapshot import Snapshot
 
 V = TypeVar("V")
 U = TypeVar("U")

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from statekernel.profile import DEFAULT_MAX_VALUE_BYTES, Entry
-from statekernel.threads import ThreadState
+from statekernel._profile import DEFAULT_MAX_VALUE_BYTES, Entry
+from statekernel._threads import ThreadState
 
 from .lifecycle import ClosingStore
 from .profile_records import (

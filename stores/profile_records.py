@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from statekernel.codec import CODEC_ERRORS
-from statekernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
+from statekernel._codec import CODEC_ERRORS
+from statekernel._errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
 
 __all__ = [
     "check_expected",

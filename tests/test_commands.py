@@ -16,7 +16,7 @@ from statekernel import (
     StateError,
     StateValidationError,
 )
-from statekernel.commands import CLEAR
+from statekernel._commands import CLEAR
 
 
 class Audit(EffectSpec[str]):

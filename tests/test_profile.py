@@ -15,7 +15,7 @@ import msgspec
 import pydantic
 import pytest
 
-from statekernel.errors import (
+from statekernel._errors import (
     DecodeFailed,
     InvalidDeclaration,
     StateValidationError,
@@ -24,7 +24,7 @@ from statekernel.errors import (
     UnknownStateKey,
     VersionConflict,
 )
-from statekernel.profile import (
+from statekernel._profile import (
     Entry,
     ProfileAccess,
     ProfileKey,
@@ -32,8 +32,8 @@ from statekernel.profile import (
     StateScope,
     profile_key_info,
 )
+from statekernel._vector import Vector
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore
-from statekernel.vector import Vector
 
 
 class TeamData(msgspec.Struct):

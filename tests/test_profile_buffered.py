@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from statekernel.errors import StateError, StateValidationError, StoreError, UnknownProfileKey
-from statekernel.profile import (
+from statekernel._errors import StateError, StateValidationError, StoreError, UnknownProfileKey
+from statekernel._profile import (
     BufferedProfileAccess,
     Entry,
     ProfileAccess,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statekernel.errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
-from statekernel.profile import Entry, ProfileStore, StateScope, SupportsAtomicUpdate
+from statekernel._errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
+from statekernel._profile import Entry, ProfileStore, StateScope, SupportsAtomicUpdate
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 

@@ -29,8 +29,8 @@ from statekernel import (
     Suspend,
     ToolCall,
 )
+from statekernel._toolgate import decide
 from statekernel.stores import MemoryProfileStore, SqliteThreadStore
-from statekernel.toolgate import decide
 
 
 def test_tool_call_arguments_are_read_only_and_tools_get_their_own_copy() -> None:

@@ -31,9 +31,9 @@ from statekernel import (
     ToolCall,
     Vector,
 )
-from statekernel.plugin import Components
-from statekernel.reducers import StateUpdater, append_messages
-from statekernel.schema import (
+from statekernel._plugin import Components
+from statekernel._reducers import StateUpdater, append_messages
+from statekernel._schema import (
     Commutative,
     Ephemeral,
     StateSchema,

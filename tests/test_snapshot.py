@@ -6,7 +6,7 @@ import pytest
 from sample_keys import Counter, Items, Log, Msg, Settings, Title
 
 from statekernel import KeyRegistry, LiveState, StateCommand, UnknownStateKey
-from statekernel.keys import MergeStrategy, StateKey
+from statekernel._keys import MergeStrategy, StateKey
 
 
 def test_get_returns_default_until_a_value_is_set(state: LiveState) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from statekernel.errors import DecodeFailed, RevisionConflict, StoreError
+from statekernel._errors import DecodeFailed, RevisionConflict, StoreError
+from statekernel._threads import ThreadState, ThreadStore
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
-from statekernel.threads import ThreadState, ThreadStore
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -158,7 +158,7 @@ def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         f"""
         import asyncio
-        from statekernel.threads import ThreadState
+        from statekernel._threads import ThreadState
         from statekernel.stores import SqliteThreadStore
 
         async def main():

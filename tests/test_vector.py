@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from statekernel.codec import dec_hook, enc_hook, to_builtins
-from statekernel.vector import Vector
+from statekernel._codec import dec_hook, enc_hook, to_builtins
+from statekernel._vector import Vector
 
 # Sizes around the storage boundaries: tail (32), a block of leaves (1,024), trie growth.
 BOUNDARY_SIZES = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1023, 1024, 1025, 1056, 2047, 2048, 2080]
@@ -302,7 +302,7 @@ def test_input_containers_are_not_aliased() -> None:
 _RETENTION_CHECK = """
 import gc, sys, weakref
 sys.path.insert(0, sys.argv[1])
-from statekernel.vector import Vector
+from statekernel._vector import Vector
 
 class Item:
     pass

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 import attrs
 import immutables
 
-from .keys import StateKey
-from .registry import KeyRegistry
+from ._keys import StateKey
+from ._registry import KeyRegistry
 
 V = TypeVar("V")
 
@@ -59,7 +59,7 @@ class Snapshot:
     def view(self, schema: Any) -> Any:
         """A validated instance of a schema-declared state (see `statekernel.StateSchema`): pass
         the compiled `StateSchema` or the model / TypedDict class it was compiled from."""
-        from .schema import view  # schema builds on snapshots; import at use to keep layering
+        from ._schema import view  # schema builds on snapshots; import at use to keep layering
 
         return view(self, schema)
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import attrs
 import msgspec
 
-from .errors import InvalidDeclaration
+from ._errors import InvalidDeclaration
 
 _ATOMIC_IMMUTABLE: frozenset[Any] = frozenset(
     {int, float, complex, bool, str, bytes, type(None), None, range, type(Ellipsis)}
@@ -166,7 +166,7 @@ def _immutable(annotation: Any, seen: set[Any]) -> bool:
 
 
 def _is_vector(origin: Any) -> bool:
-    from .vector import Vector  # local: vector is a leaf module, keep this one import-light
+    from ._vector import Vector  # local: vector is a leaf module, keep this one import-light
 
     return isinstance(origin, type) and issubclass(origin, Vector)
 

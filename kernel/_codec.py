@@ -17,7 +17,7 @@ from typing import Any, get_args, get_origin
 
 import msgspec
 
-from .vector import Vector, _from_list
+from ._vector import Vector, _from_list
 
 __all__ = ["CODEC_ERRORS", "dec_hook", "enc_hook", "to_builtins"]
 

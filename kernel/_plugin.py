@@ -20,11 +20,11 @@ from typing import Any
 
 import attrs
 
-from .actions import EffectSpec, ScheduledActionSpec, spec_info
-from .errors import DuplicateRegistration, InvalidDeclaration
-from .keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, StateKey, StateKeyOptions
-from .phases import Phase
-from .registry import KeyBinding, KeyRegistry
+from ._errors import DuplicateRegistration, InvalidDeclaration
+from ._keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, StateKey, StateKeyOptions
+from ._phases import Phase
+from ._registry import KeyBinding, KeyRegistry
+from ._specs import EffectSpec, ScheduledActionSpec, spec_info
 
 PhaseHook = Callable[..., Any]
 """`(ctx: PhaseContext) -> StateCommand | None`, sync or async."""

@@ -19,17 +19,17 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from .actions import ScheduledAction, ScheduledActionSpec, spec_info
-from .checkpoint import (
+from ._checkpoint import (
     EncodeCache,
     decode_values,
     encode_scope,
 )
-from .codec import CODEC_ERRORS, dec_hook, enc_hook
-from .commands import StateCommand
-from .context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
-from .engine import PhaseEngine, PhaseReport
-from .errors import (
+from ._codec import CODEC_ERRORS, dec_hook, enc_hook
+from ._commands import StateCommand
+from ._commit import LiveState
+from ._context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
+from ._engine import PhaseEngine, PhaseReport
+from ._errors import (
     CommitRejected,
     DecodeFailed,
     HookFailed,
@@ -38,16 +38,16 @@ from .errors import (
     StoreError,
     UnknownActionHandler,
 )
-from .keys import RESERVED_PREFIX, KeyScope
-from .phases import Phase, phase_of
-from .plugin import Components, Plugin
-from .profile import ProfileAccess, ProfileStore
-from .registry import KeyRegistry
-from .snapshot import Snapshot
-from .state import LiveState
-from .threads import ThreadState, ThreadStore
-from .toolgate import Block, GateDecision, SetResult, Suspend
-from .tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
+from ._keys import RESERVED_PREFIX, KeyScope
+from ._phases import Phase, phase_of
+from ._plugin import Components, Plugin
+from ._profile import ProfileAccess, ProfileStore
+from ._registry import KeyRegistry
+from ._snapshot import Snapshot
+from ._specs import ScheduledAction, ScheduledActionSpec, spec_info
+from ._threads import ThreadState, ThreadStore
+from ._toolgate import Block, GateDecision, SetResult, Suspend
+from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 
 _WRITES_HERE = (
     "this context is read-only for profile state; hooks, action handlers and tools get a "
@@ -587,7 +587,7 @@ class Run:
     async def suspend(self, detail: bytes = b"") -> None:
         """Save the whole run -- run keys included -- and close it without RUN_END.
 
-        `statekernel.resume_run(thread_id)` reopens it exactly as it was, in this or any
+        `kernel.resume_run(thread_id)` reopens it exactly as it was, in this or any
         process sharing the ThreadStore, and hands back `detail`.
         """
         self._check_open()

@@ -16,12 +16,12 @@ from typing import Any
 
 import immutables
 
-from .commands import CLEAR, StateCommand
-from .errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
-from .keys import StateKey
-from .merge import Contribution
-from .registry import KeyBinding, KeyRegistry
-from .snapshot import Snapshot
+from ._commands import CLEAR, StateCommand
+from ._errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
+from ._keys import StateKey
+from ._merge import Contribution
+from ._registry import KeyBinding, KeyRegistry
+from ._snapshot import Snapshot
 
 logger = logging.getLogger("statekernel")
 

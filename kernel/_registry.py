@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from .errors import DuplicateRegistration, UnknownStateKey
-from .keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, key_info
+from ._errors import DuplicateRegistration, UnknownStateKey
+from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, key_info
 
 
 @attrs.frozen

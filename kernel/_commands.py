@@ -12,10 +12,10 @@ import copy
 from collections.abc import Iterator
 from typing import Any, Final, TypeVar
 
-from .actions import Effect, EffectSpec, ScheduledAction, ScheduledActionSpec, spec_info
-from .declared_types import describe
-from .errors import StateError, StateValidationError
-from .keys import StateKey, key_info
+from ._declared_types import describe
+from ._errors import StateError, StateValidationError
+from ._keys import StateKey, key_info
+from ._specs import Effect, EffectSpec, ScheduledAction, ScheduledActionSpec, spec_info
 
 V = TypeVar("V")
 U = TypeVar("U")

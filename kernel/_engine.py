@@ -26,23 +26,23 @@ from typing import Any
 
 import attrs
 
-from .actions import ScheduledAction
-from .commands import StateCommand
-from .context import PhaseContext
-from .errors import (
+from ._commands import StateCommand
+from ._commit import LiveState
+from ._context import PhaseContext
+from ._errors import (
     HookFailed,
     PhaseRunLoopExceeded,
     StateError,
     UnknownActionHandler,
     UnknownEffectHandler,
 )
-from .merge import Contribution, partition
-from .phases import Phase
-from .plugin import Components, Registered
-from .profile import BufferedProfileAccess, ProfileAccess
-from .snapshot import Snapshot
-from .state import LiveState
-from .toolgate import Block, GateDecision, SetResult, Suspend, decide
+from ._merge import Contribution, partition
+from ._phases import Phase
+from ._plugin import Components, Registered
+from ._profile import BufferedProfileAccess, ProfileAccess
+from ._snapshot import Snapshot
+from ._specs import ScheduledAction
+from ._toolgate import Block, GateDecision, SetResult, Suspend, decide
 
 logger = logging.getLogger("statekernel")
 

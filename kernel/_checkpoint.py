@@ -1,6 +1,6 @@
 """Turning a run's keys into stored bytes and back, one key at a time.
 
-Each key is encoded separately (msgspec JSON, through `statekernel.codec`'s hooks) so that a value
+Each key is encoded separately (msgspec JSON, through `statekernel._codec`'s hooks) so that a value
 whose declared type changed since it was saved fails alone, with an error naming the key,
 instead of taking the whole thread down with an opaque message. Keys in the stored state
 that no plugin of this kernel registered are kept as raw bytes and written back untouched:
@@ -16,10 +16,10 @@ from typing import Any
 import attrs
 import msgspec
 
-from .codec import CODEC_ERRORS, dec_hook, enc_hook
-from .errors import CommitRejected, DecodeFailed, StateError
-from .keys import KeyScope
-from .registry import KeyBinding, KeyRegistry
+from ._codec import CODEC_ERRORS, dec_hook, enc_hook
+from ._errors import CommitRejected, DecodeFailed, StateError
+from ._keys import KeyScope
+from ._registry import KeyBinding, KeyRegistry
 
 logger = logging.getLogger("statekernel")
 

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 
-from . import declared_types
-from .errors import InvalidDeclaration
+from . import _declared_types
+from ._errors import InvalidDeclaration
 
 V = TypeVar("V")
 U = TypeVar("U")
@@ -115,7 +115,7 @@ class StateKey(Generic[V, U]):
 
 def key_info(key: Any) -> KeyInfo:
     """The derived facts of a registrable key class, or a clear error for anything else."""
-    info: KeyInfo = declared_types.declaration_of(
+    info: KeyInfo = _declared_types.declaration_of(
         key,
         StateKey,
         "__statekernel_key__",
@@ -147,19 +147,19 @@ def _declare(cls: type[StateKey[Any, Any]]) -> KeyInfo | None:
         )
     _check_callable(cls, "apply", 2)
     _check_callable(cls, "validate", 1)
-    args = declared_types.generic_args(cls, StateKey) or (Any, Any)
+    args = _declared_types.generic_args(cls, StateKey) or (Any, Any)
     value_type, update_type = args
-    if declared_types.is_unresolved(value_type) or declared_types.is_unresolved(update_type):
+    if _declared_types.is_unresolved(value_type) or _declared_types.is_unresolved(update_type):
         return None
-    copy_values = not declared_types.is_immutable(value_type)
+    copy_values = not _declared_types.is_immutable(value_type)
     return KeyInfo(
         name=name,
         value_type=value_type,
         update_type=update_type,
-        update_classes=declared_types.runtime_classes(update_type),
+        update_classes=_declared_types.runtime_classes(update_type),
         copy_values=copy_values,
-        copy_updates=not declared_types.is_immutable(update_type),
-        make_default=declared_types.default_maker(cls, value_type),
+        copy_updates=not _declared_types.is_immutable(update_type),
+        make_default=_declared_types.default_maker(cls, value_type),
         has_validate=cls.validate is not StateKey.validate,
     )
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from .commands import StateCommand
-from .keys import MergeStrategy
+from ._commands import StateCommand
+from ._keys import MergeStrategy
 
 
 @attrs.frozen

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from .messages import Message
-from .tools import ToolCall
+from ._messages import Message
+from ._tools import ToolCall
 
 
 @attrs.frozen

@@ -13,9 +13,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 
-from . import declared_types
-from .errors import InvalidDeclaration
-from .phases import Phase
+from . import _declared_types
+from ._errors import InvalidDeclaration
+from ._phases import Phase
 
 P = TypeVar("P")
 
@@ -55,9 +55,9 @@ class _Spec(Generic[P]):
                 f"`key` must be a non-empty string, got {name!r}",
                 "Set key = 'some_name'.",
             )
-        args = declared_types.generic_args(cls, cls._generic_base) or (Any,)
+        args = _declared_types.generic_args(cls, cls._generic_base) or (Any,)
         payload_type = args[0]
-        if declared_types.is_unresolved(payload_type):
+        if _declared_types.is_unresolved(payload_type):
             cls.__statekernel_spec__ = None
             return
         cls._check(cls.__qualname__)
@@ -65,8 +65,8 @@ class _Spec(Generic[P]):
             name=name,
             kind=cls._kind,
             payload_type=payload_type,
-            payload_classes=declared_types.runtime_classes(payload_type),
-            copy_payload=not declared_types.is_immutable(payload_type),
+            payload_classes=_declared_types.runtime_classes(payload_type),
+            copy_payload=not _declared_types.is_immutable(payload_type),
         )
 
     @classmethod
@@ -107,7 +107,7 @@ EffectSpec._generic_base = EffectSpec
 
 def spec_info(spec: Any, expected: type) -> SpecInfo:
     """The derived facts of a concrete spec class, or a clear error for anything else."""
-    info: SpecInfo = declared_types.declaration_of(
+    info: SpecInfo = _declared_types.declaration_of(
         spec,
         expected,
         "__statekernel_spec__",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from .errors import StateError
+from ._errors import StateError
 
 
 class Phase(enum.StrEnum):

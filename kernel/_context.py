@@ -6,10 +6,10 @@ from typing import Any
 
 import attrs
 
-from .phases import Phase
-from .profile import ProfileAccess
-from .snapshot import Snapshot
-from .tools import ToolCall
+from ._phases import Phase
+from ._profile import ProfileAccess
+from ._snapshot import Snapshot
+from ._tools import ToolCall
 
 
 @attrs.frozen

@@ -38,18 +38,18 @@ import attrs
 import pydantic
 from pydantic_core import PydanticUndefined
 
-from . import declared_types
-from .commands import StateCommand
-from .errors import InvalidDeclaration, StateError, StateValidationError, UnknownSchemaField
-from .keys import RESERVED_PLUGIN_ID, KeyScope, MergeStrategy, StateKey, StateKeyOptions
-from .phases import Phase
-from .plugin import Plugin, PluginRegistrar
-from .reducers import Reducer, StateUpdater, check_reducer, describe_reducer, is_appending
-from .vector import Vector
+from . import _declared_types
+from ._commands import StateCommand
+from ._errors import InvalidDeclaration, StateError, StateValidationError, UnknownSchemaField
+from ._keys import RESERVED_PLUGIN_ID, KeyScope, MergeStrategy, StateKey, StateKeyOptions
+from ._phases import Phase
+from ._plugin import Plugin, PluginRegistrar
+from ._reducers import Reducer, StateUpdater, check_reducer, describe_reducer, is_appending
+from ._vector import Vector
 
 if TYPE_CHECKING:
-    from .context import PhaseContext
-    from .snapshot import Snapshot
+    from ._context import PhaseContext
+    from ._snapshot import Snapshot
 
 M = TypeVar("M")
 
@@ -125,7 +125,7 @@ class SchemaField:
         problem = _mismatch(value, self.annotation, ())
         if problem is not None:
             raise StateValidationError(
-                self.key.key, declared_types.describe(self.annotation), value, detail=problem
+                self.key.key, _declared_types.describe(self.annotation), value, detail=problem
             )
 
     def declared(self, value: Any) -> Any:
@@ -500,7 +500,7 @@ def _compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) ->
     if key.__statekernel_key__ is None:
         raise InvalidDeclaration(
             owner,
-            f"its type {declared_types.describe(annotation)} still has unbound type variables",
+            f"its type {_declared_types.describe(annotation)} still has unbound type variables",
             "Declare the field with concrete types.",
         )
     return SchemaField(
@@ -596,13 +596,13 @@ def _default_maker(
     source = spec.default
     from_factory = spec.default_is_factory
     if source is None:
-        source = declared_types.zero_factory(annotation)
+        source = _declared_types.zero_factory(annotation)
         from_factory = True
     if source is None:
         if not _admits_none(annotation):
             raise InvalidDeclaration(
                 owner,
-                f"has no default and its type {declared_types.describe(annotation)} has no zero "
+                f"has no default and its type {_declared_types.describe(annotation)} has no zero "
                 f"value to start from",
                 "Give the field a default (`= ...` or Field(default_factory=...)); in a "
                 "TypedDict, which cannot hold defaults, use a type with a zero value or `| None`.",
@@ -613,7 +613,7 @@ def _default_maker(
         produce = lambda: Vector(source())  # noqa: E731
     if from_factory:  # a fresh value per call already
         return produce
-    if declared_types.is_immutable(value_type):
+    if _declared_types.is_immutable(value_type):
         shared = produce()
         return lambda: shared
     return lambda: copy.deepcopy(produce())
@@ -654,7 +654,7 @@ def _mismatch(value: Any, annotation: Any, path: tuple[Any, ...]) -> str | None:
         if any(value == arg and type(value) is type(arg) for arg in args):
             return None
         return _wrong(value, annotation, path)
-    classes = declared_types.runtime_classes(annotation)
+    classes = _declared_types.runtime_classes(annotation)
     if classes is not None and not isinstance(value, classes):
         return _wrong(value, annotation, path)
     if typing.is_typeddict(origin or annotation):
@@ -725,7 +725,7 @@ def _first_mismatch(
 
 def _wrong(value: Any, annotation: Any, path: tuple[Any, ...]) -> str:
     where = ".".join(map(str, path)) or "top level"
-    expected = declared_types.describe(annotation)
+    expected = _declared_types.describe(annotation)
     return f"at {where}: expected {expected}, got {type(value).__name__} {value!r:.60}"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from .commands import StateCommand
+from ._commands import StateCommand
 
 
 def _frozen_arguments(arguments: Mapping[str, Any]) -> Mapping[str, Any]:

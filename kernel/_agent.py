@@ -19,20 +19,20 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from .codec import enc_hook
-from .commands import StateCommand
-from .errors import StateError
-from .keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
-from .messages import Message
-from .model import InferenceRequest, InferenceResponse, Model
-from .phases import Phase
-from .plugin import Plugin, PluginRegistrar
-from .profile import ProfileStore
-from .runtime import Kernel, PhaseListener, Run, Tool
-from .snapshot import Snapshot
-from .threads import ThreadStore
-from .tools import ToolCall, ToolCallStatus, ToolResult
-from .vector import Vector
+from ._codec import enc_hook
+from ._commands import StateCommand
+from ._errors import StateError
+from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
+from ._messages import Message
+from ._model import InferenceRequest, InferenceResponse, Model
+from ._phases import Phase
+from ._plugin import Plugin, PluginRegistrar
+from ._profile import ProfileStore
+from ._runtime import Kernel, PhaseListener, Run, Tool
+from ._snapshot import Snapshot
+from ._threads import ThreadStore
+from ._tools import ToolCall, ToolCallStatus, ToolResult
+from ._vector import Vector
 
 logger = logging.getLogger("statekernel")
 
@@ -51,7 +51,7 @@ class CallState(msgspec.Struct, frozen=True):
 class History(StateKey[Vector[Message], tuple[Message, ...]]):
     """The thread's whole message history (a thread key: it survives across runs)."""
 
-    key = "statekernel.messages"
+    key = "statekernel._messages"
     scope = KeyScope.THREAD
 
     @staticmethod

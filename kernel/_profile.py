@@ -41,9 +41,9 @@ from typing import (
 import attrs
 import msgspec
 
-from . import declared_types
-from .codec import CODEC_ERRORS, dec_hook, enc_hook
-from .errors import (
+from . import _declared_types
+from ._codec import CODEC_ERRORS, dec_hook, enc_hook
+from ._errors import (
     DecodeFailed,
     InvalidDeclaration,
     StateError,
@@ -255,7 +255,7 @@ class ProfileKey(Generic[V]):
 
 def profile_key_info(key: Any) -> ProfileKeyInfo:
     """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
-    info: ProfileKeyInfo = declared_types.declaration_of(
+    info: ProfileKeyInfo = _declared_types.declaration_of(
         key,
         ProfileKey,
         "__statekernel_profile_key__",
@@ -275,15 +275,15 @@ def _declare(cls: type[ProfileKey[Any]]) -> ProfileKeyInfo | None:
         raise InvalidDeclaration(
             owner, f"`key` must be a non-empty string, got {name!r}", "Set key = 'some_name'."
         )
-    args = declared_types.generic_args(cls, ProfileKey) or (Any,)
+    args = _declared_types.generic_args(cls, ProfileKey) or (Any,)
     value_type = args[0]
-    if declared_types.is_unresolved(value_type):
+    if _declared_types.is_unresolved(value_type):
         return None
     return ProfileKeyInfo(
         name=name,
         value_type=value_type,
-        make_default=declared_types.default_maker(cls, value_type),
-        classes=declared_types.runtime_classes(value_type),
+        make_default=_declared_types.default_maker(cls, value_type),
+        classes=_declared_types.runtime_classes(value_type),
     )
 
 
@@ -415,7 +415,7 @@ class ProfileAccess:
 
     def _encode(self, info: ProfileKeyInfo, record: str, value: Any) -> Any:
         """Check `value` against the key's type and size limit; return the store builtins."""
-        expected = declared_types.describe(info.value_type)
+        expected = _declared_types.describe(info.value_type)
         what = f"profile value (record {record!r})"
         if info.classes is not None and not isinstance(value, info.classes):
             raise StateValidationError(info.name, expected, value, what=what)
