@@ -10,8 +10,9 @@ STAMP := $(VENV)/.installed
 # The demo needs only the package; the tools for `make test` come in on top. The install is
 # an editable one in strict mode: a tree of links under build/ that mypy and IDEs follow. A
 # new or removed module needs a new link, so adding a file to kernel/, plugins/ or stores/
-# (which changes the folder) reinstalls.
-$(BASE): pyproject.toml kernel plugins stores
+# or any folder inside them (which changes that folder) reinstalls.
+PACKAGE_DIRS := $(shell find kernel plugins stores -type d -not -name __pycache__)
+$(BASE): pyproject.toml $(PACKAGE_DIRS)
 	[ -x $(BIN)/python ] || { $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --quiet --upgrade pip; }
 	$(BIN)/python -m pip install --quiet -e . --config-settings editable_mode=strict
 	touch $(BASE)

@@ -20,8 +20,6 @@ from typing import Any
 
 from statekernel import (
     Kernel,
-    KeyRegistry,
-    LiveState,
     MergeStrategy,
     Plugin,
     PluginRegistrar,
@@ -29,6 +27,7 @@ from statekernel import (
     StateKey,
     Vector,
 )
+from statekernel.lowlevel import KeyRegistry, LiveState
 
 
 def _add(value: int, update: int) -> int:

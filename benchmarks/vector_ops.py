@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from statekernel._vector import Vector
+from statekernel import Vector
 
 pvector: Any
 try:

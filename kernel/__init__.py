@@ -1,12 +1,14 @@
 """statekernel: a snapshot-and-command state kernel for agent runtimes.
 
-This module re-exports the public API and nothing else.
+This module is the user API and nothing else: declaring state, plugins and hooks, runs and
+the Agent, shared and profile state, schemas and errors. The machinery underneath (the
+commit path, the key registry, merge partitions, profile views) is in `statekernel.lowlevel`
+for store authors and tests; every other module is private and may change.
 """
 
 from ._agent import Agent, Decision, PendingCall, RunResult, run_status
 from ._codec import dec_hook, enc_hook
 from ._commands import MutationBatch, StateCommand
-from ._commit import LiveState
 from ._context import AgentSpec, PhaseContext, RunIdentity
 from ._engine import PhaseReport
 from ._errors import (
@@ -25,31 +27,22 @@ from ._errors import (
     UnknownProfileKey,
     UnknownSchemaField,
     UnknownStateKey,
+    UnknownUpdater,
     VersionConflict,
 )
 from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
-from ._merge import Contribution, Partition, partition
 from ._messages import Message
 from ._model import InferenceRequest, InferenceResponse, ScriptedModel
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
-from ._profile import (
-    BufferedProfileAccess,
-    Entry,
-    ProfileAccess,
-    ProfileKey,
-    ProfileStore,
-    ReadOnlyProfileAccess,
-    StateScope,
-    SupportsAtomicUpdate,
-)
+from ._profile import ProfileAccess, ProfileKey, ProfileStore, StateScope
+from ._public import publish
 from ._reducers import StateUpdater
-from ._registry import KeyRegistry
 from ._runtime import Kernel, Run
 from ._schema import Commutative, Ephemeral, StateSchema
 from ._snapshot import Snapshot
 from ._specs import EffectSpec, ScheduledActionSpec
-from ._threads import ThreadState, ThreadStore
+from ._threads import ThreadStore
 from ._toolgate import Block, SetResult, Suspend
 from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 from ._vector import Vector
@@ -58,28 +51,22 @@ __all__ = [
     "Agent",
     "AgentSpec",
     "Block",
-    "BufferedProfileAccess",
     "CommitRejected",
     "Commutative",
-    "Contribution",
     "Decision",
     "DecodeFailed",
     "DuplicateRegistration",
     "EffectSpec",
-    "Entry",
     "Ephemeral",
     "HookFailed",
     "InferenceRequest",
     "InferenceResponse",
     "InvalidDeclaration",
     "Kernel",
-    "KeyRegistry",
     "KeyScope",
-    "LiveState",
     "MergeStrategy",
     "Message",
     "MutationBatch",
-    "Partition",
     "PendingCall",
     "Phase",
     "PhaseContext",
@@ -90,7 +77,6 @@ __all__ = [
     "ProfileAccess",
     "ProfileKey",
     "ProfileStore",
-    "ReadOnlyProfileAccess",
     "RevisionConflict",
     "Run",
     "RunIdentity",
@@ -108,9 +94,7 @@ __all__ = [
     "StateUpdater",
     "StateValidationError",
     "StoreError",
-    "SupportsAtomicUpdate",
     "Suspend",
-    "ThreadState",
     "ThreadStore",
     "ToolCall",
     "ToolCallStatus",
@@ -121,10 +105,13 @@ __all__ = [
     "UnknownProfileKey",
     "UnknownSchemaField",
     "UnknownStateKey",
+    "UnknownUpdater",
     "Vector",
     "VersionConflict",
     "dec_hook",
     "enc_hook",
-    "partition",
     "run_status",
 ]
+
+publish(__name__, globals(), __all__)
+del publish

@@ -19,7 +19,7 @@ import msgspec
 
 from ._vector import Vector, _from_list
 
-__all__ = ["CODEC_ERRORS", "dec_hook", "enc_hook", "to_builtins"]
+__all__ = ["CODEC_ERRORS", "dec_hook", "enc_hook"]
 
 CODEC_ERRORS: tuple[type[BaseException], ...] = (
     msgspec.MsgspecError,
@@ -80,8 +80,3 @@ def dec_hook(type_: Any, obj: Any) -> Any:
 def _is_pydantic_model(cls: type) -> bool:
     """Duck-typed so that the codec does not import pydantic unless a model is in play."""
     return hasattr(cls, "model_validate") and hasattr(cls, "model_dump")
-
-
-def to_builtins(value: Any) -> Any:
-    """`msgspec.to_builtins` with kernel types (e.g. Vector -> list) understood."""
-    return msgspec.to_builtins(value, enc_hook=enc_hook)

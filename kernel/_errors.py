@@ -251,3 +251,18 @@ class UnknownSchemaField(StateError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise show the message quoted
         return str(self.args[0])
+
+
+class UnknownUpdater(StateError, KeyError):
+    """`StateUpdater.get` was asked for a name nobody registered."""
+
+    def __init__(self, name: str, known: Iterable[str]) -> None:
+        self.name = name
+        self.known = tuple(known)
+        super().__init__(
+            f"no updater named {name!r}; known updaters: {', '.join(self.known)}. Fix the "
+            f"name, or register it first with @StateUpdater.register({name!r})."
+        )
+
+    def __str__(self) -> str:  # KeyError would otherwise show the message quoted
+        return str(self.args[0])

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import immutables
 
-from ._errors import InvalidDeclaration
+from ._errors import InvalidDeclaration, UnknownUpdater
 from ._vector import Vector
 
 Reducer = Callable[[Any, Any], Any]
@@ -187,10 +187,11 @@ class StateUpdater:
 
     @classmethod
     def get(cls, name: str) -> Reducer:
-        """The reducer registered under `name`; KeyError (listing the known names) if none."""
+        """The reducer registered under `name`; `UnknownUpdater` (listing the known names) if
+        none."""
         found = cls._reducers.get(name)
         if found is None:
-            raise KeyError(f"no updater named {name!r}; known updaters: {cls.names()}")
+            raise UnknownUpdater(name, cls.names())
         return found
 
     @classmethod

@@ -40,7 +40,13 @@ from pydantic_core import PydanticUndefined
 
 from . import _declared_types
 from ._commands import StateCommand
-from ._errors import InvalidDeclaration, StateError, StateValidationError, UnknownSchemaField
+from ._errors import (
+    InvalidDeclaration,
+    StateError,
+    StateValidationError,
+    UnknownSchemaField,
+    UnknownUpdater,
+)
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, MergeStrategy, StateKey, StateKeyOptions
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
@@ -563,7 +569,7 @@ def _read_metadata(
 def _named_reducer(owner: str, name: str) -> Reducer:
     try:
         return StateUpdater.get(name)
-    except KeyError:
+    except UnknownUpdater:
         raise InvalidDeclaration(
             owner,
             f"names the updater {name!r}, which is not registered; known updaters: "

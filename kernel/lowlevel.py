@@ -6,19 +6,41 @@ are stable, but using them means taking on what `Run` otherwise does for you: a 
 commits patches and nothing else, and a `partition` only decides what may commit together.
 """
 
+from ._codec import CODEC_ERRORS
+from ._commands import CLEAR
 from ._commit import LiveState
+from ._keys import key_info
 from ._merge import Contribution, Partition, partition
-from ._profile import BufferedProfileAccess, ReadOnlyProfileAccess, SupportsAtomicUpdate
+from ._profile import (
+    DEFAULT_MAX_VALUE_BYTES,
+    BufferedProfileAccess,
+    Entry,
+    ReadOnlyProfileAccess,
+    SupportsAtomicUpdate,
+    profile_key_info,
+)
+from ._public import publish
 from ._registry import KeyBinding, KeyRegistry
+from ._threads import ThreadState
 
 __all__ = [
+    "CLEAR",
+    "CODEC_ERRORS",
+    "DEFAULT_MAX_VALUE_BYTES",
     "BufferedProfileAccess",
     "Contribution",
+    "Entry",
     "KeyBinding",
     "KeyRegistry",
     "LiveState",
     "Partition",
     "ReadOnlyProfileAccess",
     "SupportsAtomicUpdate",
+    "ThreadState",
+    "key_info",
     "partition",
+    "profile_key_info",
 ]
+
+publish(__name__, globals(), __all__)
+del publish

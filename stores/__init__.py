@@ -4,8 +4,7 @@ The protocols are defined in `statekernel` (the core depends on no backend) and 
 so that `from stores import ProfileStore, SqliteProfileStore` reads naturally.
 """
 
-from statekernel._profile import ProfileStore
-from statekernel._threads import ThreadStore
+from statekernel import ProfileStore, ThreadStore
 
 from .memory import MemoryProfileStore, MemoryThreadStore
 from .sqlite_profile import SqliteProfileStore

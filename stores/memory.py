@@ -15,8 +15,7 @@ from typing import Any
 
 import attrs
 
-from statekernel._profile import DEFAULT_MAX_VALUE_BYTES, Entry
-from statekernel._threads import ThreadState
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, ThreadState
 
 from .lifecycle import ClosingStore
 from .profile_records import (

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from statekernel._codec import CODEC_ERRORS
-from statekernel._errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
+from statekernel import DecodeFailed, StateValidationError, StoreError, VersionConflict
+from statekernel.lowlevel import CODEC_ERRORS
 
 __all__ = [
     "check_expected",

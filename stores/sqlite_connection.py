@@ -47,7 +47,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import aiosqlite
 import attrs
 
-from statekernel._errors import StateError, StoreError
+from statekernel import StateError, StoreError
 
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",

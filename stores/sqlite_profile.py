@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from statekernel._errors import StoreError, VersionConflict
-from statekernel._profile import DEFAULT_MAX_VALUE_BYTES, Entry
+from statekernel import StoreError, VersionConflict
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry
 
 from .lifecycle import ClosingStore
 from .profile_records import (

@@ -15,8 +15,8 @@ from typing import ClassVar
 
 import attrs
 
-from statekernel._errors import StoreError
-from statekernel._threads import ThreadState
+from statekernel import StoreError
+from statekernel.lowlevel import ThreadState
 
 from .lifecycle import ClosingStore
 from .sqlite_connection import Schema, SqliteConnection, Synchronous

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from statekernel._errors import DecodeFailed, RevisionConflict
-from statekernel._threads import ThreadState
+from statekernel import DecodeFailed, RevisionConflict
+from statekernel.lowlevel import ThreadState
 
 __all__ = ["check_revision", "decode_state", "encode_state"]
 

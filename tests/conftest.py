@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sample_keys import ALL_KEYS
 
-from statekernel import KeyRegistry, LiveState
+from statekernel.lowlevel import KeyRegistry, LiveState
 
 
 @pytest.fixture

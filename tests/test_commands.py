@@ -16,7 +16,7 @@ from statekernel import (
     StateError,
     StateValidationError,
 )
-from statekernel._commands import CLEAR
+from statekernel.lowlevel import CLEAR
 
 
 class Audit(EffectSpec[str]):

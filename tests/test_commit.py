@@ -11,10 +11,7 @@ from sample_keys import Counter, Items, Log, Msg, Positive, Title
 
 from statekernel import (
     CommitRejected,
-    Contribution,
     EffectSpec,
-    KeyRegistry,
-    LiveState,
     Phase,
     RevisionConflict,
     ScheduledActionSpec,
@@ -24,6 +21,7 @@ from statekernel import (
     UnknownStateKey,
     Vector,
 )
+from statekernel.lowlevel import Contribution, KeyRegistry, LiveState
 
 
 class Fragile(StateKey[int, int]):

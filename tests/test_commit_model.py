@@ -20,10 +20,7 @@ from sample_keys import Counter, Items, Log, Msg, Positive, Settings, Title
 
 from statekernel import (
     CommitRejected,
-    Contribution,
     Kernel,
-    KeyRegistry,
-    LiveState,
     MergeStrategy,
     Phase,
     PhaseContext,
@@ -33,6 +30,7 @@ from statekernel import (
     StateKey,
     Vector,
 )
+from statekernel.lowlevel import Contribution, KeyRegistry, LiveState
 
 
 class Bag(StateKey[list[int], int]):

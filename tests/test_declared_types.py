@@ -32,15 +32,8 @@ import pydantic
 import pydantic.v1
 import pytest
 
-from statekernel import (
-    InvalidDeclaration,
-    KeyRegistry,
-    LiveState,
-    StateCommand,
-    StateKey,
-    StateValidationError,
-    Vector,
-)
+from statekernel import InvalidDeclaration, StateCommand, StateKey, StateValidationError, Vector
+from statekernel.lowlevel import KeyRegistry, LiveState
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")

@@ -10,7 +10,7 @@ import pytest
 from sample_keys import Counter, Items, Log
 
 from statekernel import InvalidDeclaration, KeyScope, MergeStrategy, StateKey, Vector
-from statekernel._keys import key_info
+from statekernel.lowlevel import key_info
 
 
 def test_class_attributes_are_the_declaration() -> None:

@@ -6,15 +6,8 @@ import random
 
 from sample_keys import Counter, Log, Msg, Title
 
-from statekernel import (
-    Contribution,
-    KeyRegistry,
-    LiveState,
-    Partition,
-    StateCommand,
-    StateKey,
-    partition,
-)
+from statekernel import StateCommand, StateKey
+from statekernel.lowlevel import Contribution, KeyRegistry, LiveState, Partition, partition
 
 
 class Other(StateKey[str, str]):

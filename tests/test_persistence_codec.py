@@ -26,12 +26,12 @@ from statekernel import (
     StateKey,
     StateKeyOptions,
     StateScope,
-    ThreadState,
     ThreadStore,
     Vector,
     dec_hook,
     enc_hook,
 )
+from statekernel.lowlevel import ThreadState
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 

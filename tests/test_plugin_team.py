@@ -12,7 +12,6 @@ import pytest
 
 from statekernel import (
     Agent,
-    Entry,
     InferenceResponse,
     ProfileAccess,
     ProfileStore,
@@ -20,6 +19,7 @@ from statekernel import (
     StateScope,
     ToolCall,
 )
+from statekernel.lowlevel import Entry
 from statekernel.plugins import (
     ContextInjection,
     Team,

@@ -15,24 +15,21 @@ import msgspec
 import pydantic
 import pytest
 
-from statekernel._errors import (
+from statekernel import (
     DecodeFailed,
     InvalidDeclaration,
-    StateValidationError,
-    StoreError,
-    UnknownProfileKey,
-    UnknownStateKey,
-    VersionConflict,
-)
-from statekernel._profile import (
-    Entry,
     ProfileAccess,
     ProfileKey,
     ProfileStore,
     StateScope,
-    profile_key_info,
+    StateValidationError,
+    StoreError,
+    UnknownProfileKey,
+    UnknownStateKey,
+    Vector,
+    VersionConflict,
 )
-from statekernel._vector import Vector
+from statekernel.lowlevel import Entry, profile_key_info
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 

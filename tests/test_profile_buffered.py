@@ -12,16 +12,17 @@ from typing import Any
 import msgspec
 import pytest
 
-from statekernel._errors import StateError, StateValidationError, StoreError, UnknownProfileKey
-from statekernel._profile import (
-    BufferedProfileAccess,
-    Entry,
+from statekernel import (
     ProfileAccess,
     ProfileKey,
     ProfileStore,
-    ReadOnlyProfileAccess,
+    StateError,
     StateScope,
+    StateValidationError,
+    StoreError,
+    UnknownProfileKey,
 )
+from statekernel.lowlevel import BufferedProfileAccess, Entry, ReadOnlyProfileAccess
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 

@@ -13,8 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statekernel._errors import DecodeFailed, StateValidationError, StoreError, VersionConflict
-from statekernel._profile import Entry, ProfileStore, StateScope, SupportsAtomicUpdate
+from statekernel import (
+    DecodeFailed,
+    ProfileStore,
+    StateScope,
+    StateValidationError,
+    StoreError,
+    VersionConflict,
+)
+from statekernel.lowlevel import Entry, SupportsAtomicUpdate
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 

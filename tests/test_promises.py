@@ -17,9 +17,7 @@ from statekernel import (
     CommitRejected,
     InferenceResponse,
     Kernel,
-    KeyRegistry,
     KeyScope,
-    LiveState,
     MergeStrategy,
     Phase,
     Plugin,
@@ -33,6 +31,7 @@ from statekernel import (
     ToolCall,
     Vector,
 )
+from statekernel.lowlevel import KeyRegistry, LiveState
 from statekernel.plugins import StageKey, StageWorkflow
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore, SqliteThreadStore
 

@@ -74,13 +74,41 @@ def test_the_testing_functions_are_found() -> None:
     assert set(TESTING_FUNCTIONS) <= set(_testing_functions())
 
 
-def test_every_public_name_is_in_the_reference() -> None:
-    spans = _code_spans(REFERENCE.read_text(encoding="utf-8"))
-    missing = [f"{module}.{name}" for module, name in _public_names() if name not in spans]
+def _sections(text: str) -> dict[str, str]:
+    """The page cut at its level-2 module headings: module name -> that section's text."""
+    sections: dict[str, str] = {}
+    current: str | None = None
+    for line in text.splitlines(keepends=True):
+        heading = re.fullmatch(r"## `([\w.]+)`\s*", line)
+        if heading:
+            current = heading.group(1)
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line
+    return sections
+
+
+def test_every_public_name_is_in_its_modules_section() -> None:
+    sections = _sections(REFERENCE.read_text(encoding="utf-8"))
+    missing = [
+        f"{module}.{name}"
+        for module, name in _public_names()
+        if name not in _code_spans(sections.get(module, ""))
+    ]
     assert not missing, (
-        f"docs/reference.md does not mention {len(missing)} public name(s) as `Name`: "
-        f"{', '.join(missing)}. Document them (signature, what it is for, a link)."
+        f"docs/reference.md does not mention {len(missing)} public name(s) as `Name` in the "
+        f"section of their module: {', '.join(missing)}. Document them there (signature, "
+        f"what it is for, a link)."
     )
+
+
+def test_the_user_api_section_documents_no_lowlevel_name() -> None:
+    """A name in `statekernel.lowlevel` only is documented there, not among the user API."""
+    sections = _sections(REFERENCE.read_text(encoding="utf-8"))
+    headings = re.findall(r"^#{3,4} (.+)$", sections["statekernel"], re.MULTILINE)
+    documented = {name for heading in headings for name in re.findall(r"`(\w+)`", heading)}
+    lowlevel_only = set(statekernel.lowlevel.__all__) - set(statekernel.__all__)
+    assert not documented & lowlevel_only
 
 
 def _slug(heading: str) -> str:

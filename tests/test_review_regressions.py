@@ -29,7 +29,6 @@ from statekernel import (
     Suspend,
     ToolCall,
 )
-from statekernel._toolgate import decide
 from statekernel.stores import MemoryProfileStore, SqliteThreadStore
 
 
@@ -250,8 +249,22 @@ async def test_a_failing_action_leaves_the_other_due_actions_queued() -> None:
     assert done == [2]
 
 
-def test_gate_answers_of_subclassed_kinds_rank_as_their_kind() -> None:
+async def test_gate_answers_of_subclassed_kinds_rank_as_their_kind() -> None:
     class PolicyBlock(Block):
         pass
 
-    assert decide([("a", Suspend("x")), ("b", PolicyBlock("no"))]) == PolicyBlock("no")
+    def gates(*answers: object) -> list[Plugin]:
+        plugins: list[Plugin] = []
+        for index, answer in enumerate(answers):
+
+            class Gate(Plugin):
+                id = f"gate{index}"
+
+                def register(self, r: PluginRegistrar, answer: object = answer) -> None:
+                    r.register_tool_gate(lambda ctx: answer)
+
+            plugins.append(Gate())
+        return plugins
+
+    run = await Kernel(gates(Suspend("x"), PolicyBlock("no"))).start_run("t")
+    assert await run.tool_gate(ToolCall("c1", "search", {})) == PolicyBlock("no")

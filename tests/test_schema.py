@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from statekernel import (
     Agent,
+    Commutative,
+    Ephemeral,
     InferenceResponse,
     InvalidDeclaration,
     Kernel,
@@ -27,18 +29,13 @@ from statekernel import (
     StateCommand,
     StateError,
     StateKey,
+    StateSchema,
+    StateUpdater,
     StateValidationError,
     ToolCall,
-    Vector,
-)
-from statekernel._plugin import Components
-from statekernel._reducers import StateUpdater, append_messages
-from statekernel._schema import (
-    Commutative,
-    Ephemeral,
-    StateSchema,
     UnknownSchemaField,
-    view,
+    UnknownUpdater,
+    Vector,
 )
 from statekernel.stores import MemoryThreadStore
 from statekernel.testing import assert_commutative, run_hooks, snapshot_of
@@ -134,7 +131,7 @@ def test_run_ephemeral_fields_are_run_keys_even_in_a_thread_schema() -> None:
     assert schema.keys["done"].scope is KeyScope.RUN
     assert schema.keys["actions"].scope is KeyScope.THREAD
     assert schema.keys["title"].scope is KeyScope.THREAD
-    bindings = Components.build([schema.plugin]).keys
+    bindings = snapshot_of(schema.plugin).registry
     assert not bindings.binding(schema.keys["title"]).persistent
 
 
@@ -231,6 +228,8 @@ def test_typeddict_updates_are_checked_down_to_the_items_too() -> None:
 
 # -- reducers ----------------------------------------------------------------------------------
 
+append_messages = StateUpdater.get("append_messages")
+
 
 def test_append_messages_drops_messages_whose_id_is_already_present() -> None:
     a, b, c = Msg(text="a", id="1"), Msg(text="b", id="2"), Msg(text="c", id="3")
@@ -261,8 +260,9 @@ def test_the_updater_registry_refuses_duplicates_and_bad_reducers() -> None:
         StateUpdater.register("test_schema.max")(lambda old, new: new)
     with pytest.raises(InvalidDeclaration, match=r"reducer\(old, new\)"):
         StateUpdater.register("test_schema.unary")(lambda value: value)  # type: ignore[type-var]
-    with pytest.raises(KeyError, match="known updaters"):
+    with pytest.raises(UnknownUpdater, match="known updaters") as caught:
         StateUpdater.get("nope")
+    assert isinstance(caught.value, KeyError) and caught.value.name == "nope"
     with pytest.raises(TypeError):
         StateUpdater()
 
@@ -303,7 +303,7 @@ async def test_a_schema_plugin_works_through_an_agent_end_to_end() -> None:
     )
     result = await agent.run("t", ["hi"])
     assert result.outcome == "success" and result.steps == 2
-    state = view(result.snapshot, ChatState)
+    state = result.snapshot.view(ChatState)
     assert isinstance(state, ChatState)
     assert state.messages == [first, Msg(text="step 0"), Msg(text="step 1")]  # m1 once
     assert state.log == ["step", "step"]
@@ -460,7 +460,7 @@ async def test_a_thread_schema_survives_a_thread_store_round_trip() -> None:
 
     await agent().run("t", ["one"])
     result = await agent().run("t", ["two"])  # a new kernel: state comes from the store
-    state = view(result.snapshot, EvoState)
+    state = result.snapshot.view(EvoState)
     assert state == {"messages": [greet], "user_name": "ada", "note": None}
     assert isinstance(result.snapshot.get(schema.keys["messages"]), Vector)
 
@@ -502,20 +502,20 @@ async def test_view_by_model_class_finds_the_registered_schema() -> None:
     chat, other = chat_schema(), StateSchema(ChatState, prefix="other")
     run = await Kernel([chat.plugin]).start_run("t")
     await run.submit(chat.command(title="found"))
-    assert view(run.snapshot, ChatState).title == "found"
-    assert view(run.snapshot, chat).title == "found"
+    assert run.snapshot.view(ChatState).title == "found"
+    assert run.snapshot.view(chat).title == "found"
 
     both = await Kernel([chat.plugin, other.plugin]).start_run("t")
     with pytest.raises(StateError, match="several prefixes"):
-        view(both.snapshot, ChatState)
+        both.snapshot.view(ChatState)
     with pytest.raises(StateError, match="schema.plugin"):
-        view(snapshot_of([]), ChatState)
+        snapshot_of([]).view(ChatState)
 
     class Never(BaseModel):
         x: int = 0
 
     with pytest.raises(StateError, match="not been compiled"):
-        view(run.snapshot, Never)
+        run.snapshot.view(Never)
 
 
 def test_view_refuses_a_state_the_model_does_not_validate() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sample_keys import Counter, Items, Log, Msg, Settings, Title
 
-from statekernel import KeyRegistry, LiveState, StateCommand, UnknownStateKey
-from statekernel._keys import MergeStrategy, StateKey
+from statekernel import MergeStrategy, StateCommand, StateKey, UnknownStateKey
+from statekernel.lowlevel import KeyRegistry, LiveState
 
 
 def test_get_returns_default_until_a_value_is_set(state: LiveState) -> None:

@@ -19,7 +19,7 @@ import pytest
 COUNTER_WORKER = textwrap.dedent(
     """
     import asyncio, sys, time
-    from statekernel._profile import ProfileAccess, ProfileKey
+    from statekernel import ProfileAccess, ProfileKey
     from statekernel.stores import SqliteProfileStore
 
     class Counter(ProfileKey[int]):

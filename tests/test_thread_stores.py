@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from statekernel._errors import DecodeFailed, RevisionConflict, StoreError
-from statekernel._threads import ThreadState, ThreadStore
+from statekernel import DecodeFailed, RevisionConflict, StoreError, ThreadStore
+from statekernel.lowlevel import ThreadState
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
@@ -158,7 +158,7 @@ def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         f"""
         import asyncio
-        from statekernel._threads import ThreadState
+        from statekernel.lowlevel import ThreadState
         from statekernel.stores import SqliteThreadStore
 
         async def main():

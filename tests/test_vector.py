@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from statekernel._codec import dec_hook, enc_hook, to_builtins
-from statekernel._vector import Vector
+from statekernel import Vector, dec_hook, enc_hook
 
 # Sizes around the storage boundaries: tail (32), a block of leaves (1,024), trie growth.
 BOUNDARY_SIZES = [0, 1, 2, 31, 32, 33, 63, 64, 65, 1023, 1024, 1025, 1056, 2047, 2048, 2080]
@@ -302,7 +301,7 @@ def test_input_containers_are_not_aliased() -> None:
 _RETENTION_CHECK = """
 import gc, sys, weakref
 sys.path.insert(0, sys.argv[1])
-from statekernel._vector import Vector
+from statekernel import Vector
 
 class Item:
     pass
@@ -399,7 +398,7 @@ def test_msgspec_round_trip_in_struct(proto: Any) -> None:
 
 def test_msgspec_convert_and_to_builtins() -> None:
     t = Thread(log=Vector([1, 2]), messages=Vector([Msg("user", "x")]))
-    raw = to_builtins(t)
+    raw = msgspec.to_builtins(t, enc_hook=enc_hook)
     assert raw == {"log": [1, 2], "messages": [{"role": "user", "text": "x"}], "loose": []}
     assert msgspec.convert(raw, Thread, dec_hook=dec_hook) == t
     msgs = msgspec.convert([{"role": "u", "text": "t"}], Vector[Msg], dec_hook=dec_hook)

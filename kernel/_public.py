@@ -1,0 +1,34 @@
+"""Presenting objects from private modules under the public path users import them by.
+
+The kernel lives in private modules (`statekernel._commit`, ...) so that their layout can
+change freely; what a user sees in a repr, a traceback or `help()` should still be the name
+they wrote (`statekernel.StateKey`), as httpx and Trio do it.
+
+Rewriting `__module__` has one trap: `typing.get_type_hints`, msgspec and pydantic resolve
+a class's string annotations (`from __future__ import annotations`) in the namespace of
+`sys.modules[cls.__module__]`. So each class's own annotations are resolved first, while the
+class still names the module that wrote them, and only then is it renamed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["publish"]
+
+
+def publish(public_module: str, namespace: Mapping[str, Any], names: Iterable[str]) -> None:
+    """Give each named class or function defined in a private `statekernel._*` module the
+    public path (constants keep theirs: they have no module of their own)."""
+    for name in names:
+        obj = namespace[name]
+        if not isinstance(obj, type) and not inspect.isfunction(obj):
+            continue
+        defined_in = getattr(obj, "__module__", None)
+        if not isinstance(defined_in, str) or not defined_in.startswith("statekernel._"):
+            continue
+        if isinstance(obj, type) and "__annotations__" in vars(obj):
+            obj.__annotations__ = inspect.get_annotations(obj, eval_str=True)
+        obj.__module__ = public_module
