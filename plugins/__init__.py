@@ -1,12 +1,14 @@
 """Built-in plugins for statekernel, written only against `statekernel`'s public API.
 
-- `RunLifecycle` (plugins.run_lifecycle): the run's phase, status, step count and pending work.
-- `ContextInjection` (plugins.context): keyed, banded, throttled context messages.
-- `StageWorkflow` / `StageKey` (plugins.stages): legal stage transitions and tool gates.
-- `Team` (plugins.team): goals and notes shared by a parent agent and its sub-agents.
+- `RunLifecycle`: the run's phase, status, step count and pending work.
+- `ContextInjection`: keyed, banded, throttled context messages.
+- `StageWorkflow` / `StageKey`: legal stage transitions and tool gates.
+- `Team`: goals and notes shared by a parent agent and its sub-agents.
+
+Each lives in a private module named for it; import them from here.
 """
 
-from .context import (
+from ._context_injection import (
     BANDS,
     AddContextMessage,
     Band,
@@ -21,7 +23,7 @@ from .context import (
     add_context,
     remove_context,
 )
-from .run_lifecycle import (
+from ._run_lifecycle import (
     Lifecycle,
     PendingWork,
     RunLifecycle,
@@ -30,8 +32,8 @@ from .run_lifecycle import (
     StepCount,
     lifecycle_of,
 )
-from .stages import IllegalTransition, StageKey, StageWorkflow, Transition
-from .team import Team, TeamContext, TeamData, extend_team, render_team, team_scope
+from ._stages import IllegalTransition, StageKey, StageWorkflow, Transition
+from ._team import Team, TeamContext, TeamData, extend_team, render_team, team_scope
 
 __all__ = [
     "BANDS",

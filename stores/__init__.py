@@ -1,14 +1,15 @@
 """ProfileStore and ThreadStore backends (memory, SQLite) implementing kernel's protocols.
 
 The protocols are defined in `statekernel` (the core depends on no backend) and re-exported here
-so that `from stores import ProfileStore, SqliteProfileStore` reads naturally.
+so that `from statekernel.stores import ProfileStore, SqliteProfileStore` reads naturally.
+Every module behind this one is private.
 """
 
 from statekernel import ProfileStore, ThreadStore
 
-from .memory import MemoryProfileStore, MemoryThreadStore
-from .sqlite_profile import SqliteProfileStore
-from .sqlite_thread import SqliteThreadStore
+from ._memory import MemoryProfileStore, MemoryThreadStore
+from ._sqlite_profile import SqliteProfileStore
+from ._sqlite_thread import SqliteThreadStore
 
 __all__ = [
     "MemoryProfileStore",

@@ -3,7 +3,7 @@
 A save replaces the thread's whole row inside one transaction that first compares the
 stored revision, so a stale writer in another process gets `RevisionConflict`, an emptied
 state is saved as empty, and nothing of an older save can come back. Concurrent checkpoints
-of many threads share transactions through the connection's pipeline (`sqlite_connection`).
+of many threads share transactions through the connection's pipeline (`_sqlite_connection`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import attrs
 from statekernel import StoreError
 from statekernel.lowlevel import ThreadState
 
-from .lifecycle import ClosingStore
-from .sqlite_connection import Schema, SqliteConnection, Synchronous
-from .thread_records import check_revision, decode_state, encode_state
+from ._closing import ClosingStore
+from ._sqlite_connection import Schema, SqliteConnection, Synchronous
+from ._thread_codec import check_revision, decode_state, encode_state
 
 __all__ = ["SqliteThreadStore"]
 

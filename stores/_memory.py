@@ -17,15 +17,15 @@ import attrs
 
 from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, ThreadState
 
-from .lifecycle import ClosingStore
-from .profile_records import (
+from ._closing import ClosingStore
+from ._profile_codec import (
     check_expected,
     check_expected_version,
     check_names,
     decode_value,
     encode_value,
 )
-from .thread_records import check_revision, decode_state, encode_state
+from ._thread_codec import check_revision, decode_state, encode_state
 
 __all__ = ["MemoryProfileStore", "MemoryThreadStore"]
 

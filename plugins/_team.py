@@ -10,7 +10,7 @@ another parent never see it. A run without a parent leads its own team: it uses
 Children extend the record with `ProfileAccess.update` (read-modify-write with
 compare-and-set, retried on conflict), never with a blind write, so children running at the
 same time lose none of each other's additions. Before each inference the plugin reads the
-record and injects it as a context message through `statekernel.plugins.context`, so install
+record and injects it as a context message through `ContextInjection`, so install
 `ContextInjection` alongside it. It needs a ProfileStore (`Agent(..., profile_store=...)`).
 """
 
@@ -34,7 +34,7 @@ from statekernel import (
     StateScope,
 )
 
-from .context import Band, ContextMessage, add_context
+from ._context_injection import Band, ContextMessage, add_context
 
 __all__ = ["Team", "TeamContext", "TeamData", "extend_team", "render_team", "team_scope"]
 

@@ -1,6 +1,6 @@
 """The SQLite ProfileStore: shared and profile records in one table of a SQLite file.
 
-Safe for many tasks and several processes on one file (see `sqlite_connection` for the
+Safe for many tasks and several processes on one file (see `_sqlite_connection` for the
 locking, group commit and durability story). A value is stored as JSON text, so the rows
 can be read with any SQLite tool; a row whose text is no longer JSON fails with
 `DecodeFailed` for that record only. Compare-and-set checks the version inside the same
@@ -21,15 +21,15 @@ import attrs
 from statekernel import StoreError, VersionConflict
 from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry
 
-from .lifecycle import ClosingStore
-from .profile_records import (
+from ._closing import ClosingStore
+from ._profile_codec import (
     check_expected,
     check_expected_version,
     check_names,
     decode_value,
     encode_value,
 )
-from .sqlite_connection import OpFailed, Schema, SqliteConnection, Synchronous
+from ._sqlite_connection import OpFailed, Schema, SqliteConnection, Synchronous
 
 __all__ = ["SqliteProfileStore"]
 
