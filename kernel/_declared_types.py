@@ -263,28 +263,3 @@ def default_maker(declaring: type, value_type: Any) -> Callable[[], Any]:
         return zero
     shared = zero()
     return lambda: shared
-
-
-def declaration_of(
-    token: Any, base: type, attribute: str, *, kind: str, binds: str, example: str
-) -> Any:
-    """The facts cached on a declared token class (a key or spec), or an error that teaches.
-
-    Keys and specs are classes used as tokens; `attribute` holds what was derived from the
-    declaration when the class was created, None for an abstract class. `kind` names the
-    token in messages ("state key"), `binds` the parameterisation a concrete subclass needs,
-    `example` a whole declaration.
-    """
-    info = getattr(token, attribute, None) if isinstance(token, type) else None
-    if info is not None and issubclass(token, base):
-        return info
-    if isinstance(token, type) and issubclass(token, base):
-        raise InvalidDeclaration(
-            token.__qualname__,
-            f"is an abstract {kind} (no `key` string, or unbound type parameters)",
-            f"Use a concrete subclass that sets `key` and binds {binds}.",
-        )
-    raise TypeError(
-        f"expected a {base.__name__} subclass (the class itself), got {token!r}. "
-        f"Declare one as `{example}`."
-    )

@@ -18,6 +18,7 @@ import attrs
 
 from . import _declared_types
 from ._errors import InvalidDeclaration
+from ._token import DeclaredToken, TokenFamily, declared_info
 
 V = TypeVar("V")
 U = TypeVar("U")
@@ -75,7 +76,7 @@ class KeyInfo:
     has_validate: bool
 
 
-class StateKey(Generic[V, U]):
+class StateKey(DeclaredToken, Generic[V, U]):
     """Base class of typed state keys: subclass as `StateKey[Value, Update]`.
 
     Set `key` (a unique string), optionally `merge`, `scope`, `default` or
@@ -87,6 +88,14 @@ class StateKey(Generic[V, U]):
     abstract base for other keys (for example a generic stage key) and cannot be registered.
     """
 
+    _family = TokenFamily(
+        kind="state key",
+        attribute="__statekernel_key__",
+        arity=2,
+        binds="StateKey[Value, Update]",
+        example="class MyKey(StateKey[Value, Update]): key = 'my_key'",
+        usage="Pass the class: snapshot.get({name}), cmd.update({name}, ...)",
+    )
     key: ClassVar[str]
     merge: ClassVar[MergeStrategy] = MergeStrategy.EXCLUSIVE
     scope: ClassVar[KeyScope] = KeyScope.RUN
@@ -101,67 +110,40 @@ class StateKey(Generic[V, U]):
     def validate(value: V) -> None:
         """Accept every value; override and raise to refuse one."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> StateKey[V, U]:
-        raise TypeError(
-            f"{cls.__name__} is a state key: use the class itself as the token "
-            f"(snapshot.get({cls.__name__}), cmd.update({cls.__name__}, ...)), do not "
-            f"instantiate it."
+    @classmethod
+    def _declare(cls, name: str, args: tuple[Any, ...]) -> KeyInfo | None:
+        owner = cls.__qualname__
+        if not isinstance(cls.merge, MergeStrategy):
+            raise InvalidDeclaration(
+                owner, f"`merge` must be a MergeStrategy, got {cls.merge!r}", _MERGE_FIX
+            )
+        if not isinstance(cls.scope, KeyScope):
+            raise InvalidDeclaration(
+                owner,
+                f"`scope` must be a KeyScope, got {cls.scope!r}",
+                "Use KeyScope.RUN or KeyScope.THREAD.",
+            )
+        _check_callable(cls, "apply", 2)
+        _check_callable(cls, "validate", 1)
+        value_type, update_type = args
+        if _declared_types.is_unresolved(value_type) or _declared_types.is_unresolved(update_type):
+            return None
+        return KeyInfo(
+            name=name,
+            value_type=value_type,
+            update_type=update_type,
+            update_classes=_declared_types.runtime_classes(update_type),
+            copy_values=not _declared_types.is_immutable(value_type),
+            copy_updates=not _declared_types.is_immutable(update_type),
+            make_default=_declared_types.default_maker(cls, value_type),
+            has_validate=cls.validate is not StateKey.validate,
         )
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.__statekernel_key__ = _declare(cls)
 
 
 def key_info(key: Any) -> KeyInfo:
     """The derived facts of a registrable key class, or a clear error for anything else."""
-    info: KeyInfo = _declared_types.declaration_of(
-        key,
-        StateKey,
-        "__statekernel_key__",
-        kind="state key",
-        binds="StateKey[Value, Update]",
-        example="class MyKey(StateKey[Value, Update]): key = 'my_key'",
-    )
+    info: KeyInfo = declared_info(key, StateKey)
     return info
-
-
-def _declare(cls: type[StateKey[Any, Any]]) -> KeyInfo | None:
-    owner = cls.__qualname__
-    name = getattr(cls, "key", None)
-    if name is None:
-        return None
-    if not isinstance(name, str) or not name:
-        raise InvalidDeclaration(
-            owner, f"`key` must be a non-empty string, got {name!r}", "Set key = 'some_name'."
-        )
-    if not isinstance(cls.merge, MergeStrategy):
-        raise InvalidDeclaration(
-            owner, f"`merge` must be a MergeStrategy, got {cls.merge!r}", _MERGE_FIX
-        )
-    if not isinstance(cls.scope, KeyScope):
-        raise InvalidDeclaration(
-            owner,
-            f"`scope` must be a KeyScope, got {cls.scope!r}",
-            "Use KeyScope.RUN or KeyScope.THREAD.",
-        )
-    _check_callable(cls, "apply", 2)
-    _check_callable(cls, "validate", 1)
-    args = _declared_types.generic_args(cls, StateKey) or (Any, Any)
-    value_type, update_type = args
-    if _declared_types.is_unresolved(value_type) or _declared_types.is_unresolved(update_type):
-        return None
-    copy_values = not _declared_types.is_immutable(value_type)
-    return KeyInfo(
-        name=name,
-        value_type=value_type,
-        update_type=update_type,
-        update_classes=_declared_types.runtime_classes(update_type),
-        copy_values=copy_values,
-        copy_updates=not _declared_types.is_immutable(update_type),
-        make_default=_declared_types.default_maker(cls, value_type),
-        has_validate=cls.validate is not StateKey.validate,
-    )
 
 
 _MERGE_FIX = "Use MergeStrategy.EXCLUSIVE (the default) or MergeStrategy.COMMUTATIVE."

@@ -45,13 +45,13 @@ from . import _declared_types
 from ._codec import CODEC_ERRORS, dec_hook, enc_hook
 from ._errors import (
     DecodeFailed,
-    InvalidDeclaration,
     StateError,
     StateValidationError,
     StoreError,
     UnknownProfileKey,
     VersionConflict,
 )
+from ._token import DeclaredToken, TokenFamily, declared_info
 
 __all__ = [
     "DEFAULT_MAX_UPDATE_ATTEMPTS",
@@ -229,7 +229,7 @@ class ProfileKeyInfo:
     """Runtime classes a value may be (None: any); checked before the deeper msgspec check."""
 
 
-class ProfileKey(Generic[V]):
+class ProfileKey(DeclaredToken, Generic[V]):
     """Base class of shared/profile record types: subclass as `ProfileKey[Value]`.
 
     Set `key` (the namespace string in the store) and optionally `default` (immutable) or
@@ -239,52 +239,34 @@ class ProfileKey(Generic[V]):
     with an unbound type variable, is an abstract base for other keys.
     """
 
+    _family = TokenFamily(
+        kind="profile key",
+        attribute="__statekernel_profile_key__",
+        arity=1,
+        binds="ProfileKey[Value]",
+        example="class TeamContext(ProfileKey[TeamData]): key = 'team_context'",
+        usage="Pass the class: await ctx.profile.read({name}, scope)",
+    )
     key: ClassVar[str]
     __statekernel_profile_key__: ClassVar[ProfileKeyInfo | None] = None
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> ProfileKey[V]:
-        raise TypeError(
-            f"{cls.__name__} is a profile key: use the class itself as the token "
-            f"(await ctx.profile.read({cls.__name__}, scope)), do not instantiate it."
+    @classmethod
+    def _declare(cls, name: str, args: tuple[Any, ...]) -> ProfileKeyInfo | None:
+        (value_type,) = args
+        if _declared_types.is_unresolved(value_type):
+            return None
+        return ProfileKeyInfo(
+            name=name,
+            value_type=value_type,
+            make_default=_declared_types.default_maker(cls, value_type),
+            classes=_declared_types.runtime_classes(value_type),
         )
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.__statekernel_profile_key__ = _declare(cls)
 
 
 def profile_key_info(key: Any) -> ProfileKeyInfo:
     """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
-    info: ProfileKeyInfo = _declared_types.declaration_of(
-        key,
-        ProfileKey,
-        "__statekernel_profile_key__",
-        kind="profile key",
-        binds="ProfileKey[Value]",
-        example="class TeamContext(ProfileKey[TeamData]): key = 'team_context'",
-    )
+    info: ProfileKeyInfo = declared_info(key, ProfileKey)
     return info
-
-
-def _declare(cls: type[ProfileKey[Any]]) -> ProfileKeyInfo | None:
-    owner = cls.__qualname__
-    name = getattr(cls, "key", None)
-    if name is None:
-        return None
-    if not isinstance(name, str) or not name:
-        raise InvalidDeclaration(
-            owner, f"`key` must be a non-empty string, got {name!r}", "Set key = 'some_name'."
-        )
-    args = _declared_types.generic_args(cls, ProfileKey) or (Any,)
-    value_type = args[0]
-    if _declared_types.is_unresolved(value_type):
-        return None
-    return ProfileKeyInfo(
-        name=name,
-        value_type=value_type,
-        make_default=_declared_types.default_maker(cls, value_type),
-        classes=_declared_types.runtime_classes(value_type),
-    )
 
 
 def _to_raw(value: Any) -> Any:

@@ -16,6 +16,7 @@ import attrs
 from . import _declared_types
 from ._errors import InvalidDeclaration
 from ._phases import Phase
+from ._token import DeclaredToken, TokenFamily, declared_info
 
 P = TypeVar("P")
 
@@ -31,39 +32,19 @@ class SpecInfo:
     copy_payload: bool
 
 
-class _Spec(Generic[P]):
+class _Spec(DeclaredToken, Generic[P]):
     key: ClassVar[str]
     __statekernel_spec__: ClassVar[SpecInfo | None] = None
-    _kind: ClassVar[str] = "spec"
-    _generic_base: ClassVar[type]
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> _Spec[P]:
-        raise TypeError(
-            f"{cls.__name__} is an {cls._kind} spec: pass the class itself, e.g. "
-            f"cmd.schedule({cls.__name__}, payload) / cmd.emit({cls.__name__}, payload)."
-        )
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("key", getattr(cls, "key", None))
-        if name is None:
-            cls.__statekernel_spec__ = None
-            return
-        if not isinstance(name, str) or not name:
-            raise InvalidDeclaration(
-                cls.__qualname__,
-                f"`key` must be a non-empty string, got {name!r}",
-                "Set key = 'some_name'.",
-            )
-        args = _declared_types.generic_args(cls, cls._generic_base) or (Any,)
-        payload_type = args[0]
+    @classmethod
+    def _declare(cls, name: str, args: tuple[Any, ...]) -> SpecInfo | None:
+        (payload_type,) = args
         if _declared_types.is_unresolved(payload_type):
-            cls.__statekernel_spec__ = None
-            return
+            return None
         cls._check(cls.__qualname__)
-        cls.__statekernel_spec__ = SpecInfo(
+        return SpecInfo(
             name=name,
-            kind=cls._kind,
+            kind=cls._family.kind.split()[0],
             payload_type=payload_type,
             payload_classes=_declared_types.runtime_classes(payload_type),
             copy_payload=not _declared_types.is_immutable(payload_type),
@@ -74,6 +55,21 @@ class _Spec(Generic[P]):
         """Hook for subclasses to check extra declaration fields."""
 
 
+def _spec_family(kind: str, base: str) -> TokenFamily:
+    return TokenFamily(
+        kind=f"{kind} spec",
+        attribute="__statekernel_spec__",
+        arity=1,
+        binds=f"{base}[Payload]",
+        example=f"class MySpec({base}[Payload]): key = 'my_spec'",
+        usage=(
+            "Pass the class: cmd.schedule({name}, payload)"
+            if kind == "action"
+            else "Pass the class: cmd.emit({name}, payload)"
+        ),
+    )
+
+
 class ScheduledActionSpec(_Spec[P]):
     """Declare an action: subclass as `ScheduledActionSpec[Payload]`, set `key` and `phase`.
 
@@ -81,8 +77,8 @@ class ScheduledActionSpec(_Spec[P]):
     phase; scheduled during it, it runs in the same phase's next round.
     """
 
+    _family = _spec_family("action", "ScheduledActionSpec")
     phase: ClassVar[Phase]
-    _kind = "action"
 
     @classmethod
     def _check(cls, owner: str) -> None:
@@ -98,23 +94,12 @@ class ScheduledActionSpec(_Spec[P]):
 class EffectSpec(_Spec[P]):
     """Declare an effect: subclass as `EffectSpec[Payload]` and set `key`."""
 
-    _kind = "effect"
+    _family = _spec_family("effect", "EffectSpec")
 
 
-ScheduledActionSpec._generic_base = ScheduledActionSpec
-EffectSpec._generic_base = EffectSpec
-
-
-def spec_info(spec: Any, expected: type) -> SpecInfo:
+def spec_info(spec: Any, expected: type[_Spec[Any]]) -> SpecInfo:
     """The derived facts of a concrete spec class, or a clear error for anything else."""
-    info: SpecInfo = _declared_types.declaration_of(
-        spec,
-        expected,
-        "__statekernel_spec__",
-        kind=expected.__name__,
-        binds=f"{expected.__name__}[Payload]",
-        example=f"class MySpec({expected.__name__}[Payload]): key = 'my_spec'",
-    )
+    info: SpecInfo = declared_info(spec, expected)
     return info
 
 
@@ -124,10 +109,6 @@ class ScheduledAction:
 
     spec: type[ScheduledActionSpec[Any]]
     payload: Any
-
-    @property
-    def phase(self) -> Phase:
-        return self.spec.phase
 
 
 @attrs.frozen
