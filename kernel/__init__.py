@@ -35,14 +35,17 @@ from ._messages import Message
 from ._model import InferenceRequest, InferenceResponse, ScriptedModel
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
-from ._profile import ProfileAccess, ProfileKey, ProfileStore, StateScope
+from ._profile.access import ProfileAccess
+from ._profile.keys import ProfileKey
+from ._profile.scope import StateScope
+from ._protocols import ProfileStore, ThreadStore
 from ._public import publish
-from ._reducers import StateUpdater
 from ._runtime import Kernel, Run
-from ._schema import Commutative, Ephemeral, StateSchema
+from ._schema.markers import Commutative, Ephemeral
+from ._schema.reducers import StateUpdater
+from ._schema.schema import StateSchema
 from ._snapshot import Snapshot
 from ._specs import EffectSpec, ScheduledActionSpec
-from ._threads import ThreadStore
 from ._toolgate import Block, SetResult, Suspend
 from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 from ._vector import Vector

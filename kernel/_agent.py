@@ -27,10 +27,9 @@ from ._messages import Message
 from ._model import InferenceRequest, InferenceResponse, Model
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
-from ._profile import ProfileStore
+from ._protocols import ProfileStore, ThreadStore
 from ._runtime import Kernel, PhaseListener, Run, Tool
 from ._snapshot import Snapshot
-from ._threads import ThreadStore
 from ._tools import ToolCall, ToolCallStatus, ToolResult
 from ._vector import Vector
 

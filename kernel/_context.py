@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from ._phases import Phase
-from ._profile import ProfileAccess
+from ._profile.access import ProfileAccess
 from ._snapshot import Snapshot
 from ._tools import ToolCall
 

@@ -39,7 +39,7 @@ from ._errors import (
 from ._merge import Contribution, partition
 from ._phases import Phase
 from ._plugin import Components, Registered
-from ._profile import BufferedProfileAccess, ProfileAccess
+from ._profile.access import BufferedProfileAccess, ProfileAccess
 from ._snapshot import Snapshot
 from ._specs import ScheduledAction
 from ._toolgate import Block, GateDecision, SetResult, Suspend, decide

@@ -41,11 +41,11 @@ from ._errors import (
 from ._keys import RESERVED_PREFIX, KeyScope
 from ._phases import Phase, phase_of
 from ._plugin import Components, Plugin
-from ._profile import ProfileAccess, ProfileStore
+from ._profile.access import ProfileAccess
+from ._protocols import ProfileStore, ThreadState, ThreadStore
 from ._registry import KeyRegistry
 from ._snapshot import Snapshot
 from ._specs import ScheduledAction, ScheduledActionSpec, spec_info
-from ._threads import ThreadState, ThreadStore
 from ._toolgate import Block, GateDecision, SetResult, Suspend
 from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 

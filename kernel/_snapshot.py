@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import attrs
 import immutables
 
+from ._errors import StateError
 from ._keys import StateKey
 from ._registry import KeyRegistry
 
@@ -58,10 +59,15 @@ class Snapshot:
 
     def view(self, schema: Any) -> Any:
         """A validated instance of a schema-declared state (see `statekernel.StateSchema`): pass
-        the compiled `StateSchema` or the model / TypedDict class it was compiled from."""
-        from ._schema import view  # schema builds on snapshots; import at use to keep layering
+        the compiled `StateSchema` or the model / TypedDict class it was compiled from.
 
-        return view(self, schema)
+        Given the class, the schema is the one whose keys this snapshot's kernel registered;
+        if the class was compiled under several prefixes and more than one is registered,
+        pass the StateSchema itself.
+        """
+        if not isinstance(schema, type):
+            return schema.view(self)  # a StateSchema: it knows how to read itself
+        return _registered_schema(self._registry, schema).view(self)
 
     @property
     def registry(self) -> KeyRegistry:
@@ -87,3 +93,31 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return f"<Snapshot revision={self.revision} keys={len(self._values)}>"
+
+
+SCHEMA_ATTRIBUTE = "__statekernel_schema__"
+"""Set by `StateSchema` on each key it compiles: the schema the key belongs to. Schemas build
+on snapshots, so the snapshot finds them through their keys rather than by importing them."""
+
+
+def _registered_schema(registry: KeyRegistry, model: type) -> Any:
+    found = {
+        id(schema): schema
+        for binding in registry
+        if (schema := getattr(binding.key, SCHEMA_ATTRIBUTE, None)) is not None
+        and schema.model is model
+    }
+    if len(found) == 1:
+        return next(iter(found.values()))
+    name = model.__qualname__
+    if not found:
+        raise StateError(
+            f"no StateSchema of {name} is registered with this kernel. Create "
+            f"`schema = StateSchema({name})` (if you have not) and add `schema.plugin` to the "
+            f"kernel's (or Agent's) plugins."
+        )
+    prefixes = sorted(schema.prefix for schema in found.values())
+    raise StateError(
+        f"{name} is registered under several prefixes ({prefixes}); call `schema.view(snapshot)` "
+        f"on the StateSchema you mean."
+    )

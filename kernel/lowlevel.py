@@ -11,17 +11,11 @@ from ._commands import CLEAR
 from ._commit import LiveState
 from ._keys import key_info
 from ._merge import Contribution, Partition, partition
-from ._profile import (
-    DEFAULT_MAX_VALUE_BYTES,
-    BufferedProfileAccess,
-    Entry,
-    ReadOnlyProfileAccess,
-    SupportsAtomicUpdate,
-    profile_key_info,
-)
+from ._profile.access import BufferedProfileAccess, ReadOnlyProfileAccess
+from ._profile.keys import profile_key_info
+from ._protocols import DEFAULT_MAX_VALUE_BYTES, Entry, SupportsAtomicUpdate, ThreadState
 from ._public import publish
 from ._registry import KeyBinding, KeyRegistry
-from ._threads import ThreadState
 
 __all__ = [
     "CLEAR",

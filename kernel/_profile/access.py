@@ -1,49 +1,26 @@
-"""Shared and profile state: typed records kept in a ProfileStore, outside the snapshot.
+"""`ProfileAccess` and its views: typed, async access to records in a `ProfileStore`.
 
-Run and thread state live in the snapshot engine, where every change is merged and
-committed by the loop. Some state cannot live there: a team's shared notes read by a parent
-and its child agents in other threads, a user's locale read by every agent. Such a record is
-named by a `ProfileKey` (its namespace and value type) plus a key string (a `StateScope`
-such as `"parent_thread::p1"`, or an owner such as `"alice"`), and it lives in an async
-`ProfileStore`.
-
-Stores deal in JSON-compatible builtins only, so any backend (memory, SQLite, later
-PostgreSQL) stays simple and every process or language can read the rows. Typing happens
-here, in `ProfileAccess`: a value is checked against its key's declared type *before*
-anything is written (what was written can always be read back), and a stored record that no
-longer fits its declaration fails with `DecodeFailed` for that record only.
-
-Hooks are re-run when they lose an exclusive conflict, and tool gates are re-evaluated at
-will, so hooks must not write to the store directly. The engine hands them a
-`BufferedProfileAccess` (writes are recorded, applied once after the hook's command commits)
-or a `ReadOnlyProfileAccess` (gates). Both are `ProfileAccess` subclasses, so a hook author
-types `ctx.profile` as `ProfileAccess` whatever the engine gave.
+Typing happens here, not in the store: a value is checked against its key's declared type
+*before* anything is written (what was written can always be read back), and a stored record
+that no longer fits its declaration fails with `DecodeFailed` for that record only. Hooks get
+a `BufferedProfileAccess` (writes recorded, applied once after the hook's command commits)
+and tool gates a `ReadOnlyProfileAccess`; both are `ProfileAccess`es, so a hook author types
+`ctx.profile` as `ProfileAccess` whatever the engine gave.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import (
-    Any,
-    ClassVar,
-    Generic,
-    NoReturn,
-    Protocol,
-    TypeVar,
-    cast,
-    runtime_checkable,
-)
+from typing import Any, NoReturn, TypeVar, cast
 
 import attrs
 import msgspec
 
-from . import _declared_types
-from ._codec import CODEC_ERRORS, dec_hook, enc_hook
-from ._errors import (
+from .. import _declared_types
+from .._codec import CODEC_ERRORS, dec_hook, enc_hook
+from .._errors import (
     DecodeFailed,
     StateError,
     StateValidationError,
@@ -51,222 +28,23 @@ from ._errors import (
     UnknownProfileKey,
     VersionConflict,
 )
-from ._token import DeclaredToken, TokenFamily, declared_info
+from .._protocols import DEFAULT_MAX_VALUE_BYTES, Entry, ProfileStore, SupportsAtomicUpdate
+from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
 
 __all__ = [
     "DEFAULT_MAX_UPDATE_ATTEMPTS",
-    "DEFAULT_MAX_VALUE_BYTES",
     "BufferedProfileAccess",
-    "Entry",
     "ProfileAccess",
-    "ProfileKey",
-    "ProfileKeyInfo",
-    "ProfileStore",
     "ReadOnlyProfileAccess",
-    "StateScope",
-    "SupportsAtomicUpdate",
-    "profile_key_info",
 ]
 
 V = TypeVar("V")
 T = TypeVar("T")
 
-DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
-"""Largest value, measured as encoded JSON, that a ProfileAccess or store accepts (16 MiB).
-
-A profile record is read whole on every access; anything bigger belongs in a file or blob
-store, with a reference kept here."""
-
 DEFAULT_MAX_UPDATE_ATTEMPTS = 32
 """How often `update` re-reads and retries after losing a compare-and-set race."""
 
 _GATE_REASON = "tool gates are re-evaluated freely, so ctx.profile is read-only there"
-
-
-# -- scopes ---------------------------------------------------------------------------------
-
-
-class StateScope(str):
-    """A key string for shared state, built by the conventions every agent agrees on.
-
-    It *is* the string (a `str` subclass): `StateScope.parent_thread("p1") == "parent_thread::p1"`,
-    it hashes alike, and any plain string works wherever a scope does. The constructors only
-    spare agents from spelling the convention by hand, which is how two agents that mean the
-    same record end up with different strings.
-    """
-
-    __slots__ = ()
-
-    @classmethod
-    def global_(cls) -> StateScope:
-        """One record shared by every agent and thread."""
-        return cls("global")
-
-    @classmethod
-    def parent_thread(cls, thread_id: str) -> StateScope:
-        """Shared by a parent thread and every sub-agent it delegates to."""
-        return cls("parent_thread::" + _part("parent_thread", thread_id))
-
-    @classmethod
-    def agent_type(cls, name: str) -> StateScope:
-        """Shared by every instance of one kind of agent."""
-        return cls("agent_type::" + _part("agent_type", name))
-
-    @classmethod
-    def thread(cls, thread_id: str) -> StateScope:
-        """Private to one thread, but kept in the ProfileStore (dynamic, async, persistent)."""
-        return cls("thread::" + _part("thread", thread_id))
-
-    def __repr__(self) -> str:
-        return f"StateScope({str.__repr__(self)})"
-
-
-def _part(kind: str, value: object) -> str:
-    # A None parent id (a top-level run has no parent) would silently become the string
-    # "parent_thread::None", shared by every top-level run: refuse it instead.
-    if not isinstance(value, str) or not value:
-        raise ValueError(
-            f"StateScope.{kind}() needs a non-empty string, got {value!r}. A run without a "
-            f"parent has RunIdentity.parent_thread_id None: decide what such a run shares "
-            f"(e.g. StateScope.thread(run.thread_id)) instead of passing None."
-        )
-    return value
-
-
-# -- store protocol -------------------------------------------------------------------------
-
-
-class Entry(msgspec.Struct, frozen=True):
-    """One stored record as a store returns it: the value is JSON-compatible builtins.
-
-    `version` is 1 when the record is created and grows by one per write; `updated_at` is
-    the time of the last write in seconds since the epoch. A msgspec Struct rather than an
-    attrs class because it is a stored record, and because every get and set builds one:
-    a Struct is built several times faster.
-    """
-
-    namespace: str
-    key: str
-    value: Any
-    version: int
-    updated_at: float
-
-
-@runtime_checkable
-class ProfileStore(Protocol):
-    """Async storage of JSON-compatible records by `(namespace, key)`.
-
-    `set(..., expected_version=n)` is a compare-and-set: it writes only if the record's
-    version is `n` (`0`: the record must not exist) and raises `VersionConflict` otherwise;
-    without it the last write wins. `list` returns records sorted by key whose key starts
-    with `prefix` taken literally (no wildcards). Stores connect lazily on first use, close
-    with `await store.close()` and work as `async with store:`.
-    """
-
-    async def get(self, namespace: str, key: str) -> Entry | None:
-        """The record, or None when absent."""
-        ...
-
-    async def set(
-        self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
-    ) -> Entry:
-        """Write the record; returns it with its new version."""
-        ...
-
-    async def delete(self, namespace: str, key: str) -> None:
-        """Remove the record (a no-op when absent)."""
-        ...
-
-    async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
-        """Records of `namespace` whose key starts with `prefix`, sorted by key."""
-        ...
-
-    async def clear(self, namespace: str) -> None:
-        """Remove every record of `namespace`."""
-        ...
-
-    async def close(self) -> None: ...
-
-    async def __aenter__(self) -> ProfileStore: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None: ...
-
-
-@runtime_checkable
-class SupportsAtomicUpdate(Protocol):
-    """A ProfileStore that can also read-modify-write one record atomically.
-
-    Optional: `ProfileAccess.update` uses it when the store has it, and falls back to
-    compare-and-set retries otherwise. Under contention compare-and-set makes losers retry,
-    and a writer that keeps losing to others (several processes hammering one counter) can
-    run out of attempts; a store that holds its write lock from the read to the write never
-    makes anyone retry. `fn` gets the current entry (None when absent) and returns the new
-    value; it may run on the store's own thread while the lock is held, so it must be pure
-    and quick. Exceptions from `fn` propagate unchanged and nothing is written.
-    """
-
-    async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
-        """Set the record to `fn(current entry or None)` atomically; returns the new entry."""
-        ...
-
-
-# -- profile keys ---------------------------------------------------------------------------
-
-
-@attrs.frozen
-class ProfileKeyInfo:
-    """What the kernel derived from a ProfileKey declaration, cached on the class."""
-
-    name: str
-    value_type: Any
-    make_default: Callable[[], Any]
-    classes: tuple[type, ...] | None
-    """Runtime classes a value may be (None: any); checked before the deeper msgspec check."""
-
-
-class ProfileKey(DeclaredToken, Generic[V]):
-    """Base class of shared/profile record types: subclass as `ProfileKey[Value]`.
-
-    Set `key` (the namespace string in the store) and optionally `default` (immutable) or
-    `default_factory`; otherwise a missing record reads as `Value()`, and a type without a
-    zero value must declare a default (checked when the class is created). The class itself
-    is the token: `await ctx.profile.read(TeamContext, scope)`. A subclass without `key`, or
-    with an unbound type variable, is an abstract base for other keys.
-    """
-
-    _family = TokenFamily(
-        kind="profile key",
-        attribute="__statekernel_profile_key__",
-        arity=1,
-        binds="ProfileKey[Value]",
-        example="class TeamContext(ProfileKey[TeamData]): key = 'team_context'",
-        usage="Pass the class: await ctx.profile.read({name}, scope)",
-    )
-    key: ClassVar[str]
-    __statekernel_profile_key__: ClassVar[ProfileKeyInfo | None] = None
-
-    @classmethod
-    def _declare(cls, name: str, args: tuple[Any, ...]) -> ProfileKeyInfo | None:
-        (value_type,) = args
-        if _declared_types.is_unresolved(value_type):
-            return None
-        return ProfileKeyInfo(
-            name=name,
-            value_type=value_type,
-            make_default=_declared_types.default_maker(cls, value_type),
-            classes=_declared_types.runtime_classes(value_type),
-        )
-
-
-def profile_key_info(key: Any) -> ProfileKeyInfo:
-    """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
-    info: ProfileKeyInfo = declared_info(key, ProfileKey)
-    return info
 
 
 def _to_raw(value: Any) -> Any:
@@ -276,9 +54,6 @@ def _to_raw(value: Any) -> Any:
 
 def _from_raw(raw: Any, value_type: Any) -> Any:
     return msgspec.convert(raw, value_type, dec_hook=dec_hook, str_keys=True)
-
-
-# -- access ---------------------------------------------------------------------------------
 
 
 _View = TypeVar("_View", bound="ProfileAccess")

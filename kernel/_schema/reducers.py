@@ -21,8 +21,8 @@ from typing import Any, ClassVar, TypeVar
 
 import immutables
 
-from ._errors import InvalidDeclaration, UnknownUpdater
-from ._vector import Vector
+from .._errors import InvalidDeclaration, UnknownUpdater
+from .._vector import Vector
 
 Reducer = Callable[[Any, Any], Any]
 """`(old, new) -> merged`: pure, returns the field's new value."""

@@ -1,0 +1,66 @@
+"""`ProfileKey`: the declaration of a shared or profile record (namespace and value type)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar
+
+import attrs
+
+from .. import _declared_types
+from .._token import DeclaredToken, TokenFamily, declared_info
+
+__all__ = ["ProfileKey", "ProfileKeyInfo", "profile_key_info"]
+
+V = TypeVar("V")
+
+
+@attrs.frozen
+class ProfileKeyInfo:
+    """What the kernel derived from a ProfileKey declaration, cached on the class."""
+
+    name: str
+    value_type: Any
+    make_default: Callable[[], Any]
+    classes: tuple[type, ...] | None
+    """Runtime classes a value may be (None: any); checked before the deeper msgspec check."""
+
+
+class ProfileKey(DeclaredToken, Generic[V]):
+    """Base class of shared/profile record types: subclass as `ProfileKey[Value]`.
+
+    Set `key` (the namespace string in the store) and optionally `default` (immutable) or
+    `default_factory`; otherwise a missing record reads as `Value()`, and a type without a
+    zero value must declare a default (checked when the class is created). The class itself
+    is the token: `await ctx.profile.read(TeamContext, scope)`. A subclass without `key`, or
+    with an unbound type variable, is an abstract base for other keys.
+    """
+
+    _family = TokenFamily(
+        kind="profile key",
+        attribute="__statekernel_profile_key__",
+        arity=1,
+        binds="ProfileKey[Value]",
+        example="class TeamContext(ProfileKey[TeamData]): key = 'team_context'",
+        usage="Pass the class: await ctx.profile.read({name}, scope)",
+    )
+    key: ClassVar[str]
+    __statekernel_profile_key__: ClassVar[ProfileKeyInfo | None] = None
+
+    @classmethod
+    def _declare(cls, name: str, args: tuple[Any, ...]) -> ProfileKeyInfo | None:
+        (value_type,) = args
+        if _declared_types.is_unresolved(value_type):
+            return None
+        return ProfileKeyInfo(
+            name=name,
+            value_type=value_type,
+            make_default=_declared_types.default_maker(cls, value_type),
+            classes=_declared_types.runtime_classes(value_type),
+        )
+
+
+def profile_key_info(key: Any) -> ProfileKeyInfo:
+    """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
+    info: ProfileKeyInfo = declared_info(key, ProfileKey)
+    return info

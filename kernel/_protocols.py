@@ -1,0 +1,174 @@
+"""The store protocols: what the kernel asks of wherever state lives between runs.
+
+The kernel defines them and never imports an implementation: `statekernel.stores` implements
+them (memory, SQLite), and so can anyone. A store sees only encoded values and versions. It
+never needs to know a key's type; a value whose type changed since it was saved is found out
+when the kernel decodes it, key by key, so the error can name the key.
+
+- A `ProfileStore` keeps JSON-compatible records by `(namespace, key)` for shared and
+  profile state; `set(..., expected_version=n)` is a compare-and-set. `SupportsAtomicUpdate`
+  is the optional read-modify-write in one step.
+- A `ThreadStore` keeps one `ThreadState` per thread. Saving is a compare-and-set on the
+  thread's revision: `expected_revision` is the revision the saver last loaded or saved (0
+  when the thread was never saved), so a stale writer, such as a second process that loaded
+  the thread before the first one checkpointed, gets a `RevisionConflict` instead of
+  overwriting newer state.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+__all__ = [
+    "DEFAULT_MAX_VALUE_BYTES",
+    "Entry",
+    "ProfileStore",
+    "SupportsAtomicUpdate",
+    "ThreadState",
+    "ThreadStore",
+]
+
+DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
+"""Largest value, measured as encoded JSON, that a ProfileAccess or store accepts (16 MiB).
+
+A profile record is read whole on every access; anything bigger belongs in a file or blob
+store, with a reference kept here."""
+
+
+# -- profile records -------------------------------------------------------------------------
+
+
+class Entry(msgspec.Struct, frozen=True):
+    """One stored record as a store returns it: the value is JSON-compatible builtins.
+
+    `version` is 1 when the record is created and grows by one per write; `updated_at` is
+    the time of the last write in seconds since the epoch. A msgspec Struct rather than an
+    attrs class because it is a stored record, and because every get and set builds one:
+    a Struct is built several times faster.
+    """
+
+    namespace: str
+    key: str
+    value: Any
+    version: int
+    updated_at: float
+
+
+@runtime_checkable
+class ProfileStore(Protocol):
+    """Async storage of JSON-compatible records by `(namespace, key)`.
+
+    `set(..., expected_version=n)` is a compare-and-set: it writes only if the record's
+    version is `n` (`0`: the record must not exist) and raises `VersionConflict` otherwise;
+    without it the last write wins. `list` returns records sorted by key whose key starts
+    with `prefix` taken literally (no wildcards). Stores connect lazily on first use, close
+    with `await store.close()` and work as `async with store:`.
+    """
+
+    async def get(self, namespace: str, key: str) -> Entry | None:
+        """The record, or None when absent."""
+        ...
+
+    async def set(
+        self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
+    ) -> Entry:
+        """Write the record; returns it with its new version."""
+        ...
+
+    async def delete(self, namespace: str, key: str) -> None:
+        """Remove the record (a no-op when absent)."""
+        ...
+
+    async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
+        """Records of `namespace` whose key starts with `prefix`, sorted by key."""
+        ...
+
+    async def clear(self, namespace: str) -> None:
+        """Remove every record of `namespace`."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> ProfileStore: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class SupportsAtomicUpdate(Protocol):
+    """A ProfileStore that can also read-modify-write one record atomically.
+
+    Optional: `ProfileAccess.update` uses it when the store has it, and falls back to
+    compare-and-set retries otherwise. Under contention compare-and-set makes losers retry,
+    and a writer that keeps losing to others (several processes hammering one counter) can
+    run out of attempts; a store that holds its write lock from the read to the write never
+    makes anyone retry. `fn` gets the current entry (None when absent) and returns the new
+    value; it may run on the store's own thread while the lock is held, so it must be pure
+    and quick. Exceptions from `fn` propagate unchanged and nothing is written.
+    """
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
+        """Set the record to `fn(current entry or None)` atomically; returns the new entry."""
+        ...
+
+
+# -- thread state ----------------------------------------------------------------------------
+
+
+class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
+    """One thread's saved state.
+
+    `values`: thread-scoped keys by key string, each encoded as msgspec JSON.
+    `revision`: the thread's revision when saved (monotonic across runs).
+    `run_values`: while a run is suspended, that run's own (run-scoped) keys, encoded alike.
+    `suspended`: while a run is suspended, the kernel's encoded record of it (pending calls,
+    identity, step); opaque to the store.
+    """
+
+    revision: int
+    values: dict[str, bytes] = msgspec.field(default_factory=dict)
+    run_values: dict[str, bytes] | None = None
+    suspended: bytes | None = None
+
+
+@runtime_checkable
+class ThreadStore(Protocol):
+    """Async storage of `ThreadState` by thread id.
+
+    Stores connect lazily on first use, close with `await store.close()` and work as
+    `async with store:`. A Kernel or Agent never closes a store it was given.
+    """
+
+    async def load(self, thread_id: str) -> ThreadState | None:
+        """The thread's saved state, or None if it was never saved."""
+        ...
+
+    async def save(self, thread_id: str, state: ThreadState, *, expected_revision: int) -> None:
+        """Replace the thread's state in one transaction, if its stored revision is still
+        `expected_revision` (0: must not exist yet); else raise `RevisionConflict`."""
+        ...
+
+    async def delete(self, thread_id: str) -> None:
+        """Forget the thread (a no-op when absent)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> ThreadStore: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...

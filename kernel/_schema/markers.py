@@ -1,0 +1,46 @@
+"""The field markers a schema class carries in `Annotated`: `Ephemeral`, `Commutative`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from .._errors import (
+    InvalidDeclaration,
+)
+
+EphemeralScope = Literal["run", "step", "call"]
+EPHEMERAL_SCOPES: tuple[EphemeralScope, ...] = ("run", "step", "call")
+
+
+@attrs.frozen
+class Ephemeral:
+    """Field marker: reset the field to its default at every run, step or inference call.
+
+    `Annotated[bool, Ephemeral("run")] = False`. "run" resets when a run starts, "step" at
+    each STEP_START, "call" at each BEFORE_INFERENCE. Hooks of the reset phase itself still
+    read the value from before the reset; their writes to the field land after it, provided
+    `schema.plugin` is registered before their plugin (see docs/schema.md).
+    """
+
+    scope: EphemeralScope = "run"
+
+    def __attrs_post_init__(self) -> None:
+        if self.scope not in EPHEMERAL_SCOPES:
+            raise InvalidDeclaration(
+                f"Ephemeral({self.scope!r})",
+                f"scope must be one of {', '.join(map(repr, EPHEMERAL_SCOPES))}",
+                'Use Ephemeral("run"), Ephemeral("step") or Ephemeral("call").',
+            )
+
+
+@attrs.frozen
+class Commutative:
+    """Field marker: this field's reducer gives the same result in any order of updates.
+
+    `Annotated[int, operator.add, Commutative()]`. Several hooks of one phase writing the
+    field then have their updates concatenated instead of being re-run one by one. Declare it
+    only when it is true (`statekernel.testing.assert_commutative(schema.keys[name], ...)` checks);
+    a field without a reducer (overwrite) can never be commutative.
+    """

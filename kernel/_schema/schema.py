@@ -1,0 +1,257 @@
+"""`StateSchema`: a model class compiled into keys, a plugin, partial-update commands and views."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+import attrs
+import pydantic
+
+from .._commands import StateCommand
+from .._errors import (
+    InvalidDeclaration,
+    StateError,
+    UnknownSchemaField,
+)
+from .._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey, StateKeyOptions
+from .._phases import Phase
+from .._plugin import Plugin, PluginRegistrar
+from .._snapshot import SCHEMA_ATTRIBUTE
+from .compile import (
+    BY_NAME,
+    SchemaField,
+    by_validation_name,
+    compile_field,
+    is_pydantic_model,
+    mismatch,
+    pydantic_fields,
+    typeddict_fields,
+)
+from .markers import EphemeralScope
+
+if TYPE_CHECKING:
+    from .._context import PhaseContext
+    from .._snapshot import Snapshot
+
+M = TypeVar("M")
+
+_RESET_PHASES: Mapping[EphemeralScope, Phase] = {
+    "step": Phase.STEP_START,
+    "call": Phase.BEFORE_INFERENCE,
+}
+
+
+class SchemaPlugin(Plugin):
+    """Registers a schema's keys and the hooks that reset its step- and call-ephemeral fields."""
+
+    def __init__(
+        self,
+        plugin_id: str,
+        keys: tuple[type[StateKey[Any, Any]], ...],
+        options: StateKeyOptions,
+        resets: Mapping[Phase, tuple[type[StateKey[Any, Any]], ...]],
+    ) -> None:
+        self.id = plugin_id
+        self._keys = keys
+        self._options = options
+        self._resets = resets
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        for key in self._keys:
+            registrar.register_key(key, self._options)
+        for phase, keys in self._resets.items():
+            registrar.register_phase_hook(phase, _reset_hook(keys))
+
+
+def _reset_hook(
+    keys: tuple[type[StateKey[Any, Any]], ...],
+) -> Callable[[PhaseContext], StateCommand | None]:
+    def reset(ctx: PhaseContext) -> StateCommand | None:
+        # Only keys that hold a value: clearing an unset key changes nothing but the revision.
+        held = [key for key in keys if key in ctx.snapshot]
+        if not held:
+            return None
+        command = StateCommand()
+        for key in held:
+            command.clear(key)
+        return command
+
+    return reset
+
+
+@attrs.frozen(init=False, eq=False, repr=False)
+class StateSchema(Generic[M]):
+    """A pydantic model or TypedDict compiled into state keys.
+
+    ```python
+    chat = StateSchema(ChatState, prefix="chat", scope=KeyScope.THREAD)
+    agent = Agent([chat.plugin, MyPlugin()], model)
+    # in a hook:
+    return chat.command({"messages": [reply], "turns": 1})
+    # anywhere:
+    state = chat.view(snapshot)  # a validated ChatState
+    ```
+    `keys` maps each field name to its generated StateKey class (key string
+    `f"{prefix}.{field}"`), usable anywhere a hand-written key is (`snapshot.get`,
+    `cmd.update`, `statekernel.testing`). `plugin` (id `f"schema:{prefix}"`) registers them all.
+    `prefix` defaults to the class name; `scope` applies to every field except
+    `Ephemeral("run")` ones, which are always run-scoped; `persistent=False` keeps thread
+    fields out of the ThreadStore.
+    """
+
+    model: type[M]
+    prefix: str
+    scope: KeyScope
+    fields: Mapping[str, SchemaField]
+    keys: Mapping[str, type[StateKey[Any, Any]]]
+    plugin: SchemaPlugin
+    _is_pydantic: bool
+
+    def __init__(
+        self,
+        model: type[M],
+        *,
+        prefix: str | None = None,
+        scope: KeyScope = KeyScope.RUN,
+        persistent: bool = True,
+    ) -> None:
+        is_pydantic = is_pydantic_model(model)
+        if not is_pydantic and not typing.is_typeddict(model):
+            raise InvalidDeclaration(
+                f"StateSchema({model!r})",
+                "the state must be declared as a pydantic BaseModel subclass or a TypedDict",
+                "Declare `class MyState(BaseModel): ...` or `class MyState(TypedDict): ...`.",
+            )
+        owner = model.__qualname__
+        prefix = model.__name__ if prefix is None else prefix
+        if not isinstance(prefix, str) or not prefix or prefix.startswith(RESERVED_PLUGIN_ID):
+            raise InvalidDeclaration(
+                f"StateSchema({owner})",
+                f"prefix must be a non-empty string not starting with {RESERVED_PLUGIN_ID!r} "
+                f"(reserved for the Agent facade), got {prefix!r}",
+                "Pass prefix='chat' or similar.",
+            )
+        if not isinstance(scope, KeyScope):
+            raise InvalidDeclaration(
+                f"StateSchema({owner})",
+                f"scope must be a KeyScope, got {scope!r}",
+                "Use KeyScope.RUN or KeyScope.THREAD.",
+            )
+        declared = pydantic_fields(model) if is_pydantic else typeddict_fields(model)
+        if not declared:
+            raise InvalidDeclaration(
+                owner, "declares no fields", "Add at least one annotated field to the class."
+            )
+        fields = {spec.name: compile_field(model, prefix, scope, spec) for spec in declared}
+        resets: dict[Phase, tuple[type[StateKey[Any, Any]], ...]] = {}
+        for ephemeral, phase in _RESET_PHASES.items():
+            reset = tuple(f.key for f in fields.values() if f.ephemeral == ephemeral)
+            if reset:
+                resets[phase] = reset
+        plugin = SchemaPlugin(
+            f"schema:{prefix}",
+            tuple(f.key for f in fields.values()),
+            StateKeyOptions(persistent=persistent),
+            MappingProxyType(resets),
+        )
+        self.__attrs_init__(
+            model,
+            prefix,
+            scope,
+            MappingProxyType(fields),
+            MappingProxyType({name: f.key for name, f in fields.items()}),
+            plugin,
+            is_pydantic,
+        )
+        for key in self.keys.values():
+            # How `snapshot.view(Model)` finds this schema without the snapshot importing
+            # schemas: the keys it registered point back at it.
+            setattr(key, SCHEMA_ATTRIBUTE, self)
+
+    def command(self, updates: Mapping[str, Any] | None = None, /, **fields: Any) -> StateCommand:
+        """A command applying a partial update, given as a dict and/or keyword arguments.
+
+        Each value goes through its field's reducer at commit (`{"messages": [m]}` appends on
+        an appending field). Field names are checked (`UnknownSchemaField`), and values are
+        type-checked all the way down (`StateValidationError`) right here.
+        """
+        if updates is not None and not isinstance(updates, Mapping):
+            raise TypeError(
+                f"{self.model.__qualname__} updates must be a mapping of field name to value "
+                f"(like a LangGraph node's return), got {updates!r}"
+            )
+        command = StateCommand()
+        for source in (updates or {}, fields):
+            for name, value in source.items():
+                field = self.fields.get(name)
+                if field is None:
+                    raise UnknownSchemaField(self.model.__qualname__, name, self.fields)
+                command.update(field.key, value)
+                field.check(value)
+        return command
+
+    def view(self, snapshot: Snapshot) -> M:
+        """The state in `snapshot` as a validated instance of the model (a dict for a
+        TypedDict), with every field in its declared type (Vector-held lists as lists).
+
+        O(size of the state): it builds a fresh object. Hot hooks that need one field read it
+        with `snapshot.get(schema.keys[name])` instead.
+        """
+        values = {name: f.declared(snapshot.get(f.key)) for name, f in self.fields.items()}
+        if self._is_pydantic:
+            model: Any = self.model
+            try:
+                return cast(M, model.model_validate(by_validation_name(model, values), **BY_NAME))
+            except pydantic.ValidationError as error:
+                raise self._invalid(snapshot, str(error)) from error
+        for name, value in values.items():  # a TypedDict: checked here, as nothing else will
+            problem = mismatch(value, self.fields[name].annotation, (name,))
+            if problem is not None:
+                raise self._invalid(snapshot, problem)
+        return cast(M, values)
+
+    def _invalid(self, snapshot: Snapshot, problem: str) -> StateError:
+        return StateError(
+            f"the state of schema {self.prefix!r} at revision {snapshot.revision} does not "
+            f"validate as {self.model.__qualname__}: {problem}. A value was written that the "
+            f"declaration refuses; write updates through schema.command(...), which checks them."
+        )
+
+    def hook(
+        self, node: Callable[[M], Any]
+    ) -> Callable[[PhaseContext], StateCommand | Awaitable[StateCommand | None] | None]:
+        """A phase hook running a Jianmu/LangGraph-style node: `node(state) -> dict | None`.
+
+        The node receives `view(ctx.snapshot)` and returns a partial update (a dict, turned into
+        `command(...)`), a StateCommand, or None. Sync or async. Building the view costs
+        O(size of the state) per call; write a plain hook for hot paths.
+        """
+        if inspect.iscoroutinefunction(node):
+
+            async def run_async(ctx: PhaseContext) -> StateCommand | None:
+                return self._as_command(await node(self.view(ctx.snapshot)), node)
+
+            return run_async
+
+        def run(ctx: PhaseContext) -> StateCommand | None:
+            return self._as_command(node(self.view(ctx.snapshot)), node)
+
+        return run
+
+    def _as_command(self, result: Any, node: Callable[..., Any]) -> StateCommand | None:
+        if result is None or isinstance(result, StateCommand):
+            return result
+        if isinstance(result, Mapping):
+            return self.command(result)
+        raise TypeError(
+            f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r} must return "
+            f"a dict of field updates, a StateCommand or None, got {result!r}"
+        )
+
+    def __repr__(self) -> str:
+        fields = ", ".join(self.fields)
+        return f"<StateSchema {self.model.__qualname__} prefix={self.prefix!r} fields=[{fields}]>"
