@@ -50,7 +50,7 @@ class CallState(msgspec.Struct, frozen=True):
 class History(StateKey[Vector[Message], tuple[Message, ...]]):
     """The thread's whole message history (a thread key: it survives across runs)."""
 
-    key = "statekernel._messages"
+    key = "statekernel.messages"
     scope = KeyScope.THREAD
 
     @staticmethod

@@ -84,6 +84,13 @@ class LiveState:
     def registry(self) -> KeyRegistry:
         return self._registry
 
+    def stored_values(self) -> Mapping[str, Any]:
+        """The committed values by key string, as held: not copied, so never mutate them.
+
+        For persistence, which encodes them; readers use `snapshot.get`, which copies a
+        mutable value."""
+        return self._snapshot._stored_values()
+
     def track_touched(self) -> None:
         """From now on, remember the key strings every commit touches (`touched_names`)."""
         if self._touched is None:

@@ -30,12 +30,12 @@ from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import PhaseContext
 from ._errors import (
-    HookFailed,
     PhaseRunLoopExceeded,
     StateError,
     UnknownActionHandler,
     UnknownEffectHandler,
 )
+from ._invoke import call, checked, reraise
 from ._merge import Contribution, partition
 from ._phases import Phase
 from ._plugin import Components, Registered
@@ -127,10 +127,6 @@ class PhaseEngine:
         self._hook_names: dict[Phase, tuple[str, ...]] = {}
 
     @property
-    def state(self) -> LiveState:
-        return self._state
-
-    @property
     def pending_actions(self) -> tuple[tuple[ScheduledAction, str | None], ...]:
         """Actions scheduled for a phase that has not run yet, with who scheduled them."""
         return tuple(self._pending)
@@ -179,19 +175,13 @@ class PhaseEngine:
         for gate in self._components.gates:
             if not self._allows(gate.plugin):
                 continue
-            try:
-                answer = gate.function(context)
-                if inspect.isawaitable(answer):
-                    answer = await answer
-            except StateError:
-                raise
-            except Exception as error:
-                raise HookFailed(gate.plugin, Phase.TOOL_GATE, error) from error
-            if answer is not None and not isinstance(answer, Block | Suspend | SetResult):
-                problem = TypeError(
-                    f"a tool gate must return Block, Suspend, SetResult or None, got {answer!r}"
-                )
-                raise HookFailed(gate.plugin, Phase.TOOL_GATE, problem)
+            answer = checked(
+                await call(gate.function, context, owner=gate.plugin, phase=Phase.TOOL_GATE),
+                (Block, Suspend, SetResult),
+                owner=gate.plugin,
+                phase=Phase.TOOL_GATE,
+                what="a tool gate",
+            )
             answers.append((gate.plugin, answer))
         return decide(answers), report
 
@@ -287,14 +277,12 @@ class PhaseEngine:
         await self._after_commits(done, [*kept_contexts, *rerun_contexts], tally)
 
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
-        if result is None:
+        command = checked(
+            result, (StateCommand,), owner=hook.plugin, phase=phase, what="a phase hook"
+        )
+        if command is None or command.is_empty():
             return None
-        if not isinstance(result, StateCommand):
-            problem = TypeError(f"a phase hook must return a StateCommand or None, got {result!r}")
-            raise HookFailed(hook.plugin, phase, problem)
-        if result.is_empty():
-            return None
-        return Contribution(hook.plugin, result)
+        return Contribution(hook.plugin, command)
 
     def _check_handlers(self, contribution: Contribution) -> None:
         command = contribution.command
@@ -340,10 +328,10 @@ class PhaseEngine:
                 entry = self._components.effects[effect.spec.key]
                 tally.effects += 1
                 try:
-                    outcome = entry.function(effect.payload, snapshot)
-                    if inspect.isawaitable(outcome):
-                        await outcome
-                except Exception:
+                    await call(
+                        entry.function, effect.payload, snapshot, owner=entry.plugin, phase="effect"
+                    )
+                except StateError:
                     tally.effects_failed += 1
                     logger.exception(
                         "effect handler for %r (plugin %r) failed; the commit stands",
@@ -375,23 +363,16 @@ class PhaseEngine:
         entry = self._components.actions[action.spec.key]
         (context,) = self._hook_contexts(self._make_context(phase, self._state.snapshot, fields), 1)
         tally.actions += 1
-        try:
-            result = entry.function(action.payload, context)
-            if inspect.isawaitable(result):
-                result = await result
-        except StateError:
-            raise
-        except Exception as error:
-            raise HookFailed(entry.plugin, phase, error) from error
+        result = checked(
+            await call(entry.function, action.payload, context, owner=entry.plugin, phase=phase),
+            (StateCommand,),
+            owner=entry.plugin,
+            phase=phase,
+            what=f"the action handler for {action.spec.key!r}",
+        )
         if result is None:
             await self._after_commits((), (context,), tally)
             return
-        if not isinstance(result, StateCommand):
-            problem = TypeError(
-                f"action handler for {action.spec.key!r} must return a StateCommand or None, "
-                f"got {result!r}"
-            )
-            raise HookFailed(entry.plugin, phase, problem)
         contribution = Contribution(entry.plugin, result)
         self._check_handlers(contribution)
         before = self._state.revision
@@ -423,12 +404,9 @@ async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext
     for index, hook in enumerate(hooks):
         try:
             result = hook.function(contexts[index])
-        except StateError:
-            _close_unawaited(results, waiting)
-            raise
         except Exception as error:
             _close_unawaited(results, waiting)
-            raise HookFailed(hook.plugin, phase, error) from error
+            reraise(hook.plugin, phase, error)
         results[index] = result
         if result is None or type(result) is StateCommand:
             continue
@@ -438,13 +416,11 @@ async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext
         index = waiting[0]
         try:
             results[index] = await results[index]
-        except StateError:
-            raise
         except Exception as error:
-            raise HookFailed(hooks[index].plugin, phase, error) from error
+            reraise(hooks[index].plugin, phase, error)
     elif waiting:
         outcomes = await asyncio.gather(*(results[i] for i in waiting), return_exceptions=True)
-        failure: tuple[int, BaseException] | None = None
+        failure: tuple[int, Exception] | None = None
         for index, outcome in zip(waiting, outcomes, strict=True):
             if isinstance(outcome, BaseException):
                 if not isinstance(outcome, Exception):
@@ -453,9 +429,7 @@ async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext
             results[index] = outcome
         if failure is not None:
             failed_at, cause = failure
-            if isinstance(cause, StateError):
-                raise cause
-            raise HookFailed(hooks[failed_at].plugin, phase, cause) from cause
+            reraise(hooks[failed_at].plugin, phase, cause)
     return results
 
 

@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 import msgspec
 
-from ._checkpoint import (
-    EncodeCache,
-    decode_values,
-    encode_scope,
-)
 from ._codec import CODEC_ERRORS, dec_hook, enc_hook
 from ._commands import StateCommand
 from ._commit import LiveState
@@ -35,17 +29,17 @@ from ._errors import (
     HookFailed,
     RevisionConflict,
     StateError,
-    StoreError,
     UnknownActionHandler,
 )
-from ._keys import RESERVED_PREFIX, KeyScope
+from ._invoke import call, checked
+from ._key_codec import EncodeCache
 from ._phases import Phase, phase_of
 from ._plugin import Components, Plugin
 from ._profile.access import ProfileAccess
-from ._protocols import ProfileStore, ThreadState, ThreadStore
-from ._registry import KeyRegistry
+from ._protocols import ProfileStore, ThreadStore
 from ._snapshot import Snapshot
 from ._specs import ScheduledAction, ScheduledActionSpec, spec_info
+from ._threads import PendingAction, SuspendedRun, ThreadKeeper, ThreadMemory
 from ._toolgate import Block, GateDecision, SetResult, Suspend
 from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 
@@ -63,50 +57,6 @@ Tool = Callable[..., Any]
 
 
 logger = logging.getLogger("statekernel")
-
-_RUN_COUNT = RESERVED_PREFIX + "run_count"
-_int_decoder = msgspec.json.Decoder(int)
-
-
-class PendingAction(msgspec.Struct, frozen=True):
-    """A scheduled action saved with a suspended run: its spec key, who scheduled it, and
-    its payload encoded like any persisted value."""
-
-    key: str
-    origin: str | None
-    payload: msgspec.Raw
-
-
-class SuspendedRun(msgspec.Struct, frozen=True, kw_only=True):
-    """The kernel's record of a suspended run: who it was, the actions still waiting for
-    their phase, plus the suspender's own detail."""
-
-    run_id: str
-    agent: str
-    parent_thread_id: str | None = None
-    parent_run_id: str | None = None
-    active_hook_filter: tuple[str, ...] = ()
-    actions: tuple[PendingAction, ...] = ()
-    detail: bytes = b""
-
-
-@attrs.define
-class _Thread:
-    """What a Kernel keeps of a thread between its runs.
-
-    `values` holds decoded thread-scope values (non-persistent ones included); `foreign` and
-    `undecodable` hold stored bytes this kernel could not or may not decode, written back
-    untouched. `saved_revision` is what the ThreadStore holds, for compare-and-set.
-    """
-
-    values: dict[str, Any] = attrs.field(factory=dict)
-    foreign: dict[str, bytes] = attrs.field(factory=dict)
-    undecodable: dict[str, bytes] = attrs.field(factory=dict)
-    revision: int = 0
-    saved_revision: int = 0
-    runs: int = 0
-    suspended: SuspendedRun | None = None
-    run_values: dict[str, Any] = attrs.field(factory=dict)
 
 
 class Kernel:
@@ -140,9 +90,9 @@ class Kernel:
         )
         self.thread_store = thread_store
         self.max_phase_rounds = max_phase_rounds
-        self._skip_undecodable = restore_errors == "skip"
-        self._threads: dict[str, _Thread] = {}
-        self._live: set[str] = set()
+        self._threads = ThreadKeeper(
+            self.components.keys, thread_store, skip_undecodable=restore_errors == "skip"
+        )
 
     @property
     def plugin_ids(self) -> tuple[str, ...]:
@@ -163,7 +113,7 @@ class Kernel:
         from the thread's last one.
         """
         hook_filter = self._check_filter(tuple(active_hook_filter))
-        thread = await self._claim(thread_id)
+        thread = await self._threads.claim(thread_id)
         try:
             if thread.suspended is not None:
                 raise StateError(
@@ -178,9 +128,9 @@ class Kernel:
                 parent_thread_id=parent_thread_id,
                 parent_run_id=parent_run_id,
             )
-            return self._make_run(identity, AgentSpec(agent, hook_filter), thread, {})
+            return self._make_run(identity, AgentSpec(agent, hook_filter), thread, {}, ())
         except BaseException:
-            self._live.discard(thread_id)
+            self._threads.release(thread_id)
             raise
 
     async def resume_run(self, thread_id: str) -> tuple[Run, bytes]:
@@ -189,7 +139,7 @@ class Kernel:
         Returns the run and the detail bytes its suspender stored. Raises `StateError` when
         the thread has no suspended run.
         """
-        thread = await self._claim(thread_id)
+        thread = await self._threads.claim(thread_id)
         try:
             record = thread.suspended
             if record is None:
@@ -204,11 +154,12 @@ class Kernel:
                 parent_run_id=record.parent_run_id,
             )
             agent = AgentSpec(record.agent, record.active_hook_filter)
-            run = self._make_run(identity, agent, thread, thread.run_values)
-            run._engine.restore_pending([self._decode_action(a, thread_id) for a in record.actions])
-            return run, record.detail
+            pending = [self._decode_action(a, thread_id) for a in record.actions]
+            return self._make_run(
+                identity, agent, thread, thread.run_values, pending
+            ), record.detail
         except BaseException:
-            self._live.discard(thread_id)
+            self._threads.release(thread_id)
             raise
 
     def _decode_action(
@@ -233,174 +184,45 @@ class Kernel:
             )
         return hook_filter
 
-    async def _claim(self, thread_id: str) -> _Thread:
-        if not isinstance(thread_id, str) or not thread_id:
-            raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
-        if thread_id in self._live:
-            raise StateError(
-                f"thread {thread_id!r} already has a live run in this kernel; finish it "
-                f"(await run.finish()) before starting another."
-            )
-        self._live.add(thread_id)
-        try:
-            thread = self._threads.get(thread_id) or _Thread()
-            if self.thread_store is not None:
-                thread = await self._load(thread_id, thread)
-            self._threads[thread_id] = thread
-            return thread
-        except BaseException:
-            self._live.discard(thread_id)
-            raise
-
-    async def _load(self, thread_id: str, memory: _Thread) -> _Thread:
-        """The thread as the store has it, with non-persistent keys from memory."""
-        assert self.thread_store is not None
-        try:
-            stored = await self.thread_store.load(thread_id)
-        except StateError:
-            raise
-        except Exception as error:
-            raise StoreError("thread load", error, key=thread_id) from error
-        if stored is None:
-            return _Thread(
-                values=_volatile(self.components.keys, memory.values),
-                revision=memory.revision,
-                runs=memory.runs,
-            )
-        raw = dict(stored.values)
-        runs_raw = raw.pop(_RUN_COUNT, None)
-        registry = self.components.keys
-        restored = decode_values(
-            registry,
-            raw,
-            record=thread_id,
-            skip_undecodable=self._skip_undecodable,
-            scope=KeyScope.THREAD,
-        )
-        values = {**_volatile(registry, memory.values), **restored.values}
-        suspended = None
-        run_values: dict[str, Any] = {}
-        if stored.suspended is not None:
-            suspended = msgspec.json.decode(stored.suspended, type=SuspendedRun)
-            run_values = {
-                **_volatile(registry, memory.run_values),
-                **decode_values(
-                    registry,
-                    stored.run_values or {},
-                    record=thread_id,
-                    skip_undecodable=self._skip_undecodable,
-                    scope=KeyScope.RUN,
-                ).values,
-            }
-        return _Thread(
-            values=values,
-            foreign=restored.foreign,
-            undecodable=restored.undecodable,
-            revision=stored.revision,
-            saved_revision=stored.revision,
-            runs=_int_decoder.decode(runs_raw) if runs_raw is not None else 0,
-            suspended=suspended,
-            run_values=run_values,
-        )
-
     def _make_run(
         self,
         identity: RunIdentity,
         agent: AgentSpec,
-        thread: _Thread,
+        thread: ThreadMemory,
         run_values: Mapping[str, Any],
+        pending: Sequence[tuple[ScheduledAction, str | None]],
     ) -> Run:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
         if thread.undecodable:
             state.track_touched()  # to know which set-aside values this run replaced
-        return Run(self, identity, agent, state, thread)
-
-    async def _save(self, run: Run, suspended: SuspendedRun | None) -> None:
-        """Checkpoint `run`: persistent keys to the ThreadStore, the rest to memory.
-
-        Raises before changing anything if a value cannot be encoded or the store refuses
-        the save; the run then stays open, so the caller can still end it cleanly.
-        """
-        thread = run._thread
-        registry = self.components.keys
-        thread_values, run_values = _split_by_scope(registry, run.snapshot._stored_values())
-        revision = run.revision
-        if self.thread_store is not None:
-            undecodable = {
-                name: data
-                for name, data in thread.undecodable.items()
-                if name not in run._state.touched_names
-            }
-            raw = {
-                **thread.foreign,
-                **undecodable,
-                **encode_scope(registry, thread_values, KeyScope.THREAD, run._cache),
-                _RUN_COUNT: msgspec.json.encode(thread.runs),
-            }
-            state = ThreadState(
-                revision=revision,
-                values=raw,
-                run_values=(
-                    encode_scope(registry, run_values, KeyScope.RUN, run._cache)
-                    if suspended is not None
-                    else None
-                ),
-                suspended=msgspec.json.encode(suspended) if suspended is not None else None,
-            )
-            try:
-                await self.thread_store.save(
-                    run.identity.thread_id, state, expected_revision=thread.saved_revision
-                )
-            except StateError:
-                raise
-            except Exception as error:
-                raise StoreError("thread save", error, key=run.identity.thread_id) from error
-            thread.saved_revision = revision
-            thread.undecodable = undecodable
-            # The store holds the persistent keys; memory keeps only what it must not.
-            thread_values = _volatile(registry, thread_values)
-            run_values = _volatile(registry, run_values)
-        thread.values = thread_values
-        thread.run_values = run_values if suspended is not None else {}
-        thread.revision = revision
-        thread.suspended = suspended
-
-    def _release(self, run: Run) -> None:
-        thread_id = run.identity.thread_id
-        self._live.discard(thread_id)
-        thread = self._threads.get(thread_id)
-        if (
-            self.thread_store is not None
-            and thread is not None
-            and thread.saved_revision > 0
-            and not thread.values
-            and thread.suspended is None
-        ):
-            del self._threads[thread_id]  # everything it held is in the store
+        return Run(
+            self, identity, agent, state, _Lease(self._threads, identity.thread_id, thread), pending
+        )
 
 
-def _split_by_scope(
-    registry: KeyRegistry, values: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Registered values split into (thread-scoped, run-scoped)."""
-    thread_values: dict[str, Any] = {}
-    run_values: dict[str, Any] = {}
-    for name, value in values.items():
-        binding = registry.by_name.get(name)
-        if binding is not None:
-            target = thread_values if binding.scope is KeyScope.THREAD else run_values
-            target[name] = value
-    return thread_values, run_values
+@attrs.frozen
+class _Lease:
+    """A run's hold on its thread: where its saves go, and how it lets the thread go."""
 
+    keeper: ThreadKeeper
+    thread_id: str
+    thread: ThreadMemory
+    cache: EncodeCache = attrs.field(factory=EncodeCache)
 
-def _volatile(registry: KeyRegistry, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The non-persistent keys among `values`: they live in kernel memory only."""
-    return {
-        name: value
-        for name, value in values.items()
-        if (binding := registry.by_name.get(name)) is not None and not binding.persistent
-    }
+    async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
+        await self.keeper.save(
+            self.thread_id,
+            self.thread,
+            state.stored_values(),
+            revision=state.revision,
+            touched=state.touched_names,
+            cache=self.cache,
+            suspended=suspended,
+        )
+
+    def release(self) -> None:
+        self.keeper.release(self.thread_id)
 
 
 class Run:
@@ -412,14 +234,14 @@ class Run:
         identity: RunIdentity,
         agent: AgentSpec,
         state: LiveState,
-        thread: _Thread,
+        lease: _Lease,
+        pending: Sequence[tuple[ScheduledAction, str | None]] = (),
     ) -> None:
         self._kernel = kernel
         self.identity = identity
         self.agent = agent
         self._state = state
-        self._thread = thread
-        self._cache = EncodeCache()
+        self._lease = lease
         profile = kernel.profile
         self._read_only_profile = profile.read_only(_WRITES_HERE) if profile is not None else None
         self._phase_listeners: list[PhaseListener] = []
@@ -433,6 +255,7 @@ class Run:
             max_phase_rounds=kernel.max_phase_rounds,
             profile=kernel.profile,
         )
+        self._engine.restore_pending(pending)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -521,13 +344,16 @@ class Run:
             ),
             profile=buffer,
         )
+        arguments = copy.deepcopy(dict(tool_call.arguments))
         try:
-            output = tool(copy.deepcopy(dict(tool_call.arguments)), context)
-            if inspect.isawaitable(output):
-                output = await output
-        except Exception as error:
-            text = str(error) or type(error).__name__
+            output = await call(
+                tool, arguments, context, owner=f"tool {tool_call.name}", phase=context.phase
+            )
+        except HookFailed as failed:  # the tool's own error: its text goes to the model
+            text = str(failed.cause) or type(failed.cause).__name__
             return ToolResult(tool_call, ToolCallStatus.FAILED, error=text)
+        except StateError as error:
+            return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(error))
         result = output.result if isinstance(output, ToolOutput) else output
         if isinstance(output, ToolOutput) and output.command is not None:
             try:
@@ -546,20 +372,18 @@ class Run:
         for transform in self._kernel.components.transforms:
             if not self.agent.allows(transform.plugin):
                 continue
-            try:
-                shaped = transform.function(request, self.snapshot)
-                if inspect.isawaitable(shaped):
-                    shaped = await shaped
-            except StateError:
-                raise
-            except Exception as error:
-                raise HookFailed(transform.plugin, Phase.BEFORE_INFERENCE, error) from error
-            if type(shaped) is not type(request):
-                problem = TypeError(
-                    f"a request transform must return a {type(request).__name__}, got {shaped!r}"
-                )
-                raise HookFailed(transform.plugin, Phase.BEFORE_INFERENCE, problem)
-            request = shaped
+            phase = Phase.BEFORE_INFERENCE
+            shaped = await call(
+                transform.function, request, self.snapshot, owner=transform.plugin, phase=phase
+            )
+            request = checked(
+                shaped,
+                (type(request),),
+                owner=transform.plugin,
+                phase=phase,
+                what="a request transform",
+                optional=False,
+            )
         return request
 
     async def checkpoint(self) -> None:
@@ -570,7 +394,7 @@ class Run:
         """
         self._check_open()
         async with self._lock:
-            await self._kernel._save(self, None)
+            await self._lease.save(self._state)
 
     async def finish(self, **fields: Any) -> PhaseReport:
         """Run RUN_END, save the thread keys and close the run.
@@ -605,15 +429,15 @@ class Run:
             detail=detail,
         )
         async with self._lock:
-            await self._kernel._save(self, record)  # on failure the run stays open
+            await self._lease.save(self._state, record)  # on failure the run stays open
         self._finished = True
-        self._kernel._release(self)
+        self._lease.release()
 
     async def abandon(self) -> None:
         """Close the run without saving anything: the thread stays as it was last saved."""
         if not self._finished:
             self._finished = True
-            self._kernel._release(self)
+            self._lease.release()
 
     def _cache_encode(self, payload: Any) -> bytes:
         try:
@@ -635,10 +459,10 @@ class Run:
         try:
             if save:
                 async with self._lock:
-                    await self._kernel._save(self, None)
+                    await self._lease.save(self._state)
         finally:
             self._finished = True
-            self._kernel._release(self)
+            self._lease.release()
 
     async def _tool_gate(
         self, tool_call: ToolCall, fields: Mapping[str, Any]
@@ -656,9 +480,7 @@ class Run:
 
     async def _notify_phase(self, report: PhaseReport) -> None:
         for listener in self._phase_listeners:
-            outcome = listener(self, report)
-            if inspect.isawaitable(outcome):
-                await outcome
+            await call(listener, self, report, owner="phase listener", phase=report.phase or "")
 
     def _context(self, phase: Phase, snapshot: Snapshot, fields: Mapping[str, Any]) -> PhaseContext:
         # Read-only by default: every path that may write (hooks, actions, tools) swaps in a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 from sample_keys import Counter, Positive
 
@@ -31,6 +32,7 @@ from statekernel import (
     ToolOutput,
     run_status,
 )
+from statekernel.stores import MemoryThreadStore
 
 
 class Visits(StateKey[int, int]):
@@ -371,3 +373,16 @@ async def test_an_async_on_phase_callback_is_awaited_for_every_phase() -> None:
     assert seen[0] is Phase.RUN_START and seen[-1] is Phase.RUN_END
     assert Phase.TOOL_GATE in seen and Phase.AFTER_TOOL_EXECUTE in seen
     assert seen.count(Phase.STEP_START) == 2
+
+
+async def test_the_stored_thread_document_keeps_its_key_names() -> None:
+    """The facade's own keys are part of the stored format: a thread saved by one version
+    must load in the next, so their key strings never change with the code's layout."""
+    store = MemoryThreadStore()
+    agent = Agent([], ScriptedModel([InferenceResponse(text="hello")]), thread_store=store)
+    await agent.run("t", ["hi"])
+    saved = await store.load("t")
+    assert saved is not None
+    assert "statekernel.messages" in saved.values
+    history = msgspec.json.decode(saved.values["statekernel.messages"])
+    assert [item["content"] for item in history] == ["hi", "hello"]

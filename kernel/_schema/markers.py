@@ -6,9 +6,7 @@ from typing import Literal
 
 import attrs
 
-from .._errors import (
-    InvalidDeclaration,
-)
+from .._errors import InvalidDeclaration
 
 EphemeralScope = Literal["run", "step", "call"]
 EPHEMERAL_SCOPES: tuple[EphemeralScope, ...] = ("run", "step", "call")

@@ -1,10 +1,10 @@
 """Turning a run's keys into stored bytes and back, one key at a time.
 
-Each key is encoded separately (msgspec JSON, through `statekernel._codec`'s hooks) so that a value
-whose declared type changed since it was saved fails alone, with an error naming the key,
-instead of taking the whole thread down with an opaque message. Keys in the stored state
-that no plugin of this kernel registered are kept as raw bytes and written back untouched:
-a plugin missing from one run must not cost another plugin its state.
+Each key is encoded separately (msgspec JSON, through the kernel's `enc_hook` and
+`dec_hook`) so that a value whose declared type changed since it was saved fails alone, with
+an error naming the key, instead of taking the whole thread down with an opaque message.
+Keys in the stored state that no plugin of this kernel registered are kept as raw bytes and
+written back untouched: a plugin missing from one run must not cost another plugin its state.
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""Calling user code: one policy for hooks, tool gates, action and effect handlers, request
+transforms, tools, schema nodes and phase listeners.
+
+User code may be sync or async: whatever it returns is awaited if it is awaitable. A
+`StateError` it raises is the kernel's own language (a rejected commit, an unknown key) and
+passes through as itself. Anything else is wrapped in `HookFailed`, naming who failed and in
+which phase, so a caller handles one error type that says where to look. What it returns is
+checked against what its kind may return, also as a `HookFailed`: a hook that returns a dict
+by mistake fails where it returned, not three frames later in the merge.
+
+The engine's gather round calls hooks itself (sync hooks in place, async ones concurrently,
+the first failure in registration order reported), and uses `reraise` and `checked` from
+here for the rest of the policy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from ._errors import HookFailed, StateError, _preview
+
+__all__ = ["call", "checked", "reraise"]
+
+
+async def call(function: Callable[..., Any], *args: Any, owner: str, phase: str) -> Any:
+    """`function(*args)`, awaited if it returns an awaitable, with failures as the policy says."""
+    try:
+        result = function(*args)
+        if inspect.isawaitable(result):
+            result = await result
+    except Exception as error:
+        reraise(owner, phase, error)
+    return result
+
+
+def reraise(owner: str, phase: str, error: Exception) -> NoReturn:
+    """Raise `error` itself if it is a `StateError`, else a `HookFailed` caused by it."""
+    if isinstance(error, StateError):
+        raise error
+    raise HookFailed(owner, phase, error) from error
+
+
+def checked(
+    result: Any,
+    allowed: tuple[type, ...],
+    *,
+    owner: str,
+    phase: str,
+    what: str,
+    optional: bool = True,
+) -> Any:
+    """`result` if it is one of `allowed` (or None, when `optional`), else a `HookFailed`
+    saying what `what` must return."""
+    if (optional and result is None) or isinstance(result, allowed):
+        return result
+    names = [cls.__name__ for cls in allowed] + (["None"] if optional else [])
+    expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    problem = TypeError(f"{what} must return {expected}, got {_preview(result)}")
+    raise HookFailed(owner, phase, problem)
