@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
+from ._messages import Message
+from ._model import InferenceResponse
 from ._phases import Phase
 from ._profile.access import ProfileAccess
 from ._snapshot import Snapshot
-from ._tools import ToolCall
+from ._tools import ToolCall, ToolResult
 
 
 @attrs.frozen
@@ -44,11 +44,16 @@ class PhaseContext:
     run: RunIdentity
     agent: AgentSpec
     snapshot: Snapshot
-    messages: tuple[Any, ...] = ()
+    messages: tuple[Message, ...] = ()
+    """The conversation so far, in the phases that have one (inference, tool calls)."""
     profile: ProfileAccess | None = None
+    """Shared and profile state; None when the kernel has no profile store."""
     tool_call: ToolCall | None = None
-    response: Any = None
-    tool_result: Any = None
+    """The call being gated or executed (TOOL_GATE, BEFORE/AFTER_TOOL_EXECUTE)."""
+    response: InferenceResponse | None = None
+    """The model's answer (AFTER_INFERENCE)."""
+    tool_result: ToolResult | None = None
+    """How the call ended (AFTER_TOOL_EXECUTE)."""
 
 
 PHASE_FIELDS = frozenset({"messages", "tool_call", "response", "tool_result"})

@@ -33,6 +33,7 @@ from ._errors import (
 )
 from ._invoke import call, checked
 from ._key_codec import EncodeCache
+from ._messages import Message
 from ._phases import Phase, phase_of
 from ._plugin import Components, Plugin
 from ._profile.access import ProfileAccess
@@ -305,7 +306,7 @@ class Run:
             return await self._engine.submit(command)
 
     async def call_tool(
-        self, tool_call: ToolCall, tool: Tool, *, messages: tuple[Any, ...] = ()
+        self, tool_call: ToolCall, tool: Tool, *, messages: tuple[Message, ...] = ()
     ) -> ToolResult:
         """Take one tool call through its whole life: gate, BEFORE_TOOL_EXECUTE, the tool,
         its command, AFTER_TOOL_EXECUTE.
@@ -329,7 +330,7 @@ class Run:
         return result
 
     async def execute_tool(
-        self, tool_call: ToolCall, tool: Tool, *, messages: tuple[Any, ...] = ()
+        self, tool_call: ToolCall, tool: Tool, *, messages: tuple[Message, ...] = ()
     ) -> ToolResult:
         """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context, then commit
         the tool's command. Used by `call_tool`, and by a resume that skips the gate."""
