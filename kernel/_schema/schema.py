@@ -17,6 +17,7 @@ from .._errors import (
     StateError,
     UnknownSchemaField,
 )
+from .._invoke import call, checked
 from .._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey, StateKeyOptions
 from .._phases import Phase
 from .._plugin import Plugin, PluginRegistrar
@@ -230,27 +231,29 @@ class StateSchema(Generic[M]):
         `command(...)`), a StateCommand, or None. Sync or async. Building the view costs
         O(size of the state) per call; write a plain hook for hot paths.
         """
+        owner = self.plugin.id
+        what = f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r}"
+
+        def as_command(result: Any, phase: Phase) -> StateCommand | None:
+            update = checked(result, (StateCommand, Mapping), owner=owner, phase=phase, what=what)
+            if update is None or isinstance(update, StateCommand):
+                return update
+            return self.command(update)
+
         if inspect.iscoroutinefunction(node):
 
             async def run_async(ctx: PhaseContext) -> StateCommand | None:
-                return self._as_command(await node(self.view(ctx.snapshot)), node)
+                result = await call(node, self.view(ctx.snapshot), owner=owner, phase=ctx.phase)
+                return as_command(result, ctx.phase)
 
             return run_async
 
         def run(ctx: PhaseContext) -> StateCommand | None:
-            return self._as_command(node(self.view(ctx.snapshot)), node)
+            # A sync node runs in place, like any sync hook; the engine applies the
+            # user-code policy to what it raises.
+            return as_command(node(self.view(ctx.snapshot)), ctx.phase)
 
         return run
-
-    def _as_command(self, result: Any, node: Callable[..., Any]) -> StateCommand | None:
-        if result is None or isinstance(result, StateCommand):
-            return result
-        if isinstance(result, Mapping):
-            return self.command(result)
-        raise TypeError(
-            f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r} must return "
-            f"a dict of field updates, a StateCommand or None, got {result!r}"
-        )
 
     def __repr__(self) -> str:
         fields = ", ".join(self.fields)
