@@ -20,17 +20,24 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import attrs
 import msgspec
+
+from ._codec import CODEC_ERRORS
+from ._errors import StateValidationError, StoreError
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
+    "AcceptsEncodedValues",
+    "EncodedValue",
     "Entry",
     "ProfileStore",
     "SupportsAtomicUpdate",
     "ThreadState",
     "ThreadStore",
+    "encode_record",
 ]
 
 DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
@@ -120,6 +127,73 @@ class SupportsAtomicUpdate(Protocol):
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
         """Set the record to `fn(current entry or None)` atomically; returns the new entry."""
         ...
+
+
+@attrs.frozen(slots=True)
+class EncodedValue:
+    """A profile value already encoded and checked: its JSON builtins and their JSON bytes.
+
+    `ProfileAccess` encodes each write once, to check its type, that it reads back and its
+    size, and hands a store that `AcceptsEncodedValues` this pair instead of the builtins,
+    so the store writes the bytes as they are instead of encoding them again.
+    """
+
+    value: Any
+    data: bytes
+
+
+@runtime_checkable
+class AcceptsEncodedValues(Protocol):
+    """A ProfileStore whose `set`, and the function of whose `update`, may also pass an
+    `EncodedValue` (both bundled stores do). A store says so with a class attribute
+    `accepts_encoded_values = True` and reads the pair with `encode_record`."""
+
+    accepts_encoded_values: ClassVar[bool]
+
+
+_JSON_BUILTINS = "JSON-compatible builtins (dict, list, str, int, float, bool, None)"
+
+
+def encode_record(
+    namespace: str,
+    key: str,
+    value: Any,
+    max_bytes: int,
+    *,
+    expected: str = _JSON_BUILTINS,
+    operation: str = "set",
+    limit: str = "the store's limit",
+) -> EncodedValue:
+    """A record's value as JSON within `max_bytes`, refused before anything is written.
+
+    The one place a profile value becomes bytes: `ProfileAccess` calls it for every write and
+    stores call it on what they are given. An `EncodedValue` is not encoded again; only its
+    size is compared with this limit. A value that is not JSON raises
+    `StateValidationError` (`expected` names what was declared), one over the limit
+    `StoreError`; both name the namespace and the record. `operation` and `limit` word the
+    size error for the caller ("set", "the store's limit").
+    """
+    if isinstance(value, EncodedValue):
+        encoded = value
+    else:
+        try:
+            encoded = EncodedValue(value, msgspec.json.encode(value))
+        except CODEC_ERRORS as exc:
+            raise StateValidationError(
+                namespace, expected, value, what=f"profile value (record {key!r})", detail=str(exc)
+            ) from exc
+    size = len(encoded.data)
+    if size > max_bytes:
+        raise StoreError(
+            f"{operation} of record {key!r}",
+            ValueError(
+                f"the value encodes to {size:,} bytes of JSON, above {limit} of "
+                f"{max_bytes:,}; nothing was written. Keep large data in a file or blob store "
+                f"and record a reference, or raise max_value_bytes"
+            ),
+            key=namespace,
+        )
+    return encoded
 
 
 # -- thread state ----------------------------------------------------------------------------

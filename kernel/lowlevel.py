@@ -13,7 +13,15 @@ from ._keys import key_info
 from ._merge import Contribution, Partition, partition
 from ._profile.access import BufferedProfileAccess, ReadOnlyProfileAccess
 from ._profile.keys import profile_key_info
-from ._protocols import DEFAULT_MAX_VALUE_BYTES, Entry, SupportsAtomicUpdate, ThreadState
+from ._protocols import (
+    DEFAULT_MAX_VALUE_BYTES,
+    AcceptsEncodedValues,
+    EncodedValue,
+    Entry,
+    SupportsAtomicUpdate,
+    ThreadState,
+    encode_record,
+)
 from ._public import publish
 from ._registry import KeyBinding, KeyRegistry
 
@@ -21,8 +29,10 @@ __all__ = [
     "CLEAR",
     "CODEC_ERRORS",
     "DEFAULT_MAX_VALUE_BYTES",
+    "AcceptsEncodedValues",
     "BufferedProfileAccess",
     "Contribution",
+    "EncodedValue",
     "Entry",
     "KeyBinding",
     "KeyRegistry",
@@ -31,6 +41,7 @@ __all__ = [
     "ReadOnlyProfileAccess",
     "SupportsAtomicUpdate",
     "ThreadState",
+    "encode_record",
     "key_info",
     "partition",
     "profile_key_info",

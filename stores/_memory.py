@@ -11,11 +11,11 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
-from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, ThreadState
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, ThreadState, encode_record
 
 from ._closing import ClosingStore
 from ._profile_codec import (
@@ -23,7 +23,6 @@ from ._profile_codec import (
     check_expected_version,
     check_names,
     decode_value,
-    encode_value,
 )
 from ._thread_codec import check_revision, decode_state, encode_state
 
@@ -40,6 +39,8 @@ class _Record:
 class MemoryProfileStore(ClosingStore):
     """A ProfileStore held in a dict; nothing survives the process."""
 
+    accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
+
     def __init__(self, *, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         self._records: dict[str, dict[str, _Record]] = {}
         self._max_value_bytes = max_value_bytes
@@ -54,13 +55,13 @@ class MemoryProfileStore(ClosingStore):
     ) -> Entry:
         namespace, key = check_names(namespace, key)
         expected = check_expected_version(expected_version)
-        data = encode_value(namespace, key, value, self._max_value_bytes)
+        encoded = encode_record(namespace, key, value, self._max_value_bytes)
         table = self._records.setdefault(namespace, {})
         old = table.get(key)
         check_expected(namespace, key, expected, None if old is None else old.version)
-        record = _Record(data, 1 if old is None else old.version + 1, time.time())
+        record = _Record(encoded.data, 1 if old is None else old.version + 1, time.time())
         table[key] = record
-        return Entry(namespace, key, value, record.version, record.updated_at)
+        return Entry(namespace, key, encoded.value, record.version, record.updated_at)
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
         """Set the record to `fn(current entry or None)` in one step (no await between)."""
@@ -68,10 +69,10 @@ class MemoryProfileStore(ClosingStore):
         table = self._records.setdefault(namespace, {})
         old = table.get(key)
         value = fn(None if old is None else _entry(namespace, key, old))
-        data = encode_value(namespace, key, value, self._max_value_bytes)
-        record = _Record(data, 1 if old is None else old.version + 1, time.time())
+        encoded = encode_record(namespace, key, value, self._max_value_bytes)
+        record = _Record(encoded.data, 1 if old is None else old.version + 1, time.time())
         table[key] = record
-        return Entry(namespace, key, value, record.version, record.updated_at)
+        return Entry(namespace, key, encoded.value, record.version, record.updated_at)
 
     async def delete(self, namespace: str, key: str) -> None:
         namespace, key = check_names(namespace, key)

@@ -3,7 +3,9 @@
 Every backend holds a value as msgspec JSON, the memory store included, so that the backends
 behave alike: a value that is not JSON-compatible is refused when it is set (not when some
 other process reads it), a tuple reads back as a list everywhere, a caller mutating its value
-after `set` changes nothing stored, and the size limit is measured on the same bytes.
+after `set` changes nothing stored, and the size limit is measured on the same bytes. The
+encoding itself is `statekernel.lowlevel.encode_record`, the one the kernel's ProfileAccess
+uses, so a value it already encoded (an `EncodedValue`) is written without encoding it again.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from statekernel import DecodeFailed, StateValidationError, StoreError, VersionConflict
+from statekernel import DecodeFailed, VersionConflict
 from statekernel.lowlevel import CODEC_ERRORS
 
 __all__ = [
@@ -20,7 +22,6 @@ __all__ = [
     "check_expected_version",
     "check_names",
     "decode_value",
-    "encode_value",
 ]
 
 
@@ -32,31 +33,6 @@ def check_names(namespace: object, key: object) -> tuple[str, str]:
                 f"profile store {label} must be a string, got {type(name).__name__} {name!r}"
             )
     return str(namespace), str(key)
-
-
-def encode_value(namespace: str, key: str, value: Any, max_bytes: int) -> bytes:
-    """The value as JSON, refused before any write if it is not JSON or is too large."""
-    try:
-        data = msgspec.json.encode(value)
-    except CODEC_ERRORS as exc:
-        raise StateValidationError(
-            namespace,
-            "JSON-compatible builtins (dict, list, str, int, float, bool, None)",
-            value,
-            what=f"profile store value (record {key!r})",
-            detail=str(exc),
-        ) from exc
-    if len(data) > max_bytes:
-        raise StoreError(
-            f"set of record {key!r}",
-            ValueError(
-                f"the value encodes to {len(data):,} bytes of JSON, above the store's limit of "
-                f"{max_bytes:,}; nothing was written. Keep large data in a file or blob store "
-                f"and record a reference, or raise max_value_bytes"
-            ),
-            key=namespace,
-        )
-    return data
 
 
 def decode_value(namespace: str, key: str, data: bytes | str) -> Any:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import attrs
 
 from statekernel import StoreError, VersionConflict
-from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_record
 
 from ._closing import ClosingStore
 from ._profile_codec import (
@@ -27,7 +27,6 @@ from ._profile_codec import (
     check_expected_version,
     check_names,
     decode_value,
-    encode_value,
 )
 from ._sqlite_connection import OpFailed, Schema, SqliteConnection, Synchronous
 
@@ -81,6 +80,8 @@ class SqliteProfileStore(ClosingStore):
     `synchronous="FULL"` makes every commit survive power loss too, at an fsync per commit.
     """
 
+    accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -108,9 +109,10 @@ class SqliteProfileStore(ClosingStore):
     ) -> Entry:
         namespace, key = check_names(namespace, key)
         expected = check_expected_version(expected_version)
-        data = encode_value(namespace, key, value, self._max_value_bytes).decode()
+        encoded = encode_record(namespace, key, value, self._max_value_bytes)
+        data = encoded.data.decode()
         version, updated_at = await self._db.submit(_Set(namespace, key, data, expected))
-        return Entry(namespace, key, value, version, updated_at)
+        return Entry(namespace, key, encoded.value, version, updated_at)
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
         """Set the record to `fn(current entry or None)` in one write transaction.
@@ -235,8 +237,8 @@ class _Update:
         old = None
         if row is not None:
             old = Entry(namespace, key, decode_value(namespace, key, row[0]), row[1], row[2])
-        value = self.fn(old)
-        data = encode_value(namespace, key, value, self.max_bytes).decode()
+        encoded = encode_record(namespace, key, self.fn(old), self.max_bytes)
+        value, data = encoded.value, encoded.data.decode()
         now = time.time()
         if old is None:
             conn.execute(_INSERT, (namespace, key, data, now))

@@ -18,6 +18,7 @@ from statekernel import (
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    ProfileAccess,
     ProfileKey,
     ScheduledActionSpec,
     ScriptedModel,
@@ -25,10 +26,12 @@ from statekernel import (
     StateError,
     StateKey,
     StateScope,
+    StateValidationError,
     StoreError,
     ToolCall,
     ToolOutput,
 )
+from statekernel.lowlevel import EncodedValue, encode_record
 from statekernel.stores import MemoryProfileStore
 
 
@@ -278,3 +281,110 @@ def test_profile_values_are_typed_through_msgspec() -> None:
         return await access.read(TeamKey, "global")
 
     assert asyncio.run(scenario()) == Team(("a",))
+
+
+# -- each write is encoded once ------------------------------------------------------------
+
+
+class Notes(ProfileKey[list[str]]):
+    key = "t.notes"
+
+
+class _Recording(MemoryProfileStore):
+    """A bundled store that remembers what each write handed it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.given: list[Any] = []
+
+    async def set(self, namespace: str, key: str, value: Any, **kwargs: Any) -> Any:
+        self.given.append(value)
+        return await super().set(namespace, key, value, **kwargs)
+
+
+class _ThirdParty:
+    """A store written without knowing EncodedValue: it must only ever see JSON builtins."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryProfileStore()
+        self.given: list[Any] = []
+
+    async def get(self, namespace: str, key: str) -> Any:
+        return await self.inner.get(namespace, key)
+
+    async def set(self, namespace: str, key: str, value: Any, **kwargs: Any) -> Any:
+        self.given.append(value)
+        return await self.inner.set(namespace, key, value, **kwargs)
+
+    async def delete(self, namespace: str, key: str) -> None:
+        await self.inner.delete(namespace, key)
+
+    async def list(self, namespace: str, prefix: str = "") -> Any:
+        return await self.inner.list(namespace, prefix)
+
+    async def clear(self, namespace: str) -> None:
+        await self.inner.clear(namespace)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def __aenter__(self) -> _ThirdParty:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def test_a_write_is_encoded_once_and_the_store_keeps_those_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = _Recording()
+    access = ProfileAccess(store)
+    encoded: list[Any] = []
+    real_encode = msgspec.json.encode
+
+    def counting(value: Any, *args: Any, **kwargs: Any) -> bytes:
+        encoded.append(value)
+        return real_encode(value, *args, **kwargs)
+
+    monkeypatch.setattr(msgspec.json, "encode", counting)
+    await access.write(Notes, "alice", ["a", "b"])
+    monkeypatch.undo()
+    assert encoded == [["a", "b"]]  # ProfileAccess encoded it; the store did not again
+    (given,) = store.given
+    assert isinstance(given, EncodedValue) and given.value == ["a", "b"]
+    entry = await store.get("t.notes", "alice")
+    assert entry is not None and entry.value == ["a", "b"]
+    assert await access.read(Notes, "alice") == ["a", "b"]
+
+
+async def test_a_store_that_does_not_ask_for_encoded_values_gets_builtins() -> None:
+    store = _ThirdParty()
+    access = ProfileAccess(store)  # type: ignore[arg-type]
+    await access.write(Notes, "alice", ["a"])
+    buffered = access.buffered()
+    await buffered.write(Notes, "bob", ["b"])
+    await buffered.apply()
+    assert store.given == [["a"], ["b"]]
+    assert await access.read(Notes, "bob") == ["b"]
+
+
+async def test_an_encoded_value_still_meets_the_stores_own_limit() -> None:
+    store = MemoryProfileStore(max_value_bytes=100)
+    access = ProfileAccess(store, max_value_bytes=10_000)
+    with pytest.raises(StoreError, match="the store's limit of 100") as caught:
+        await access.write(Notes, "alice", ["x" * 200])
+    assert caught.value.key == "t.notes"
+    assert await store.get("t.notes", "alice") is None
+    with pytest.raises(StoreError, match="above the limit of 10,000"):
+        await access.write(Notes, "alice", ["x" * 20_000])
+
+
+async def test_encode_record_refuses_what_is_not_json_and_passes_encoded_pairs() -> None:
+    pair = encode_record("ns", "k", {"a": [1]}, 100)
+    assert pair == EncodedValue({"a": [1]}, b'{"a":[1]}')
+    assert encode_record("ns", "k", pair, 100) is pair
+    with pytest.raises(StoreError, match="above the store's limit of 5"):
+        encode_record("ns", "k", pair, 5)
+    with pytest.raises(StateValidationError, match="JSON-compatible"):
+        encode_record("ns", "k", {1j}, 100)

@@ -28,7 +28,15 @@ from .._errors import (
     UnknownProfileKey,
     VersionConflict,
 )
-from .._protocols import DEFAULT_MAX_VALUE_BYTES, Entry, ProfileStore, SupportsAtomicUpdate
+from .._protocols import (
+    DEFAULT_MAX_VALUE_BYTES,
+    AcceptsEncodedValues,
+    EncodedValue,
+    Entry,
+    ProfileStore,
+    SupportsAtomicUpdate,
+    encode_record,
+)
 from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
 
 __all__ = [
@@ -73,7 +81,14 @@ class ProfileAccess:
     compare-and-set retried up to `max_update_attempts` times with jittered backoff.
     """
 
-    __slots__ = ("_atomic", "_keys", "_max_update_attempts", "_max_value_bytes", "_store")
+    __slots__ = (
+        "_atomic",
+        "_encoded",
+        "_keys",
+        "_max_update_attempts",
+        "_max_value_bytes",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -94,6 +109,7 @@ class ProfileAccess:
         self._max_value_bytes = max_value_bytes
         self._max_update_attempts = max_update_attempts
         self._atomic = isinstance(store, SupportsAtomicUpdate)
+        self._encoded = isinstance(store, AcceptsEncodedValues)
 
     @property
     def store(self) -> ProfileStore:
@@ -111,8 +127,8 @@ class ProfileAccess:
     async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
         """Replace the record's value (last write wins)."""
         info, record = self._resolve(key_cls, key)
-        raw = self._encode(info, record, value)
-        await self._store_call("set", info, record, self._store.set(info.name, record, raw))
+        outgoing = self._outgoing(self._encode(info, record, value))
+        await self._store_call("set", info, record, self._store.set(info.name, record, outgoing))
 
     async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
         """Remove the record; it reads as the default again. A no-op when absent."""
@@ -155,6 +171,7 @@ class ProfileAccess:
         view._max_value_bytes = self._max_value_bytes
         view._max_update_attempts = self._max_update_attempts
         view._atomic = self._atomic
+        view._encoded = self._encoded
         return view
 
     # -- shared machinery -----------------------------------------------------------------
@@ -170,31 +187,39 @@ class ProfileAccess:
             )
         return info, str(key)
 
-    def _encode(self, info: ProfileKeyInfo, record: str, value: Any) -> Any:
-        """Check `value` against the key's type and size limit; return the store builtins."""
+    def _encode(self, info: ProfileKeyInfo, record: str, value: Any) -> EncodedValue:
+        """Check `value` against the key's type, that it reads back, and the size limit,
+        encoding it once; the result is what goes to the store (see `_outgoing`)."""
         expected = _declared_types.describe(info.value_type)
         what = f"profile value (record {record!r})"
         if info.classes is not None and not isinstance(value, info.classes):
             raise StateValidationError(info.name, expected, value, what=what)
         try:
             raw = _to_raw(value)
-            encoded = msgspec.json.encode(raw)
-            _from_raw(msgspec.json.decode(encoded), info.value_type)  # it must read back
         except CODEC_ERRORS as exc:
             raise StateValidationError(
                 info.name, expected, value, what=what, detail=str(exc)
             ) from exc
-        if len(encoded) > self._max_value_bytes:
-            raise StoreError(
-                f"write of record {record!r}",
-                ValueError(
-                    f"the value encodes to {len(encoded):,} bytes of JSON, above the limit of "
-                    f"{self._max_value_bytes:,}; nothing was written. Keep large data in a "
-                    f"file or blob store and record a reference, or raise max_value_bytes"
-                ),
-                key=info.name,
-            )
-        return raw
+        encoded = encode_record(
+            info.name,
+            record,
+            raw,
+            self._max_value_bytes,
+            expected=expected,
+            operation="write",
+            limit="the limit",
+        )
+        try:
+            _from_raw(msgspec.json.decode(encoded.data), info.value_type)  # it must read back
+        except CODEC_ERRORS as exc:
+            raise StateValidationError(
+                info.name, expected, value, what=what, detail=str(exc)
+            ) from exc
+        return encoded
+
+    def _outgoing(self, encoded: EncodedValue) -> Any:
+        """The encoded pair for a store that takes it as is, else the plain builtins."""
+        return encoded if self._encoded else encoded.value
 
     def _decode(self, info: ProfileKeyInfo, record: str, raw: Any) -> Any:
         if raw is _ABSENT or raw is _DELETED:
@@ -212,14 +237,14 @@ class ProfileAccess:
             entry = await self._store_call("get", info, record, store.get(info.name, record))
             current = self._decode(info, record, _ABSENT if entry is None else entry.value)
             new = fn(current)
-            raw = self._encode(info, record, new)
+            outgoing = self._outgoing(self._encode(info, record, new))
             expected = 0 if entry is None else entry.version
             try:
                 await self._store_call(
                     "set",
                     info,
                     record,
-                    store.set(info.name, record, raw, expected_version=expected),
+                    store.set(info.name, record, outgoing, expected_version=expected),
                 )
             except VersionConflict:
                 if attempt + 1 == self._max_update_attempts:
@@ -240,12 +265,12 @@ class ProfileAccess:
         def step(entry: Entry | None) -> Any:
             try:
                 new = fn(self._decode(info, record, _ABSENT if entry is None else entry.value))
-                raw = self._encode(info, record, new)
+                outgoing = self._outgoing(self._encode(info, record, new))
             except Exception as exc:
                 failed.append(exc)
                 raise
             produced[:] = [new]
-            return raw
+            return outgoing
 
         store = cast(SupportsAtomicUpdate, self._store)
         try:
@@ -310,8 +335,8 @@ class BufferedProfileAccess(ProfileAccess):
 
     async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
         info, record = self._resolve(key_cls, key)
-        raw = self._encode(info, record, value)
-        self._record(_Op("write", info, record, raw=raw), raw)
+        encoded = self._encode(info, record, value)
+        self._record(_Op("write", info, record, raw=self._outgoing(encoded)), encoded.value)
 
     async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
         info, record = self._resolve(key_cls, key)
@@ -320,8 +345,8 @@ class BufferedProfileAccess(ProfileAccess):
     async def update(self, key_cls: type[ProfileKey[V]], key: str, fn: Callable[[V], V]) -> V:
         info, record = self._resolve(key_cls, key)
         new = fn(await self.read(key_cls, key))
-        raw = self._encode(info, record, new)
-        self._record(_Op("update", info, record, fn=fn), raw)
+        encoded = self._encode(info, record, new)
+        self._record(_Op("update", info, record, fn=fn), encoded.value)
         return new
 
     def is_empty(self) -> bool:
