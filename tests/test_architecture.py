@@ -13,7 +13,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNEL = ROOT / "kernel"
+# The repository's kernel/, or statekernel/ in the mutation mirror laid out as the package
+# (there plugins/ and stores/ sit inside it, and are not kernel modules).
+KERNEL = ROOT / "kernel" if (ROOT / "kernel").is_dir() else ROOT / "statekernel"
+NOT_KERNEL = {"plugins", "stores"}
 MAP = ROOT / "docs" / "architecture.md"
 
 _ROW = re.compile(r"^\| `(?P<module>[\w.]+)` \| (?P<layer>\d+) [a-z ]+ \| .+ \|$", re.MULTILINE)
@@ -31,7 +34,11 @@ def _module_name(path: Path) -> str:
 
 
 def _kernel_modules() -> dict[str, Path]:
-    return {_module_name(path): path for path in sorted(KERNEL.rglob("*.py"))}
+    return {
+        _module_name(path): path
+        for path in sorted(KERNEL.rglob("*.py"))
+        if path.relative_to(KERNEL).parts[0] not in NOT_KERNEL
+    }
 
 
 def _room(name: str, layers: dict[str, int]) -> str | None:
