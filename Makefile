@@ -57,7 +57,7 @@ mutation: $(VENV)/.mutation-installed
 	cp -r kernel/. .mutation/statekernel/
 	cp -r plugins .mutation/statekernel/plugins
 	cp -r stores .mutation/statekernel/stores
-	cp -r tests docs benchmarks pyproject.toml .mutation/
+	cp -r tests docs benchmarks pyproject.toml README.md .mutation/
 	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
