@@ -11,6 +11,7 @@ from statekernel import (
     Agent,
     Block,
     EffectSpec,
+    HookFailed,
     InferenceResponse,
     Kernel,
     KeyScope,
@@ -268,3 +269,17 @@ async def test_gate_answers_of_subclassed_kinds_rank_as_their_kind() -> None:
 
     run = await Kernel(gates(Suspend("x"), PolicyBlock("no"))).start_run("t")
     assert await run.tool_gate(ToolCall("c1", "search", {})) == PolicyBlock("no")
+
+
+async def test_a_failing_phase_listener_is_a_hook_failure_after_the_phase_committed() -> None:
+    run = await Kernel([]).start_run("t")
+
+    def listener(run: object, report: object) -> None:
+        raise ValueError("listener broke")
+
+    run.add_phase_listener(listener)
+    with pytest.raises(HookFailed) as caught:
+        await run.run_phase("step_start")
+    assert caught.value.plugin == "phase listener"
+    assert isinstance(caught.value.cause, ValueError)
+    assert caught.value.phase == Phase.STEP_START
