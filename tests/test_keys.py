@@ -9,7 +9,18 @@ import msgspec
 import pytest
 from sample_keys import Counter, Items, Log
 
-from statekernel import InvalidDeclaration, KeyScope, MergeStrategy, StateKey, Vector
+from statekernel import (
+    EffectSpec,
+    InvalidDeclaration,
+    KeyScope,
+    MergeStrategy,
+    Phase,
+    ProfileKey,
+    ScheduledActionSpec,
+    StateKey,
+    StateUpdater,
+    Vector,
+)
 from statekernel.lowlevel import key_info
 
 
@@ -190,3 +201,31 @@ def test_the_kernels_reserved_prefix_and_plugin_id_are_refused() -> None:
         Kernel([Uses()])
     with pytest.raises(InvalidDeclaration, match="reserves"):
         Agent([Impostor()], ScriptedModel())
+
+
+def test_every_declared_token_refuses_instantiation_with_its_use() -> None:
+    class Notes(ProfileKey[str]):
+        key = "t.notes_token"
+
+    class Retry(ScheduledActionSpec[int]):
+        key = "t.retry_token"
+        phase = Phase.STEP_END
+
+    class Audit(EffectSpec[str]):
+        key = "t.audit_token"
+
+    class Count(StateKey[int, int]):
+        key = "t.count_token"
+
+    uses = {
+        Count: r"snapshot\.get\(Count\)",
+        Notes: r"ctx\.profile\.read\(Notes, scope\)",
+        Retry: r"cmd\.schedule\(Retry, payload\)",
+        Audit: r"cmd\.emit\(Audit, payload\)",
+    }
+    for token, use in uses.items():
+        with pytest.raises(InvalidDeclaration, match=use) as caught:
+            token()
+        assert isinstance(caught.value, TypeError) and "do not instantiate" in str(caught.value)
+    with pytest.raises(InvalidDeclaration, match="is a registry"):
+        StateUpdater()

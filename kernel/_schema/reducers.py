@@ -155,9 +155,10 @@ class StateUpdater:
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __new__(cls) -> StateUpdater:
-        raise TypeError(
-            "StateUpdater is a registry, not something to instantiate: use "
-            "@StateUpdater.register('name') and StateUpdater.get('name')."
+        raise InvalidDeclaration(
+            "StateUpdater",
+            "is a registry, not something to instantiate",
+            "Use @StateUpdater.register('name') and StateUpdater.get('name').",
         )
 
     @classmethod
