@@ -118,3 +118,7 @@ __all__ = [
 
 publish(__name__, globals(), __all__)
 del publish
+
+# Imported here so that the engine parts show their public path (`statekernel.lowlevel.X`)
+# in reprs even when only `statekernel` was imported.
+from . import lowlevel as lowlevel  # noqa: E402

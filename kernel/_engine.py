@@ -31,11 +31,10 @@ from ._commit import LiveState
 from ._context import PhaseContext
 from ._errors import (
     PhaseRunLoopExceeded,
-    StateError,
     UnknownActionHandler,
     UnknownEffectHandler,
 )
-from ._invoke import call, checked, reraise
+from ._invoke import call, checked, outcome, reraise
 from ._merge import Contribution, partition
 from ._phases import Phase
 from ._plugin import Components, Registered
@@ -181,6 +180,7 @@ class PhaseEngine:
                 owner=gate.plugin,
                 phase=Phase.TOOL_GATE,
                 what="a tool gate",
+                expected="Block, Suspend, SetResult or None",
             )
             answers.append((gate.plugin, answer))
         return decide(answers), report
@@ -278,7 +278,12 @@ class PhaseEngine:
 
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
         command = checked(
-            result, (StateCommand,), owner=hook.plugin, phase=phase, what="a phase hook"
+            result,
+            (StateCommand,),
+            owner=hook.plugin,
+            phase=phase,
+            what="a phase hook",
+            expected="a StateCommand or None",
         )
         if command is None or command.is_empty():
             return None
@@ -328,10 +333,10 @@ class PhaseEngine:
                 entry = self._components.effects[effect.spec.key]
                 tally.effects += 1
                 try:
-                    await call(
-                        entry.function, effect.payload, snapshot, owner=entry.plugin, phase="effect"
-                    )
-                except StateError:
+                    await outcome(entry.function, effect.payload, snapshot)
+                except Exception:
+                    # Effects are terminal: the commit stands, so a failure is logged and
+                    # counted, never raised (the one exception to the user-code policy).
                     tally.effects_failed += 1
                     logger.exception(
                         "effect handler for %r (plugin %r) failed; the commit stands",
@@ -368,7 +373,8 @@ class PhaseEngine:
             (StateCommand,),
             owner=entry.plugin,
             phase=phase,
-            what=f"the action handler for {action.spec.key!r}",
+            what=f"action handler for {action.spec.key!r}",
+            expected="a StateCommand or None",
         )
         if result is None:
             await self._after_commits((), (context,), tally)

@@ -21,17 +21,25 @@ from typing import Any, NoReturn
 
 from ._errors import HookFailed, StateError, _preview
 
-__all__ = ["call", "checked", "reraise"]
+__all__ = ["call", "checked", "outcome", "reraise"]
 
 
 async def call(function: Callable[..., Any], *args: Any, owner: str, phase: str) -> Any:
     """`function(*args)`, awaited if it returns an awaitable, with failures as the policy says."""
     try:
-        result = function(*args)
-        if inspect.isawaitable(result):
-            result = await result
+        return await outcome(function, *args)
     except Exception as error:
         reraise(owner, phase, error)
+
+
+async def outcome(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)`, awaited if it returns an awaitable; exceptions pass unchanged.
+
+    For user code whose failure is a result rather than an error (a tool: its exception
+    becomes a failed `ToolResult` for the model); everything else uses `call`."""
+    result = function(*args)
+    if inspect.isawaitable(result):
+        result = await result
     return result
 
 
@@ -49,13 +57,15 @@ def checked(
     owner: str,
     phase: str,
     what: str,
+    expected: str,
     optional: bool = True,
+    exact: bool = False,
 ) -> Any:
-    """`result` if it is one of `allowed` (or None, when `optional`), else a `HookFailed`
-    saying what `what` must return."""
-    if (optional and result is None) or isinstance(result, allowed):
+    """`result` if it is one of `allowed` (exactly that class, when `exact`; None too, when
+    `optional`), else a `HookFailed` saying that `what` must return `expected`."""
+    if optional and result is None:
         return result
-    names = [cls.__name__ for cls in allowed] + (["None"] if optional else [])
-    expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    if type(result) in allowed if exact else isinstance(result, allowed):
+        return result
     problem = TypeError(f"{what} must return {expected}, got {_preview(result)}")
     raise HookFailed(owner, phase, problem)

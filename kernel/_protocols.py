@@ -37,6 +37,9 @@ __all__ = [
     "SupportsAtomicUpdate",
     "ThreadState",
     "ThreadStore",
+    "accepts_encoded_values",
+    "check_size",
+    "encode_json",
     "encode_record",
 ]
 
@@ -146,9 +149,16 @@ class EncodedValue:
 class AcceptsEncodedValues(Protocol):
     """A ProfileStore whose `set`, and the function of whose `update`, may also pass an
     `EncodedValue` (both bundled stores do). A store says so with a class attribute
-    `accepts_encoded_values = True` and reads the pair with `encode_record`."""
+    `accepts_encoded_values = True` and reads the pair with `encode_record`. A subclass of
+    such a store that overrides `set` or `update` receives the pair too, or sets the
+    attribute back to False."""
 
     accepts_encoded_values: ClassVar[bool]
+
+
+def accepts_encoded_values(store: object) -> bool:
+    """Whether `store` says it takes `EncodedValue`s (the attribute set, and set to True)."""
+    return getattr(type(store), "accepts_encoded_values", False) is True
 
 
 _JSON_BUILTINS = "JSON-compatible builtins (dict, list, str, int, float, bool, None)"
@@ -160,28 +170,52 @@ def encode_record(
     value: Any,
     max_bytes: int,
     *,
-    expected: str = _JSON_BUILTINS,
     operation: str = "set",
     limit: str = "the store's limit",
 ) -> EncodedValue:
     """A record's value as JSON within `max_bytes`, refused before anything is written.
 
-    The one place a profile value becomes bytes: `ProfileAccess` calls it for every write and
+    The one place a profile value becomes bytes: `ProfileAccess` uses it for every write
+    (in its two steps, `encode_json` and `check_size`, with its type check between them) and
     stores call it on what they are given. An `EncodedValue` is not encoded again; only its
-    size is compared with this limit. A value that is not JSON raises
-    `StateValidationError` (`expected` names what was declared), one over the limit
-    `StoreError`; both name the namespace and the record. `operation` and `limit` word the
-    size error for the caller ("set", "the store's limit").
+    size is compared with this limit. `operation` and `limit` word the size error for the
+    caller.
     """
+    encoded = encode_json(namespace, key, value)
+    check_size(namespace, key, encoded, max_bytes, operation=operation, limit=limit)
+    return encoded
+
+
+def encode_json(
+    namespace: str,
+    key: str,
+    value: Any,
+    *,
+    expected: str = _JSON_BUILTINS,
+    what: str = "profile store value",
+) -> EncodedValue:
+    """`value` with its JSON; a value that is not JSON raises `StateValidationError` naming
+    the namespace and record (`expected` says what was declared)."""
     if isinstance(value, EncodedValue):
-        encoded = value
-    else:
-        try:
-            encoded = EncodedValue(value, msgspec.json.encode(value))
-        except CODEC_ERRORS as exc:
-            raise StateValidationError(
-                namespace, expected, value, what=f"profile value (record {key!r})", detail=str(exc)
-            ) from exc
+        return value
+    try:
+        return EncodedValue(value, msgspec.json.encode(value))
+    except CODEC_ERRORS as exc:
+        raise StateValidationError(
+            namespace, expected, value, what=f"{what} (record {key!r})", detail=str(exc)
+        ) from exc
+
+
+def check_size(
+    namespace: str,
+    key: str,
+    encoded: EncodedValue,
+    max_bytes: int,
+    *,
+    operation: str = "set",
+    limit: str = "the store's limit",
+) -> None:
+    """Raise `StoreError` naming the record when its JSON is longer than `max_bytes`."""
     size = len(encoded.data)
     if size > max_bytes:
         raise StoreError(
@@ -193,7 +227,6 @@ def encode_record(
             ),
             key=namespace,
         )
-    return encoded
 
 
 # -- thread state ----------------------------------------------------------------------------

@@ -7,7 +7,13 @@ they wrote (`statekernel.StateKey`), as httpx and Trio do it.
 Rewriting `__module__` has one trap: `typing.get_type_hints`, msgspec and pydantic resolve
 a class's string annotations (`from __future__ import annotations`) in the namespace of
 `sys.modules[cls.__module__]`. So each class's own annotations are resolved first, while the
-class still names the module that wrote them, and only then is it renamed.
+class still names the module that wrote them, and only then is it renamed. They are
+evaluated at import, so a public class must not annotate with a name imported only under
+`TYPE_CHECKING` (`import statekernel` would fail, naming it, in every test run).
+
+The price, shared with httpx and Trio: `inspect.getsource(statekernel.StateKey)` looks in
+`statekernel/__init__.py` and finds nothing. Static tools (IDEs, mypy) follow the imports
+and are not affected.
 """
 
 from __future__ import annotations

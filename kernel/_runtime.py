@@ -26,12 +26,11 @@ from ._engine import PhaseEngine, PhaseReport
 from ._errors import (
     CommitRejected,
     DecodeFailed,
-    HookFailed,
     RevisionConflict,
     StateError,
     UnknownActionHandler,
 )
-from ._invoke import call, checked
+from ._invoke import call, checked, outcome
 from ._key_codec import EncodeCache
 from ._messages import Message
 from ._phases import Phase, phase_of
@@ -121,9 +120,8 @@ class Kernel:
                     f"thread {thread_id!r} has a suspended run ({thread.suspended.run_id!r}) "
                     f"waiting for a decision; resume it or cancel it before starting another."
                 )
-            thread.runs += 1
             identity = RunIdentity(
-                run_id=f"{thread_id}:run-{thread.runs}",
+                run_id=f"{thread_id}:run-{self._threads.count_run(thread)}",
                 thread_id=thread_id,
                 agent_id=agent,
                 parent_thread_id=parent_thread_id,
@@ -345,16 +343,12 @@ class Run:
             ),
             profile=buffer,
         )
-        arguments = copy.deepcopy(dict(tool_call.arguments))
         try:
-            output = await call(
-                tool, arguments, context, owner=f"tool {tool_call.name}", phase=context.phase
-            )
-        except HookFailed as failed:  # the tool's own error: its text goes to the model
-            text = str(failed.cause) or type(failed.cause).__name__
+            # A tool's failure is a result for the model, not an error of the run.
+            output = await outcome(tool, copy.deepcopy(dict(tool_call.arguments)), context)
+        except Exception as error:
+            text = str(error) or type(error).__name__
             return ToolResult(tool_call, ToolCallStatus.FAILED, error=text)
-        except StateError as error:
-            return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(error))
         result = output.result if isinstance(output, ToolOutput) else output
         if isinstance(output, ToolOutput) and output.command is not None:
             try:
@@ -383,7 +377,9 @@ class Run:
                 owner=transform.plugin,
                 phase=phase,
                 what="a request transform",
+                expected=f"a {type(request).__name__}",
                 optional=False,
+                exact=True,
             )
         return request
 

@@ -13,13 +13,14 @@ such keys, so that nothing a hook does to what it read can reach another snapsho
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import attrs
 import immutables
 
-from ._errors import StateError
+from ._errors import StateError, _preview
 from ._keys import StateKey
 from ._registry import KeyRegistry
 
@@ -65,9 +66,14 @@ class Snapshot:
         if the class was compiled under several prefixes and more than one is registered,
         pass the StateSchema itself.
         """
-        if not isinstance(schema, type):
+        if isinstance(schema, type):
+            return _registered_schema(self._registry, schema).view(self)
+        if callable(getattr(schema, "view", None)):
             return schema.view(self)  # a StateSchema: it knows how to read itself
-        return _registered_schema(self._registry, schema).view(self)
+        raise StateError(
+            f"snapshot.view takes a StateSchema or the model class it was compiled from, got "
+            f"{_preview(schema)}"
+        )
 
     @property
     def registry(self) -> KeyRegistry:
@@ -99,6 +105,10 @@ SCHEMA_ATTRIBUTE = "__statekernel_schema__"
 """Set by `StateSchema` on each key it compiles: the schema the key belongs to. Schemas build
 on snapshots, so the snapshot finds them through their keys rather than by importing them."""
 
+COMPILED_MODELS: weakref.WeakSet[type] = weakref.WeakSet()
+"""Every class some `StateSchema` was compiled from, so that `view` can tell a class that was
+never compiled from one whose schema this kernel lacks."""
+
 
 def _registered_schema(registry: KeyRegistry, model: type) -> Any:
     found = {
@@ -110,11 +120,15 @@ def _registered_schema(registry: KeyRegistry, model: type) -> Any:
     if len(found) == 1:
         return next(iter(found.values()))
     name = model.__qualname__
+    if not found and model not in COMPILED_MODELS:
+        raise StateError(
+            f"{name} has not been compiled into a StateSchema. Create "
+            f"`schema = StateSchema({name})` and add `schema.plugin` to the kernel's plugins."
+        )
     if not found:
         raise StateError(
-            f"no StateSchema of {name} is registered with this kernel. Create "
-            f"`schema = StateSchema({name})` (if you have not) and add `schema.plugin` to the "
-            f"kernel's (or Agent's) plugins."
+            f"no StateSchema of {name} is registered with this kernel. Add `schema.plugin` to "
+            f"the kernel's (or Agent's) plugins."
         )
     prefixes = sorted(schema.prefix for schema in found.values())
     raise StateError(

@@ -109,6 +109,11 @@ class ThreadKeeper:
             self._live.discard(thread_id)
             raise
 
+    def count_run(self, thread: ThreadMemory) -> int:
+        """Count a new run of `thread` (saved with it); returns its number, from 1."""
+        thread.runs += 1
+        return thread.runs
+
     def release(self, thread_id: str) -> None:
         """End the thread's live run; forget what the store now holds in full."""
         self._live.discard(thread_id)

@@ -100,9 +100,9 @@ def declared_info(token: Any, base: type[DeclaredToken]) -> Any:
             f"is an abstract {family.kind} (no `key` string, or unbound type parameters)",
             f"Use a concrete subclass that sets `key` and binds {family.binds}.",
         )
-    given = f"the class {token.__qualname__}" if isinstance(token, type) else _preview(token)
-    raise InvalidDeclaration(
-        given,
-        f"expected a {base.__name__} subclass (the class itself), got {given}",
-        f"Declare one as `{family.example}`.",
+    # Not a declaration at all (an instance, a string): a plain TypeError, which the engine
+    # reports as the failure of the hook that passed it, naming its plugin.
+    raise TypeError(
+        f"expected a {base.__name__} subclass (the class itself), got {_preview(token)}. "
+        f"Declare one as `{family.example}`."
     )

@@ -369,6 +369,15 @@ async def test_a_store_that_does_not_ask_for_encoded_values_gets_builtins() -> N
     assert await access.read(Notes, "bob") == ["b"]
 
 
+async def test_a_store_can_decline_encoded_values() -> None:
+    class Declining(_Recording):
+        accepts_encoded_values = False
+
+    store = Declining()
+    await ProfileAccess(store).write(Notes, "alice", ["a"])
+    assert store.given == [["a"]]
+
+
 async def test_an_encoded_value_still_meets_the_stores_own_limit() -> None:
     store = MemoryProfileStore(max_value_bytes=100)
     access = ProfileAccess(store, max_value_bytes=10_000)

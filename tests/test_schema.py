@@ -13,6 +13,7 @@ from statekernel import (
     Agent,
     Commutative,
     Ephemeral,
+    HookFailed,
     InferenceResponse,
     InvalidDeclaration,
     Kernel,
@@ -445,6 +446,27 @@ async def test_langgraph_style_nodes_return_partial_dicts() -> None:
     assert state.log == ["saw 0", "saw 1"] and state.total == 2 and state.title == "async"
 
 
+async def test_a_failing_node_names_the_plugin_that_registered_it_sync_or_async() -> None:
+    schema = chat_schema()
+
+    def broken(state: ChatState) -> dict[str, Any]:
+        raise ValueError("sync node broke")
+
+    async def async_broken(state: ChatState) -> dict[str, Any]:
+        raise ValueError("async node broke")
+
+    def wrong(state: ChatState) -> Any:
+        return ["not", "a", "dict"]
+
+    for node, cause in ((broken, ValueError), (async_broken, ValueError), (wrong, TypeError)):
+        plugin = Hooks("mine", step_start=schema.hook(node))
+        run = await Kernel([schema.plugin, plugin]).start_run("t")
+        with pytest.raises(HookFailed) as caught:
+            await run.run_phase(Phase.STEP_START)
+        assert caught.value.plugin == "mine" and isinstance(caught.value.cause, cause)
+    assert "must return a dict of field updates" in str(caught.value)
+
+
 async def test_a_thread_schema_survives_a_thread_store_round_trip() -> None:
     schema = StateSchema(EvoState, prefix="evo", scope=KeyScope.THREAD)
     store = MemoryThreadStore()
@@ -508,13 +530,15 @@ async def test_view_by_model_class_finds_the_registered_schema() -> None:
     both = await Kernel([chat.plugin, other.plugin]).start_run("t")
     with pytest.raises(StateError, match="several prefixes"):
         both.snapshot.view(ChatState)
-    with pytest.raises(StateError, match="schema.plugin"):
+    with pytest.raises(StateError, match="no StateSchema of ChatState is registered"):
         snapshot_of([]).view(ChatState)
+    with pytest.raises(StateError, match="takes a StateSchema or the model class"):
+        run.snapshot.view("ChatState")
 
     class Never(BaseModel):
         x: int = 0
 
-    with pytest.raises(StateError, match="no StateSchema of .*Never is registered"):
+    with pytest.raises(StateError, match="not been compiled"):
         run.snapshot.view(Never)
 
 

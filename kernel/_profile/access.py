@@ -30,12 +30,13 @@ from .._errors import (
 )
 from .._protocols import (
     DEFAULT_MAX_VALUE_BYTES,
-    AcceptsEncodedValues,
     EncodedValue,
     Entry,
     ProfileStore,
     SupportsAtomicUpdate,
-    encode_record,
+    accepts_encoded_values,
+    check_size,
+    encode_json,
 )
 from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
 
@@ -109,7 +110,7 @@ class ProfileAccess:
         self._max_value_bytes = max_value_bytes
         self._max_update_attempts = max_update_attempts
         self._atomic = isinstance(store, SupportsAtomicUpdate)
-        self._encoded = isinstance(store, AcceptsEncodedValues)
+        self._encoded = accepts_encoded_values(store)
 
     @property
     def store(self) -> ProfileStore:
@@ -200,21 +201,21 @@ class ProfileAccess:
             raise StateValidationError(
                 info.name, expected, value, what=what, detail=str(exc)
             ) from exc
-        encoded = encode_record(
-            info.name,
-            record,
-            raw,
-            self._max_value_bytes,
-            expected=expected,
-            operation="write",
-            limit="the limit",
-        )
+        encoded = encode_json(info.name, record, raw, expected=expected, what="profile value")
         try:
             _from_raw(msgspec.json.decode(encoded.data), info.value_type)  # it must read back
         except CODEC_ERRORS as exc:
             raise StateValidationError(
                 info.name, expected, value, what=what, detail=str(exc)
             ) from exc
+        check_size(
+            info.name,
+            record,
+            encoded,
+            self._max_value_bytes,
+            operation="write",
+            limit="the limit",
+        )
         return encoded
 
     def _outgoing(self, encoded: EncodedValue) -> Any:

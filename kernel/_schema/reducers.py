@@ -222,7 +222,11 @@ def check_reducer(owner: str, function: Any) -> None:
 
 
 def describe_reducer(function: Reducer) -> str:
-    """A readable name for a reducer: `operator.add`, `mymodule.keep_max`."""
+    """A readable name for a reducer: its updater name when registered (`append_messages`),
+    else where it lives (`operator.add`, `mymodule.keep_max`)."""
+    for name, registered in StateUpdater._reducers.items():
+        if registered is function:
+            return name
     return _describe(function)
 
 

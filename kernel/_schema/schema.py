@@ -17,11 +17,10 @@ from .._errors import (
     StateError,
     UnknownSchemaField,
 )
-from .._invoke import call, checked
 from .._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey, StateKeyOptions
 from .._phases import Phase
 from .._plugin import Plugin, PluginRegistrar
-from .._snapshot import SCHEMA_ATTRIBUTE
+from .._snapshot import COMPILED_MODELS, SCHEMA_ATTRIBUTE
 from .compile import (
     BY_NAME,
     SchemaField,
@@ -172,6 +171,7 @@ class StateSchema(Generic[M]):
             # How `snapshot.view(Model)` finds this schema without the snapshot importing
             # schemas: the keys it registered point back at it.
             setattr(key, SCHEMA_ATTRIBUTE, self)
+        COMPILED_MODELS.add(model)
 
     def command(self, updates: Mapping[str, Any] | None = None, /, **fields: Any) -> StateCommand:
         """A command applying a partial update, given as a dict and/or keyword arguments.
@@ -231,29 +231,29 @@ class StateSchema(Generic[M]):
         `command(...)`), a StateCommand, or None. Sync or async. Building the view costs
         O(size of the state) per call; write a plain hook for hot paths.
         """
-        owner = self.plugin.id
-        what = f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r}"
-
-        def as_command(result: Any, phase: Phase) -> StateCommand | None:
-            update = checked(result, (StateCommand, Mapping), owner=owner, phase=phase, what=what)
-            if update is None or isinstance(update, StateCommand):
-                return update
-            return self.command(update)
-
         if inspect.iscoroutinefunction(node):
 
             async def run_async(ctx: PhaseContext) -> StateCommand | None:
-                result = await call(node, self.view(ctx.snapshot), owner=owner, phase=ctx.phase)
-                return as_command(result, ctx.phase)
+                return self._as_command(await node(self.view(ctx.snapshot)), node)
 
             return run_async
 
         def run(ctx: PhaseContext) -> StateCommand | None:
-            # A sync node runs in place, like any sync hook; the engine applies the
-            # user-code policy to what it raises.
-            return as_command(node(self.view(ctx.snapshot)), ctx.phase)
+            return self._as_command(node(self.view(ctx.snapshot)), node)
 
         return run
+
+    def _as_command(self, result: Any, node: Callable[..., Any]) -> StateCommand | None:
+        # A node is a hook: the engine's user-code policy applies to what it raises (this
+        # TypeError included), naming the plugin that registered it.
+        if result is None or isinstance(result, StateCommand):
+            return result
+        if isinstance(result, Mapping):
+            return self.command(result)
+        raise TypeError(
+            f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r} must return "
+            f"a dict of field updates, a StateCommand or None, got {result!r}"
+        )
 
     def __repr__(self) -> str:
         fields = ", ".join(self.fields)
