@@ -528,7 +528,7 @@ async def test_view_by_model_class_finds_the_registered_schema() -> None:
     assert run.snapshot.view(chat).title == "found"
 
     both = await Kernel([chat.plugin, other.plugin]).start_run("t")
-    with pytest.raises(StateError, match="several prefixes"):
+    with pytest.raises(StateError, match=r"several prefixes \(\[.chat., .other.\]\)"):
         both.snapshot.view(ChatState)
     with pytest.raises(StateError, match="no StateSchema of ChatState is registered"):
         snapshot_of([]).view(ChatState)
