@@ -532,7 +532,7 @@ async def test_view_by_model_class_finds_the_registered_schema() -> None:
         both.snapshot.view(ChatState)
     with pytest.raises(StateError, match="no StateSchema of ChatState is registered"):
         snapshot_of([]).view(ChatState)
-    with pytest.raises(StateError, match="takes a StateSchema or the model class"):
+    with pytest.raises(StateError, match="or the model class .*, got 'ChatState'"):
         run.snapshot.view("ChatState")
 
     class Never(BaseModel):

@@ -473,3 +473,16 @@ def test_pydantic_type_adapter() -> None:
     anything = pydantic.TypeAdapter(Vector)
     assert anything.validate_python(Vector([None, "a"])) == [None, "a"]
     assert anything.json_schema() == pydantic.TypeAdapter(list).json_schema()
+
+
+@pytest.mark.parametrize("n", [5, 40, 1_100])
+def test_stepped_slices_take_every_step_th_item(n: int) -> None:
+    items = list(range(n))
+    v = Vector(items)
+    for s in (
+        slice(None, None, 2),
+        slice(1, n - 1, 2),
+        slice(None, None, 3),
+        slice(None, None, -2),
+    ):
+        assert v[s].tolist() == items[s]
