@@ -13,20 +13,24 @@ such keys, so that nothing a hook does to what it read can reach another snapsho
 from __future__ import annotations
 
 import copy
+import hashlib
 import weakref
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import attrs
 import immutables
+import msgspec
 
-from ._errors import StateError, _preview
+from ._codec import CODEC_ERRORS, enc_hook
+from ._errors import StateError, StateValidationError, _preview
 from ._keys import StateKey
 from ._registry import KeyRegistry
 
 V = TypeVar("V")
 
 _MISSING: Any = object()
+_canonical = msgspec.json.Encoder(enc_hook=enc_hook, order="sorted")
 
 
 @attrs.frozen(slots=True, repr=False, eq=False)
@@ -74,6 +78,33 @@ class Snapshot:
             f"snapshot.view takes a StateSchema or the model class it was compiled from, got "
             f"{_preview(schema)}"
         )
+
+    def state_hash(self) -> str:
+        """A hex digest of the state itself: every key that holds a value (run and thread keys,
+        the reserved `statekernel.` ones too), sorted by key string, each value in canonical
+        msgspec JSON (dict keys, set items and record fields sorted).
+
+        Equal state gives an equal hash in any process, whatever history produced it, so two
+        replicas, or a restored thread and the live one, can be compared cheaply. A value
+        msgspec cannot encode raises `StateValidationError` naming its key. O(size of the state).
+        """
+        digest = hashlib.sha256()
+        for name in sorted(self._values):
+            try:
+                data = _canonical.encode(self._values[name])
+            except CODEC_ERRORS as error:
+                raise StateValidationError(
+                    name,
+                    "a msgspec-encodable value",
+                    self._values[name],
+                    what="value to hash",
+                    detail=f"{error}; state_hash() needs every held value to be encodable",
+                ) from error
+            encoded_name = name.encode()
+            for part in (encoded_name, data):
+                digest.update(len(part).to_bytes(8, "big"))
+                digest.update(part)
+        return digest.hexdigest()
 
     @property
     def registry(self) -> KeyRegistry:
