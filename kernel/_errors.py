@@ -114,15 +114,26 @@ class CommitRejected(StateError):
 
 
 class RevisionConflict(StateError):
-    """A command or checkpoint was built against a revision that is no longer current."""
+    """A command was built against a revision that is no longer current, or a thread save
+    against a write position the store has moved past."""
 
-    def __init__(self, expected: int, actual: int, *, what: str = "command") -> None:
+    def __init__(
+        self, expected: int, actual: int, *, what: str = "command", position: bool = False
+    ) -> None:
         self.expected = expected
         self.actual = actual
-        super().__init__(
-            f"{what} expected revision {expected} but the live revision is {actual}: someone "
-            f"committed in between. Re-read the snapshot and build the {what} again."
-        )
+        if position:  # a thread save: compared on the store's write position
+            message = (
+                f"{what} expected the thread's write position {expected} but the store is at "
+                f"{actual}: another kernel saved the thread in between (a commit, a suspension "
+                f"or a run ending). Nothing was saved; start a new run to load it again."
+            )
+        else:
+            message = (
+                f"{what} expected revision {expected} but the live revision is {actual}: "
+                f"someone committed in between. Re-read the snapshot and build the {what} again."
+            )
+        super().__init__(message)
 
 
 class HookFailed(StateError):

@@ -9,10 +9,11 @@ when the kernel decodes it, key by key, so the error can name the key.
   profile state; `set(..., expected_version=n)` is a compare-and-set. `SupportsAtomicUpdate`
   is the optional read-modify-write in one step.
 - A `ThreadStore` keeps one `ThreadState` per thread. Saving is a compare-and-set on the
-  thread's revision: `expected_revision` is the revision the saver last loaded or saved (0
-  when the thread was never saved), so a stale writer, such as a second process that loaded
-  the thread before the first one checkpointed, gets a `RevisionConflict` instead of
-  overwriting newer state.
+  thread's write position, which the store moves by one at every save, whatever the save
+  carries (commits, a suspension, or nothing but a run ending): `expected_position` is the
+  position the saver last loaded or saved (0 when the thread was never saved). Of two
+  kernels that loaded the same position, the first save wins and the other gets a
+  `RevisionConflict` instead of overwriting it.
 """
 
 from __future__ import annotations
@@ -240,12 +241,15 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
     `run_values`: while a run is suspended, that run's own (run-scoped) keys, encoded alike.
     `suspended`: while a run is suspended, the kernel's encoded record of it (pending calls,
     identity, step); opaque to the store.
+    `position`: the thread's write position, kept by the store: `load` returns how many saves
+    the thread has had, and `save` ignores what it is given here.
     """
 
     revision: int
     values: dict[str, bytes] = msgspec.field(default_factory=dict)
     run_values: dict[str, bytes] | None = None
     suspended: bytes | None = None
+    position: int = 0
 
 
 @runtime_checkable
@@ -260,9 +264,10 @@ class ThreadStore(Protocol):
         """The thread's saved state, or None if it was never saved."""
         ...
 
-    async def save(self, thread_id: str, state: ThreadState, *, expected_revision: int) -> None:
-        """Replace the thread's state in one transaction, if its stored revision is still
-        `expected_revision` (0: must not exist yet); else raise `RevisionConflict`."""
+    async def save(self, thread_id: str, state: ThreadState, *, expected_position: int) -> None:
+        """Replace the thread's state in one transaction, if its write position is still
+        `expected_position` (0: must not exist yet), and move the position to
+        `expected_position + 1`; else raise `RevisionConflict` and change nothing."""
         ...
 
     async def delete(self, thread_id: str) -> None:

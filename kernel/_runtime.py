@@ -386,8 +386,9 @@ class Run:
     async def checkpoint(self) -> None:
         """Persist the thread keys now (the Agent calls this at every STEP_END).
 
-        The save is a compare-and-set on the thread's revision: if another process saved
-        the thread since this run loaded it, this raises `RevisionConflict`.
+        The save is a compare-and-set on the thread's write position in the store: if
+        another kernel saved the thread since this run loaded it (even without a commit),
+        this raises `RevisionConflict` and saves nothing.
         """
         self._check_open()
         async with self._lock:

@@ -3,8 +3,11 @@
 A `ThreadKeeper` is the one object that loads, saves and remembers threads. It knows which
 thread has a live run (one at a time per kernel), holds the thread keys between runs (all of
 them without a ThreadStore; only the non-persistent ones with one), and saves with a
-compare-and-set on the revision it last loaded or saved, so a stale writer gets a
-`RevisionConflict`. A suspended run is saved whole: its run keys, the actions still waiting
+compare-and-set on the store's write position as it last loaded or saved it. Every save
+moves that position, whatever it carries (commits, a suspension, a run ending), so of two
+kernels that loaded the same position only the first save lands and the other gets a
+`RevisionConflict`; a run id therefore never repeats in a thread. A suspended run is saved
+whole: its run keys, the actions still waiting
 for their phase, and a `SuspendedRun` record. Values are encoded key by key
 (`_key_codec`), so a value that no longer decodes fails alone, naming its key.
 
@@ -59,7 +62,8 @@ class ThreadMemory:
 
     `values` holds decoded thread-scope values (non-persistent ones included); `foreign` and
     `undecodable` hold stored bytes this kernel could not or may not decode, written back
-    untouched. `saved_revision` is what the ThreadStore holds, for compare-and-set. While a
+    untouched. `saved_position` is the ThreadStore's write position for this thread as last
+    loaded or saved, for compare-and-set. While a
     run is suspended, `suspended` is its record and `run_values` its run keys.
     """
 
@@ -67,7 +71,7 @@ class ThreadMemory:
     foreign: dict[str, bytes] = attrs.field(factory=dict)
     undecodable: dict[str, bytes] = attrs.field(factory=dict)
     revision: int = 0
-    saved_revision: int = 0
+    saved_position: int = 0
     runs: int = 0
     suspended: SuspendedRun | None = None
     run_values: dict[str, Any] = attrs.field(factory=dict)
@@ -121,7 +125,7 @@ class ThreadKeeper:
         if (
             self._store is not None
             and thread is not None
-            and thread.saved_revision > 0
+            and thread.saved_position > 0
             and not thread.values
             and thread.suspended is None
         ):
@@ -168,12 +172,12 @@ class ThreadKeeper:
                 suspended=msgspec.json.encode(suspended) if suspended is not None else None,
             )
             try:
-                await self._store.save(thread_id, state, expected_revision=thread.saved_revision)
+                await self._store.save(thread_id, state, expected_position=thread.saved_position)
             except StateError:
                 raise
             except Exception as error:
                 raise StoreError("thread save", error, key=thread_id) from error
-            thread.saved_revision = revision
+            thread.saved_position += 1
             thread.undecodable = undecodable
             # The store holds the persistent keys; memory keeps only what it must not.
             thread_values = _volatile(registry, thread_values)
@@ -228,7 +232,7 @@ class ThreadKeeper:
             foreign=restored.foreign,
             undecodable=restored.undecodable,
             revision=stored.revision,
-            saved_revision=stored.revision,
+            saved_position=stored.position,
             runs=_int_decoder.decode(runs_raw) if runs_raw is not None else 0,
             suspended=suspended,
             run_values=run_values,

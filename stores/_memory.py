@@ -24,7 +24,7 @@ from ._profile_codec import (
     check_names,
     decode_value,
 )
-from ._thread_codec import check_revision, decode_state, encode_state
+from ._thread_codec import check_position, decode_state, encode_state
 
 __all__ = ["MemoryProfileStore", "MemoryThreadStore"]
 
@@ -105,13 +105,13 @@ class MemoryThreadStore(ClosingStore):
 
     async def load(self, thread_id: str) -> ThreadState | None:
         saved = self._threads.get(thread_id)
-        return None if saved is None else decode_state(thread_id, saved[1])
+        return None if saved is None else decode_state(thread_id, saved[1], saved[0])
 
-    async def save(self, thread_id: str, state: ThreadState, *, expected_revision: int) -> None:
-        data = encode_state(thread_id, state, expected_revision)
+    async def save(self, thread_id: str, state: ThreadState, *, expected_position: int) -> None:
+        data = encode_state(thread_id, state, expected_position)
         saved = self._threads.get(thread_id)
-        check_revision(expected_revision, None if saved is None else saved[0])
-        self._threads[thread_id] = (state.revision, data)
+        position = check_position(expected_position, None if saved is None else saved[0])
+        self._threads[thread_id] = (position, data)
 
     async def delete(self, thread_id: str) -> None:
         self._threads.pop(thread_id, None)

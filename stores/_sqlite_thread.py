@@ -1,7 +1,9 @@
 """The SQLite ThreadStore: each thread's saved state as one row of a SQLite file.
 
 A save replaces the thread's whole row inside one transaction that first compares the
-stored revision, so a stale writer in another process gets `RevisionConflict`, an emptied
+stored write position (the `revision` column: it held the revision before saves had
+positions, and both only ever grow) and moves it by one, so a stale writer in another
+process gets `RevisionConflict` whatever either save carried, an emptied
 state is saved as empty, and nothing of an older save can come back. Concurrent checkpoints
 of many threads share transactions through the connection's pipeline (`_sqlite_connection`).
 """
@@ -20,7 +22,7 @@ from statekernel.lowlevel import ThreadState
 
 from ._closing import ClosingStore
 from ._sqlite_connection import Schema, SqliteConnection, Synchronous
-from ._thread_codec import check_revision, decode_state, encode_state
+from ._thread_codec import check_position, decode_state, encode_state
 
 __all__ = ["SqliteThreadStore"]
 
@@ -39,7 +41,7 @@ _SCHEMA = Schema(
     ),
 )
 
-_SELECT = "SELECT state FROM thread_states WHERE thread_id = ?"
+_SELECT = "SELECT state, revision FROM thread_states WHERE thread_id = ?"
 _SELECT_REVISION = "SELECT revision FROM thread_states WHERE thread_id = ?"
 _REPLACE = (
     "INSERT OR REPLACE INTO thread_states (thread_id, revision, state, saved_at) "
@@ -67,12 +69,12 @@ class SqliteThreadStore(ClosingStore):
     async def load(self, thread_id: str) -> ThreadState | None:
         if not isinstance(thread_id, str):
             raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
-        data = await self._db.submit(_Load(thread_id))
-        return None if data is None else decode_state(thread_id, data)
+        row = await self._db.submit(_Load(thread_id))
+        return None if row is None else decode_state(thread_id, row[0], row[1])
 
-    async def save(self, thread_id: str, state: ThreadState, *, expected_revision: int) -> None:
-        data = encode_state(thread_id, state, expected_revision)
-        await self._db.submit(_Save(thread_id, state.revision, data, expected_revision))
+    async def save(self, thread_id: str, state: ThreadState, *, expected_position: int) -> None:
+        data = encode_state(thread_id, state, expected_position)
+        await self._db.submit(_Save(thread_id, data, expected_position))
 
     async def delete(self, thread_id: str) -> None:
         await self._db.submit(_Delete(thread_id))
@@ -87,9 +89,9 @@ class _Load:
     writes: ClassVar[bool] = False
     thread_id: str
 
-    def run(self, conn: sqlite3.Connection) -> bytes | None:
+    def run(self, conn: sqlite3.Connection) -> tuple[bytes, int] | None:
         row = conn.execute(_SELECT, (self.thread_id,)).fetchone()
-        return None if row is None else bytes(row[0])
+        return None if row is None else (bytes(row[0]), int(row[1]))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"load of thread {self.thread_id!r}", cause)
@@ -99,14 +101,13 @@ class _Load:
 class _Save:
     writes: ClassVar[bool] = True
     thread_id: str
-    revision: int
     data: bytes
     expected: int
 
     def run(self, conn: sqlite3.Connection) -> None:
         row = conn.execute(_SELECT_REVISION, (self.thread_id,)).fetchone()
-        check_revision(self.expected, None if row is None else row[0])
-        conn.execute(_REPLACE, (self.thread_id, self.revision, self.data, time.time()))
+        position = check_position(self.expected, None if row is None else row[0])
+        conn.execute(_REPLACE, (self.thread_id, position, self.data, time.time()))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"save of thread {self.thread_id!r}", cause)

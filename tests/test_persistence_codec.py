@@ -382,12 +382,12 @@ async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 async def test_bad_save_arguments_say_what_was_given(any_store: ThreadStore) -> None:
     state = ThreadState(revision=1)
     with pytest.raises(TypeError, match=r"thread_id must be a string, got int"):
-        await any_store.save(7, state, expected_revision=0)  # type: ignore[arg-type]
+        await any_store.save(7, state, expected_position=0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"ThreadState, got dict"):
-        await any_store.save("t", {"revision": 1}, expected_revision=0)  # type: ignore[arg-type]
+        await any_store.save("t", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
     for bad in (True, "0", 1.0, None, -1):
-        with pytest.raises(ValueError, match=rf"expected_revision.*got {bad!r}$"):
-            await any_store.save("t", state, expected_revision=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=rf"expected_position.*got {bad!r}$"):
+            await any_store.save("t", state, expected_position=bad)  # type: ignore[arg-type]
     assert await any_store.load("t") is None
 
 
@@ -396,7 +396,7 @@ async def test_a_document_that_no_longer_decodes_is_blamed_on_the_thread_state(
 ) -> None:
     path = tmp_path / "corrupt.db"
     async with SqliteThreadStore(path) as made:
-        await made.save("bad", ThreadState(revision=1), expected_revision=0)
+        await made.save("bad", ThreadState(revision=1), expected_position=0)
     with sqlite3.connect(path) as raw:
         raw.execute("UPDATE thread_states SET state = x'c1' WHERE thread_id = 'bad'")
     async with SqliteThreadStore(path) as made:

@@ -154,6 +154,45 @@ async def test_a_stale_writer_gets_a_revision_conflict(
     assert (await read(Kernel(plugins, thread_store=store_factory()), "t", Mood))[0] == "first"
 
 
+@pytest.mark.parametrize("b_commits", [True, False])
+async def test_of_two_kernels_that_loaded_one_position_only_the_first_save_lands(
+    store_factory: Callable[[], ThreadStore], b_commits: bool
+) -> None:
+    """A suspends without committing; the stale B then ends its run (with or without a
+    commit). B must lose: A's suspended run survives, and no run id is used twice."""
+    plugins = [KeysOf("mood", Mood)]
+    await write(
+        Kernel(plugins, thread_store=store_factory()), "t", StateCommand().update(Mood, "x")
+    )
+    a = await Kernel(plugins, thread_store=store_factory()).start_run("t")
+    b = await Kernel(plugins, thread_store=store_factory()).start_run("t")
+    assert a.identity.run_id == b.identity.run_id == "t:run-2"  # both loaded run count 1
+    await a.suspend(b"waiting")
+    if b_commits:
+        await b.submit(StateCommand().update(Mood, "stale"))
+    with pytest.raises(RevisionConflict, match="write position"):
+        await b.finish()
+    later = Kernel(plugins, thread_store=store_factory())
+    resumed, detail = await later.resume_run("t")
+    assert (resumed.identity.run_id, detail) == ("t:run-2", b"waiting")
+    assert resumed.snapshot.get(Mood) == "x"
+    await resumed.finish()
+    after = await later.start_run("t")
+    assert after.identity.run_id == "t:run-3"
+    await after.abandon()
+
+
+async def test_a_second_save_of_a_run_that_only_ended_also_loses(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    plugins = [KeysOf("mood", Mood)]
+    a = await Kernel(plugins, thread_store=store_factory()).start_run("t")
+    b = await Kernel(plugins, thread_store=store_factory()).start_run("t")
+    await a.finish()
+    with pytest.raises(RevisionConflict):
+        await b.finish()
+
+
 async def test_non_persistent_thread_keys_live_in_kernel_memory_only(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
