@@ -1,9 +1,10 @@
 """Does a commit cost the same however much state is held?
 
 Prints the time per commit of one op (a) with 10, 1,000 and 10,000 registered keys that all
-hold a value, and (b) on a COMMUTATIVE key whose value is a `Vector` of 10 or 100,000 items
-and whose `apply` is `value.extend(update)`; then the ratio largest/smallest of each series
-(the goal is at most 1.5). Beside it, the same commit on a plain dict copied per commit, the
+hold a value, (b) on a COMMUTATIVE key whose value is a `Vector` of 10 or 100,000 items and
+whose `apply` is `value.extend(update)`, and (c) the same with a bare `Vector` of dicts
+(mutable items, which snapshots must keep frozen); then the ratio largest/smallest of each
+series (the goal is at most 1.5). Beside it, the same commit on a plain dict copied per commit, the
 naive way to get frozen snapshots, shows what structural sharing buys.
 
 Run: .venv/bin/python benchmarks/commit_scaling.py
@@ -51,6 +52,18 @@ class Log(StateKey[Vector[int], tuple[int, ...]]):
     key = "bench.log"
     merge = MergeStrategy.COMMUTATIVE
     apply = staticmethod(_extend)
+
+
+def _extend_records(value: Vector, update: tuple[dict[str, int], ...]) -> Vector:  # type: ignore[type-arg]
+    return value.extend(update)
+
+
+class Records(StateKey[Vector, tuple[dict[str, int], ...]]):  # type: ignore[type-arg]
+    """A bare Vector: its items may be mutable, so reads must copy them."""
+
+    key = "bench.records"
+    merge = MergeStrategy.COMMUTATIVE
+    apply = staticmethod(_extend_records)
 
 
 def per_call(action: Callable[[], object], calls: int, repeats: int) -> float:
@@ -139,6 +152,20 @@ def vector_series(lengths: list[int], calls: int, repeats: int) -> dict[int, flo
     return results
 
 
+def records_series(lengths: list[int], calls: int, repeats: int) -> dict[int, float]:
+    registry = KeyRegistry.of(Records)
+    results = {}
+    for length in lengths:
+        items = Vector({"n": i} for i in range(length))
+        state = LiveState.of(registry, {Records: items})
+        results[length] = per_call(
+            lambda state=state: state.submit(StateCommand().update(Records, ({"n": 1},))),
+            calls,
+            repeats,
+        )
+    return results
+
+
 def report(title: str, unit: str, series: dict[int, float]) -> float:
     print(title)
     for size, seconds in series.items():
@@ -169,6 +196,11 @@ def main() -> None:
         "items",
         vector_series([10, 100_000], args.calls, args.repeats),
     )
+    records_ratio = report(
+        "LiveState.submit, one extend op on a bare Vector of N dicts (mutable items):",
+        "items",
+        records_series([10, 100_000], args.calls, args.repeats),
+    )
     report(
         "baseline: plain dict copied per commit, N keys held:",
         "keys",
@@ -176,7 +208,7 @@ def main() -> None:
     )
     print(
         f"summary: keys ratio {keys_ratio:.2f}, Run.submit ratio {submit_ratio:.2f}, "
-        f"vector ratio {vector_ratio:.2f} "
+        f"vector ratio {vector_ratio:.2f}, mutable-items vector ratio {records_ratio:.2f} "
         f"(goal <= 1.5; best of {args.repeats} timings)"
     )
 

@@ -18,6 +18,7 @@ import immutables
 
 from ._commands import CLEAR, StateCommand
 from ._errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
+from ._item_copies import ItemCopies
 from ._keys import StateKey
 from ._merge import Contribution
 from ._registry import KeyBinding, KeyRegistry
@@ -188,6 +189,8 @@ class LiveState:
                     value = stored.get(name, _MISSING)
                     if value is _MISSING:
                         value = binding.make_default()
+                    elif binding.copy_items:
+                        value = ItemCopies(value)
                     elif binding.copy_values:
                         value = copy.deepcopy(value)
                 elif update is CLEAR:
@@ -195,17 +198,20 @@ class LiveState:
                     continue
                 elif value is _MISSING:
                     value = binding.make_default()
+                elif binding.copy_items:
+                    value = ItemCopies(value)  # a later op of this commit: shares items too
                 try:
-                    working[name] = key.apply(value, update)
+                    result = key.apply(value, update)
                 except Exception as error:
                     raise CommitRejected(name, error, plugin=contribution.origin) from error
+                working[name] = result.vector if type(result) is ItemCopies else result
         if not working:
             return current
         for name, binding in touched.items():
             value = working[name]
             if binding.has_validate and value is not _MISSING:
                 try:
-                    binding.key.validate(value)
+                    binding.key.validate(ItemCopies(value) if binding.copy_items else value)
                 except Exception as error:
                     origin = _last_writer(contributions, binding)
                     raise CommitRejected(name, error, plugin=origin, stage="validate") from error

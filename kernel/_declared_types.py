@@ -165,6 +165,19 @@ def _immutable(annotation: Any, seen: set[Any]) -> bool:
     return field_types is not None and all(_immutable(t, seen) for t in field_types)
 
 
+def is_vector_of_mutables(annotation: Any) -> bool:
+    """Whether `annotation` is a `Vector` whose items may be mutable (`Vector`, `Vector[Any]`,
+    `Vector[dict]`): the vector itself is persistent, so only its items need copying, one at
+    a time, as they are read."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    origin = get_origin(annotation) or annotation
+    if not _is_vector(origin):
+        return False
+    args = get_args(annotation)
+    return not args or not _immutable(args[0], set())
+
+
 def _is_vector(origin: Any) -> bool:
     from ._vector import Vector  # local: vector is a leaf module, keep this one import-light
 

@@ -71,6 +71,8 @@ class KeyInfo:
     update_type: Any
     update_classes: tuple[type, ...] | None
     copy_values: bool
+    copy_items: bool
+    """The value is a Vector of mutable items: a commit copies only the items apply reads."""
     copy_updates: bool
     make_default: Callable[[], Any]
     has_validate: bool
@@ -134,6 +136,7 @@ class StateKey(DeclaredToken, Generic[V, U]):
             update_type=update_type,
             update_classes=_declared_types.runtime_classes(update_type),
             copy_values=not _declared_types.is_immutable(value_type),
+            copy_items=_declared_types.is_vector_of_mutables(value_type),
             copy_updates=not _declared_types.is_immutable(update_type),
             make_default=_declared_types.default_maker(cls, value_type),
             has_validate=cls.validate is not StateKey.validate,

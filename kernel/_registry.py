@@ -27,6 +27,7 @@ class KeyBinding:
     merge: MergeStrategy
     persistent: bool
     copy_values: bool
+    copy_items: bool
     has_validate: bool
     make_default: Callable[[], Any]
     value_type: Any
@@ -53,6 +54,7 @@ class KeyBinding:
             merge=key.merge,
             persistent=options.persistent,
             copy_values=info.copy_values,
+            copy_items=info.copy_items,
             has_validate=info.has_validate,
             make_default=info.make_default,
             value_type=info.value_type,

@@ -1,0 +1,85 @@
+"""`ItemCopies`: a Vector of mutable items as a commit hands it to `apply`.
+
+A `Vector` is persistent, so the vector itself never needs copying; its items may be
+mutable (`Vector[dict]`, a bare `Vector`), and they are shared with every earlier snapshot.
+Deep-copying the whole vector before each `apply` kept those snapshots frozen at a cost
+that grew with the vector's length. This view keeps them frozen at the cost of what `apply`
+reads: each item is deep-copied when it is read, and growing it (`append`, `extend`, `+`)
+returns a plain `Vector` sharing every item it did not read, which nobody could have changed.
+
+An `apply` is pure and returns a new value, so it never sees the difference, with one
+exception: an item changed in place after reading it is a change to a copy, not to the
+state. Return a new vector with the new item instead (`value[:-1].append(new_item)`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
+
+from ._vector import Vector
+
+__all__ = ["ItemCopies"]
+
+
+class ItemCopies(Sequence[Any]):
+    """A read-only view of `vector` whose items are deep copies, made as they are read."""
+
+    __slots__ = ("vector",)
+
+    def __init__(self, vector: Vector[Any]) -> None:
+        self.vector = vector
+
+    def __len__(self) -> int:
+        return len(self.vector)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> ItemCopies: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return ItemCopies(self.vector[index])
+        return copy.deepcopy(self.vector[index])
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(copy.deepcopy, self.vector)
+
+    def __reversed__(self) -> Iterator[Any]:
+        return map(copy.deepcopy, reversed(self.vector))
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.vector
+
+    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
+        return self.vector.index(value, start, len(self.vector) if stop is None else stop)
+
+    def count(self, value: Any) -> int:
+        return self.vector.count(value)
+
+    def append(self, item: Any) -> Vector[Any]:
+        return self.vector.append(item)
+
+    def extend(self, items: Iterable[Any]) -> Vector[Any]:
+        return self.vector.extend(items)
+
+    def __add__(self, other: Iterable[Any]) -> Vector[Any]:
+        return self.vector + other
+
+    def tolist(self) -> list[Any]:
+        return list(self)
+
+    def totuple(self) -> tuple[Any, ...]:
+        return tuple(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self.vector == (other.vector if isinstance(other, ItemCopies) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.vector)
+
+    def __repr__(self) -> str:
+        return repr(self.vector)
