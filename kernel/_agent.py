@@ -99,6 +99,18 @@ class PendingCall(msgspec.Struct, frozen=True):
     ticket: Any = None
 
 
+INTERRUPTED = "interrupted"
+"""The ticket of a call that was running when its process died: its outcome is unknown."""
+
+NOT_STARTED = "not started"
+"""The ticket of a call the model asked for alongside an interrupted one, never started."""
+
+
+def is_idempotent(tool: Tool) -> bool:
+    """Whether `tool` says it may safely run twice (`tool.idempotent = True`)."""
+    return getattr(tool, "idempotent", False) is True
+
+
 class _Suspension(msgspec.Struct, frozen=True):
     step: int
     pending: tuple[PendingCall, ...]
@@ -228,14 +240,27 @@ class Agent:
             )
         driver = _Driver(self, run, steps=suspension.step)
         try:
-            await driver.settle(call, decision)
             remaining = tuple(p for p in suspension.pending if p.id != call_id)
+            await driver.settle(call, decision, remaining)
+            remaining = await driver.rerun_idempotent(remaining)
             if remaining:
                 return await driver.suspend(remaining)
             await driver.end_step()
             return await driver.loop()
         except Exception as error:
             return await driver.fail(error)
+
+    async def pending(self, thread_id: str) -> tuple[PendingCall, ...]:
+        """The calls the thread's suspended run waits on, with their tickets; changes nothing.
+
+        After a crash this says what came back: a call whose tool was running has the ticket
+        `"interrupted"` (its outcome is unknown: decide with `resume`), one the model asked
+        for beside it and never started has `"not started"`. Raises `StateError` when the
+        thread has no suspended run.
+        """
+        run, detail = await self.kernel.resume_run(thread_id)
+        await run.abandon()
+        return msgspec.json.decode(detail, type=_Suspension).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
         """Fail the suspended run's pending calls as Cancelled and end the run (RUN_END)."""
@@ -312,7 +337,7 @@ class _Driver:
             command.update(ToolCalls, CallState(call.id, call.name, ToolCallStatus.NEW))
         await self.run.submit(command)
         pending: list[PendingCall] = []
-        for call in calls:
+        for index, call in enumerate(calls):
             tool = self.agent.tools.get(call.name)
             if tool is None:
                 available = ", ".join(sorted(self.agent.tools)) or "none"
@@ -320,6 +345,9 @@ class _Driver:
                 await self.record(ToolResult(call, ToolCallStatus.FAILED, error=error))
                 continue
             await self._mark(call, ToolCallStatus.RUNNING)
+            if not is_idempotent(tool):
+                later = tuple(_pending(c, NOT_STARTED) for c in calls[index + 1 :])
+                await self._in_flight((*pending, _pending(call, INTERRUPTED), *later))
             result = await self.run.call_tool(call, tool, messages=self.history())
             if result.status is ToolCallStatus.SUSPENDED:
                 await self._mark(call, ToolCallStatus.SUSPENDED)
@@ -328,8 +356,11 @@ class _Driver:
             await self.record(result)
         return tuple(pending)
 
-    async def settle(self, pending: PendingCall, decision: Decision) -> None:
-        """Carry out an outside decision on a suspended call."""
+    async def settle(
+        self, pending: PendingCall, decision: Decision, waiting: tuple[PendingCall, ...] = ()
+    ) -> None:
+        """Carry out an outside decision on a suspended call; `waiting` are the other calls
+        still suspended, saved with the in-flight mark so that a crash loses none of them."""
         call = ToolCall(pending.id, pending.name, dict(pending.arguments))
         await self._mark(call, ToolCallStatus.RESUMING)
         if decision.kind == "approve":
@@ -341,6 +372,8 @@ class _Driver:
                     call, ToolCallStatus.FAILED, error=f"unknown tool {call.name!r}"
                 )
             else:
+                if not is_idempotent(tool):
+                    await self._in_flight((_pending(call, INTERRUPTED), *waiting))
                 result = await self.run.execute_tool(call, tool, messages=self.history())
         elif decision.kind == "deny":
             result = ToolResult(call, ToolCallStatus.FAILED, error=decision.reason)
@@ -350,6 +383,18 @@ class _Driver:
             Phase.AFTER_TOOL_EXECUTE, tool_call=call, tool_result=result, messages=self.history()
         )
         await self.record(result)
+
+    async def rerun_idempotent(self, pending: tuple[PendingCall, ...]) -> tuple[PendingCall, ...]:
+        """Run again, by themselves, the calls a crash interrupted (or kept from starting)
+        whose tools are idempotent; returns the calls still waiting for a decision."""
+        waiting = list(pending)
+        for call in pending:
+            tool = self.agent.tools.get(call.name)
+            unknown = call.ticket in (INTERRUPTED, NOT_STARTED)
+            if unknown and tool is not None and is_idempotent(tool):
+                waiting.remove(call)
+                await self.settle(call, Decision.approve(), tuple(waiting))
+        return tuple(waiting)
 
     async def record(self, result: ToolResult) -> None:
         """The call's final state, and its result or error as a tool message."""
@@ -365,6 +410,15 @@ class _Driver:
             id=f"{self.run.identity.run_id}:m{base}",
         )
         await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
+
+    async def _in_flight(self, pending: tuple[PendingCall, ...]) -> None:
+        """Save the run durably before a tool runs, as if suspended on `pending`: if the
+        process dies before the next save, the thread comes back suspended with the call
+        `"interrupted"` (the caller decides) instead of running it again unseen."""
+        if self.agent.kernel.thread_store is None:
+            return  # nothing outlives the process: there is nothing to come back to
+        detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
+        await self.run.checkpoint(resumable=detail)
 
     async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
         await self.run.submit(
@@ -413,6 +467,10 @@ class _Driver:
             error=error,
             pending=pending,
         )
+
+
+def _pending(call: ToolCall, ticket: str) -> PendingCall:
+    return PendingCall(call.id, call.name, dict(call.arguments), ticket)
 
 
 def _as_message(message: Message | str) -> Message:

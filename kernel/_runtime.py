@@ -383,16 +383,23 @@ class Run:
             )
         return request
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self, *, resumable: bytes | None = None) -> None:
         """Persist the thread keys now (the Agent calls this at every STEP_END).
+
+        With `resumable`, the whole run is saved as `suspend(resumable)` would save it (run
+        keys and waiting actions included) and stays open: if the process dies before the
+        next save, `kernel.resume_run` reopens the run from here and hands back
+        `resumable`. The Agent does this before running a tool, so that a crash can never
+        silently run it twice. The next save (checkpoint, finish, suspend) replaces it.
 
         The save is a compare-and-set on the thread's write position in the store: if
         another kernel saved the thread since this run loaded it (even without a commit),
         this raises `RevisionConflict` and saves nothing.
         """
         self._check_open()
+        record = self._suspended_record(resumable) if resumable is not None else None
         async with self._lock:
-            await self._lease.save(self._state)
+            await self._lease.save(self._state, record)
 
     async def finish(self, **fields: Any) -> PhaseReport:
         """Run RUN_END, save the thread keys and close the run.
@@ -413,11 +420,18 @@ class Run:
         process sharing the ThreadStore, and hands back `detail`.
         """
         self._check_open()
+        record = self._suspended_record(detail)
+        async with self._lock:
+            await self._lease.save(self._state, record)  # on failure the run stays open
+        self._finished = True
+        self._lease.release()
+
+    def _suspended_record(self, detail: bytes) -> SuspendedRun:
         actions = tuple(
             PendingAction(action.spec.key, origin, msgspec.Raw(self._cache_encode(action.payload)))
             for action, origin in self._engine.pending_actions
         )
-        record = SuspendedRun(
+        return SuspendedRun(
             run_id=self.identity.run_id,
             agent=self.agent.name,
             parent_thread_id=self.identity.parent_thread_id,
@@ -426,10 +440,6 @@ class Run:
             actions=actions,
             detail=detail,
         )
-        async with self._lock:
-            await self._lease.save(self._state, record)  # on failure the run stays open
-        self._finished = True
-        self._lease.release()
 
     async def abandon(self) -> None:
         """Close the run without saving anything: the thread stays as it was last saved."""

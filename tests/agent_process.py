@@ -1,12 +1,16 @@
 """A child process for the cross-process tests: one Agent on a SQLite file, driven by argv.
 
     python agent_process.py run DB THREAD SCRIPT      SCRIPT: comma-separated tool names
-    python agent_process.py resume DB THREAD CALL_ID
+    python agent_process.py resume DB THREAD CALL_ID [approve|deny|result]
+    python agent_process.py pending DB THREAD         the suspended calls and their tickets
 
 Each model step calls the next tool of SCRIPT (one per step), then answers "done". Prints
 one JSON line describing the result. The tool "hang" prints "hanging" and never returns, so
 the parent can kill the process mid-step; "pay" is suspended by a gate until resumed, and
-appends to PAYLOG (an environment variable naming a file) each time it really runs.
+appends to PAYLOG (an environment variable naming a file) each time it really runs;
+"lookup" does the same but is declared idempotent. With KILL_AT=before or KILL_AT=after
+the process kills itself (SIGKILL) inside "pay" or "lookup", before or after the side
+effect; with KILL_AT=end, right after the tool returned (in AFTER_TOOL_EXECUTE).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -66,10 +71,14 @@ class Recorder(Plugin):
         r.register_key(Steps)
         r.register_phase_hook(Phase.STEP_START, self.step)
         r.register_tool_gate(self.gate)
+        r.register_phase_hook(Phase.AFTER_TOOL_EXECUTE, self.after_tool)
 
     def step(self, ctx: PhaseContext) -> StateCommand:
         number = ctx.snapshot.get(Steps) + 1
         return StateCommand().update(Steps, 1).update(Journal, f"{ctx.run.run_id} step {number}")
+
+    def after_tool(self, ctx: PhaseContext) -> None:
+        _maybe_die("end")
 
     def gate(self, ctx: PhaseContext) -> Suspend | None:
         assert ctx.tool_call is not None
@@ -82,10 +91,29 @@ async def hang(arguments: dict[str, Any], ctx: PhaseContext) -> str:
     return "never"
 
 
-def pay(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+def _maybe_die(point: str) -> None:
+    if os.environ.get("KILL_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _effect(line: str) -> None:
+    _maybe_die("before")
     with open(os.environ["PAYLOG"], "a") as log:
-        log.write("paid\n")
+        log.write(line + "\n")
+    _maybe_die("after")
+
+
+def pay(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    _effect("paid")
     return "paid"
+
+
+def lookup(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    _effect("looked up")
+    return "found"
+
+
+lookup.idempotent = True  # type: ignore[attr-defined]
 
 
 def note(arguments: dict[str, Any], ctx: PhaseContext) -> str:
@@ -103,13 +131,23 @@ async def main(argv: list[str]) -> None:
         agent = Agent(
             [Recorder()],
             ScriptedModel(responses),
-            {"hang": hang, "pay": pay, "note": note},
+            {"hang": hang, "pay": pay, "note": note, "lookup": lookup},
             thread_store=store,
         )
+        if command == "pending":
+            waiting = await agent.pending(thread)
+            print(json.dumps([[p.id, p.ticket] for p in waiting]), flush=True)
+            return
         if command == "run":
             result = await agent.run(thread, [f"go {thread}"])
         else:
-            result = await agent.resume(thread, argv[3], Decision.approve())
+            kind = argv[4] if len(argv) > 4 else "approve"
+            decision = {
+                "approve": Decision.approve(),
+                "deny": Decision.deny("denied after a crash"),
+                "result": Decision.result("paid (confirmed by hand)"),
+            }[kind]
+            result = await agent.resume(thread, argv[3], decision)
         print(
             json.dumps(
                 {
@@ -120,6 +158,7 @@ async def main(argv: list[str]) -> None:
                     "revision": result.snapshot.revision,
                     "tool_messages": [m.content for m in result.messages if m.role == "tool"],
                     "pending": [p.id for p in result.pending],
+                    "tickets": [p.ticket for p in result.pending],
                 }
             ),
             flush=True,

@@ -386,3 +386,67 @@ async def test_the_stored_thread_document_keeps_its_key_names() -> None:
     assert "statekernel.messages" in saved.values
     history = msgspec.json.decode(saved.values["statekernel.messages"])
     assert [item["content"] for item in history] == ["hi", "hello"]
+
+
+class _Crash(BaseException):
+    """Stands in for the process dying: it passes every `except Exception`."""
+
+
+def _crashing_agent(
+    store: MemoryThreadStore, ran: list[str], *, crash: bool, asks: bool = True
+) -> Agent:
+    """`asks`: the model asks for both tools first (a restarted process's model, resuming,
+    is asked only for its final answer)."""
+
+    def charge(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        ran.append("charge")
+        if crash:
+            raise _Crash
+        return "charged"
+
+    def lookup(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        ran.append("lookup")
+        return "found"
+
+    lookup.idempotent = True  # type: ignore[attr-defined]
+    calls = (ToolCall("c1", "charge", {}), ToolCall("c2", "lookup", {}))
+    model = ScriptedModel([InferenceResponse(text="", tool_calls=calls)] if asks else [])
+    return Agent([], model, {"charge": charge, "lookup": lookup}, thread_store=store)
+
+
+async def test_a_tool_cut_off_comes_back_interrupted_and_idempotent_ones_rerun_by_themselves() -> (
+    None
+):
+    store, ran = MemoryThreadStore(), []
+    with pytest.raises(_Crash):
+        await _crashing_agent(store, ran, crash=True).run("t", ["pay and look"])
+    assert ran == ["charge"]
+    restarted = _crashing_agent(store, ran, crash=False, asks=False)
+    waiting = await restarted.pending("t")
+    assert [(p.id, p.ticket) for p in waiting] == [("c1", "interrupted"), ("c2", "not started")]
+    with pytest.raises(StateError, match="suspended run"):
+        await restarted.run("t", ["again"])  # nothing runs behind the caller's back
+    result = await restarted.resume("t", "c1", Decision.result("charged (checked by hand)"))
+    assert result.outcome == "success"
+    assert ran == ["charge", "lookup"]  # charge never ran twice; lookup re-ran by itself
+    tool_messages = [m.content for m in result.messages if m.role == "tool"]
+    assert tool_messages == ["charged (checked by hand)", "found"]
+
+
+async def test_an_interrupted_call_runs_again_only_when_the_caller_approves() -> None:
+    store, ran = MemoryThreadStore(), []
+    with pytest.raises(_Crash):
+        await _crashing_agent(store, ran, crash=True).run("t", ["pay"])
+    restarted = _crashing_agent(store, ran, crash=False, asks=False)
+    result = await restarted.resume("t", "c1", Decision.approve())
+    assert result.outcome == "success" and ran == ["charge", "charge", "lookup"]
+
+
+async def test_without_a_thread_store_nothing_is_saved_before_a_tool() -> None:
+    ran: list[str] = []
+    agent = _crashing_agent(MemoryThreadStore(), ran, crash=False)
+    in_memory = Agent([], agent.model, agent.tools)
+    result = await in_memory.run("t", ["pay"])
+    assert result.outcome == "success" and ran == ["charge", "lookup"]
+    with pytest.raises(StateError, match="no suspended run"):
+        await in_memory.pending("t")

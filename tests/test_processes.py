@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,7 +40,7 @@ def test_run_keys_reset_and_thread_keys_survive_in_a_new_process(tmp_path: Path)
     assert second["revision"] > first["revision"]
 
 
-def test_a_killed_process_loses_at_most_the_step_in_flight(tmp_path: Path) -> None:
+def test_a_process_killed_mid_tool_comes_back_with_the_call_interrupted(tmp_path: Path) -> None:
     db = str(tmp_path / "state.db")
     process = subprocess.Popen(
         [sys.executable, str(SCRIPT), "run", db, "t", "note,hang"],
@@ -47,13 +49,71 @@ def test_a_killed_process_loses_at_most_the_step_in_flight(tmp_path: Path) -> No
         text=True,
     )
     assert process.stdout is not None
-    assert process.stdout.readline().strip() == "hanging"  # step 2 is in flight
+    assert process.stdout.readline().strip() == "hanging"  # step 2's tool is running
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
-    after = child("run", db, "t", "")
-    # Step 1 completed (checkpointed at its STEP_END); step 2's commits died with the process.
-    assert after["journal"] == ["t:run-1 step 1", "t:run-2 step 1"]
+    # The tool's outcome is unknown, so it is neither lost nor run again unseen: the thread
+    # waits for a decision on it, with everything committed before the tool started.
+    assert pending(db, "t") == [["call-1-hang", "interrupted"]]
+    after = child("resume", db, "t", "call-1-hang", "deny")
     assert after["outcome"] == "success"
+    assert after["tool_messages"] == ["noted", "denied after a crash"]
+    assert after["journal"] == ["t:run-1 step 1", "t:run-1 step 2", "t:run-1 step 3"]
+
+
+def pending(db: str, thread: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "pending", db, thread],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+KILL_POINTS = ("before", "after", "end")
+
+
+def _kill_trial(source: Path, workdir: Path, point: str) -> tuple[str, str, int]:
+    """One trial: the approved `pay` dies at `point`; then the caller supplies the result."""
+    db = workdir / "state.db"
+    shutil.copyfile(source, db)
+    paylog = workdir / "pay.log"
+    env = {**os.environ, "PAYLOG": str(paylog), "KILL_AT": point}
+    killed = subprocess.run(
+        [sys.executable, str(SCRIPT), "resume", str(db), "t", "call-0-pay", "approve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    waiting = pending(str(db), "t")
+    decided = child("resume", str(db), "t", "call-0-pay", "result", env={"PAYLOG": str(paylog)})
+    paid = paylog.read_text().count("paid") if paylog.exists() else 0
+    assert decided["outcome"] == "success", decided
+    assert decided["tool_messages"] == ["paid (confirmed by hand)"]
+    return point, json.dumps(waiting), paid
+
+
+def test_an_approved_tool_killed_anywhere_never_runs_twice_and_is_never_lost(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "suspended.db"
+    suspended = child("run", str(source), "t", "pay", env={"PAYLOG": str(tmp_path / "none")})
+    assert suspended["pending"] == ["call-0-pay"]
+    trials = [(KILL_POINTS[i % 3], tmp_path / f"trial{i}") for i in range(21)]
+    for _, workdir in trials:
+        workdir.mkdir()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = list(pool.map(lambda trial: _kill_trial(source, trial[1], trial[0]), trials))
+    for point, waiting, paid in outcomes:
+        # Killed before, during or after its side effect, the call always comes back for a
+        # decision, and it ran at most once: once only if it got as far as paying.
+        assert json.loads(waiting) == [["call-0-pay", "interrupted"]], point
+        assert paid == (0 if point == "before" else 1), point
 
 
 def test_suspend_then_resume_in_a_fresh_process_completes_the_call_once(tmp_path: Path) -> None:
