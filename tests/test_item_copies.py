@@ -4,7 +4,7 @@ length: a commit copies only the items `apply` reads, and reads copy the items r
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -113,3 +113,94 @@ def test_apply_reads_items_as_copies_through_every_sequence_method() -> None:
     state.submit(StateCommand().update(Reader, 7))
     assert all(item is not stored[0] and item is not stored[1] for item in seen)
     assert state.snapshot.get(Reader) == [{"n": 0}, {"n": 7}]
+
+
+class Nested(StateKey[Vector[dict[str, dict[str, int]]], dict[str, dict[str, int]]]):
+    """An impure apply reaching into nested items through every way of reading."""
+
+    key = "ic.nested"
+
+    @staticmethod
+    def apply(
+        value: Vector[dict[str, dict[str, int]]], update: dict[str, dict[str, int]]
+    ) -> Vector[dict[str, dict[str, int]]]:
+        value[0]["inner"]["x"] = -1
+        for item in value:
+            item["inner"]["x"] = -2
+        for item in reversed(value):
+            item["inner"]["x"] = -3
+        return value.append(update)
+
+
+def test_items_are_copied_all_the_way_down_however_apply_reads_them() -> None:
+    registry = KeyRegistry.of(Nested)
+    state = LiveState.of(registry, {Nested: Vector([{"inner": {"x": 0}}, {"inner": {"x": 1}}])})
+    before = state.snapshot
+    state.submit(StateCommand().update(Nested, {"inner": {"x": 2}}))
+    assert before.get(Nested) == [{"inner": {"x": 0}}, {"inner": {"x": 1}}]
+    assert state.snapshot.get(Nested)[:2] == [{"inner": {"x": 0}}, {"inner": {"x": 1}}]
+
+
+def test_every_op_of_one_commit_and_validate_get_copies_too() -> None:
+    class Guarded(StateKey[Vector[dict[str, int]], dict[str, int]]):
+        key = "ic.guarded"
+
+        @staticmethod
+        def apply(value: Vector[dict[str, int]], update: dict[str, int]) -> Vector[dict[str, int]]:
+            value[0]["n"] = -1  # a later op of the same commit reads through a view too
+            return value.append(update)
+
+        @staticmethod
+        def validate(value: Vector[dict[str, int]]) -> None:
+            if len(value) > 1:  # (not at seeding, where it checks the seed itself)
+                value[0]["n"] = -9  # a validate that writes reaches a copy only
+
+    state = LiveState.of(KeyRegistry.of(Guarded), {Guarded: Vector([{"n": 0}])})
+    state.submit(StateCommand().update(Guarded, {"n": 1}).update(Guarded, {"n": 2}))
+    assert state.snapshot.get(Guarded) == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def test_a_view_finds_items_within_bounds_and_equals_what_it_shows() -> None:
+    found: dict[str, Any] = {}
+
+    class Search(StateKey[Vector, int]):  # type: ignore[type-arg]
+        key = "ic.search"
+
+        @staticmethod
+        def apply(value: Vector, update: int) -> Vector:  # type: ignore[type-arg]
+            item = {"n": update}
+            found["from 2"] = value.index(item, 2)
+            found["in 1..3"] = value.index(item, 1, 3)
+            with pytest.raises(ValueError):
+                value.index(item, 0, 1)
+            found["self"] = value == value[:]
+            found["other"] = value == value[1:]
+            return value
+
+    items = Vector([{"n": 0}, {"n": 1}, {"n": 1}, {"n": 1}])
+    state = LiveState.of(KeyRegistry.of(Search), {Search: items})
+    state.submit(StateCommand().update(Search, 1))
+    assert found == {"from 2": 2, "in 1..3": 1, "self": True, "other": False}
+
+
+@pytest.mark.parametrize(
+    ("annotation", "copies_items"),
+    [
+        (Vector, True),
+        (Vector[Any], True),
+        (Vector[dict[str, int]], True),
+        (Annotated[Vector[dict[str, int]], "meta"], True),
+        (Vector[int], False),
+        (Annotated[Vector[int], "meta"], False),
+        (list[dict[str, int]], False),
+        (dict[str, int], False),
+    ],
+)
+def test_which_declared_types_copy_items_not_the_vector(
+    annotation: Any, copies_items: bool
+) -> None:
+    class Declared(StateKey[annotation, Any]):  # type: ignore[valid-type]
+        key = "ic.declared"
+        default_factory = staticmethod(lambda: None)
+
+    assert key_info(Declared).copy_items is copies_items
