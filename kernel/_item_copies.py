@@ -15,6 +15,7 @@ state. Return a new vector with the new item instead (`value[:-1].append(new_ite
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
@@ -54,8 +55,8 @@ class ItemCopies(Sequence[Any]):
     def __contains__(self, value: object) -> bool:
         return value in self.vector
 
-    def index(self, value: Any, start: int = 0, stop: int | None = None) -> int:
-        return self.vector.index(value, start, len(self.vector) if stop is None else stop)
+    def index(self, value: Any, start: int = 0, stop: int = sys.maxsize) -> int:
+        return self.vector.index(value, start, stop)
 
     def count(self, value: Any) -> int:
         return self.vector.count(value)
@@ -76,7 +77,7 @@ class ItemCopies(Sequence[Any]):
         return tuple(self)
 
     def __eq__(self, other: object) -> bool:
-        return self.vector == (other.vector if isinstance(other, ItemCopies) else other)
+        return self.vector == other
 
     def __hash__(self) -> int:
         return hash(self.vector)

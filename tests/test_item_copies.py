@@ -169,6 +169,7 @@ def test_a_view_finds_items_within_bounds_and_equals_what_it_shows() -> None:
         @staticmethod
         def apply(value: Vector, update: int) -> Vector:  # type: ignore[type-arg]
             item = {"n": update}
+            found["first"] = value.index({"n": 0})
             found["from 2"] = value.index(item, 2)
             found["in 1..3"] = value.index(item, 1, 3)
             with pytest.raises(ValueError):
@@ -180,7 +181,7 @@ def test_a_view_finds_items_within_bounds_and_equals_what_it_shows() -> None:
     items = Vector([{"n": 0}, {"n": 1}, {"n": 1}, {"n": 1}])
     state = LiveState.of(KeyRegistry.of(Search), {Search: items})
     state.submit(StateCommand().update(Search, 1))
-    assert found == {"from 2": 2, "in 1..3": 1, "self": True, "other": False}
+    assert found == {"first": 0, "from 2": 2, "in 1..3": 1, "self": True, "other": False}
 
 
 @pytest.mark.parametrize(
@@ -204,3 +205,21 @@ def test_which_declared_types_copy_items_not_the_vector(
         default_factory = staticmethod(lambda: None)
 
     assert key_info(Declared).copy_items is copies_items
+
+
+def test_a_view_hashes_shows_and_extends_like_the_vector() -> None:
+    seen: dict[str, Any] = {}
+
+    class Pairs(StateKey[Vector, tuple[int, int]]):  # type: ignore[type-arg]
+        key = "ic.pairs"
+
+        @staticmethod
+        def apply(value: Vector, update: tuple[int, int]) -> Vector:  # type: ignore[type-arg]
+            seen["hash"] = hash(value) == hash(((0, 0), (1, 1)))
+            seen["repr"] = repr(value)
+            return value.extend([update, update])
+
+    state = LiveState.of(KeyRegistry.of(Pairs), {Pairs: Vector([(0, 0), (1, 1)])})
+    state.submit(StateCommand().update(Pairs, (2, 2)))
+    assert seen == {"hash": True, "repr": repr(Vector([(0, 0), (1, 1)]))}
+    assert state.snapshot.get(Pairs) == [(0, 0), (1, 1), (2, 2), (2, 2)]
