@@ -201,14 +201,17 @@ class LiveState:
                 elif binding.copy_items:
                     value = ItemCopies(value)  # a later op of this commit: shares items too
                 try:
-                    result = key.apply(value, update)
+                    working[name] = key.apply(value, update)
                 except Exception as error:
                     raise CommitRejected(name, error, plugin=contribution.origin) from error
-                working[name] = result.vector if type(result) is ItemCopies else result
         if not working:
             return current
         for name, binding in touched.items():
             value = working[name]
+            if binding.copy_items:
+                while type(value) is ItemCopies:  # an apply that returned the view it was given
+                    value = value.vector
+                working[name] = value
             if binding.has_validate and value is not _MISSING:
                 try:
                     binding.key.validate(ItemCopies(value) if binding.copy_items else value)
