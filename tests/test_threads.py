@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,31 @@ async def test_non_persistent_thread_keys_live_in_kernel_memory_only(
     fresh = Kernel(plugins, thread_store=store_factory())
     assert (await read(fresh, "t", Scratch))[0] == 0
     assert (await read(fresh, "t", Notes))[0] == ("kept",)
+
+
+def _thread_counter(index: int) -> type[StateKey[int, int]]:
+    def body(namespace: dict[str, Any]) -> None:
+        namespace.update(key=f"t.counter{index}", scope=KeyScope.THREAD)
+
+    return types.new_class(f"Counter{index}", (StateKey[int, int],), exec_body=body)
+
+
+async def test_every_persistent_key_is_saved_whatever_volatile_keys_sit_among_them(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    """The stored values come in hash order, so with one volatile key among many the
+    volatile one sits before most persistent ones: none of those may be skipped."""
+    counters = [_thread_counter(i) for i in range(50)]
+    plugins = [KeysOf("counters", *counters), KeysOf("scratch", Scratch, volatile=True)]
+    command = StateCommand().update(Scratch, 1)
+    for index, counter in enumerate(counters):
+        command.update(counter, index)
+    await write(Kernel(plugins, thread_store=store_factory()), "t", command)
+    fresh = Kernel(plugins, thread_store=store_factory())
+    run = await fresh.start_run("t")
+    assert [run.snapshot.get(c) for c in counters] == list(range(50))
+    assert Scratch not in run.snapshot
+    await run.abandon()
 
 
 class MoodAsNumber(StateKey[int, int]):
