@@ -23,12 +23,18 @@ from ._keys import StateKey
 from ._merge import Contribution
 from ._registry import KeyBinding, KeyRegistry
 from ._snapshot import Snapshot
+from ._vector import Vector
 
 logger = logging.getLogger("statekernel")
 
 CommitListener = Callable[[Snapshot], None]
 
 _MISSING: Any = object()
+_IN_PLACE = ValueError(
+    "apply changed an item of the vector in place; items are copied as they are read, so the "
+    "change would be lost. Return a new vector with the new item instead "
+    "(value[:-1].append(new_item))"
+)
 _UNTOUCHED: Any = object()
 
 
@@ -189,7 +195,7 @@ class LiveState:
                     value = stored.get(name, _MISSING)
                     if value is _MISSING:
                         value = binding.make_default()
-                    elif binding.copy_items:
+                    elif binding.copy_items and type(value) is Vector:
                         value = ItemCopies(value)
                     elif binding.copy_values:
                         value = copy.deepcopy(value)
@@ -198,12 +204,14 @@ class LiveState:
                     continue
                 elif value is _MISSING:
                     value = binding.make_default()
-                elif binding.copy_items:
+                elif binding.copy_items and type(value) is Vector:
                     value = ItemCopies(value)  # a later op of this commit: shares items too
                 try:
                     working[name] = key.apply(value, update)
                 except Exception as error:
                     raise CommitRejected(name, error, plugin=contribution.origin) from error
+                if type(value) is ItemCopies and value.changed_in_place():
+                    raise CommitRejected(name, _IN_PLACE, plugin=contribution.origin)
         if not working:
             return current
         for name, binding in touched.items():
@@ -212,9 +220,14 @@ class LiveState:
                 while type(value) is ItemCopies:  # an apply that returned the view it was given
                     value = value.vector
                 working[name] = value
+                if type(value) is not Vector and value is not _MISSING:
+                    # Anything else is held as given and deep-copied like any mutable value
+                    # from then on; only a Vector shares its unread items.
+                    working[name] = copy.deepcopy(value)
             if binding.has_validate and value is not _MISSING:
                 try:
-                    binding.key.validate(ItemCopies(value) if binding.copy_items else value)
+                    checked = ItemCopies(value) if type(value) is Vector else value
+                    binding.key.validate(checked if binding.copy_items else value)
                 except Exception as error:
                     origin = _last_writer(contributions, binding)
                     raise CommitRejected(name, error, plugin=origin, stage="validate") from error

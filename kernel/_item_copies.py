@@ -8,8 +8,10 @@ reads: each item is deep-copied when it is read, and growing it (`append`, `exte
 returns a plain `Vector` sharing every item it did not read, which nobody could have changed.
 
 An `apply` is pure and returns a new value, so it never sees the difference, with one
-exception: an item changed in place after reading it is a change to a copy, not to the
-state. Return a new vector with the new item instead (`value[:-1].append(new_item)`).
+exception: an item changed in place after reading it would be a change to a copy, lost. So
+the view remembers each item it handed out, and `check` refuses the commit when one of them
+was changed (`CommitRejected` saying what to do instead: return a new vector with the new
+item, `value[:-1].append(new_item)`), rather than lose the change silently.
 """
 
 from __future__ import annotations
@@ -27,10 +29,20 @@ __all__ = ["ItemCopies"]
 class ItemCopies(Sequence[Any]):
     """A read-only view of `vector` whose items are deep copies, made as they are read."""
 
-    __slots__ = ("vector",)
+    __slots__ = ("_handed", "vector")
 
     def __init__(self, vector: Vector[Any]) -> None:
         self.vector = vector
+        self._handed: list[tuple[Any, Any]] = []  # (item as stored, the copy handed out)
+
+    def _copy(self, item: Any) -> Any:
+        handed = copy.deepcopy(item)
+        self._handed.append((item, handed))
+        return handed
+
+    def changed_in_place(self) -> bool:
+        """Whether a copy handed out no longer equals the item it was made from."""
+        return any(handed != item for item, handed in self._handed)
 
     def __len__(self) -> int:
         return len(self.vector)
@@ -43,14 +55,16 @@ class ItemCopies(Sequence[Any]):
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return ItemCopies(self.vector[index])
-        return copy.deepcopy(self.vector[index])
+            view = ItemCopies(self.vector[index])
+            view._handed = self._handed  # one record of what this apply was handed
+            return view
+        return self._copy(self.vector[index])
 
     def __iter__(self) -> Iterator[Any]:
-        return map(copy.deepcopy, self.vector)
+        return map(self._copy, self.vector)
 
     def __reversed__(self) -> Iterator[Any]:
-        return map(copy.deepcopy, reversed(self.vector))
+        return map(self._copy, reversed(self.vector))
 
     def __contains__(self, value: object) -> bool:
         return value in self.vector

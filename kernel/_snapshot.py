@@ -31,6 +31,7 @@ V = TypeVar("V")
 
 _MISSING: Any = object()
 _canonical = msgspec.json.Encoder(enc_hook=enc_hook, order="sorted")
+_HASH_ERRORS: tuple[type[BaseException], ...] = (*CODEC_ERRORS, TypeError)  # unsortable sets
 
 
 @attrs.frozen(slots=True, repr=False, eq=False)
@@ -84,21 +85,31 @@ class Snapshot:
         the reserved `statekernel.` ones too), sorted by key string, each value in canonical
         msgspec JSON (dict keys, set items and record fields sorted).
 
-        Equal state gives an equal hash in any process, whatever history produced it, so two
-        replicas, or a restored thread and the live one, can be compared cheaply. A value
-        msgspec cannot encode raises `StateValidationError` naming its key. O(size of the state).
+        Equal held values give an equal hash in any process, whatever history produced them,
+        so two replicas, or a restored thread and the live one, can be compared cheaply. (A
+        key set to its default holds a value; a key never set or cleared holds none. Dict
+        keys count as their strings.) A value without a canonical encoding raises
+        `StateValidationError` naming its key. O(size of the state).
         """
         digest = hashlib.sha256()
         for name in sorted(self._values):
+            value = self._values[name]
             try:
-                data = _canonical.encode(self._values[name])
-            except CODEC_ERRORS as error:
+                # Builtins first, so that non-string dict keys become strings and sort too.
+                canonical = msgspec.to_builtins(
+                    value, enc_hook=enc_hook, str_keys=True, order="sorted"
+                )
+                data = _canonical.encode(canonical)
+            except _HASH_ERRORS as error:
                 raise StateValidationError(
                     name,
-                    "a msgspec-encodable value",
-                    self._values[name],
+                    "a value with a canonical encoding",
+                    value,
                     what="value to hash",
-                    detail=f"{error}; state_hash() needs every held value to be encodable",
+                    detail=(
+                        f"{error}; state_hash() needs every held value msgspec-encodable, "
+                        f"and the items of each set of one comparable type"
+                    ),
                 ) from error
             encoded_name = name.encode()
             for part in (encoded_name, data):

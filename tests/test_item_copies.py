@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import pytest
 
-from statekernel import StateCommand, StateKey, Vector
+from statekernel import CommitRejected, StateCommand, StateKey, Vector
 from statekernel.lowlevel import KeyRegistry, LiveState, key_info
 
 
@@ -76,13 +76,13 @@ def test_a_commit_on_a_long_vector_copies_only_what_it_reads(
     assert len(state.snapshot.get(Records)) == 10_001
 
 
-def test_an_item_changed_in_place_by_apply_changes_no_snapshot() -> None:
+def test_an_item_changed_in_place_by_apply_is_refused_not_lost() -> None:
     state = _state(Vandal, 3)
     before = state.snapshot
-    state.submit(StateCommand().update(Vandal, {"n": 3}))
+    with pytest.raises(CommitRejected, match="changed an item of the vector in place"):
+        state.submit(StateCommand().update(Vandal, {"n": 3}))
+    assert state.snapshot is before and state.revision == 0
     assert before.get(Vandal).tolist() == [{"n": 0}, {"n": 1}, {"n": 2}]
-    # The change went to a copy: apply must return a new vector with a new item instead.
-    assert state.snapshot.get(Vandal).tolist() == [{"n": 0}, {"n": 1}, {"n": 2}, {"n": 3}]
 
 
 def test_reads_hand_out_copies_and_apply_may_return_its_input() -> None:
@@ -136,18 +136,21 @@ def test_items_are_copied_all_the_way_down_however_apply_reads_them() -> None:
     registry = KeyRegistry.of(Nested)
     state = LiveState.of(registry, {Nested: Vector([{"inner": {"x": 0}}, {"inner": {"x": 1}}])})
     before = state.snapshot
-    state.submit(StateCommand().update(Nested, {"inner": {"x": 2}}))
+    with pytest.raises(CommitRejected, match="in place"):
+        state.submit(StateCommand().update(Nested, {"inner": {"x": 2}}))
     assert before.get(Nested) == [{"inner": {"x": 0}}, {"inner": {"x": 1}}]
-    assert state.snapshot.get(Nested)[:2] == [{"inner": {"x": 0}}, {"inner": {"x": 1}}]
+    assert state.snapshot.get(Nested) == [{"inner": {"x": 0}}, {"inner": {"x": 1}}]
 
 
 def test_every_op_of_one_commit_and_validate_get_copies_too() -> None:
+    seen: list[dict[str, int]] = []
+
     class Guarded(StateKey[Vector[dict[str, int]], dict[str, int]]):
         key = "ic.guarded"
 
         @staticmethod
         def apply(value: Vector[dict[str, int]], update: dict[str, int]) -> Vector[dict[str, int]]:
-            value[0]["n"] = -1  # a later op of the same commit reads through a view too
+            seen.append(value[0])  # a later op of the same commit reads through a view too
             return value.append(update)
 
         @staticmethod
@@ -156,8 +159,10 @@ def test_every_op_of_one_commit_and_validate_get_copies_too() -> None:
                 value[0]["n"] = -9  # a validate that writes reaches a copy only
 
     state = LiveState.of(KeyRegistry.of(Guarded), {Guarded: Vector([{"n": 0}])})
+    stored = state.stored_values()["ic.guarded"][0]
     state.submit(StateCommand().update(Guarded, {"n": 1}).update(Guarded, {"n": 2}))
     assert state.snapshot.get(Guarded) == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert len(seen) == 2 and all(item == stored and item is not stored for item in seen)
 
 
 def test_a_view_finds_items_within_bounds_and_equals_what_it_shows() -> None:
@@ -223,3 +228,20 @@ def test_a_view_hashes_shows_and_extends_like_the_vector() -> None:
     state.submit(StateCommand().update(Pairs, (2, 2)))
     assert seen == {"hash": True, "repr": repr(Vector([(0, 0), (1, 1)]))}
     assert state.snapshot.get(Pairs) == [(0, 0), (1, 1), (2, 2), (2, 2)]
+
+
+def test_a_vector_key_whose_apply_returns_another_sequence_stays_frozen() -> None:
+    class Loose(StateKey[Vector, dict[str, int]]):  # type: ignore[type-arg]
+        key = "ic.loose"
+
+        @staticmethod
+        def apply(value: Any, update: dict[str, int]) -> Any:
+            return [*value, update] if len(value) < 2 else value.append(update)
+
+    state = LiveState(KeyRegistry.of(Loose))
+    state.submit(StateCommand().update(Loose, {"n": 1}))  # held as a list, not a Vector
+    first = state.snapshot
+    state.submit(StateCommand().update(Loose, {"n": 2}))
+    second = state.snapshot
+    state.submit(StateCommand().update(Loose, {"n": 3}))  # list.append would mutate in place
+    assert first.get(Loose) == [{"n": 1}] and second.get(Loose) == [{"n": 1}, {"n": 2}]

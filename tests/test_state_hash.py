@@ -147,7 +147,7 @@ def test_the_hash_is_the_documented_digest() -> None:
     state = _state(StateCommand().update(Title, "t").update(Scores, {"b": 2, "a": 1}))
     expected = hashlib.sha256()
     for name, value in (("h.scores", {"a": 1, "b": 2}), ("h.title", "t")):
-        for part in (name.encode(), msgspec.json.encode(value, order="sorted")):
+        for part in (name.encode(), msgspec.json.encode(value, order="sorted")):  # builtins
             expected.update(len(part).to_bytes(8, "big") + part)
     assert state.snapshot.state_hash() == expected.hexdigest()
 
@@ -160,8 +160,19 @@ def test_an_unencodable_value_error_says_what_and_why() -> None:
     with pytest.raises(StateValidationError) as caught:
         state.snapshot.state_hash()
     error = caught.value
-    assert error.key == "h.loose" and error.expected == "a msgspec-encodable value"
+    assert error.key == "h.loose" and error.expected == "a value with a canonical encoding"
     assert error.given == "object"
-    assert str(error).startswith("value to hash for 'h.loose' must be a msgspec-encodable")
-    assert "state_hash() needs every held value to be encodable" in str(error)
+    assert str(error).startswith("value to hash for 'h.loose' must be a value with a canonical")
+    assert "state_hash() needs every held value msgspec-encodable" in str(error)
     assert error.__cause__ is not None
+
+
+def test_dicts_with_other_keys_hash_canonically_too() -> None:
+    class ById(StateKey[dict[int, str], dict[int, str]]):
+        key = "h.by_id"
+
+    one = LiveState(KeyRegistry.of(ById))
+    one.submit(StateCommand().update(ById, {2: "b", 1: "a"}))
+    other = LiveState(KeyRegistry.of(ById))
+    other.submit(StateCommand().update(ById, {1: "a", 2: "b"}))
+    assert one.snapshot.state_hash() == other.snapshot.state_hash()
