@@ -241,7 +241,9 @@ class Agent:
         driver = _Driver(self, run, steps=suspension.step)
         try:
             remaining = tuple(p for p in suspension.pending if p.id != call_id)
-            await driver.settle(call, decision, remaining)
+            still = await driver.settle(call, decision, remaining)
+            if still is not None:
+                remaining = (still, *remaining)
             remaining = await driver.rerun_idempotent(remaining)
             if remaining:
                 return await driver.suspend(remaining)
@@ -345,35 +347,64 @@ class _Driver:
                 await self.record(ToolResult(call, ToolCallStatus.FAILED, error=error))
                 continue
             await self._mark(call, ToolCallStatus.RUNNING)
-            if not is_idempotent(tool):
-                later = tuple(_pending(c, NOT_STARTED) for c in calls[index + 1 :])
-                await self._in_flight((*pending, _pending(call, INTERRUPTED), *later))
-            result = await self.run.call_tool(call, tool, messages=self.history())
-            if result.status is ToolCallStatus.SUSPENDED:
-                await self._mark(call, ToolCallStatus.SUSPENDED)
-                pending.append(PendingCall(call.id, call.name, dict(call.arguments), result.ticket))
-                continue
-            await self.record(result)
+            later = tuple(_pending(c, NOT_STARTED) for c in calls[index + 1 :])
+            still = await self._run_call(call, tool, tuple(pending), later)
+            if still is not None:
+                pending.append(still)
         return tuple(pending)
+
+    async def _run_call(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        waiting: tuple[PendingCall, ...],
+        later: tuple[PendingCall, ...] = (),
+    ) -> PendingCall | None:
+        """One call through its gate and, if allowed, the tool; returns it as pending if
+        a gate suspended it. A non-idempotent tool is saved as in flight just before it
+        runs, and its outcome is saved right after it is recorded, so that no crash can
+        make a finished call look interrupted either. `waiting` and `later` are the other
+        calls of the step, saved with it."""
+        marked = False
+
+        async def mark_in_flight() -> None:
+            nonlocal marked
+            marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
+
+        guard = None if is_idempotent(tool) else mark_in_flight
+        result = await self.run.call_tool(call, tool, messages=self.history(), before_execute=guard)
+        if result.status is ToolCallStatus.SUSPENDED:
+            await self._mark(call, ToolCallStatus.SUSPENDED)
+            return _pending(call, result.ticket)
+        await self.record(result)
+        if marked:
+            await self._settled((*waiting, *later))
+        return None
 
     async def settle(
         self, pending: PendingCall, decision: Decision, waiting: tuple[PendingCall, ...] = ()
-    ) -> None:
+    ) -> PendingCall | None:
         """Carry out an outside decision on a suspended call; `waiting` are the other calls
-        still suspended, saved with the in-flight mark so that a crash loses none of them."""
+        still suspended, saved with the in-flight mark so that a crash loses none of them.
+
+        A call that never started goes through its gates like any call (they never judged
+        it), so it may come back suspended by one: then it is returned, still pending."""
         call = ToolCall(pending.id, pending.name, dict(pending.arguments))
         await self._mark(call, ToolCallStatus.RESUMING)
+        marked = False
         if decision.kind == "approve":
             if decision.arguments is not None:
                 call = ToolCall(call.id, call.name, dict(decision.arguments))
             tool = self.agent.tools.get(call.name)
+            if tool is not None and pending.ticket == NOT_STARTED:
+                return await self._run_call(call, tool, waiting)
             if tool is None:
                 result = ToolResult(
                     call, ToolCallStatus.FAILED, error=f"unknown tool {call.name!r}"
                 )
             else:
                 if not is_idempotent(tool):
-                    await self._in_flight((_pending(call, INTERRUPTED), *waiting))
+                    marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
                 result = await self.run.execute_tool(call, tool, messages=self.history())
         elif decision.kind == "deny":
             result = ToolResult(call, ToolCallStatus.FAILED, error=decision.reason)
@@ -383,6 +414,9 @@ class _Driver:
             Phase.AFTER_TOOL_EXECUTE, tool_call=call, tool_result=result, messages=self.history()
         )
         await self.record(result)
+        if marked:
+            await self._settled(waiting)
+        return None
 
     async def rerun_idempotent(self, pending: tuple[PendingCall, ...]) -> tuple[PendingCall, ...]:
         """Run again, by themselves, the calls a crash interrupted (or kept from starting)
@@ -393,7 +427,9 @@ class _Driver:
             unknown = call.ticket in (INTERRUPTED, NOT_STARTED)
             if unknown and tool is not None and is_idempotent(tool):
                 waiting.remove(call)
-                await self.settle(call, Decision.approve(), tuple(waiting))
+                still = await self.settle(call, Decision.approve(), tuple(waiting))
+                if still is not None:
+                    waiting.append(still)
         return tuple(waiting)
 
     async def record(self, result: ToolResult) -> None:
@@ -411,14 +447,25 @@ class _Driver:
         )
         await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
 
-    async def _in_flight(self, pending: tuple[PendingCall, ...]) -> None:
+    async def _in_flight(self, pending: tuple[PendingCall, ...]) -> bool:
         """Save the run durably before a tool runs, as if suspended on `pending`: if the
         process dies before the next save, the thread comes back suspended with the call
-        `"interrupted"` (the caller decides) instead of running it again unseen."""
+        `"interrupted"` (the caller decides) instead of running it again unseen. Returns
+        whether anything was saved (not without a thread store: nothing outlives the
+        process, so there is nothing to come back to)."""
         if self.agent.kernel.thread_store is None:
-            return  # nothing outlives the process: there is nothing to come back to
+            return False
         detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
         await self.run.checkpoint(resumable=detail)
+        return True
+
+    async def _settled(self, waiting: tuple[PendingCall, ...]) -> None:
+        """Save a finished call's outcome at once: the in-flight save before it would
+        otherwise bring it back as interrupted. The calls still `waiting` stay resumable."""
+        if waiting:
+            await self._in_flight(waiting)
+        else:
+            await self.run.checkpoint()
 
     async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
         await self.run.submit(

@@ -304,13 +304,20 @@ class Run:
             return await self._engine.submit(command)
 
     async def call_tool(
-        self, tool_call: ToolCall, tool: Tool, *, messages: tuple[Message, ...] = ()
+        self,
+        tool_call: ToolCall,
+        tool: Tool,
+        *,
+        messages: tuple[Message, ...] = (),
+        before_execute: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolResult:
         """Take one tool call through its whole life: gate, BEFORE_TOOL_EXECUTE, the tool,
         its command, AFTER_TOOL_EXECUTE.
 
         A Block, a tool that raises, or a rejected tool command fail only this call: the
         result carries the reason for the model, and state is untouched by the failure.
+        `before_execute` is awaited once the gates let the tool run, before it runs (the
+        Agent saves the run there, so that a crash cannot run it twice unseen).
         """
         fields: dict[str, Any] = {"messages": messages}
         decision, _ = await self._tool_gate(tool_call, fields)
@@ -321,6 +328,8 @@ class Run:
         elif isinstance(decision, SetResult):
             result = ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=decision.result)
         else:
+            if before_execute is not None:
+                await before_execute()
             result = await self.execute_tool(tool_call, tool, messages=messages)
         await self.run_phase(
             Phase.AFTER_TOOL_EXECUTE, tool_call=tool_call, tool_result=result, messages=messages

@@ -450,3 +450,62 @@ async def test_without_a_thread_store_nothing_is_saved_before_a_tool() -> None:
     assert result.outcome == "success" and ran == ["charge", "lookup"]
     with pytest.raises(StateError, match="no suspended run"):
         await in_memory.pending("t")
+
+
+def _three_call_agent(
+    store: MemoryThreadStore, ran: list[str], *, crash_in: str | None, blocked: str | None = None
+) -> Agent:
+    def tool_named(name: str) -> Any:
+        def tool(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+            ran.append(f"{name}:{ctx.tool_call.id if ctx.tool_call else '?'}")
+            if name == crash_in:
+                raise _Crash
+            return f"{name} done"
+
+        return tool
+
+    class Gate(Plugin):
+        id = "gate"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_tool_gate(
+                lambda ctx: (
+                    Block("not allowed")
+                    if ctx.tool_call is not None and ctx.tool_call.name == blocked
+                    else None
+                )
+            )
+
+    tools = {name: tool_named(name) for name in ("charge", "lookup")}
+    tools["lookup"].idempotent = True
+    calls = (
+        ToolCall("c1", "charge", {}),
+        ToolCall("c2", "lookup", {}),
+        ToolCall("c3", "charge", {}),
+    )
+    model = ScriptedModel([InferenceResponse(text="", tool_calls=calls)] if crash_in else [])
+    return Agent([Gate()], model, tools, thread_store=store)
+
+
+async def test_a_finished_call_never_comes_back_interrupted() -> None:
+    store, ran = MemoryThreadStore(), []
+    with pytest.raises(_Crash):
+        await _three_call_agent(store, ran, crash_in="lookup").run("t", ["go"])
+    assert ran == ["charge:c1", "lookup:c2"]
+    restarted = _three_call_agent(store, ran, crash_in=None)
+    waiting = await restarted.pending("t")
+    assert [(p.id, p.ticket) for p in waiting] == [("c2", "not started"), ("c3", "not started")]
+    result = await restarted.resume("t", "c3", Decision.approve())
+    assert result.outcome == "success"
+    assert ran == ["charge:c1", "lookup:c2", "charge:c3", "lookup:c2"]  # c1 charged once
+
+
+async def test_a_call_never_started_still_passes_its_gates() -> None:
+    store, ran = MemoryThreadStore(), []
+    with pytest.raises(_Crash):
+        await _three_call_agent(store, ran, crash_in="charge", blocked="lookup").run("t", ["go"])
+    restarted = _three_call_agent(store, ran, crash_in=None, blocked="lookup")
+    result = await restarted.resume("t", "c1", Decision.result("charged by hand"))
+    tool_messages = [m.content for m in result.messages if m.role == "tool"]
+    assert "not allowed" in tool_messages  # the idempotent lookup was judged, and blocked
+    assert ran.count("lookup:c2") == 0
