@@ -241,8 +241,9 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
     `run_values`: while a run is suspended, that run's own (run-scoped) keys, encoded alike.
     `suspended`: while a run is suspended, the kernel's encoded record of it (pending calls,
     identity, step); opaque to the store.
-    `position`: the thread's write position, kept by the store: `load` returns how many saves
-    the thread has had, and `save` ignores what it is given here.
+    `position`: the thread's write position, kept by the store: it grows by one at every save
+    (threads saved before positions existed start from their last revision), `load` returns
+    it, and `save` ignores what it is given here.
     """
 
     revision: int

@@ -6,7 +6,7 @@ them without a ThreadStore; only the non-persistent ones with one), and saves wi
 compare-and-set on the store's write position as it last loaded or saved it. Every save
 moves that position, whatever it carries (commits, a suspension, a run ending), so of two
 kernels that loaded the same position only the first save lands and the other gets a
-`RevisionConflict`; a run id therefore never repeats in a thread. A suspended run is saved
+`RevisionConflict`; no saved run id therefore repeats in a thread. A suspended run is saved
 whole: its run keys, the actions still waiting
 for their phase, and a `SuspendedRun` record. Values are encoded key by key
 (`_key_codec`), so a value that no longer decodes fails alone, naming its key.
