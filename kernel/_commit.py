@@ -220,14 +220,12 @@ class LiveState:
                 while type(value) is ItemCopies:  # an apply that returned the view it was given
                     value = value.vector
                 working[name] = value
-                if type(value) is not Vector and value is not _MISSING:
-                    # Anything else is held as given and deep-copied like any mutable value
-                    # from then on; only a Vector shares its unread items.
-                    working[name] = copy.deepcopy(value)
+                # (Any other kind of sequence an apply returned holds only copies and is
+                # deep-copied like any mutable value from then on: only a Vector is viewed.)
             if binding.has_validate and value is not _MISSING:
                 try:
-                    checked = ItemCopies(value) if type(value) is Vector else value
-                    binding.key.validate(checked if binding.copy_items else value)
+                    viewed = binding.copy_items and type(value) is Vector
+                    binding.key.validate(ItemCopies(value) if viewed else value)
                 except Exception as error:
                     origin = _last_writer(contributions, binding)
                     raise CommitRejected(name, error, plugin=origin, stage="validate") from error

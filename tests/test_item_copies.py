@@ -79,8 +79,13 @@ def test_a_commit_on_a_long_vector_copies_only_what_it_reads(
 def test_an_item_changed_in_place_by_apply_is_refused_not_lost() -> None:
     state = _state(Vandal, 3)
     before = state.snapshot
-    with pytest.raises(CommitRejected, match="changed an item of the vector in place"):
-        state.submit(StateCommand().update(Vandal, {"n": 3}))
+    with pytest.raises(CommitRejected, match="changed an item of the vector in place") as caught:
+        state.submit(StateCommand().update(Vandal, {"n": 3}), origin="vandals")
+    assert (caught.value.key, caught.value.plugin, caught.value.stage) == (
+        "ic.vandal",
+        "vandals",
+        "apply",
+    )
     assert state.snapshot is before and state.revision == 0
     assert before.get(Vandal).tolist() == [{"n": 0}, {"n": 1}, {"n": 2}]
 
