@@ -172,6 +172,7 @@ class LiveState:
         by_class = self._registry.by_class
         stored = current._stored_values()
         working: dict[str, Any] = {}
+        views: list[tuple[ItemCopies, str, str | None]] = []  # handed to apply, to check
         touched: dict[str, KeyBinding] = {}
         for contribution in contributions:
             patch = contribution.command.patch
@@ -197,6 +198,7 @@ class LiveState:
                         value = binding.make_default()
                     elif binding.copy_items and type(value) is Vector:
                         value = ItemCopies(value)
+                        views.append((value, name, contribution.origin))
                     elif binding.copy_values:
                         value = copy.deepcopy(value)
                 elif update is CLEAR:
@@ -206,12 +208,14 @@ class LiveState:
                     value = binding.make_default()
                 elif binding.copy_items and type(value) is Vector:
                     value = ItemCopies(value)  # a later op of this commit: shares items too
+                    views.append((value, name, contribution.origin))
                 try:
                     working[name] = key.apply(value, update)
                 except Exception as error:
                     raise CommitRejected(name, error, plugin=contribution.origin) from error
-                if type(value) is ItemCopies and value.changed_in_place():
-                    raise CommitRejected(name, _IN_PLACE, plugin=contribution.origin)
+        for view, name, origin in views:  # checked once the ops ran: no cost on other keys
+            if view.changed_in_place():
+                raise CommitRejected(name, _IN_PLACE, plugin=origin)
         if not working:
             return current
         for name, binding in touched.items():
