@@ -18,6 +18,7 @@ from ._errors import (
     HookFailed,
     InvalidDeclaration,
     PhaseRunLoopExceeded,
+    ReplayFailed,
     RevisionConflict,
     StateError,
     StateValidationError,
@@ -25,11 +26,13 @@ from ._errors import (
     UnknownActionHandler,
     UnknownEffectHandler,
     UnknownProfileKey,
+    UnknownRevision,
     UnknownSchemaField,
     UnknownStateKey,
     UnknownUpdater,
     VersionConflict,
 )
+from ._journal import CommitRecord, JournalOp
 from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
 from ._messages import Message
 from ._model import InferenceRequest, InferenceResponse, ScriptedModel
@@ -40,6 +43,7 @@ from ._profile.keys import ProfileKey
 from ._profile.scope import StateScope
 from ._protocols import ProfileStore, ThreadStore
 from ._public import publish
+from ._replay import ReplayReport
 from ._runtime import Kernel, Run
 from ._schema.markers import Commutative, Ephemeral
 from ._schema.reducers import StateUpdater
@@ -54,6 +58,7 @@ __all__ = [
     "Agent",
     "AgentSpec",
     "Block",
+    "CommitRecord",
     "CommitRejected",
     "Commutative",
     "Decision",
@@ -65,6 +70,7 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InvalidDeclaration",
+    "JournalOp",
     "Kernel",
     "KeyScope",
     "MergeStrategy",
@@ -80,6 +86,8 @@ __all__ = [
     "ProfileAccess",
     "ProfileKey",
     "ProfileStore",
+    "ReplayFailed",
+    "ReplayReport",
     "RevisionConflict",
     "Run",
     "RunIdentity",
@@ -106,6 +114,7 @@ __all__ = [
     "UnknownActionHandler",
     "UnknownEffectHandler",
     "UnknownProfileKey",
+    "UnknownRevision",
     "UnknownSchemaField",
     "UnknownStateKey",
     "UnknownUpdater",

@@ -16,6 +16,7 @@ import types
 from typing import Any, get_args, get_origin
 
 import msgspec
+import msgspec.inspect
 
 from ._vector import Vector, _from_list
 
@@ -80,3 +81,32 @@ def dec_hook(type_: Any, obj: Any) -> Any:
 def _is_pydantic_model(cls: type) -> bool:
     """Duck-typed so that the codec does not import pydantic unless a model is in play."""
     return hasattr(cls, "model_validate") and hasattr(cls, "model_dump")
+
+
+def unencodable_part(type_: Any) -> str | None:
+    """The first part of `type_` that these hooks cannot carry both ways, or None if all of
+    it can be encoded and decoded (checked once, when a key is registered)."""
+    try:
+        root = msgspec.inspect.type_info(type_)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    seen: set[int] = set()
+    todo: list[Any] = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, msgspec.inspect.CustomType):
+            cls = node.cls
+            if not (cls is Vector or _is_pydantic_model(cls)):
+                return f"objects of type {cls.__qualname__} are not supported"
+            continue
+        for attribute in ("type", "item_type", "key_type", "value_type"):
+            child = getattr(node, attribute, None)
+            if isinstance(child, msgspec.inspect.Type):
+                todo.append(child)
+        for attribute in ("types", "item_types"):
+            todo.extend(getattr(node, attribute, ()))
+        todo.extend(field.type for field in getattr(node, "fields", ()))
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from ._errors import CommitRejected, RevisionConflict, StateError, UnknownStateK
 from ._item_copies import ItemCopies
 from ._keys import StateKey
 from ._merge import Contribution
+from ._phases import Phase
 from ._registry import KeyBinding, KeyRegistry
 from ._snapshot import Snapshot
 from ._vector import Vector
@@ -38,10 +40,48 @@ _IN_PLACE = ValueError(
 _UNTOUCHED: Any = object()
 
 
+class PendingCommit:
+    """A commit noted by the live state, to become a `CommitRecord` at the next checkpoint.
+
+    Holds references only: the contributions it applied (whose updates were copied when the
+    command was built, so they cannot change), and the snapshot it published (for `"value"`
+    ops).
+    """
+
+    __slots__ = ("at", "contributions", "phase", "snapshot", "step")
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        contributions: Sequence[Contribution],
+        phase: Phase | None,
+        step: int,
+    ) -> None:
+        self.snapshot = snapshot
+        self.contributions = contributions
+        self.phase = phase
+        self.step = step
+        self.at = time.time()
+
+    @property
+    def revision(self) -> int:
+        return self.snapshot.revision
+
+
 class LiveState:
     """Current state of one run: an O(1) `snapshot`, and an atomic `commit`."""
 
-    __slots__ = ("_history", "_listeners", "_registry", "_snapshot", "_staged_from", "_touched")
+    __slots__ = (
+        "_history",
+        "_journal",
+        "_listeners",
+        "_registry",
+        "_snapshot",
+        "_staged_from",
+        "_touched",
+        "phase",
+        "step",
+    )
 
     def __init__(
         self,
@@ -57,6 +97,10 @@ class LiveState:
         self._staged_from: Snapshot | None = None
         self._history: list[Snapshot] = []
         self._touched: set[str] | None = None
+        self._journal: list[PendingCommit] | None = None
+        # What the journal records with each commit; the run keeps them current.
+        self.phase: Phase | None = None
+        self.step = 0
 
     @classmethod
     def of(
@@ -108,6 +152,20 @@ class LiveState:
         """Key strings written or cleared since `track_touched()` (empty if never called)."""
         return frozenset(self._touched or ())
 
+    def keep_journal(self) -> None:
+        """From now on, note every commit that moves the revision (`pending_commits`)."""
+        if self._journal is None:
+            self._journal = []
+
+    def pending_commits(self) -> tuple[PendingCommit, ...]:
+        """The commits noted and not yet saved, oldest first."""
+        return tuple(self._journal or ())
+
+    def forget_commits(self, count: int) -> None:
+        """Forget the oldest `count` noted commits: a save has made them durable."""
+        if self._journal:
+            del self._journal[:count]
+
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(snapshot)` after every commit that moved the revision."""
         self._listeners.append(listener)
@@ -148,6 +206,9 @@ class LiveState:
         fork.add_listener(fork._history.append)
         if self._touched is not None:
             fork._touched = set()
+        if self._journal is not None:
+            fork._journal = []
+        fork.phase, fork.step = self.phase, self.step
         return fork
 
     def publish(self, fork: LiveState) -> int:
@@ -164,6 +225,9 @@ class LiveState:
         if fork._touched:  # a fork tracks touched keys only when this state does
             assert self._touched is not None
             self._touched.update(fork._touched)
+        if fork._journal:  # likewise for the journal
+            assert self._journal is not None
+            self._journal.extend(fork._journal)
         return len(fork._history)
 
     def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
@@ -236,6 +300,9 @@ class LiveState:
         snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
         if self._touched is not None:
             self._touched.update(working)
+        if self._journal is not None:
+            kept = contributions if type(contributions) is tuple else tuple(contributions)
+            self._journal.append(PendingCommit(snapshot, kept, self.phase, self.step))
         self._snapshot = snapshot
         self._notify(snapshot)
         return snapshot

@@ -144,6 +144,7 @@ class PhaseEngine:
 
     async def run_phase(self, phase: Phase, fields: Mapping[str, Any]) -> PhaseReport:
         tally = _Tally()
+        self._state.phase = phase
         hooks = self.active_hooks(phase)
         if hooks:
             context = self._make_context(phase, self._state.snapshot, fields)
@@ -151,12 +152,17 @@ class PhaseEngine:
         await self._run_actions(phase, fields, tally)
         return tally.report(phase, self._state.revision)
 
-    async def submit(self, command: StateCommand, origin: str | None = None) -> PhaseReport:
-        """Commit one command from outside a hook (a tool's, a caller's), through the same path."""
+    async def submit(
+        self, command: StateCommand, origin: str | None = None, *, source: str = "submit"
+    ) -> PhaseReport:
+        """Commit one command from outside a hook (a tool's, a caller's), through the same path.
+
+        `source` is what the journal records it as (`"submit"`, `"tool:<name>"`)."""
         if not isinstance(command, StateCommand):
             raise TypeError(f"submit takes a StateCommand, got {command!r}")
         tally = _Tally()
-        contribution = Contribution(origin, command)
+        self._state.phase = None
+        contribution = Contribution(origin, command, source)
         self._check_handlers(contribution)
         before = self._state.revision
         snapshot = self._state.commit((contribution,))
@@ -379,7 +385,7 @@ class PhaseEngine:
         if result is None:
             await self._after_commits((), (context,), tally)
             return
-        contribution = Contribution(entry.plugin, result)
+        contribution = Contribution(entry.plugin, result, f"action:{action.spec.key}")
         self._check_handlers(contribution)
         before = self._state.revision
         snapshot = self._state.commit((contribution,))

@@ -277,3 +277,35 @@ class UnknownUpdater(StateError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise show the message quoted
         return str(self.args[0])
+
+
+class UnknownRevision(StateError, LookupError):
+    """A revision of a thread that its journal does not hold: never reached, or pruned."""
+
+    def __init__(self, thread_id: str, revision: int, *, held: tuple[int, int] | None) -> None:
+        self.thread_id = thread_id
+        self.revision = revision
+        self.held = held
+        if held is None:
+            reach = "the thread has no saved history"
+        else:
+            reach = f"it holds revisions {held[0]} to {held[1]}"
+        super().__init__(
+            f"thread {thread_id!r} has no revision {revision}: {reach}. Older revisions are "
+            f"gone once pruned; ask for one in that range (see kernel.history)."
+        )
+
+
+class ReplayFailed(StateError):
+    """A journaled op could not be applied again: its key's `apply` raised."""
+
+    def __init__(self, thread_id: str, revision: int, key: str, cause: BaseException) -> None:
+        self.thread_id = thread_id
+        self.revision = revision
+        self.key = key
+        self.cause = cause
+        super().__init__(
+            f"thread {thread_id!r}, revision {revision}: replaying the update of key {key!r} "
+            f"failed ({type(cause).__name__}: {cause}). The key's apply no longer accepts "
+            f"what it once did; restore its old behaviour, or migrate the thread."
+        )

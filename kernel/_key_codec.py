@@ -121,7 +121,11 @@ def decode_values(
     by_name = registry.by_name
     for name, data in raw.items():
         binding = by_name.get(name)
-        if binding is None or (scope is not None and binding.scope is not scope):
+        if (
+            binding is None
+            or not binding.persistent  # memory only here: the stored bytes are someone else's
+            or (scope is not None and binding.scope is not scope)
+        ):
             foreign[name] = data
             continue
         try:

@@ -21,10 +21,21 @@ from ._keys import MergeStrategy
 
 @attrs.frozen
 class Contribution:
-    """One command and who produced it (a plugin id; None for a direct submission)."""
+    """One command and who produced it (a plugin id; None for a direct submission).
+
+    `source` is what the journal records as its origin when it is not a phase hook's
+    (`"action:<key>"`, `"tool:<name>"`, `"submit"`, `"external"`); a hook's is
+    `"plugin:<id>"`, worked out only when a checkpoint writes the record.
+    """
 
     origin: str | None
     command: StateCommand
+    source: str | None = None
+
+    def journal_source(self) -> str:
+        if self.source is not None:
+            return self.source
+        return "submit" if self.origin is None else f"plugin:{self.origin}"
 
 
 @attrs.frozen

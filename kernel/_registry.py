@@ -13,7 +13,8 @@ from typing import Any
 
 import attrs
 
-from ._errors import DuplicateRegistration, UnknownStateKey
+from ._codec import unencodable_part
+from ._errors import DuplicateRegistration, InvalidDeclaration, UnknownStateKey
 from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, key_info
 
 
@@ -31,6 +32,7 @@ class KeyBinding:
     has_validate: bool
     make_default: Callable[[], Any]
     value_type: Any
+    update_type: Any = Any
     plugin: str | None = None
 
     @classmethod
@@ -47,10 +49,13 @@ class KeyBinding:
             raise TypeError(
                 f"options for key {info.name!r} must be StateKeyOptions, got {options!r}"
             )
+        scope = options.scope if options.scope is not None else key.scope
+        if scope is KeyScope.THREAD and options.persistent:
+            _check_journaled(key, info.name, info.update_type)
         return cls(
             key=key,
             name=info.name,
-            scope=options.scope if options.scope is not None else key.scope,
+            scope=scope,
             merge=key.merge,
             persistent=options.persistent,
             copy_values=info.copy_values,
@@ -58,7 +63,23 @@ class KeyBinding:
             has_validate=info.has_validate,
             make_default=info.make_default,
             value_type=info.value_type,
+            update_type=info.update_type,
             plugin=plugin,
+        )
+
+
+def _check_journaled(key: type[StateKey[Any, Any]], name: str, update_type: Any) -> None:
+    """A persistent thread key's updates are its durable history, so they must encode."""
+    part = unencodable_part(update_type)
+    if part is not None:
+        raise InvalidDeclaration(
+            key.__qualname__,
+            f"key {name!r} is a persistent thread key, so every update is journaled in the "
+            f"ThreadStore, but msgspec cannot encode and decode its update type "
+            f"{update_type!r}: {part}",
+            "Use msgspec-encodable update types (builtins, Struct, dataclass, attrs class, "
+            "pydantic model, Vector), or register the key with "
+            "StateKeyOptions(persistent=False) to keep it in memory only.",
         )
 
 

@@ -30,16 +30,21 @@ from ._errors import (
     StateError,
     UnknownActionHandler,
 )
+from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
+from ._journal import CommitRecord
 from ._key_codec import EncodeCache
+from ._keys import KeyScope
+from ._merge import Contribution
 from ._messages import Message
 from ._phases import Phase, phase_of
 from ._plugin import Components, Plugin
 from ._profile.access import ProfileAccess
 from ._protocols import ProfileStore, ThreadStore
+from ._replay import ReplayReport
 from ._snapshot import Snapshot
 from ._specs import ScheduledAction, ScheduledActionSpec, spec_info
-from ._threads import PendingAction, SuspendedRun, ThreadKeeper, ThreadMemory
+from ._threads import SNAPSHOT_EVERY, PendingAction, SuspendedRun, ThreadKeeper, ThreadMemory
 from ._toolgate import Block, GateDecision, SetResult, Suspend
 from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 
@@ -66,6 +71,12 @@ class Kernel:
     every checkpoint; without one they live in this kernel's memory and die with it.
     `restore_errors="skip"` lets a run start when some stored value no longer decodes: that
     key starts from its default and its stored bytes are kept unless the run writes it anew.
+
+    Every commit is journaled (`history`, `state_at`, `verify`). A checkpoint appends the
+    commits since the last one to the store, and writes a snapshot of the persistent thread
+    keys once `snapshot_every` records accumulated since the previous snapshot (or once
+    they hold as many bytes as it, and at least 1 MiB); loading a thread replays at most
+    that many records on top of its newest snapshot.
     """
 
     def __init__(
@@ -76,7 +87,12 @@ class Kernel:
         thread_store: ThreadStore | None = None,
         max_phase_rounds: int = 16,
         restore_errors: Literal["raise", "skip"] = "raise",
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
+            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
         if not isinstance(max_phase_rounds, int) or max_phase_rounds < 1:
             raise ValueError(f"max_phase_rounds must be a positive int, got {max_phase_rounds!r}")
         if restore_errors not in ("raise", "skip"):
@@ -91,8 +107,12 @@ class Kernel:
         self.thread_store = thread_store
         self.max_phase_rounds = max_phase_rounds
         self._threads = ThreadKeeper(
-            self.components.keys, thread_store, skip_undecodable=restore_errors == "skip"
+            self.components.keys,
+            thread_store,
+            skip_undecodable=restore_errors == "skip",
+            snapshot_every=snapshot_every,
         )
+        self._history = ThreadHistory(self._threads, self.components.keys)
 
     @property
     def plugin_ids(self) -> tuple[str, ...]:
@@ -161,6 +181,93 @@ class Kernel:
             self._threads.release(thread_id)
             raise
 
+    # -- the journal: history, time travel, outside commits --------------------------------
+
+    async def history(
+        self, thread_id: str, *, since: int = 0, limit: int | None = None
+    ) -> list[CommitRecord]:
+        """The thread's saved commits with `revision > since`, oldest first (at most `limit`).
+
+        From the ThreadStore, or this kernel's memory without one. A live run's commits
+        appear once it saves them (at every checkpoint, suspension and run end)."""
+        return await self._history.history(thread_id, since=since, limit=limit)
+
+    async def state_at(self, thread_id: str, revision: int) -> Snapshot:
+        """The thread keys exactly as they were right after `revision` committed.
+
+        Rebuilt from the newest snapshot at or before it and the records after that. A
+        revision never reached, or pruned, raises `UnknownRevision`."""
+        return await self._history.state_at(thread_id, revision)
+
+    async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
+        """Make `new_thread_id` a thread whose state and history up to `revision` are the
+        source's; the source is untouched. An existing `new_thread_id` raises `StateError`."""
+        await self._history.fork(thread_id, revision, new_thread_id)
+
+    async def verify(self, thread_id: str) -> ReplayReport:
+        """Rebuild the thread from its journal alone and compare it with what was stored, at
+        every snapshot and at the head; the report names the first revision that differs."""
+        return await self._history.verify(thread_id)
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        """Forget history older than revision `before`, as far as snapshots allow: the newest
+        snapshot at or before `before` and everything after it stay. `state_at` of a revision
+        older than that raises `UnknownRevision`; everything newer still works."""
+        await self._history.prune(thread_id, before=before)
+
+    async def update_state(self, thread_id: str, command: StateCommand) -> int:
+        """Commit `command` to the thread's saved state outside any run; returns the new
+        revision.
+
+        Validated and atomic like every commit, journaled with source `"external"`. Only
+        thread-scoped keys can be written, and effects and scheduled actions are refused
+        (there is no run to dispatch them). A thread with a live or suspended run raises
+        `StateError`; so does one another kernel saved since this one loaded it
+        (`RevisionConflict`).
+        """
+        if not isinstance(command, StateCommand):
+            raise TypeError(f"update_state takes a StateCommand, got {command!r}")
+        if command.effects or command.scheduled_actions:
+            raise StateError(
+                f"update_state commits state ops only, but this command also carries "
+                f"{len(command.effects)} effect(s) and {len(command.scheduled_actions)} "
+                f"scheduled action(s), which need a run to dispatch; nothing was committed. "
+                f"Start a run and submit the command there."
+            )
+        keys = self.components.keys
+        for key, _ in command.patch.ops:
+            binding = keys.by_class.get(key)
+            if binding is not None and binding.scope is not KeyScope.THREAD:
+                raise StateError(
+                    f"update_state writes thread keys only, but key {binding.name!r} is "
+                    f"run-scoped: run keys start afresh in every run. Nothing was committed."
+                )
+        thread = await self._threads.claim(thread_id)
+        try:
+            if thread.suspended is not None:
+                raise StateError(
+                    f"thread {thread_id!r} has a suspended run ({thread.suspended.run_id!r}); "
+                    f"resume or cancel it before updating the thread's state from outside."
+                )
+            state = LiveState(keys, values=thread.values, revision=thread.revision)
+            state.keep_journal()
+            if thread.undecodable:
+                state.track_touched()
+            state.commit((Contribution(None, command, "external"),))
+            await self._threads.save(
+                thread_id,
+                thread,
+                state.stored_values(),
+                revision=state.revision,
+                touched=state.touched_names,
+                cache=EncodeCache(),
+                pending=state.pending_commits(),
+                run_id=None,
+            )
+            return state.revision
+        finally:
+            self._threads.release(thread_id)
+
     def _decode_action(
         self, saved: PendingAction, thread_id: str
     ) -> tuple[ScheduledAction, str | None]:
@@ -193,6 +300,9 @@ class Kernel:
     ) -> Run:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
+        state.keep_journal()
+        if thread.suspended is not None:
+            state.step = thread.suspended.step
         if thread.undecodable:
             state.track_touched()  # to know which set-aside values this run replaced
         return Run(
@@ -209,7 +319,10 @@ class _Lease:
     thread: ThreadMemory
     cache: EncodeCache = attrs.field(factory=EncodeCache)
 
-    async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
+    async def save(
+        self, state: LiveState, run_id: str, suspended: SuspendedRun | None = None
+    ) -> None:
+        pending = state.pending_commits()
         await self.keeper.save(
             self.thread_id,
             self.thread,
@@ -217,8 +330,11 @@ class _Lease:
             revision=state.revision,
             touched=state.touched_names,
             cache=self.cache,
+            pending=pending,
+            run_id=run_id,
             suspended=suspended,
         )
+        state.forget_commits(len(pending))  # durable now (only once the save succeeded)
 
     def release(self) -> None:
         self.keeper.release(self.thread_id)
@@ -268,6 +384,12 @@ class Run:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def step(self) -> int:
+        """How many STEP_START phases this run has begun (0 before the first); the journal
+        records it with every commit."""
+        return self._state.step
+
     def add_commit_listener(self, listener: Callable[[Snapshot], None]) -> None:
         """Call `listener(snapshot)` after every commit of this run."""
         self._state.add_listener(listener)
@@ -287,6 +409,8 @@ class Run:
         if fields:
             _check_fields(fields)
         async with self._lock:
+            if phase is Phase.STEP_START:
+                self._state.step += 1
             report = await self._engine.run_phase(phase, fields)
         if self._phase_listeners:
             await self._notify_phase(report)
@@ -361,7 +485,9 @@ class Run:
         result = output.result if isinstance(output, ToolOutput) else output
         if isinstance(output, ToolOutput) and output.command is not None:
             try:
-                await self.submit(output.command)
+                self._check_open()
+                async with self._lock:
+                    await self._engine.submit(output.command, source=f"tool:{tool_call.name}")
             except (CommitRejected, RevisionConflict) as rejected:
                 return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(rejected))
         if buffer is not None:
@@ -408,7 +534,7 @@ class Run:
         self._check_open()
         record = self._suspended_record(resumable) if resumable is not None else None
         async with self._lock:
-            await self._lease.save(self._state, record)
+            await self._lease.save(self._state, self.identity.run_id, record)
 
     async def finish(self, **fields: Any) -> PhaseReport:
         """Run RUN_END, save the thread keys and close the run.
@@ -431,7 +557,9 @@ class Run:
         self._check_open()
         record = self._suspended_record(detail)
         async with self._lock:
-            await self._lease.save(self._state, record)  # on failure the run stays open
+            await self._lease.save(
+                self._state, self.identity.run_id, record
+            )  # on failure the run stays open
         self._finished = True
         self._lease.release()
 
@@ -443,6 +571,7 @@ class Run:
         return SuspendedRun(
             run_id=self.identity.run_id,
             agent=self.agent.name,
+            step=self._state.step,
             parent_thread_id=self.identity.parent_thread_id,
             parent_run_id=self.identity.parent_run_id,
             active_hook_filter=self.agent.active_hook_filter,
@@ -476,7 +605,7 @@ class Run:
         try:
             if save:
                 async with self._lock:
-                    await self._lease.save(self._state)
+                    await self._lease.save(self._state, self.identity.run_id)
         finally:
             self._finished = True
             self._lease.release()

@@ -1,5 +1,10 @@
 """Thread persistence: what a Kernel keeps of each thread between its runs, and the store.
 
+A thread is its journal. A save appends the commit records since the previous save (and,
+now and then, a snapshot of the persistent thread keys); a load takes the newest snapshot
+and replays the records after it (`_replay`). So a checkpoint costs what changed since the
+last one, and a load costs one snapshot plus a bounded tail.
+
 A `ThreadKeeper` is the one object that loads, saves and remembers threads. It knows which
 thread has a live run (one at a time per kernel), holds the thread keys between runs (all of
 them without a ThreadStore; only the non-persistent ones with one), and saves with a
@@ -22,15 +27,24 @@ from typing import Any
 import attrs
 import msgspec
 
+from ._commit import PendingCommit
 from ._errors import StateError, StoreError
+from ._journal import CommitRecord, decode_record, encode_record_bytes, records_of
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import RESERVED_PREFIX, KeyScope
-from ._protocols import ThreadState, ThreadStore
+from ._protocols import JournalEntry, ThreadSave, ThreadStore
 from ._registry import KeyRegistry
+from ._replay import apply_records
 
-__all__ = ["PendingAction", "SuspendedRun", "ThreadKeeper", "ThreadMemory"]
+__all__ = ["SNAPSHOT_EVERY", "PendingAction", "SuspendedRun", "ThreadKeeper", "ThreadMemory"]
 
-_RUN_COUNT = RESERVED_PREFIX + "run_count"
+_RUN_COUNT = RESERVED_PREFIX + "run_count"  # where heads saved before the journal kept it
+
+SNAPSHOT_EVERY = 1000
+"""A checkpoint writes a snapshot once this many records were saved since the last one..."""
+SNAPSHOT_BYTES = 1 << 20
+"""...or once they hold as many bytes as the last snapshot (and at least this many): so a
+load replays a bounded tail, and snapshots cost at most about what the records did."""
 _int_decoder = msgspec.json.Decoder(int)
 
 
@@ -49,6 +63,7 @@ class SuspendedRun(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     agent: str
+    step: int = 0
     parent_thread_id: str | None = None
     parent_run_id: str | None = None
     active_hook_filter: tuple[str, ...] = ()
@@ -65,6 +80,12 @@ class ThreadMemory:
     untouched. `saved_position` is the ThreadStore's write position for this thread as last
     loaded or saved, for compare-and-set. While a
     run is suspended, `suspended` is its record and `run_values` its run keys.
+
+    Without a ThreadStore, `journal` holds every record and `snapshots` the thread values
+    every `SNAPSHOT_EVERY` records (frozen values, shared, not copies). With one, the store
+    holds them; `since_snapshot` and `bytes_since_snapshot` count what was saved since its
+    newest snapshot, of `snapshot_bytes` bytes, and `stale` names keys whose stored ops this
+    kernel could not replay (no snapshot is written while there are any).
     """
 
     values: dict[str, Any] = attrs.field(factory=dict)
@@ -75,15 +96,27 @@ class ThreadMemory:
     runs: int = 0
     suspended: SuspendedRun | None = None
     run_values: dict[str, Any] = attrs.field(factory=dict)
+    journal: list[CommitRecord] = attrs.field(factory=list)
+    snapshots: list[tuple[int, dict[str, Any]]] = attrs.field(factory=list)
+    since_snapshot: int = 0
+    bytes_since_snapshot: int = 0
+    snapshot_bytes: int = 0
+    stale: frozenset[str] = frozenset()
 
 
 class ThreadKeeper:
     """Loads, saves and remembers threads for one kernel; one live run per thread."""
 
     def __init__(
-        self, registry: KeyRegistry, store: ThreadStore | None, *, skip_undecodable: bool
+        self,
+        registry: KeyRegistry,
+        store: ThreadStore | None,
+        *,
+        skip_undecodable: bool,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         self._registry = registry
+        self._snapshot_every = snapshot_every
         self._store = store
         self._skip_undecodable = skip_undecodable
         self._threads: dict[str, ThreadMemory] = {}
@@ -131,6 +164,21 @@ class ThreadKeeper:
         ):
             del self._threads[thread_id]  # everything it held is in the store
 
+    @property
+    def store(self) -> ThreadStore | None:
+        return self._store
+
+    def is_live(self, thread_id: str) -> bool:
+        return thread_id in self._live
+
+    def adopt(self, thread_id: str, thread: ThreadMemory) -> None:
+        """Hold a thread made outside a run (a fork, without a store)."""
+        self._threads[thread_id] = thread
+
+    def remembered(self, thread_id: str) -> ThreadMemory | None:
+        """What this kernel holds of the thread in memory (None: nothing, or all in the store)."""
+        return self._threads.get(thread_id)
+
     async def save(
         self,
         thread_id: str,
@@ -140,10 +188,15 @@ class ThreadKeeper:
         revision: int,
         touched: frozenset[str],
         cache: EncodeCache,
+        pending: tuple[PendingCommit, ...],
+        run_id: str | None,
         suspended: SuspendedRun | None = None,
     ) -> None:
-        """Save a run's committed `values`: persistent keys to the store, the rest to memory.
+        """Save a run's commits since its last save and where it stands.
 
+        With a store: the `pending` commits become records appended in the store (persistent
+        keys' ops), with a snapshot of the persistent thread keys when the snapshot policy
+        says so; without one, the records (every key's ops) and the values stay in memory.
         With `suspended`, the run keys are saved too, with the record. Raises before changing
         anything if a value cannot be encoded or the store refuses the save; the run then
         stays open, so the caller can still end it cleanly. `touched` names the keys the run
@@ -151,19 +204,28 @@ class ThreadKeeper:
         """
         registry = self._registry
         thread_values, run_values = _split_by_scope(registry, values)
+        persistent = self._store is not None
+        records = records_of(
+            pending, registry, thread_id=thread_id, run_id=run_id, for_store=persistent
+        )
         if self._store is not None:
             undecodable = {
                 name: data for name, data in thread.undecodable.items() if name not in touched
             }
-            raw = {
-                **thread.foreign,
-                **undecodable,
-                **encode_scope(registry, thread_values, KeyScope.THREAD, cache),
-                _RUN_COUNT: msgspec.json.encode(thread.runs),
-            }
-            state = ThreadState(
+            entries = tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records)
+            added = sum(len(entry.data) for entry in entries)
+            snapshot = None
+            if entries and not thread.stale and self._snapshot_due(thread, len(entries), added):
+                snapshot = {
+                    **thread.foreign,
+                    **undecodable,
+                    **encode_scope(registry, thread_values, KeyScope.THREAD, cache),
+                }
+            save = ThreadSave(
                 revision=revision,
-                values=raw,
+                records=entries,
+                snapshot=snapshot,
+                runs=thread.runs,
                 run_values=(
                     encode_scope(registry, run_values, KeyScope.RUN, cache)
                     if suspended is not None
@@ -172,20 +234,37 @@ class ThreadKeeper:
                 suspended=msgspec.json.encode(suspended) if suspended is not None else None,
             )
             try:
-                await self._store.save(thread_id, state, expected_position=thread.saved_position)
+                await self._store.save(thread_id, save, expected_position=thread.saved_position)
             except StateError:
                 raise
             except Exception as error:
                 raise StoreError("thread save", error, key=thread_id) from error
             thread.saved_position += 1
             thread.undecodable = undecodable
+            if snapshot is not None:
+                thread.since_snapshot = thread.bytes_since_snapshot = 0
+                thread.snapshot_bytes = sum(len(data) for data in snapshot.values())
+            else:
+                thread.since_snapshot += len(entries)
+                thread.bytes_since_snapshot += added
             # The store holds the persistent keys; memory keeps only what it must not.
             thread_values = _volatile(registry, thread_values)
             run_values = _volatile(registry, run_values)
+        else:
+            thread.journal.extend(records)
+            thread.since_snapshot += len(records)
+            if thread.since_snapshot >= self._snapshot_every:
+                thread.snapshots.append((revision, dict(thread_values)))
+                thread.since_snapshot = 0
         thread.values = thread_values
         thread.run_values = run_values if suspended is not None else {}
         thread.revision = revision
         thread.suspended = suspended
+
+    def _snapshot_due(self, thread: ThreadMemory, count: int, size: int) -> bool:
+        if thread.since_snapshot + count >= self._snapshot_every:
+            return True
+        return thread.bytes_since_snapshot + size >= max(SNAPSHOT_BYTES, thread.snapshot_bytes)
 
     async def _load(self, thread_id: str, memory: ThreadMemory) -> ThreadMemory:
         """The thread as the store has it, with non-persistent keys from memory."""
@@ -212,6 +291,25 @@ class ThreadKeeper:
             skip_undecodable=self._skip_undecodable,
             scope=KeyScope.THREAD,
         )
+        records = [decode_record(entry.data, thread_id=thread_id) for entry in stored.records]
+        ends_at = records[-1].revision if records else stored.snapshot_revision
+        if ends_at != stored.revision:
+            raise StoreError(
+                "thread load",
+                ValueError(
+                    f"the journal of thread {thread_id!r} ends at revision {ends_at} but its "
+                    f"head is at revision {stored.revision}: the store lost records"
+                ),
+                key=thread_id,
+            )
+        stale = apply_records(
+            registry,
+            restored.values,
+            records,
+            thread_id=thread_id,
+            unreadable=(*restored.foreign, *restored.undecodable),
+            skip_undecodable=self._skip_undecodable,
+        )
         values = {**_volatile(registry, memory.values), **restored.values}
         suspended = None
         run_values: dict[str, Any] = {}
@@ -227,15 +325,20 @@ class ThreadKeeper:
                     scope=KeyScope.RUN,
                 ).values,
             }
+        legacy_runs = _int_decoder.decode(runs_raw) if runs_raw is not None else 0
         return ThreadMemory(
             values=values,
             foreign=restored.foreign,
             undecodable=restored.undecodable,
             revision=stored.revision,
             saved_position=stored.position,
-            runs=_int_decoder.decode(runs_raw) if runs_raw is not None else 0,
+            runs=max(stored.runs, legacy_runs),
             suspended=suspended,
             run_values=run_values,
+            since_snapshot=len(records),
+            bytes_since_snapshot=sum(len(entry.data) for entry in stored.records),
+            snapshot_bytes=sum(len(data) for data in stored.values.values()),
+            stale=frozenset(stale),
         )
 
 

@@ -131,19 +131,23 @@ class ThrottleMark(msgspec.Struct, frozen=True):
     until: int
 
 
-class _Put(msgspec.Struct, frozen=True):
+class _Put(msgspec.Struct, frozen=True, tag=True):
     entry: ContextEntry
 
 
-class _Remove(msgspec.Struct, frozen=True):
+class _Remove(msgspec.Struct, frozen=True, tag=True):
     keys: frozenset[str]
 
 
-class _Expire(msgspec.Struct, frozen=True):
+class _Expire(msgspec.Struct, frozen=True, tag=True):
     now: int
 
 
-class _Prune(msgspec.Struct, frozen=True):
+class _Mark(msgspec.Struct, frozen=True, tag=True):
+    mark: ThrottleMark
+
+
+class _Prune(msgspec.Struct, frozen=True, tag=True):
     now: int
 
 
@@ -177,19 +181,18 @@ class ContextMessages(StateKey[tuple[ContextEntry, ...], _Put | _Remove | _Expir
         return tuple(entry for entry in value if entry.expires_at is None or entry.expires_at > now)
 
 
-class ContextThrottle(StateKey[tuple[ThrottleMark, ...], ThrottleMark | _Prune]):
+class ContextThrottle(StateKey[tuple[ThrottleMark, ...], _Mark | _Prune]):
     """Keys whose cooldown is running, one mark per key (a new mark replaces the old)."""
 
     key = "context.throttle"
     scope = KeyScope.THREAD
 
     @staticmethod
-    def apply(
-        value: tuple[ThrottleMark, ...], update: ThrottleMark | _Prune
-    ) -> tuple[ThrottleMark, ...]:
+    def apply(value: tuple[ThrottleMark, ...], update: _Mark | _Prune) -> tuple[ThrottleMark, ...]:
         if isinstance(update, _Prune):
             return tuple(mark for mark in value if mark.until > update.now)
-        return (*(mark for mark in value if mark.key != update.key), update)
+        new = update.mark
+        return (*(mark for mark in value if mark.key != new.key), new)
 
 
 class ContextStep(StateKey[int, int]):
@@ -257,7 +260,9 @@ class ContextInjection(Plugin):
         entry = ContextEntry(message, now, None if expires is None else now + expires)
         command = StateCommand().update(ContextMessages, _Put(entry))
         if message.cooldown_steps is not None:
-            command.update(ContextThrottle, ThrottleMark(message.key, now + message.cooldown_steps))
+            command.update(
+                ContextThrottle, _Mark(ThrottleMark(message.key, now + message.cooldown_steps))
+            )
         return command
 
     def remove(self, key: str, ctx: PhaseContext) -> StateCommand | None:

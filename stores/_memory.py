@@ -15,7 +15,15 @@ from typing import Any, ClassVar
 
 import attrs
 
-from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, ThreadState, encode_record
+from statekernel.lowlevel import (
+    DEFAULT_MAX_VALUE_BYTES,
+    Entry,
+    JournalEntry,
+    ThreadSave,
+    ThreadSnapshot,
+    ThreadState,
+    encode_record,
+)
 
 from ._closing import ClosingStore
 from ._profile_codec import (
@@ -24,7 +32,18 @@ from ._profile_codec import (
     check_names,
     decode_value,
 )
-from ._thread_codec import check_position, decode_state, encode_state
+from ._thread_codec import (
+    check_position,
+    check_records,
+    check_save,
+    decode_head,
+    decode_snapshot,
+    encode_head,
+    encode_snapshot,
+    legacy_snapshot,
+    prune_point,
+    state_of,
+)
 
 __all__ = ["MemoryProfileStore", "MemoryThreadStore"]
 
@@ -97,24 +116,96 @@ def _entry(namespace: str, key: str, record: _Record) -> Entry:
     return Entry(namespace, key, value, record.version, record.updated_at)
 
 
+@attrs.define
+class _Thread:
+    position: int
+    head: bytes
+    records: dict[int, bytes] = attrs.field(factory=dict)  # in revision order
+    snapshots: dict[int, bytes] = attrs.field(factory=dict)  # in revision order
+
+
 class MemoryThreadStore(ClosingStore):
     """A ThreadStore held in a dict; nothing survives the process."""
 
     def __init__(self) -> None:
-        self._threads: dict[str, tuple[int, bytes]] = {}
+        self._threads: dict[str, _Thread] = {}
 
     async def load(self, thread_id: str) -> ThreadState | None:
-        saved = self._threads.get(thread_id)
-        return None if saved is None else decode_state(thread_id, saved[1], saved[0])
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return None
+        head = decode_head(thread_id, thread.head)
+        snapshot = self._newest_snapshot(thread_id, thread, head.revision)
+        after = snapshot.revision if snapshot is not None else 0
+        records = [JournalEntry(r, data) for r, data in thread.records.items() if r > after]
+        return state_of(head, thread.position, snapshot, records)
 
-    async def save(self, thread_id: str, state: ThreadState, *, expected_position: int) -> None:
-        data = encode_state(thread_id, state, expected_position)
-        saved = self._threads.get(thread_id)
-        position = check_position(expected_position, None if saved is None else saved[0])
-        self._threads[thread_id] = (position, data)
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        save = check_save(thread_id, save, expected_position)
+        thread = self._threads.get(thread_id)
+        position = check_position(expected_position, None if thread is None else thread.position)
+        old = decode_head(thread_id, thread.head) if thread is not None else None
+        check_records(thread_id, save, old.revision if old is not None else 0, creates=old is None)
+        legacy = legacy_snapshot(old) if old is not None else None
+        snapshot_revision = old.snapshot_revision if old is not None else 0
+        if save.snapshot is not None:
+            snapshot_revision = save.revision
+        elif legacy is not None:
+            snapshot_revision = legacy.revision
+        head = encode_head(save, snapshot_revision)
+        # Everything is checked and encoded: from here on nothing can fail half-way.
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread(position, head)
+        thread.position, thread.head = position, head
+        if legacy is not None:
+            thread.snapshots[legacy.revision] = encode_snapshot(legacy.values)
+        for entry in save.records:
+            thread.records[entry.revision] = bytes(entry.data)
+        if save.snapshot is not None:
+            thread.snapshots[save.revision] = encode_snapshot(dict(save.snapshot))
+
+    async def records(
+        self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
+    ) -> builtins.list[JournalEntry]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        found: builtins.list[JournalEntry] = []
+        for revision, data in thread.records.items():
+            if revision <= since or (until is not None and revision > until):
+                continue
+            if limit is not None and len(found) >= limit:
+                break
+            found.append(JournalEntry(revision, data))
+        return found
+
+    async def snapshot_at(self, thread_id: str, revision: int) -> ThreadSnapshot | None:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return None
+        return self._newest_snapshot(thread_id, thread, revision)
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return
+        keep = prune_point(before, builtins.list(thread.snapshots))
+        if keep is None:
+            return
+        thread.records = {r: d for r, d in thread.records.items() if r > keep}
+        thread.snapshots = {r: d for r, d in thread.snapshots.items() if r >= keep}
 
     async def delete(self, thread_id: str) -> None:
         self._threads.pop(thread_id, None)
 
     async def close(self) -> None:
         """Nothing to release; the threads stay until the store is dropped."""
+
+    @staticmethod
+    def _newest_snapshot(thread_id: str, thread: _Thread, revision: int) -> ThreadSnapshot | None:
+        held = [r for r in thread.snapshots if r <= revision]
+        if held:
+            newest = max(held)
+            return decode_snapshot(thread_id, newest, thread.snapshots[newest])
+        legacy = legacy_snapshot(decode_head(thread_id, thread.head))
+        return legacy if legacy is not None and legacy.revision <= revision else None

@@ -41,7 +41,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 import aiosqlite
@@ -99,11 +99,16 @@ class SqliteOp(Protocol[T_co]):
 
 @attrs.frozen
 class Schema:
-    """A component's tables: created together with its version row when first missing."""
+    """A component's tables: created together with its version row when first missing.
+
+    `migrations[n]` are the statements that take a file from version `n` to `n + 1`; a
+    file at an older version is migrated step by step when opened, in the open's
+    transaction."""
 
     component: str
     version: int
     statements: tuple[str, ...]
+    migrations: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -372,6 +377,16 @@ def _ensure_schema(conn: sqlite3.Connection, schema: Schema) -> None:
         conn.execute(
             "INSERT INTO statekernel_schema (component, version) VALUES (?, ?)",
             (schema.component, schema.version),
+        )
+    elif row[0] < schema.version and all(
+        version in schema.migrations for version in range(row[0], schema.version)
+    ):
+        for version in range(row[0], schema.version):
+            for statement in schema.migrations[version]:
+                conn.execute(statement)
+        conn.execute(
+            "UPDATE statekernel_schema SET version = ? WHERE component = ?",
+            (schema.version, schema.component),
         )
     elif row[0] != schema.version:
         newer = row[0] > schema.version

@@ -1,34 +1,68 @@
-"""The SQLite ThreadStore: each thread's saved state as one row of a SQLite file.
+"""The SQLite ThreadStore: each thread's journal in three tables of a SQLite file.
 
-A save replaces the thread's whole row inside one transaction that first compares the
-stored write position (the `revision` column: it held the revision before saves had
-positions, and both only ever grow) and moves it by one, so a stale writer in another
-process gets `RevisionConflict` whatever either save carried, an emptied
-state is saved as empty, and nothing of an older save can come back. Concurrent checkpoints
-of many threads share transactions through the connection's pipeline (`_sqlite_connection`).
+`thread_states` holds one small head row per thread, `thread_records` its commit records
+and `thread_snapshots` its periodic snapshots. A save appends records (and a snapshot when
+the kernel sends one) and replaces the head inside one transaction that first compares the
+stored write position and moves it by one, so a stale writer in another process gets
+`RevisionConflict` whatever either save carried, and a save lands whole or not at all. A
+checkpoint therefore writes what changed, not what is held. Concurrent checkpoints of many
+threads share transactions through the connection's pipeline (`_sqlite_connection`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from typing import ClassVar
 
 import attrs
 
 from statekernel import StoreError
-from statekernel.lowlevel import ThreadState
+from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 
 from ._closing import ClosingStore
 from ._sqlite_connection import Schema, SqliteConnection, Synchronous
-from ._thread_codec import check_position, decode_state, encode_state
+from ._thread_codec import (
+    Head,
+    check_position,
+    check_records,
+    check_save,
+    decode_head,
+    decode_snapshot,
+    encode_head,
+    encode_snapshot,
+    legacy_snapshot,
+    prune_point,
+    state_of,
+)
 
 __all__ = ["SqliteThreadStore"]
 
+_TABLES = (
+    """
+    CREATE TABLE thread_records (
+        thread_id TEXT NOT NULL,
+        revision  INTEGER NOT NULL,
+        record    BLOB NOT NULL,
+        PRIMARY KEY (thread_id, revision)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE thread_snapshots (
+        thread_id TEXT NOT NULL,
+        revision  INTEGER NOT NULL,
+        snapshot  BLOB NOT NULL,
+        PRIMARY KEY (thread_id, revision)
+    ) WITHOUT ROWID
+    """,
+)
+
 _SCHEMA = Schema(
     component="thread_store",
-    version=1,
+    version=2,
     statements=(
         """
         CREATE TABLE thread_states (
@@ -38,16 +72,42 @@ _SCHEMA = Schema(
             saved_at  REAL NOT NULL
         ) WITHOUT ROWID
         """,
+        *_TABLES,
     ),
+    # Version 1 kept each thread's whole state in its head row; such a head still loads (it
+    # is its own snapshot) and its first save moves its values into thread_snapshots.
+    migrations={1: _TABLES},
 )
 
-_SELECT = "SELECT state, revision FROM thread_states WHERE thread_id = ?"
-_SELECT_REVISION = "SELECT revision FROM thread_states WHERE thread_id = ?"
-_REPLACE = (
+# (`revision` holds the write position: it held the revision before saves had positions,
+# and both only ever grow.)
+_SELECT_HEAD = "SELECT state, revision FROM thread_states WHERE thread_id = ?"
+_REPLACE_HEAD = (
     "INSERT OR REPLACE INTO thread_states (thread_id, revision, state, saved_at) "
     "VALUES (?, ?, ?, ?)"
 )
-_DELETE = "DELETE FROM thread_states WHERE thread_id = ?"
+_NEWEST_SNAPSHOT = (
+    "SELECT revision, snapshot FROM thread_snapshots WHERE thread_id = ? AND revision <= ? "
+    "ORDER BY revision DESC LIMIT 1"
+)
+_SNAPSHOT_REVISIONS = "SELECT revision FROM thread_snapshots WHERE thread_id = ?"
+_RECORDS = (
+    "SELECT revision, record FROM thread_records WHERE thread_id = ? AND revision > ? "
+    "AND revision <= ? ORDER BY revision LIMIT ?"
+)
+_INSERT_RECORD = "INSERT INTO thread_records (thread_id, revision, record) VALUES (?, ?, ?)"
+_INSERT_SNAPSHOT = (
+    "INSERT OR REPLACE INTO thread_snapshots (thread_id, revision, snapshot) VALUES (?, ?, ?)"
+)
+_PRUNE_RECORDS = "DELETE FROM thread_records WHERE thread_id = ? AND revision <= ?"
+_PRUNE_SNAPSHOTS = "DELETE FROM thread_snapshots WHERE thread_id = ? AND revision < ?"
+_DELETE = (
+    "DELETE FROM thread_states WHERE thread_id = ?",
+    "DELETE FROM thread_records WHERE thread_id = ?",
+    "DELETE FROM thread_snapshots WHERE thread_id = ?",
+)
+_NO_LIMIT = -1  # SQLite's LIMIT -1: no limit
+_NO_END = 2**63 - 1
 
 
 class SqliteThreadStore(ClosingStore):
@@ -67,16 +127,31 @@ class SqliteThreadStore(ClosingStore):
         return self._db.path
 
     async def load(self, thread_id: str) -> ThreadState | None:
-        if not isinstance(thread_id, str):
-            raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
-        row = await self._db.submit(_Load(thread_id))
-        return None if row is None else decode_state(thread_id, row[0], row[1])
+        _check_id(thread_id)
+        return await self._db.submit(_Load(thread_id))
 
-    async def save(self, thread_id: str, state: ThreadState, *, expected_position: int) -> None:
-        data = encode_state(thread_id, state, expected_position)
-        await self._db.submit(_Save(thread_id, data, expected_position))
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        save = check_save(thread_id, save, expected_position)
+        await self._db.submit(_Save(thread_id, save, expected_position))
+
+    async def records(
+        self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
+    ) -> list[JournalEntry]:
+        _check_id(thread_id)
+        bounds = (since, _NO_END if until is None else until, _NO_LIMIT if limit is None else limit)
+        return await self._db.submit(_Records(thread_id, *bounds))
+
+    async def snapshot_at(self, thread_id: str, revision: int) -> ThreadSnapshot | None:
+        _check_id(thread_id)
+        return await self._db.submit(_SnapshotAt(thread_id, revision))
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        _check_id(thread_id)
+        prune_point(before, ())  # checks the argument before anything is queued
+        await self._db.submit(_Prune(thread_id, before))
 
     async def delete(self, thread_id: str) -> None:
+        _check_id(thread_id)
         await self._db.submit(_Delete(thread_id))
 
     async def close(self) -> None:
@@ -84,14 +159,62 @@ class SqliteThreadStore(ClosingStore):
         await self._db.close()
 
 
+def _check_id(thread_id: object) -> None:
+    if not isinstance(thread_id, str):
+        raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
+
+
+@contextlib.contextmanager
+def _reading(conn: sqlite3.Connection) -> Iterator[None]:
+    """Several SELECTs that must see one state of the file: in a read transaction, unless
+    the op already runs inside the batch's write transaction."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _head(conn: sqlite3.Connection, thread_id: str) -> tuple[Head, int] | None:
+    row = conn.execute(_SELECT_HEAD, (thread_id,)).fetchone()
+    return None if row is None else (decode_head(thread_id, bytes(row[0])), int(row[1]))
+
+
+def _newest_snapshot(
+    conn: sqlite3.Connection, thread_id: str, head: Head, revision: int
+) -> ThreadSnapshot | None:
+    row = conn.execute(_NEWEST_SNAPSHOT, (thread_id, revision)).fetchone()
+    if row is not None:
+        return decode_snapshot(thread_id, int(row[0]), bytes(row[1]))
+    legacy = legacy_snapshot(head)
+    return legacy if legacy is not None and legacy.revision <= revision else None
+
+
+def _records(
+    conn: sqlite3.Connection, thread_id: str, since: int, until: int, limit: int
+) -> list[JournalEntry]:
+    rows = conn.execute(_RECORDS, (thread_id, since, until, limit)).fetchall()
+    return [JournalEntry(int(revision), bytes(data)) for revision, data in rows]
+
+
 @attrs.frozen
 class _Load:
     writes: ClassVar[bool] = False
     thread_id: str
 
-    def run(self, conn: sqlite3.Connection) -> tuple[bytes, int] | None:
-        row = conn.execute(_SELECT, (self.thread_id,)).fetchone()
-        return None if row is None else (bytes(row[0]), int(row[1]))
+    def run(self, conn: sqlite3.Connection) -> ThreadState | None:
+        with _reading(conn):
+            found = _head(conn, self.thread_id)
+            if found is None:
+                return None
+            head, position = found
+            snapshot = _newest_snapshot(conn, self.thread_id, head, head.revision)
+            after = snapshot.revision if snapshot is not None else 0
+            records = _records(conn, self.thread_id, after, _NO_END, _NO_LIMIT)
+        return state_of(head, position, snapshot, records)
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"load of thread {self.thread_id!r}", cause)
@@ -101,16 +224,97 @@ class _Load:
 class _Save:
     writes: ClassVar[bool] = True
     thread_id: str
-    data: bytes
+    save: ThreadSave
     expected: int
 
     def run(self, conn: sqlite3.Connection) -> None:
-        row = conn.execute(_SELECT_REVISION, (self.thread_id,)).fetchone()
-        position = check_position(self.expected, None if row is None else row[0])
-        conn.execute(_REPLACE, (self.thread_id, position, self.data, time.time()))
+        # Other ops of the batch share the transaction: this one's writes go or stay whole.
+        conn.execute("SAVEPOINT thread_save")
+        try:
+            self._write(conn)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK TO thread_save")
+                conn.execute("RELEASE thread_save")
+            raise
+        conn.execute("RELEASE thread_save")
+
+    def _write(self, conn: sqlite3.Connection) -> None:
+        thread_id, save = self.thread_id, self.save
+        found = _head(conn, thread_id)
+        position = check_position(self.expected, None if found is None else found[1])
+        old = found[0] if found is not None else None
+        check_records(thread_id, save, old.revision if old is not None else 0, creates=old is None)
+        snapshot_revision = old.snapshot_revision if old is not None else 0
+        legacy = legacy_snapshot(old) if old is not None else None
+        if legacy is not None:
+            conn.execute(
+                _INSERT_SNAPSHOT, (thread_id, legacy.revision, encode_snapshot(legacy.values))
+            )
+            snapshot_revision = legacy.revision
+        if save.records:
+            conn.executemany(
+                _INSERT_RECORD, [(thread_id, e.revision, e.data) for e in save.records]
+            )
+        if save.snapshot is not None:
+            conn.execute(
+                _INSERT_SNAPSHOT, (thread_id, save.revision, encode_snapshot(dict(save.snapshot)))
+            )
+            snapshot_revision = save.revision
+        head = encode_head(save, snapshot_revision)
+        conn.execute(_REPLACE_HEAD, (thread_id, position, head, time.time()))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"save of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _Records:
+    writes: ClassVar[bool] = False
+    thread_id: str
+    since: int
+    until: int
+    limit: int
+
+    def run(self, conn: sqlite3.Connection) -> list[JournalEntry]:
+        return _records(conn, self.thread_id, self.since, self.until, self.limit)
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"history of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _SnapshotAt:
+    writes: ClassVar[bool] = False
+    thread_id: str
+    revision: int
+
+    def run(self, conn: sqlite3.Connection) -> ThreadSnapshot | None:
+        with _reading(conn):
+            found = _head(conn, self.thread_id)
+            if found is None:
+                return None
+            return _newest_snapshot(conn, self.thread_id, found[0], self.revision)
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"snapshot of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _Prune:
+    writes: ClassVar[bool] = True
+    thread_id: str
+    before: int
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        rows = conn.execute(_SNAPSHOT_REVISIONS, (self.thread_id,)).fetchall()
+        keep = prune_point(self.before, [int(row[0]) for row in rows])
+        if keep is not None:
+            conn.execute(_PRUNE_RECORDS, (self.thread_id, keep))
+            conn.execute(_PRUNE_SNAPSHOTS, (self.thread_id, keep))
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"prune of thread {self.thread_id!r}", cause)
 
 
 @attrs.frozen
@@ -119,7 +323,8 @@ class _Delete:
     thread_id: str
 
     def run(self, conn: sqlite3.Connection) -> None:
-        conn.execute(_DELETE, (self.thread_id,))
+        for statement in _DELETE:
+            conn.execute(statement, (self.thread_id,))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"delete of thread {self.thread_id!r}", cause)

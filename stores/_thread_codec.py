@@ -1,31 +1,61 @@
-"""What every ThreadStore does to a thread's state, whatever it keeps it in.
+"""What every ThreadStore does to a thread's journal, whatever it keeps it in.
 
-A thread's whole `ThreadState` is one MessagePack document, written and replaced as a unit:
-an emptied state is saved as empty (no stale key can come back from an earlier save), and a
-load is all-or-nothing. The values inside are already encoded per key by the kernel, so the
-store never needs to know a key's type.
+A thread is three things: a small *head* (revision, run count, a suspended run), replaced
+at every save; its *records*, one per commit, only ever appended; and *snapshots* of its
+persistent thread keys, written now and then. The values inside are already encoded per key
+by the kernel, so a store never needs to know a key's type, and a record's bytes are opaque
+to it. This module holds the rules all backends share: the checks on a save, the position
+compare-and-set, the head's encoding (which still reads heads saved before there was a
+journal: their values are the state at their revision), and what pruning may remove.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
-from statekernel import DecodeFailed, RevisionConflict
-from statekernel.lowlevel import ThreadState
+from statekernel import DecodeFailed, RevisionConflict, StoreError
+from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 
-__all__ = ["check_position", "decode_state", "encode_state"]
+__all__ = [
+    "check_position",
+    "check_records",
+    "check_save",
+    "decode_head",
+    "decode_snapshot",
+    "encode_head",
+    "encode_snapshot",
+    "legacy_snapshot",
+    "prune_point",
+    "state_of",
+]
+
+
+class Head(msgspec.Struct, kw_only=True, frozen=True):
+    """The head document. `snapshot_revision` -1 marks a head saved before the journal: its
+    `values` are then the whole state at `revision`, with no records or snapshots."""
+
+    revision: int
+    snapshot_revision: int = -1
+    values: dict[str, bytes] = msgspec.field(default_factory=dict)
+    runs: int = 0
+    run_values: dict[str, bytes] | None = None
+    suspended: bytes | None = None
+
 
 _ENCODER = msgspec.msgpack.Encoder()
-_DECODER = msgspec.msgpack.Decoder(ThreadState)
+_HEAD = msgspec.msgpack.Decoder(Head)
+_VALUES = msgspec.msgpack.Decoder(dict[str, bytes])
 
 
-def encode_state(thread_id: object, state: object, expected_position: object) -> bytes:
-    """The state as MessagePack, after checking the arguments of a `save`."""
+def check_save(thread_id: object, save: object, expected_position: object) -> ThreadSave:
+    """The arguments of a `save`, checked (a wrong one is a TypeError or ValueError)."""
     if not isinstance(thread_id, str):
         raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
-    if not isinstance(state, ThreadState):
+    if not isinstance(save, ThreadSave):
         raise TypeError(
-            f"a thread store saves kernel.threads.ThreadState, got {type(state).__name__}"
+            f"a thread store saves statekernel.lowlevel.ThreadSave, got {type(save).__name__}"
         )
     if (
         isinstance(expected_position, bool)
@@ -36,19 +66,36 @@ def encode_state(thread_id: object, state: object, expected_position: object) ->
             f"expected_position must be the thread's write position last loaded or saved "
             f"(0: never saved), got {expected_position!r}"
         )
-    return _ENCODER.encode(state)
+    return save
 
 
-def decode_state(thread_id: str, data: bytes, position: int) -> ThreadState:
-    """The saved state at the store's write `position`; a document that no longer decodes
-    names the thread. (The position lives beside the document, not in it: documents saved
-    before there were positions load with the column that held their revision, which only
-    ever grew, so their next save still chains.)"""
-    try:
-        state = _DECODER.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise DecodeFailed("thread state", thread_id, exc) from exc
-    return msgspec.structs.replace(state, position=position)
+def check_records(thread_id: str, save: ThreadSave, stored_revision: int, *, creates: bool) -> None:
+    """A save's records must continue the stored journal one revision at a time and end at
+    the save's revision, so the journal has no gap and no revision twice (a `StoreError`
+    from every backend alike). A save that creates a thread with a snapshot may start its
+    records anywhere: the snapshot is the state, the records before it history (a fork of a
+    pruned thread)."""
+    expected = stored_revision
+    if creates and save.snapshot is not None and save.records:
+        expected = save.records[0].revision - 1
+    for entry in save.records:
+        if entry.revision != expected + 1:
+            _refuse(
+                thread_id,
+                f"a save's records must follow revision {expected} one by one, but one has "
+                f"revision {entry.revision}",
+            )
+        expected = entry.revision
+    if expected != save.revision:
+        _refuse(
+            thread_id,
+            f"a save to revision {save.revision} must carry the records from revision "
+            f"{stored_revision + 1}, but its records end at {expected}",
+        )
+
+
+def _refuse(thread_id: str, problem: str) -> None:
+    raise StoreError("thread save", ValueError(f"thread {thread_id!r}: {problem}"), key=thread_id)
 
 
 def check_position(expected: int, current: int | None) -> int:
@@ -62,3 +109,75 @@ def check_position(expected: int, current: int | None) -> int:
     if actual != expected:
         raise RevisionConflict(expected, actual, what="thread save", position=True)
     return expected + 1
+
+
+def encode_head(save: ThreadSave, snapshot_revision: int) -> bytes:
+    return _ENCODER.encode(
+        Head(
+            revision=save.revision,
+            snapshot_revision=snapshot_revision,
+            runs=save.runs,
+            run_values=save.run_values,
+            suspended=save.suspended,
+        )
+    )
+
+
+def decode_head(thread_id: str, data: bytes) -> Head:
+    try:
+        return _HEAD.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise DecodeFailed("thread state", thread_id, exc) from exc
+
+
+def encode_snapshot(values: dict[str, bytes]) -> bytes:
+    return _ENCODER.encode(values)
+
+
+def decode_snapshot(thread_id: str, revision: int, data: bytes) -> ThreadSnapshot:
+    try:
+        return ThreadSnapshot(revision, _VALUES.decode(data))
+    except msgspec.MsgspecError as exc:
+        raise DecodeFailed(f"thread snapshot at revision {revision}", thread_id, exc) from exc
+
+
+def legacy_snapshot(head: Head) -> ThreadSnapshot | None:
+    """A head saved before the journal is its own snapshot; a journal head is none."""
+    return ThreadSnapshot(head.revision, head.values) if head.snapshot_revision < 0 else None
+
+
+def state_of(
+    head: Head,
+    position: int,
+    snapshot: ThreadSnapshot | None,
+    records: Sequence[JournalEntry],
+) -> ThreadState:
+    """The loaded thread: `snapshot` (None: the empty state at revision 0) plus `records`.
+
+    (The position lives beside the head, not in it: heads saved before there were positions
+    load with the column that held their revision, which only ever grew, so their next save
+    still chains.)"""
+    snapshot = legacy_snapshot(head) or snapshot
+    return ThreadState(
+        revision=head.revision,
+        values=snapshot.values if snapshot is not None else {},
+        snapshot_revision=snapshot.revision if snapshot is not None else 0,
+        records=tuple(records),
+        runs=head.runs,
+        run_values=head.run_values,
+        suspended=head.suspended,
+        position=position,
+    )
+
+
+def prune_point(before: object, snapshot_revisions: Sequence[int]) -> int | None:
+    """The snapshot revision pruning keeps from, or None when nothing can go.
+
+    Pruning keeps the newest snapshot at or before `before` and everything after it, so
+    every revision from that snapshot on can still be rebuilt; records up to it and older
+    snapshots go. With no snapshot at or before `before`, nothing goes.
+    """
+    if isinstance(before, bool) or not isinstance(before, int):
+        raise TypeError(f"prune(before=...) takes a revision (int), got {before!r}")
+    held = [revision for revision in snapshot_revisions if revision <= before]
+    return max(held) if held else None

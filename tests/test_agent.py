@@ -383,9 +383,15 @@ async def test_the_stored_thread_document_keeps_its_key_names() -> None:
     await agent.run("t", ["hi"])
     saved = await store.load("t")
     assert saved is not None
-    assert "statekernel.messages" in saved.values
-    history = msgspec.json.decode(saved.values["statekernel.messages"])
-    assert [item["content"] for item in history] == ["hi", "hello"]
+    records = [msgspec.msgpack.decode(entry.data) for entry in saved.records]
+    ops = [op for record in records for op in record["ops"]]
+    appended = [
+        item["content"]
+        for op in ops
+        if op["key"] == "statekernel.messages"
+        for item in msgspec.json.decode(op["update"])
+    ]
+    assert appended == ["hi", "hello"]
 
 
 class _Crash(BaseException):

@@ -1,9 +1,13 @@
 """The persistence path as users meet it: values through a real SQLite thread store, the
 validate-before-persist check, what a restore does with bytes it cannot or may not decode,
-the store's argument checks and the codec hooks' promises."""
+the store's argument checks and the codec hooks' promises.
+
+The kernels here write a snapshot at every checkpoint (`snapshot_every=1`), so the values a
+thread holds can be read back from the store as the bytes of its newest snapshot."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 from collections.abc import AsyncIterator
@@ -14,10 +18,10 @@ import msgspec
 import pydantic
 import pytest
 
+import statekernel
 from statekernel import (
     CommitRejected,
     DecodeFailed,
-    Kernel,
     KeyScope,
     Plugin,
     PluginRegistrar,
@@ -31,8 +35,10 @@ from statekernel import (
     dec_hook,
     enc_hook,
 )
-from statekernel.lowlevel import ThreadState
+from statekernel.lowlevel import ThreadSave
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+
+Kernel = functools.partial(statekernel.Kernel, snapshot_every=1)
 
 
 class Mood(StateKey[str, str]):
@@ -351,17 +357,19 @@ class MoodAsSession(StateKey[LiveSession, LiveSession]):
     default_factory = LiveSession
 
 
-async def test_a_key_redeclared_with_an_undecodable_type_fails_like_any_decode(
+async def test_a_key_redeclared_with_a_type_the_codec_cannot_carry_is_refused_at_once(
     store: SqliteThreadStore,
 ) -> None:
     data = await _stored_mood(store)
-    strict = Kernel([KeysOf("mood", MoodAsSession)], thread_store=store)
-    with pytest.raises(DecodeFailed) as caught:
-        await strict.start_run("thread-7")
-    assert (caught.value.key, caught.value.record) == ("t.mood", "thread-7")
-    assert "LiveSession" in str(caught.value)  # the reason names the unsupported type
-    lenient = Kernel([KeysOf("mood", MoodAsSession)], thread_store=store, restore_errors="skip")
-    run = await lenient.start_run("thread-7")
+    with pytest.raises(statekernel.InvalidDeclaration) as caught:
+        Kernel([KeysOf("mood", MoodAsSession)], thread_store=store)
+    message = str(caught.value)
+    assert "'t.mood'" in message and "LiveSession" in message and "persistent=False" in message
+    # In memory only, it is allowed; the stored bytes are left alone.
+    volatile = StateKeyOptions(persistent=False)
+    run = await Kernel(
+        [KeysOf("mood", MoodAsSession, options=volatile)], thread_store=store
+    ).start_run("thread-7")
     assert type(run.snapshot.get(MoodAsSession)) is LiveSession
     await run.finish()
     assert (await stored_values(store, "thread-7"))["t.mood"] == data
@@ -380,10 +388,10 @@ async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 async def test_bad_save_arguments_say_what_was_given(any_store: ThreadStore) -> None:
-    state = ThreadState(revision=1)
+    state = ThreadSave(revision=0)
     with pytest.raises(TypeError, match=r"thread_id must be a string, got int"):
         await any_store.save(7, state, expected_position=0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"ThreadState, got dict"):
+    with pytest.raises(TypeError, match=r"ThreadSave, got dict"):
         await any_store.save("t", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
     for bad in (True, "0", 1.0, None, -1):
         with pytest.raises(ValueError, match=rf"expected_position.*got {bad!r}$"):
@@ -396,7 +404,7 @@ async def test_a_document_that_no_longer_decodes_is_blamed_on_the_thread_state(
 ) -> None:
     path = tmp_path / "corrupt.db"
     async with SqliteThreadStore(path) as made:
-        await made.save("bad", ThreadState(revision=1), expected_position=0)
+        await made.save("bad", ThreadSave(revision=0), expected_position=0)
     with sqlite3.connect(path) as raw:
         raw.execute("UPDATE thread_states SET state = x'c1' WHERE thread_id = 'bad'")
     async with SqliteThreadStore(path) as made:

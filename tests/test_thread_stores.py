@@ -1,5 +1,7 @@
-"""The ThreadStore contract, held by both backends: round trip, compare-and-set on the
-revision, emptied state saved as empty, and a file that says which schema it holds."""
+"""The ThreadStore contract, held by both backends: a journal of records appended in order,
+snapshots, a load that is the newest snapshot plus the records after it, compare-and-set on
+the write position, pruning that keeps what a load needs, and a file that says which schema
+it holds (and migrates one saved before the journal)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import msgspec
 import pytest
 
 from statekernel import DecodeFailed, RevisionConflict, StoreError, ThreadStore
-from statekernel.lowlevel import ThreadState
+from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
@@ -28,9 +30,15 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield made
 
 
-FULL = ThreadState(
-    revision=7,
-    values={"notes": b'["a","b"]', "mood": b'"calm"', "blob": bytes(range(256))},
+def entries(first: int, last: int) -> tuple[JournalEntry, ...]:
+    return tuple(JournalEntry(r, f"record {r}".encode()) for r in range(first, last + 1))
+
+
+FULL = ThreadSave(
+    revision=3,
+    records=entries(1, 3),
+    snapshot={"notes": b'["a","b"]', "mood": b'"calm"', "blob": bytes(range(256))},
+    runs=2,
     run_values={"step": b"3"},
     suspended=b'{"pending":["call-1"]}',
 )
@@ -41,52 +49,91 @@ def test_both_backends_implement_the_protocol() -> None:
     assert isinstance(SqliteThreadStore(":memory:"), ThreadStore)
 
 
-def _at(state: ThreadState, position: int) -> ThreadState:
-    return msgspec.structs.replace(state, position=position)
-
-
-async def test_a_saved_state_loads_back_exactly(store: ThreadStore) -> None:
+async def test_a_save_loads_back_as_its_snapshot_and_head(store: ThreadStore) -> None:
     assert await store.load("t1") is None
     await store.save("t1", FULL, expected_position=0)
-    assert await store.load("t1") == _at(FULL, 1)
+    assert await store.load("t1") == ThreadState(
+        revision=3,
+        values=dict(FULL.snapshot or {}),
+        snapshot_revision=3,
+        records=(),
+        runs=2,
+        run_values={"step": b"3"},
+        suspended=b'{"pending":["call-1"]}',
+        position=1,
+    )
     assert await store.load("t2") is None
 
 
+async def test_a_load_is_the_newest_snapshot_plus_the_records_after_it(
+    store: ThreadStore,
+) -> None:
+    await store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+    loaded = await store.load("t")
+    assert loaded is not None
+    assert (loaded.values, loaded.snapshot_revision, loaded.records) == ({}, 0, entries(1, 2))
+    snap = ThreadSave(revision=4, records=entries(3, 4), snapshot={"k": b"4"})
+    await store.save("t", snap, expected_position=1)
+    await store.save("t", ThreadSave(revision=6, records=entries(5, 6)), expected_position=2)
+    loaded = await store.load("t")
+    assert loaded is not None
+    assert (loaded.revision, loaded.values, loaded.snapshot_revision) == (6, {"k": b"4"}, 4)
+    assert loaded.records == entries(5, 6)
+    # Everything stays readable as history, and each snapshot by revision.
+    assert await store.records("t") == list(entries(1, 6))
+    assert await store.records("t", since=2, until=4) == list(entries(3, 4))
+    assert await store.records("t", since=1, limit=2) == list(entries(2, 3))
+    assert await store.snapshot_at("t", 3) is None
+    assert await store.snapshot_at("t", 5) == ThreadSnapshot(4, {"k": b"4"})
+    assert await store.records("nobody") == [] and await store.snapshot_at("nobody", 1) is None
+
+
+async def test_records_must_continue_the_journal_one_revision_at_a_time(
+    store: ThreadStore,
+) -> None:
+    await store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+    for bad in (
+        ThreadSave(revision=4, records=entries(4, 4)),  # a gap
+        ThreadSave(revision=2, records=entries(2, 2)),  # a revision twice
+        ThreadSave(revision=5, records=entries(3, 4)),  # records end before the head
+        ThreadSave(revision=3),  # a head moved without records
+    ):
+        with pytest.raises(StoreError, match=r"thread 't'.*revision"):
+            await store.save("t", bad, expected_position=1)
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.position == 1 and loaded.records == entries(1, 2)
+
+
 async def test_every_save_moves_the_write_position_by_one(store: ThreadStore) -> None:
-    await store.save("t1", ThreadState(revision=2, values={"k": b"1"}), expected_position=0)
-    await store.save("t1", ThreadState(revision=5, values={"k": b"2"}), expected_position=1)
-    await store.save("t1", ThreadState(revision=5, values={"k": b"2"}), expected_position=2)
+    await store.save("t1", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+    await store.save("t1", ThreadSave(revision=2), expected_position=1)
+    await store.save("t1", ThreadSave(revision=2, runs=1), expected_position=2)
     loaded = await store.load("t1")
     assert loaded is not None
-    assert (loaded.revision, loaded.values, loaded.position) == (5, {"k": b"2"}, 3)
-
-
-async def test_the_position_given_in_a_saved_state_is_ignored(store: ThreadStore) -> None:
-    await store.save("t1", ThreadState(revision=1, position=40), expected_position=0)
-    loaded = await store.load("t1")
-    assert loaded is not None and loaded.position == 1
+    assert (loaded.revision, loaded.runs, loaded.position) == (2, 1, 3)
 
 
 async def test_a_stale_saver_gets_revision_conflict_and_changes_nothing(
     store: ThreadStore,
 ) -> None:
-    await store.save("t1", ThreadState(revision=3, values={"k": b"new"}), expected_position=0)
+    await store.save("t1", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
     with pytest.raises(RevisionConflict, match=r"thread save expected the thread's write") as e:
-        await store.save("t1", ThreadState(revision=2, values={"k": b"stale"}), expected_position=2)
+        await store.save("t1", ThreadSave(revision=2, records=entries(2, 2)), expected_position=2)
     assert (e.value.expected, e.value.actual) == (2, 1)
     with pytest.raises(RevisionConflict):
-        await store.save("t1", ThreadState(revision=9), expected_position=0)
+        await store.save("t1", ThreadSave(revision=1), expected_position=0)
     loaded = await store.load("t1")
-    assert loaded is not None and loaded.values == {"k": b"new"} and loaded.position == 1
+    assert loaded is not None and loaded.records == entries(1, 1) and loaded.position == 1
+    assert await store.records("t1") == list(entries(1, 1))
 
 
 async def test_two_savers_that_loaded_the_same_position_cannot_both_win(tmp_path: Path) -> None:
     path = tmp_path / "race.db"
     async with SqliteThreadStore(path) as first, SqliteThreadStore(path) as second:
-        await first.save("t", ThreadState(revision=1), expected_position=0)
+        await first.save("t", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
         outcomes = await asyncio.gather(
-            first.save("t", ThreadState(revision=2, values={"by": b"1"}), expected_position=1),
-            second.save("t", ThreadState(revision=2, values={"by": b"2"}), expected_position=1),
+            first.save("t", ThreadSave(revision=2, records=entries(2, 2)), expected_position=1),
+            second.save("t", ThreadSave(revision=2, records=entries(2, 2)), expected_position=1),
             return_exceptions=True,
         )
         assert sum(isinstance(o, RevisionConflict) for o in outcomes) == 1
@@ -94,23 +141,76 @@ async def test_two_savers_that_loaded_the_same_position_cannot_both_win(tmp_path
         assert loaded is not None and loaded.revision == 2 and loaded.position == 2
 
 
-async def test_an_emptied_state_is_saved_as_empty(store: ThreadStore) -> None:
+async def test_a_failed_save_in_a_shared_transaction_leaves_no_half_written_rows(
+    tmp_path: Path,
+) -> None:
+    """Concurrent saves share one SQLite transaction: one that fails half-way (here its
+    records clash with rows already there) must take back what it wrote, and only it."""
+    path = tmp_path / "shared.db"
+    async with SqliteThreadStore(path) as store:
+        await store.save("a", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
+    with sqlite3.connect(path) as raw:  # a row the next save of "a" will collide with
+        raw.execute("INSERT INTO thread_records VALUES ('a', 3, x'00')")
+    async with SqliteThreadStore(path) as store:
+        outcomes = await asyncio.gather(
+            store.save("a", ThreadSave(revision=3, records=entries(2, 3)), expected_position=1),
+            store.save("b", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[0], StoreError) and outcomes[1] is None
+        a = await store.load("a")
+        assert a is not None and (a.revision, a.position) == (1, 1)
+        assert [e.revision for e in await store.records("a")] == [1, 3]  # 2 was taken back
+        assert await store.records("b") == list(entries(1, 1))
+
+
+async def test_a_head_saved_without_a_snapshot_keeps_the_older_one(store: ThreadStore) -> None:
     await store.save("t1", FULL, expected_position=0)
-    await store.save("t1", ThreadState(revision=8), expected_position=1)
+    await store.save("t1", ThreadSave(revision=3), expected_position=1)
     loaded = await store.load("t1")
-    assert loaded == ThreadState(revision=8, position=2)
-    assert loaded is not None and loaded.values == {} and loaded.suspended is None
+    assert loaded is not None
+    assert loaded.values == FULL.snapshot and loaded.suspended is None and loaded.run_values is None
 
 
 async def test_saves_that_carry_no_commit_still_cannot_both_land(store: ThreadStore) -> None:
     """Two savers at the same revision: the second one loaded the same position, so it
     loses even though neither committed anything (a suspension, a run that only ended)."""
-    await store.save("t1", ThreadState(revision=0, values={"k": b"1"}), expected_position=0)
-    await store.save("t1", ThreadState(revision=0, suspended=b"run-2"), expected_position=1)
+    await store.save("t1", ThreadSave(revision=0), expected_position=0)
+    await store.save("t1", ThreadSave(revision=0, suspended=b"run-2"), expected_position=1)
     with pytest.raises(RevisionConflict):
-        await store.save("t1", ThreadState(revision=0, values={"k": b"2"}), expected_position=1)
+        await store.save("t1", ThreadSave(revision=0, runs=3), expected_position=1)
     loaded = await store.load("t1")
     assert loaded is not None and loaded.suspended == b"run-2"
+
+
+async def test_prune_keeps_the_newest_snapshot_at_or_before_the_cut_and_all_after(
+    store: ThreadStore,
+) -> None:
+    await store.save("t", ThreadSave(revision=3, records=entries(1, 3)), expected_position=0)
+    await store.save(
+        "t",
+        ThreadSave(revision=5, records=entries(4, 5), snapshot={"k": b"5"}),
+        expected_position=1,
+    )
+    await store.save(
+        "t",
+        ThreadSave(revision=8, records=entries(6, 8), snapshot={"k": b"8"}),
+        expected_position=2,
+    )
+    await store.save("t", ThreadSave(revision=9, records=entries(9, 9)), expected_position=3)
+    before = await store.load("t")
+    await store.prune("t", before=4)  # no snapshot at or before 4: nothing can go
+    assert await store.records("t") == list(entries(1, 9))
+    await store.prune("t", before=7)  # keeps the snapshot at 5 and everything after it
+    assert await store.records("t") == list(entries(6, 9))
+    assert await store.snapshot_at("t", 6) == ThreadSnapshot(5, {"k": b"5"})
+    await store.prune("t", before=100)
+    assert await store.records("t") == list(entries(9, 9))
+    assert await store.snapshot_at("t", 7) is None
+    assert await store.load("t") == before  # a load never notices
+    await store.prune("nobody", before=3)
+    with pytest.raises(TypeError, match=r"before"):
+        await store.prune("t", before="3")  # type: ignore[arg-type]
 
 
 async def test_delete_forgets_the_thread_and_is_a_no_op_when_absent(store: ThreadStore) -> None:
@@ -118,28 +218,76 @@ async def test_delete_forgets_the_thread_and_is_a_no_op_when_absent(store: Threa
     await store.delete("t1")
     await store.delete("t1")
     assert await store.load("t1") is None
-    await store.save("t1", ThreadState(revision=1), expected_position=0)
+    assert await store.records("t1") == [] and await store.snapshot_at("t1", 3) is None
+    await store.save("t1", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
 
 
 async def test_bad_arguments_are_refused(store: ThreadStore) -> None:
-    with pytest.raises(TypeError, match=r"ThreadState"):
+    with pytest.raises(TypeError, match=r"ThreadSave"):
         await store.save("t1", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"expected_position"):
-        await store.save("t1", ThreadState(revision=1), expected_position=-1)
+        await store.save("t1", ThreadSave(revision=0), expected_position=-1)
     assert await store.load("t1") is None
 
 
 async def test_the_file_records_its_schema_version(tmp_path: Path) -> None:
     path = tmp_path / "schema.db"
     async with SqliteThreadStore(path) as made:
-        await made.save("t", ThreadState(revision=1), expected_position=0)
+        await made.save("t", ThreadSave(revision=0), expected_position=0)
     with sqlite3.connect(path) as raw:
         rows = raw.execute("SELECT component, version FROM statekernel_schema").fetchall()
-        assert rows == [("thread_store", 1)]
-        raw.execute("UPDATE statekernel_schema SET version = 2")
+        assert rows == [("thread_store", 2)]
+        raw.execute("UPDATE statekernel_schema SET version = 3")
     async with SqliteThreadStore(path) as made:
-        with pytest.raises(StoreError, match=r"thread_store schema version 2.*Upgrade"):
+        with pytest.raises(StoreError, match=r"thread_store schema version 3.*Upgrade"):
             await made.load("t")
+
+
+_VERSION_1 = """
+CREATE TABLE statekernel_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL);
+INSERT INTO statekernel_schema VALUES ('thread_store', 1);
+CREATE TABLE thread_states (
+    thread_id TEXT PRIMARY KEY, revision INTEGER NOT NULL, state BLOB NOT NULL,
+    saved_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class _OldState(msgspec.Struct):
+    """A thread state document as version 1 of the file wrote it."""
+
+    revision: int
+    values: dict[str, bytes]
+    run_values: dict[str, bytes] | None = None
+    suspended: bytes | None = None
+
+
+async def test_a_file_saved_before_the_journal_migrates_and_its_threads_load(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as raw:
+        raw.executescript(_VERSION_1)
+        old = msgspec.msgpack.encode(_OldState(7, {"mood": b'"calm"'}))
+        raw.execute("INSERT INTO thread_states VALUES ('t', 7, ?, 0)", (old,))
+    async with SqliteThreadStore(path) as store:
+        loaded = await store.load("t")
+        assert loaded is not None
+        assert (loaded.revision, loaded.values, loaded.snapshot_revision) == (
+            7,
+            {"mood": b'"calm"'},
+            7,
+        )
+        assert loaded.position == 7 and loaded.records == ()
+        assert await store.snapshot_at("t", 7) == ThreadSnapshot(7, {"mood": b'"calm"'})
+        # Its first save moves the old values into a snapshot of their own.
+        save = ThreadSave(revision=8, records=(JournalEntry(8, b"r8"),))
+        await store.save("t", save, expected_position=7)
+        loaded = await store.load("t")
+        assert loaded is not None and loaded.values == {"mood": b'"calm"'}
+        assert loaded.snapshot_revision == 7 and loaded.records == (JournalEntry(8, b"r8"),)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(2,)]
 
 
 async def test_profile_and_thread_stores_can_share_one_file(tmp_path: Path) -> None:
@@ -149,23 +297,28 @@ async def test_profile_and_thread_stores_can_share_one_file(tmp_path: Path) -> N
     async with SqliteThreadStore(path) as threads, SqliteProfileStore(path) as profiles:
         await threads.save("t", FULL, expected_position=0)
         await profiles.set("ns", "k", 1)
-        assert await threads.load("t") == _at(FULL, 1)
+        loaded = await threads.load("t")
+        assert loaded is not None and loaded.values == FULL.snapshot
     with sqlite3.connect(path) as raw:
         components = raw.execute("SELECT component FROM statekernel_schema ORDER BY 1").fetchall()
     assert components == [("profile_store",), ("thread_store",)]
 
 
-async def test_a_state_that_no_longer_decodes_names_the_thread(tmp_path: Path) -> None:
+async def test_a_head_or_snapshot_that_no_longer_decodes_names_the_thread(tmp_path: Path) -> None:
     path = tmp_path / "corrupt.db"
     async with SqliteThreadStore(path) as made:
-        await made.save("bad", FULL, expected_position=0)
-        await made.save("good", FULL, expected_position=0)
+        for thread in ("bad", "bad snapshot", "good"):
+            await made.save(thread, FULL, expected_position=0)
     with sqlite3.connect(path) as raw:
         raw.execute("UPDATE thread_states SET state = x'c1c1' WHERE thread_id = 'bad'")
+        raw.execute("UPDATE thread_snapshots SET snapshot = x'c1' WHERE thread_id = 'bad snapshot'")
     async with SqliteThreadStore(path) as made:
         with pytest.raises(DecodeFailed, match=r"'bad'"):
             await made.load("bad")
-        assert await made.load("good") == _at(FULL, 1)
+        with pytest.raises(DecodeFailed, match=r"snapshot at revision 3.*'bad snapshot'"):
+            await made.load("bad snapshot")
+        good = await made.load("good")
+        assert good is not None and good.values == FULL.snapshot
 
 
 def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
@@ -173,13 +326,15 @@ def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     writer = textwrap.dedent(
         f"""
         import asyncio
-        from statekernel.lowlevel import ThreadState
+        from statekernel.lowlevel import JournalEntry, ThreadSave
         from statekernel.stores import SqliteThreadStore
 
         async def main():
             async with SqliteThreadStore({str(path)!r}) as store:
-                state = ThreadState(revision=4, values={{"k": b'"from the child"'}})
-                await store.save("t-handover", state, expected_position=0)
+                save = ThreadSave(
+                    revision=1, records=(JournalEntry(1, b"r1"),), snapshot={{"k": b'"child"'}}
+                )
+                await store.save("t-handover", save, expected_position=0)
 
         asyncio.run(main())
         """
@@ -189,8 +344,10 @@ def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     async def read_back() -> ThreadState | None:
         async with SqliteThreadStore(path) as store:
             loaded = await store.load("t-handover")
-            await store.save("t-handover", ThreadState(revision=5), expected_position=1)
+            await store.save("t-handover", ThreadSave(revision=1), expected_position=1)
             return loaded
 
     loaded = asyncio.run(read_back())
-    assert loaded == ThreadState(revision=4, values={"k": b'"from the child"'}, position=1)
+    assert loaded == ThreadState(
+        revision=1, values={"k": b'"child"'}, snapshot_revision=1, position=1
+    )

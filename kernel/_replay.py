@@ -1,0 +1,120 @@
+"""Replay: rebuilding a thread's state from its journal, and checking it against what was saved.
+
+Replay is how a thread is loaded (the newest snapshot plus the records after it), how
+`state_at` travels back in time, and how `verify` proves that the journal still means what
+it meant: it re-applies each op with its key's `apply`, exactly as the commit did. Only
+thread-scoped keys are rebuilt; run keys start afresh in every run, so their ops are history
+only. A key replay cannot rebuild here (a key no plugin of this kernel registered, a value
+that did not decode, an op journaled without bytes) is reported as *stale* rather than
+guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import immutables
+import msgspec
+
+from ._codec import CODEC_ERRORS, dec_hook
+from ._errors import DecodeFailed, ReplayFailed
+from ._journal import CommitRecord
+from ._keys import KeyScope
+from ._registry import KeyRegistry
+from ._snapshot import Snapshot
+
+__all__ = ["ReplayReport", "apply_records", "hash_of"]
+
+
+@attrs.frozen
+class ReplayReport:
+    """What `kernel.verify(thread_id)` found.
+
+    `ok` is True when the state rebuilt from the journal alone equals, at every stored
+    snapshot and at the head, what was stored. `revision` is the head revision replayed and
+    `state_hash` the hash of the rebuilt state there (`Snapshot.state_hash`). On a
+    divergence, `first_divergence` is the first revision whose commit wrote a key that
+    differs, and `detail` says which keys and where.
+    """
+
+    ok: bool
+    revision: int
+    state_hash: str
+    first_divergence: int | None = None
+    detail: str = ""
+
+
+def apply_records(
+    registry: KeyRegistry,
+    values: dict[str, Any],
+    records: Iterable[CommitRecord],
+    *,
+    thread_id: str,
+    unreadable: Iterable[str] = (),
+    skip_undecodable: bool = False,
+) -> set[str]:
+    """Apply `records` to `values` (thread keys by key string, changed in place), oldest first.
+
+    Returns the stale keys: those in `unreadable` (held as bytes this kernel cannot read)
+    that an op touched, and keys no plugin registered that an op touched. Their values here
+    are not the thread's. An update that no longer decodes is `DecodeFailed` (with
+    `skip_undecodable`, its key is dropped and stale instead); an `apply` that raises is
+    `ReplayFailed`.
+    """
+    by_name = registry.by_name
+    cannot_read = set(unreadable)
+    stale: set[str] = set()
+    for record in records:
+        for op in record.ops:
+            name = op.key
+            binding = by_name.get(name)
+            if binding is None or name in cannot_read:
+                stale.add(name)
+                continue
+            if binding.scope is not KeyScope.THREAD:
+                continue
+            if op.kind == "clear":
+                values.pop(name, None)
+                continue
+            if op.update is None:
+                stale.add(name)
+                values.pop(name, None)
+                continue
+            try:
+                if op.kind == "value":
+                    values[name] = _decoded(op.update, binding.value_type, name, record, thread_id)
+                    continue
+                update = _decoded(op.update, binding.update_type, name, record, thread_id)
+            except DecodeFailed:
+                if not skip_undecodable:
+                    raise
+                values.pop(name, None)
+                cannot_read.add(name)
+                stale.add(name)
+                continue
+            current = values.get(name, _MISSING)
+            if current is _MISSING:
+                current = binding.make_default()
+            try:
+                values[name] = binding.key.apply(current, update)
+            except Exception as error:
+                raise ReplayFailed(thread_id, record.revision, name, error) from error
+    return stale
+
+
+_MISSING: Any = object()
+
+
+def _decoded(data: bytes, type_: Any, name: str, record: CommitRecord, thread_id: str) -> Any:
+    try:
+        return msgspec.json.decode(data, type=type_, dec_hook=dec_hook)
+    except CODEC_ERRORS as error:
+        where = f"{thread_id} (journal, revision {record.revision})"
+        raise DecodeFailed(name, where, error) from error
+
+
+def hash_of(registry: KeyRegistry, revision: int, values: Mapping[str, Any]) -> str:
+    """`Snapshot.state_hash` of these values: the one comparison replay uses."""
+    return Snapshot(revision, immutables.Map(values), registry).state_hash()

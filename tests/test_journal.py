@@ -1,0 +1,516 @@
+"""The journal as users rely on it: a record for every commit that moved the revision, with
+its sources; checkpoints that persist what changed; history, time travel, forks, outside
+updates, pruning and verified replay, in kernel memory and through both ThreadStores."""
+
+from __future__ import annotations
+
+import datetime
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from statekernel import (
+    CommitRecord,
+    InvalidDeclaration,
+    Kernel,
+    KeyScope,
+    MergeStrategy,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ReplayReport,
+    ScheduledActionSpec,
+    StateCommand,
+    StateError,
+    StateKey,
+    StateKeyOptions,
+    ThreadStore,
+    ToolCall,
+    ToolOutput,
+    UnknownRevision,
+    Vector,
+)
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+
+
+class Count(StateKey[int, int]):
+    key = "j.count"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Log(StateKey[Vector[str], tuple[str, ...]]):
+    key = "j.log"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: Vector[str], update: tuple[str, ...]) -> Vector[str]:
+        return value.extend(update)
+
+
+class Mood(StateKey[str, str]):
+    key = "j.mood"
+    scope = KeyScope.THREAD
+    default = ""
+
+
+class Step(StateKey[int, int]):
+    """A run key: journaled in memory, never in a store, never rebuilt by replay."""
+
+    key = "j.step"
+
+
+class Note(ScheduledActionSpec[str]):
+    key = "j.note"
+    phase = Phase.STEP_END
+
+
+class KeysOf(Plugin):
+    def __init__(self, id: str = "keys", *keys: type[StateKey[Any, Any]]) -> None:
+        self.id = id
+        self.keys = keys or (Count, Log, Mood, Step)
+
+    def register(self, r: PluginRegistrar) -> None:
+        for key in self.keys:
+            r.register_key(key)
+
+
+class Hooks(Plugin):
+    """Two hooks' worth of writes in one plugin per id, so merge order is visible."""
+
+    def __init__(self, id: str, phase: Phase, make: Callable[[PhaseContext], StateCommand | None]):
+        self.id = id
+        self.phase = phase
+        self.make = make
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_phase_hook(self.phase, self.make)
+
+
+class Noter(Plugin):
+    id = "noter"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_action(Note, lambda text, ctx: StateCommand().update(Log, (text,)))
+
+
+@pytest.fixture(params=["kernel memory", "memory store", "sqlite store"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[ThreadStore | None]:
+    if request.param == "kernel memory":
+        yield None
+        return
+    made: ThreadStore = (
+        MemoryThreadStore()
+        if request.param == "memory store"
+        else SqliteThreadStore(tmp_path / "j.db")
+    )
+    async with made:
+        yield made
+
+
+def plugins(*extra: Plugin) -> list[Plugin]:
+    return [KeysOf(), *extra]
+
+
+async def commit_all(
+    kernel: Kernel, thread: str, *commands: StateCommand, checkpoints: bool = False
+) -> int:
+    """Commit `commands` in one run; with `checkpoints`, save after each (a snapshot policy
+    is applied at each save, so that is when snapshots are written)."""
+    run = await kernel.start_run(thread)
+    for command in commands:
+        await run.submit(command)
+        if checkpoints:
+            await run.checkpoint()
+    await run.finish()
+    return run.revision
+
+
+def thread_values(snapshot: Any) -> dict[str, Any]:
+    return {k: v for k, v in snapshot.to_dict().items() if k != Step.key}
+
+
+# -- records and their sources --------------------------------------------------------------
+
+
+async def test_every_commit_that_moves_the_revision_is_one_record_with_its_sources(
+    store: ThreadStore | None,
+) -> None:
+    hooks = [
+        Hooks("a", Phase.STEP_START, lambda ctx: StateCommand().update(Count, 1)),
+        Hooks(
+            "b",
+            Phase.STEP_START,
+            lambda ctx: StateCommand().update(Count, 2).schedule(Note, "from b"),
+        ),
+        Hooks(
+            "c", Phase.STEP_END, lambda ctx: StateCommand().update(Step, ctx.run.run_id.count("r"))
+        ),
+    ]
+    kernel = Kernel(plugins(*hooks, Noter()), thread_store=store)
+    run = await kernel.start_run("t")
+    await run.run_phase(Phase.STEP_START)
+    await run.run_phase(Phase.STEP_END)
+    await run.submit(StateCommand().update(Mood, "calm"))
+    tool = lambda args, ctx: ToolOutput("done", StateCommand().update(Log, ("tool",)))  # noqa: E731
+    await run.call_tool(ToolCall("call-1", "writer"), tool)
+    await run.submit(StateCommand())  # moves nothing: no record
+    await run.finish()
+    records = await kernel.history("t")
+    assert [r.revision for r in records] == [1, 2, 3, 4, 5]
+    assert [r.sources for r in records] == [
+        ("plugin:a", "plugin:b"),
+        ("plugin:c",),
+        ("action:j.note",),
+        ("submit",),
+        ("tool:writer",),
+    ]
+    assert [r.phase for r in records] == [
+        Phase.STEP_START,
+        Phase.STEP_END,
+        Phase.STEP_END,
+        None,
+        None,
+    ]
+    assert [r.step for r in records] == [1, 1, 1, 1, 1]
+    assert {r.run_id for r in records} == {"t:run-1"} and {r.thread_id for r in records} == {"t"}
+    assert all(r.created_at.tzinfo is datetime.UTC for r in records)
+    first = records[0]
+    assert [(op.key, op.kind, op.update) for op in first.ops] == [
+        ("j.count", "update", b"1"),
+        ("j.count", "update", b"2"),
+    ]
+    run_key_journaled = any(op.key == Step.key for r in records for op in r.ops)
+    assert run_key_journaled is (store is None)  # a store keeps persistent thread keys only
+    assert [r.revision for r in await kernel.history("t", since=2, limit=2)] == [3, 4]
+
+
+async def test_records_are_saved_with_the_checkpoint_and_a_cleared_key_is_a_clear_op(
+    store: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Mood, "calm"))
+    assert await kernel.history("t") == []  # not saved yet
+    await run.checkpoint()
+    assert [r.revision for r in await kernel.history("t")] == [1]
+    await run.submit(StateCommand().clear(Mood))
+    await run.abandon()  # never saved: never journaled
+    assert [r.revision for r in await kernel.history("t")] == [1]
+    run = await kernel.start_run("t")
+    assert run.revision == 1 and run.snapshot.get(Mood) == "calm"
+    await run.submit(StateCommand().clear(Mood))
+    await run.finish()
+    (cleared,) = await kernel.history("t", since=1)
+    assert [(op.key, op.kind, op.update) for op in cleared.ops] == [("j.mood", "clear", None)]
+    assert cleared.run_id == "t:run-2"
+
+
+async def test_a_record_survives_its_encoding_exactly(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "j.db") as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        await commit_all(kernel, "t", StateCommand().update(Log, ("a", "b")).update(Mood, "x"))
+        (record,) = await Kernel(plugins(), thread_store=store).history("t")
+    assert isinstance(record, CommitRecord)
+    assert msgspec.json.decode(record.ops[0].update or b"") == ["a", "b"]
+    assert record == msgspec.msgpack.decode(msgspec.msgpack.encode(record), type=CommitRecord)
+
+
+# -- what a checkpoint writes -----------------------------------------------------------------
+
+
+async def test_a_checkpoint_writes_what_changed_not_what_the_thread_holds(tmp_path: Path) -> None:
+    """The append-only promise: a Vector that grew by one item costs one item's bytes to
+    persist, whether it held 10 items or 10,000."""
+    sizes: dict[int, int] = {}
+    for held in (10, 10_000):
+        async with SqliteThreadStore(tmp_path / f"grow-{held}.db") as store:
+            kernel = Kernel(plugins(), thread_store=store)
+            run = await kernel.start_run("t")
+            await run.submit(StateCommand().update(Log, tuple(f"m{i}" for i in range(held))))
+            await run.checkpoint()
+            await run.submit(StateCommand().update(Log, ("one more",)))
+            await run.checkpoint()
+            await run.abandon()
+            (last,) = await store.records("t", since=1)
+            loaded = await store.load("t")
+            assert loaded is not None and loaded.values == {}  # no snapshot was rewritten
+            sizes[held] = len(last.data)
+    assert sizes[10] == sizes[10_000]
+
+
+async def test_a_load_is_one_snapshot_plus_a_bounded_tail(store: ThreadStore | None) -> None:
+    if store is None:
+        pytest.skip("without a store nothing is loaded")
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=5)
+    run = await kernel.start_run("t")
+    for i in range(12):
+        await run.submit(StateCommand().update(Count, 1).update(Log, (str(i),)))
+        await run.checkpoint()
+    await run.finish()
+    loaded = await store.load("t")
+    assert loaded is not None
+    assert (loaded.snapshot_revision, len(loaded.records)) == (10, 2)
+    fresh = await Kernel(plugins(), thread_store=store).start_run("t")
+    assert fresh.snapshot.get(Count) == 12 and list(fresh.snapshot.get(Log)) == [
+        str(i) for i in range(12)
+    ]
+    await fresh.abandon()
+
+
+def test_a_persistent_thread_key_whose_updates_cannot_be_journaled_is_refused() -> None:
+    class Handle:
+        pass
+
+    class Live(StateKey[Any, Handle]):
+        key = "j.live"
+        scope = KeyScope.THREAD
+        default = None
+
+    with pytest.raises(InvalidDeclaration, match=r"'j\.live'.*Handle.*persistent=False"):
+        Kernel([KeysOf("live", Live)])
+    Kernel([_Volatile(Live)])  # in memory only it is fine
+
+    class RunLive(StateKey[Any, Handle]):
+        key = "j.run_live"
+        default = None
+
+    Kernel([KeysOf("run live", RunLive)])  # run keys are not journaled in a store
+
+
+class _Volatile(Plugin):
+    id = "volatile"
+
+    def __init__(self, key: type[StateKey[Any, Any]]) -> None:
+        self.key = key
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(self.key, StateKeyOptions(persistent=False))
+
+
+# -- time travel -----------------------------------------------------------------------------
+
+
+async def test_state_at_every_revision_is_the_state_that_committed_then(
+    store: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=3)
+    seen: dict[int, dict[str, Any]] = {0: {}}
+    for run_number in range(3):
+        run = await kernel.start_run("t")
+        run.add_commit_listener(lambda s: seen.__setitem__(s.revision, thread_values(s)))
+        for i in range(4):
+            command = StateCommand().update(Count, i).update(Log, (f"{run_number}.{i}",))
+            if i == 2:
+                command.update(Mood, f"mood {run_number}")
+            if i == 3 and run_number == 1:
+                command.clear(Mood)
+            await run.submit(command)
+            if i % 2:
+                await run.checkpoint()
+        await run.finish()
+    assert max(seen) == 12
+    for revision, expected in seen.items():
+        snapshot = await kernel.state_at("t", revision)
+        assert snapshot.revision == revision
+        assert thread_values(snapshot) == expected, revision
+
+
+async def test_revisions_never_reached_or_pruned_are_unknown(store: ThreadStore | None) -> None:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+    run = await kernel.start_run("t")
+    for _ in range(10):
+        await run.submit(StateCommand().update(Count, 1))
+        await run.checkpoint()
+    await run.finish()
+    with pytest.raises(
+        UnknownRevision, match=r"'t' has no revision 11: it holds revisions 0 to 10"
+    ) as e:
+        await kernel.state_at("t", 11)
+    assert (e.value.thread_id, e.value.revision, e.value.held) == ("t", 11, (0, 10))
+    with pytest.raises(UnknownRevision, match=r"no saved history"):
+        await kernel.state_at("nobody", 0)
+    with pytest.raises(ValueError, match=r"revision must be a revision"):
+        await kernel.state_at("t", -1)
+    await kernel.prune("t", before=9)  # the newest snapshot at or before 9 is at 8
+    for gone in (0, 3, 7):
+        with pytest.raises(UnknownRevision, match=r"holds revisions 8 to 10"):
+            await kernel.state_at("t", gone)
+    for kept in (8, 9, 10):
+        assert (await kernel.state_at("t", kept)).get(Count) == kept
+    assert [r.revision for r in await kernel.history("t")] == [9, 10]
+    assert (await kernel.verify("t")).ok
+    nxt = await kernel.start_run("t")
+    assert nxt.snapshot.get(Count) == 10  # a load never notices
+    await nxt.abandon()
+
+
+async def test_a_fork_has_the_sources_state_and_history_up_to_its_revision(
+    store: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=2)
+    await commit_all(kernel, "src", *(StateCommand().update(Log, (str(i),)) for i in range(5)))
+    await kernel.fork("src", 3, "copy")
+    copy = await kernel.state_at("copy", 3)
+    assert list(copy.get(Log)) == ["0", "1", "2"]
+    history = await kernel.history("copy")
+    source = await kernel.history("src")
+    assert [r.revision for r in history] == [1, 2, 3]
+    assert [(r.ops, r.sources, r.run_id) for r in history] == [
+        (r.ops, r.sources, r.run_id) for r in source[:3]
+    ]
+    assert {r.thread_id for r in history} == {"copy"}
+    run = await kernel.start_run("copy")  # the fork continues from its own revision
+    assert run.revision == 3 and list(run.snapshot.get(Log)) == ["0", "1", "2"]
+    await run.submit(StateCommand().update(Log, ("fork only",)))
+    await run.finish()
+    assert list((await kernel.state_at("src", 5)).get(Log)) == ["0", "1", "2", "3", "4"]
+    assert (await kernel.verify("copy")).ok and (await kernel.verify("src")).ok
+    with pytest.raises(StateError, match=r"into 'copy': that thread already exists"):
+        await kernel.fork("src", 1, "copy")
+    with pytest.raises(UnknownRevision):
+        await kernel.fork("src", 9, "other")
+
+
+# -- commits from outside a run -----------------------------------------------------------------
+
+
+async def test_update_state_commits_outside_a_run_and_is_journaled_as_external(
+    store: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(Noter()), thread_store=store)
+    await commit_all(kernel, "t", StateCommand().update(Count, 1))
+    revision = await kernel.update_state("t", StateCommand().update(Count, 5).update(Mood, "fixed"))
+    assert revision == 2
+    (record,) = await kernel.history("t", since=1)
+    assert (record.sources, record.run_id, record.phase) == (("external",), None, None)
+    run = await kernel.start_run("t")
+    assert (run.snapshot.get(Count), run.snapshot.get(Mood), run.revision) == (6, "fixed", 2)
+    with pytest.raises(StateError, match=r"live run"):
+        await kernel.update_state("t", StateCommand().update(Count, 1))
+    await run.suspend()
+    with pytest.raises(StateError, match=r"suspended run"):
+        await kernel.update_state("t", StateCommand().update(Count, 1))
+    resumed, _ = await kernel.resume_run("t")
+    await resumed.finish()
+    with pytest.raises(StateError, match=r"1 scheduled action.*nothing was committed"):
+        await kernel.update_state("t", StateCommand().update(Count, 1).schedule(Note, "x"))
+    with pytest.raises(StateError, match=r"'j\.step' is run-scoped"):
+        await kernel.update_state("t", StateCommand().update(Step, 1))
+    assert (await kernel.state_at("t", 2)).get(Count) == 6
+    assert [r.revision for r in await kernel.history("t")] == [1, 2]
+    assert await kernel.update_state("new", StateCommand().update(Mood, "born")) == 1
+
+
+# -- verified replay ---------------------------------------------------------------------------
+
+
+async def test_verify_rebuilds_the_thread_and_matches_it(store: ThreadStore | None) -> None:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=3)
+    last = await commit_all(
+        kernel, "t", *(StateCommand().update(Count, i).update(Log, (str(i),)) for i in range(8))
+    )
+    report = await kernel.verify("t")
+    head = await kernel.state_at("t", last)
+    assert report == ReplayReport(True, last, head.state_hash())
+    with pytest.raises(UnknownRevision):
+        await kernel.verify("nobody")
+
+
+async def test_verify_names_the_first_revision_a_tampered_record_changed(tmp_path: Path) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1) for _ in range(10)]
+        commands[2].update(Mood, "set at 3")
+        await commit_all(kernel, "t", *commands, checkpoints=True)
+        assert (await kernel.verify("t")).ok
+    with sqlite3.connect(path) as raw:  # revision 3's mood is changed on disk
+        (data,) = raw.execute(
+            "SELECT record FROM thread_records WHERE thread_id = 't' AND revision = 3"
+        ).fetchone()
+        record = msgspec.msgpack.decode(data)
+        assert record["ops"][1]["key"] == "j.mood"
+        record["ops"][1]["update"] = b'"forged"'
+        raw.execute(
+            "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = 3",
+            (msgspec.msgpack.encode(record),),
+        )
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(plugins(), thread_store=store).verify("t")
+    assert not report.ok and report.first_divergence == 3 and report.revision == 10
+    assert "['j.mood']" in report.detail and "at revision 4" in report.detail
+
+
+async def test_verify_finds_a_tampered_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        await commit_all(
+            kernel,
+            "t",
+            *(StateCommand().update(Mood, f"m{i}") for i in range(10)),
+            checkpoints=True,
+        )
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = 't' AND revision = 8",
+            (msgspec.msgpack.encode({"j.mood": b'"forged"'}),),
+        )
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(plugins(), thread_store=store).verify("t")
+    assert not report.ok and report.first_divergence == 5  # first write of j.mood after 4
+
+
+async def test_verify_reports_an_apply_that_changed_meaning(store: ThreadStore | None) -> None:
+    class Doubling(StateKey[int, int]):
+        key = "j.count"
+        scope = KeyScope.THREAD
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + 2 * update
+
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=3)
+    await commit_all(kernel, "t", *(StateCommand().update(Count, 1) for _ in range(5)))
+    if store is None:
+        report = await kernel.verify("t")
+        assert report.ok
+        return
+    changed = Kernel([KeysOf("keys", Doubling, Log, Mood, Step)], thread_store=store)
+    report = await changed.verify("t")
+    assert not report.ok and report.first_divergence == 1
+
+
+# -- thread state no plugin of this kernel can replay ------------------------------------------
+
+
+async def test_ops_on_keys_this_kernel_does_not_know_are_kept_and_no_snapshot_hides_them(
+    tmp_path: Path,
+) -> None:
+    async with SqliteThreadStore(tmp_path / "j.db") as store:
+        both = Kernel(plugins(), thread_store=store, snapshot_every=2)
+        await commit_all(
+            both, "t", StateCommand().update(Mood, "a"), StateCommand().update(Mood, "b")
+        )
+        await commit_all(both, "t", StateCommand().update(Mood, "c"))  # a tail op on j.mood
+        without_mood = Kernel([KeysOf("keys", Count)], thread_store=store, snapshot_every=2)
+        await commit_all(without_mood, "t", *(StateCommand().update(Count, 1) for _ in range(3)))
+        loaded = await store.load("t")
+        assert loaded is not None and loaded.snapshot_revision == 2  # no newer snapshot
+        run = await both.start_run("t")
+        assert (run.snapshot.get(Mood), run.snapshot.get(Count)) == ("c", 3)
+        await run.abandon()
+        assert (await both.verify("t")).ok
