@@ -514,3 +514,52 @@ async def test_ops_on_keys_this_kernel_does_not_know_are_kept_and_no_snapshot_hi
         assert (run.snapshot.get(Mood), run.snapshot.get(Count)) == ("c", 3)
         await run.abandon()
         assert (await both.verify("t")).ok
+
+
+# -- threads saved before the journal ------------------------------------------------------------
+
+_VERSION_1 = """
+CREATE TABLE statekernel_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL);
+INSERT INTO statekernel_schema VALUES ('thread_store', 1);
+CREATE TABLE thread_states (
+    thread_id TEXT PRIMARY KEY, revision INTEGER NOT NULL, state BLOB NOT NULL,
+    saved_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+async def test_a_thread_saved_before_the_journal_loads_continues_and_travels(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v1.db"
+    old = {
+        "revision": 4,
+        "values": {"j.count": b"7", "j.log": b'["a","b"]', "statekernel.run_count": b"2"},
+        "run_values": None,
+        "suspended": None,
+    }
+    with sqlite3.connect(path) as raw:
+        raw.executescript(_VERSION_1)
+        raw.execute(
+            "INSERT INTO thread_states VALUES ('t', 4, ?, 0)", (msgspec.msgpack.encode(old),)
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        run = await kernel.start_run("t")
+        assert run.identity.run_id == "t:run-3"  # the old run count goes on
+        assert (run.revision, run.snapshot.get(Count), list(run.snapshot.get(Log))) == (
+            4,
+            7,
+            ["a", "b"],
+        )
+        await run.submit(StateCommand().update(Count, 1))
+        await run.finish()
+        assert (await kernel.state_at("t", 4)).get(Count) == 7
+        assert (await kernel.state_at("t", 5)).get(Count) == 8
+        with pytest.raises(UnknownRevision, match=r"holds revisions 4 to 5"):
+            await kernel.state_at("t", 3)
+        assert [r.revision for r in await kernel.history("t")] == [5]
+        assert (await kernel.verify("t")).ok
+        again = await Kernel(plugins(), thread_store=store).start_run("t")
+        assert again.identity.run_id == "t:run-4" and again.snapshot.get(Count) == 8
+        await again.abandon()

@@ -1,0 +1,217 @@
+"""The journal's promises under any sequence of runs, checks and saves, by property and by
+SIGKILL: whatever was saved loads back exactly, every saved revision can be travelled to,
+the history has one record per revision with no gap, and `verify` agrees."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statekernel import (
+    Kernel,
+    KeyScope,
+    MergeStrategy,
+    Plugin,
+    PluginRegistrar,
+    StateCommand,
+    StateKey,
+    ThreadStore,
+    Vector,
+)
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+
+
+class Count(StateKey[int, int]):
+    key = "p.count"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Log(StateKey[Vector[str], tuple[str, ...]]):
+    key = "p.log"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[str], update: tuple[str, ...]) -> Vector[str]:
+        return value.extend(update)
+
+
+class Mood(StateKey[str, str]):
+    key = "p.mood"
+    scope = KeyScope.THREAD
+
+
+class Keys(Plugin):
+    id = "keys"
+
+    def register(self, r: PluginRegistrar) -> None:
+        for key in (Count, Log, Mood):
+            r.register_key(key)
+
+
+op = st.one_of(
+    st.tuples(st.just("count"), st.integers(-5, 5)),
+    st.tuples(st.just("log"), st.lists(st.text(max_size=3), max_size=3).map(tuple)),
+    st.tuples(st.just("mood"), st.text(max_size=4)),
+    st.tuples(st.just("clear"), st.sampled_from([Count, Log, Mood])),
+)
+step = st.tuples(st.lists(op, max_size=3), st.booleans())  # a command, then a checkpoint?
+run_plan = st.tuples(st.lists(step, max_size=6), st.sampled_from(["finish", "abandon", "suspend"]))
+program = st.lists(run_plan, min_size=1, max_size=5)
+
+
+def command_of(ops: list[tuple[str, Any]]) -> StateCommand:
+    command = StateCommand()
+    for kind, arg in ops:
+        if kind == "count":
+            command.update(Count, arg)
+        elif kind == "log":
+            command.update(Log, arg)
+        elif kind == "mood":
+            command.update(Mood, arg)
+        else:
+            command.clear(arg)
+    return command
+
+
+def _remember(into: dict[int, dict[str, Any]], snapshot: Any) -> None:
+    into[snapshot.revision] = snapshot.to_dict()
+
+
+async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) -> None:
+    kernel = Kernel([Keys()], thread_store=store, snapshot_every=snapshot_every)
+    saved: dict[int, dict[str, Any]] = {0: {}}  # the state at every saved revision
+    head = 0
+    for steps, ending in plan:
+        try:  # a run suspended by the previous plan is resumed, else a new one starts
+            run, _ = await kernel.resume_run("t")
+        except Exception:
+            run = await kernel.start_run("t")
+        unsaved: dict[int, dict[str, Any]] = {}
+        run.add_commit_listener(functools.partial(_remember, unsaved))
+        for ops, checkpoint in steps:
+            await run.submit(command_of(ops))
+            if checkpoint:
+                await run.checkpoint()
+                saved.update(unsaved)
+                unsaved.clear()
+                head = run.revision
+        if ending == "abandon":
+            await run.abandon()
+        else:
+            await (run.finish() if ending == "finish" else run.suspend())
+            saved.update(unsaved)
+            head = run.revision
+        for revision in [r for r in saved if r > head]:
+            del saved[revision]  # abandoned: those revisions are given out again
+
+    fresh = Kernel([Keys()], thread_store=store) if store is not None else kernel
+    if head:
+        history = await fresh.history("t")
+        assert [record.revision for record in history] == list(range(1, head + 1))
+        report = await fresh.verify("t")
+        assert report.ok, report.detail
+        assert report.revision == head
+    for revision, expected in saved.items():
+        if revision or head:
+            snapshot = await fresh.state_at("t", revision)
+            assert snapshot.to_dict() == expected, revision
+    try:
+        run, _ = await fresh.resume_run("t")
+    except Exception:
+        run = await fresh.start_run("t")
+    assert run.revision == head and run.snapshot.to_dict() == saved[head]
+    await run.abandon()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=program, snapshot_every=st.integers(1, 4))
+def test_any_sequence_of_runs_loads_travels_and_verifies_in_memory(
+    plan: list[Any], snapshot_every: int
+) -> None:
+    asyncio.run(play(None, plan, snapshot_every))
+    asyncio.run(play(MemoryThreadStore(), plan, snapshot_every))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=program, snapshot_every=st.integers(1, 4))
+def test_any_sequence_of_runs_loads_travels_and_verifies_on_sqlite(
+    plan: list[Any], snapshot_every: int
+) -> None:
+    async def on_file() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            async with SqliteThreadStore(Path(folder) / "p.db") as store:
+                await play(store, plan, snapshot_every)
+
+    asyncio.run(on_file())
+
+
+# -- killed at a random point ---------------------------------------------------------------
+
+_WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    sys.path.insert(0, {tests!r})
+    from test_journal_properties import Count, Keys, Log
+    from statekernel import Kernel, StateCommand
+    from statekernel.stores import SqliteThreadStore
+
+    async def main():
+        async with SqliteThreadStore({db!r}) as store:
+            kernel = Kernel([Keys()], thread_store=store, snapshot_every=7)
+            while True:
+                run = await kernel.start_run("t")
+                for i in range(5):
+                    await run.submit(StateCommand().update(Count, 1).update(Log, (str(i),)))
+                    await run.checkpoint()
+                    print(run.revision, flush=True)  # acknowledged: saved
+                await run.finish()
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_writer_killed_at_any_point_leaves_a_sound_verified_thread(tmp_path: Path) -> None:
+    chance = random.Random(11)
+    for trial in range(6):
+        db = str(tmp_path / f"kill-{trial}.db")
+        script = _WRITER.format(tests=str(Path(__file__).parent), db=db)
+        writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert writer.stdout is not None
+        acknowledged = 0
+        for _ in range(chance.randint(3, 60)):
+            acknowledged = int(writer.stdout.readline())
+        writer.kill()  # SIGKILL: wherever it is, mid-save included
+        writer.wait(timeout=30)
+        with sqlite3.connect(db) as raw:
+            assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+        async def check(path: str = db, seen: int = acknowledged) -> None:
+            async with SqliteThreadStore(path) as store:
+                kernel = Kernel([Keys()], thread_store=store)
+                run = await kernel.start_run("t")
+                head = run.revision
+                assert head >= seen  # nothing acknowledged is lost
+                assert run.snapshot.get(Count) == head  # every commit added one
+                await run.abandon()
+                history = await kernel.history("t")
+                assert [r.revision for r in history] == list(range(1, head + 1))
+                assert (await kernel.verify("t")).ok
+
+        asyncio.run(check())
