@@ -19,12 +19,13 @@ import msgspec
 
 from ._errors import DecodeFailed, ReplayFailed, StateError, UnknownRevision
 from ._journal import CommitRecord, decode_record, encode_record_bytes
-from ._key_codec import EncodeCache, decode_values, encode_scope
+from ._key_codec import EncodeCache, encode_scope
 from ._keys import KeyScope
-from ._protocols import JournalEntry, ThreadSave, ThreadStore
+from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyRegistry
 from ._replay import ReplayReport, apply_records, hash_of
 from ._snapshot import Snapshot
+from ._thread_snapshots import read_snapshot, referenced_revisions
 from ._threads import ThreadKeeper, ThreadMemory
 
 __all__ = ["ThreadHistory"]
@@ -64,20 +65,22 @@ class _StoredJournal:
         return [decode_record(entry.data, thread_id=self._thread_id) for entry in entries]
 
     async def base(self, revision: int) -> _Base | None:
-        snapshot = await self._store.snapshot_at(self._thread_id, revision)
+        snapshot = await self.snapshot(revision)
         if snapshot is None:
             return None
-        raw = {name: data for name, data in snapshot.values.items() if not _reserved(name)}
-        restored = decode_values(
+        restored, _ = await read_snapshot(
             self._registry,
-            raw,
+            snapshot,
+            self.snapshot,
             record=self._thread_id,
             skip_undecodable=True,
-            scope=KeyScope.THREAD,
+            exclude=_reserved,
         )
-        return _Base(
-            snapshot.revision, restored.values, {**restored.foreign, **restored.undecodable}
-        )
+        foreign = {**restored.foreign, **restored.undecodable}
+        return _Base(snapshot.revision, restored.values, foreign)
+
+    async def snapshot(self, revision: int) -> ThreadSnapshot | None:
+        return await self._store.snapshot_at(self._thread_id, revision)
 
 
 class _MemoryJournal:
@@ -214,7 +217,16 @@ class ThreadHistory:
         _check_revision("before", before)
         store = self._keeper.store
         if store is not None:
-            await store.prune(thread_id, before=before)
+            # Snapshots may extend older ones (Vector references): keep from the oldest
+            # snapshot the one kept at `before` still reads.
+            kept = await store.snapshot_at(thread_id, before)
+            while kept is not None:
+                older = min(referenced_revisions(kept), default=kept.revision)
+                if older >= kept.revision:
+                    break
+                kept = await store.snapshot_at(thread_id, older)
+            if kept is not None:
+                await store.prune(thread_id, before=kept.revision)
             return
         thread = self._keeper.remembered(thread_id)
         if thread is None:

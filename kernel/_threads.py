@@ -32,9 +32,10 @@ from ._errors import StateError, StoreError
 from ._journal import CommitRecord, decode_record, encode_record_bytes, records_of
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import RESERVED_PREFIX, KeyScope
-from ._protocols import JournalEntry, ThreadSave, ThreadStore
+from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyRegistry
 from ._replay import apply_records
+from ._thread_snapshots import VectorBase, read_snapshot, write_snapshot
 
 __all__ = ["SNAPSHOT_EVERY", "PendingAction", "SuspendedRun", "ThreadKeeper", "ThreadMemory"]
 
@@ -102,6 +103,7 @@ class ThreadMemory:
     bytes_since_snapshot: int = 0
     snapshot_bytes: int = 0
     stale: frozenset[str] = frozenset()
+    vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
 
 
 class ThreadKeeper:
@@ -216,11 +218,10 @@ class ThreadKeeper:
             added = sum(len(entry.data) for entry in entries)
             snapshot = None
             if entries and not thread.stale and self._snapshot_due(thread, len(entries), added):
-                snapshot = {
-                    **thread.foreign,
-                    **undecodable,
-                    **encode_scope(registry, thread_values, KeyScope.THREAD, cache),
-                }
+                encoded, bases = write_snapshot(
+                    registry, thread_values, cache, thread.vector_bases, revision
+                )
+                snapshot = {**thread.foreign, **undecodable, **encoded}
             save = ThreadSave(
                 revision=revision,
                 records=entries,
@@ -244,6 +245,7 @@ class ThreadKeeper:
             if snapshot is not None:
                 thread.since_snapshot = thread.bytes_since_snapshot = 0
                 thread.snapshot_bytes = sum(len(data) for data in snapshot.values())
+                thread.vector_bases = bases
             else:
                 thread.since_snapshot += len(entries)
                 thread.bytes_since_snapshot += added
@@ -282,14 +284,19 @@ class ThreadKeeper:
                 revision=memory.revision,
                 runs=memory.runs,
             )
-        raw = dict(stored.values)
-        runs_raw = raw.pop(_RUN_COUNT, None)
-        restored = decode_values(
+        runs_raw = stored.values.get(_RUN_COUNT)
+        store: ThreadStore = self._store
+
+        async def fetch(revision: int) -> ThreadSnapshot | None:
+            return await store.snapshot_at(thread_id, revision)
+
+        restored, bases = await read_snapshot(
             registry,
-            raw,
+            ThreadSnapshot(stored.snapshot_revision, stored.values),
+            fetch,
             record=thread_id,
             skip_undecodable=self._skip_undecodable,
-            scope=KeyScope.THREAD,
+            exclude=lambda name: name == _RUN_COUNT,
         )
         records = [decode_record(entry.data, thread_id=thread_id) for entry in stored.records]
         ends_at = records[-1].revision if records else stored.snapshot_revision
@@ -339,6 +346,7 @@ class ThreadKeeper:
             bytes_since_snapshot=sum(len(entry.data) for entry in stored.records),
             snapshot_bytes=sum(len(data) for data in stored.values.values()),
             stale=frozenset(stale),
+            vector_bases=bases,
         )
 
 

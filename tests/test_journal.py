@@ -563,3 +563,57 @@ async def test_a_thread_saved_before_the_journal_loads_continues_and_travels(
         again = await Kernel(plugins(), thread_store=store).start_run("t")
         assert again.identity.run_id == "t:run-4" and again.snapshot.get(Count) == 8
         await again.abandon()
+
+
+# -- snapshots of a growing Vector ---------------------------------------------------------------
+
+
+async def _grow(store: ThreadStore, steps: int, snapshot_every: int) -> Kernel:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=snapshot_every)
+    run = await kernel.start_run("t")
+    for i in range(steps):
+        await run.submit(StateCommand().update(Log, (f"item {i:04}",)))
+        await run.checkpoint()
+    await run.finish()
+    return kernel
+
+
+async def test_snapshots_of_a_growing_vector_write_only_the_new_items(tmp_path: Path) -> None:
+    """The bytes a thread's snapshots take grow with the items added, not with the square of
+    the history's length: a snapshot of a Vector that only grew refers to the previous one."""
+    async with SqliteThreadStore(tmp_path / "j.db") as store:
+        await _grow(store, 400, snapshot_every=10)
+        item = len(b'"item 0000",')
+        snapshots = []
+        revision = 400
+        while (found := await store.snapshot_at("t", revision)) is not None:
+            snapshots.append(found)
+            revision = found.revision - 1
+        assert len(snapshots) == 40
+        total = sum(len(s.values[Log.key]) for s in snapshots)
+        assert total < 6 * 400 * item  # whole values every time would be about 20 times this
+        whole = [s.revision for s in snapshots if s.values[Log.key].startswith(b"[")]
+        assert 2 <= len(whole) <= 10  # rewritten whole now and then (chains stay short)
+        for revision in (1, 9, 10, 11, 205, 399, 400):
+            value = (await Kernel(plugins(), thread_store=store).state_at("t", revision)).get(Log)
+            assert list(value) == [f"item {i:04}" for i in range(revision)]
+        fresh = await Kernel(plugins(), thread_store=store).start_run("t")
+        assert len(fresh.snapshot.get(Log)) == 400
+        await fresh.abandon()
+
+
+async def test_pruning_keeps_the_snapshots_a_kept_one_refers_to(store: ThreadStore | None) -> None:
+    if store is None:
+        pytest.skip("kernel memory holds values, not references")
+    kernel = await _grow(store, 60, snapshot_every=2)
+    await kernel.prune("t", before=55)
+    for revision in (55, 58, 60):
+        assert len((await kernel.state_at("t", revision)).get(Log)) == revision
+    assert (await kernel.verify("t")).ok
+    fresh = await Kernel(plugins(), thread_store=store).start_run("t")
+    assert len(fresh.snapshot.get(Log)) == 60
+    await fresh.submit(StateCommand().update(Log, ("after the prune",)))
+    await fresh.finish()
+    assert len((await kernel.state_at("t", 61)).get(Log)) == 61
+    with pytest.raises(UnknownRevision):
+        await kernel.state_at("t", 1)
