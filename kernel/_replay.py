@@ -64,6 +64,7 @@ def apply_records(
     `ReplayFailed`.
     """
     by_name = registry.by_name
+    decoders: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}  # one per key and kind
     cannot_read = set(unreadable)
     stale: set[str] = set()
     for record in records:
@@ -83,10 +84,16 @@ def apply_records(
                 values.pop(name, None)
                 continue
             try:
+                decoder = decoders.get((name, op.kind))
+                if decoder is None:
+                    declared = binding.value_type if op.kind == "value" else binding.update_type
+                    decoder = msgspec.json.Decoder(declared, dec_hook=dec_hook)
+                    decoders[name, op.kind] = decoder
+                decoded = _decoded(decoder, op.update, name, record, thread_id)
                 if op.kind == "value":
-                    values[name] = _decoded(op.update, binding.value_type, name, record, thread_id)
+                    values[name] = decoded
                     continue
-                update = _decoded(op.update, binding.update_type, name, record, thread_id)
+                update = decoded
             except DecodeFailed:
                 if not skip_undecodable:
                     raise
@@ -107,9 +114,11 @@ def apply_records(
 _MISSING: Any = object()
 
 
-def _decoded(data: bytes, type_: Any, name: str, record: CommitRecord, thread_id: str) -> Any:
+def _decoded(
+    decoder: msgspec.json.Decoder[Any], data: bytes, name: str, record: CommitRecord, thread_id: str
+) -> Any:
     try:
-        return msgspec.json.decode(data, type=type_, dec_hook=dec_hook)
+        return decoder.decode(data)
     except CODEC_ERRORS as error:
         where = f"{thread_id} (journal, revision {record.revision})"
         raise DecodeFailed(name, where, error) from error
