@@ -1,4 +1,5 @@
-"""The demo and the engine tour run from a clean directory and show what they promise."""
+"""The demo, the engine tour and the history example run from a clean directory and show
+what they promise."""
 
 from __future__ import annotations
 
@@ -66,3 +67,10 @@ def test_the_demo_keeps_its_commutative_promise() -> None:
 def test_engine_tour_runs(tmp_path: Path) -> None:
     output = run_example("engine_tour.py", tmp_path)
     assert "commit rejected" in output and "conflict" in output
+
+
+def test_the_history_example_travels_forks_and_verifies(tmp_path: Path) -> None:
+    output = run_example("history.py", tmp_path)
+    assert "notes right after revision" in output and "('buy milk',)" in output
+    assert "the fork 'errands-draft' starts from: ('buy milk',)" in output
+    assert "verify: ok=True" in output
