@@ -33,7 +33,7 @@ from ._vector import Vector
 
 __all__ = ["MAX_CHAIN", "VectorBase", "read_snapshot", "referenced_revisions", "write_snapshot"]
 
-MAX_CHAIN = 16
+MAX_CHAIN = 64
 _EXTENDS = "statekernel.extends"
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 _any = msgspec.json.Decoder()
@@ -88,14 +88,14 @@ def write_snapshot(
 
 
 def _extends(value: Vector[Any], base: VectorBase) -> bool:
-    """Whether `value` holds base's items first (by identity: values are never mutated),
-    and a reference to it is still worth writing."""
+    """Whether `value` holds base's items first, and a reference to it is still worth
+    writing."""
     old = base.value
     if len(value) < len(old) or base.chain + 1 >= MAX_CHAIN:
         return False
     if len(value) - base.whole >= base.whole:  # added more than the whole value held: rewrite
         return False
-    return all(a is b for a, b in zip(old, value))  # noqa: B905 - value is the longer one
+    return value.startswith(old)
 
 
 def _extension(

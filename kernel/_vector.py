@@ -333,6 +333,28 @@ class Vector(Sequence[T], Generic[T]):
             base = end
         raise ValueError(f"{value!r} is not in Vector")
 
+    def startswith(self, prefix: Iterable[Any]) -> bool:
+        """Whether this vector's first items equal `prefix`'s, all of them.
+
+        Fast where it matters, when this vector was made by extending `prefix`: both then
+        hold the same leaf tuples, which compare by identity, so only the prefix's last
+        partial chunk is compared item by item."""
+        if type(prefix) is not Vector:
+            items = _to_list(prefix)
+            return len(items) <= self._s[0] and self[: len(items)].tolist() == items
+        if len(prefix) > self._s[0]:
+            return False
+        chunks = self._chunks()
+        for mine in prefix._chunks():
+            theirs = next(chunks)
+            if mine is theirs:
+                continue
+            if len(mine) < len(theirs):
+                theirs = theirs[: len(mine)]
+            if tuple(mine) != tuple(theirs):
+                return False
+        return True
+
     def count(self, value: Any) -> int:
         return sum(chunk.count(value) for chunk in self._chunks())
 

@@ -488,3 +488,38 @@ def test_pydantic_models_round_trip_through_the_codec_hooks() -> None:
     assert back == [Note(text="b")]
     with pytest.raises(msgspec.ValidationError, match="text"):
         msgspec.json.decode(b'{"text": 3}', type=Note, dec_hook=dec_hook)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    base=st.lists(st.integers(0, 3), max_size=80),
+    more=st.lists(st.integers(0, 3), max_size=80),
+    cut=st.integers(0, 200),
+    flip=st.integers(0, 200),
+)
+def test_startswith_is_a_prefix_comparison_however_the_vectors_were_built(
+    base: list[int], more: list[int], cut: int, flip: int
+) -> None:
+    grown = Vector(base).extend(more)  # shares base's storage
+    assert grown.startswith(Vector(base)) and grown.startswith(base)
+    assert Vector(base + more).startswith(Vector(base))  # built apart: compared by items
+    prefix = (base + more)[: cut % (len(base) + len(more) + 2)]
+    expected = (base + more)[: len(prefix)] == prefix
+    assert grown.startswith(Vector(prefix)) is expected
+    changed = list(prefix)
+    if changed:
+        changed[flip % len(changed)] += 10  # one item differs: never a prefix
+        assert not grown.startswith(Vector(changed)) and not grown.startswith(changed)
+    assert not Vector(base).startswith(Vector([*base, 0]))  # longer than the vector
+    assert Vector().startswith(()) and grown.startswith(Vector())
+
+
+def test_startswith_on_vectors_deep_enough_to_have_a_trie() -> None:
+    base = Vector(range(3000))
+    grown = base.extend(range(3000, 5000))
+    assert grown.startswith(base) and grown.startswith(range(2500))
+    assert Vector(range(5000)).startswith(base)
+    for position in (0, 31, 32, 1023, 1024, 2999):
+        changed = [*range(3000)]
+        changed[position] = -1
+        assert not grown.startswith(Vector(changed)), position
