@@ -30,6 +30,7 @@ from ._plugin import Plugin, PluginRegistrar
 from ._protocols import ProfileStore, ThreadStore
 from ._runtime import Kernel, PhaseListener, Run, Tool
 from ._snapshot import Snapshot
+from ._threads import SNAPSHOT_EVERY
 from ._tools import ToolCall, ToolCallStatus, ToolResult
 from ._vector import Vector
 
@@ -178,6 +179,7 @@ class Agent:
         name: str = "default",
         max_phase_rounds: int = 16,
         restore_errors: Literal["raise", "skip"] = "raise",
+        snapshot_every: int = SNAPSHOT_EVERY,
         on_phase: PhaseListener | None = None,
     ) -> None:
         if not callable(model):
@@ -190,6 +192,7 @@ class Agent:
             thread_store=thread_store,
             max_phase_rounds=max_phase_rounds,
             restore_errors=restore_errors,
+            snapshot_every=snapshot_every,
         )
         self.model = model
         self.tools: dict[str, Tool] = dict(tools or {})

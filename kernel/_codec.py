@@ -83,9 +83,47 @@ def _is_pydantic_model(cls: type) -> bool:
     return hasattr(cls, "model_validate") and hasattr(cls, "model_dump")
 
 
+_JSON_KEYS = (
+    msgspec.inspect.AnyType,
+    msgspec.inspect.StrType,
+    msgspec.inspect.IntType,
+    msgspec.inspect.FloatType,
+    msgspec.inspect.EnumType,
+    msgspec.inspect.LiteralType,
+    msgspec.inspect.UUIDType,
+    msgspec.inspect.DecimalType,
+    msgspec.inspect.DateTimeType,
+    msgspec.inspect.DateType,
+    msgspec.inspect.TimeType,
+    msgspec.inspect.BytesType,
+    msgspec.inspect.Metadata,
+)
+
+
+def _vector_items(type_: Any) -> list[Any]:
+    """The item types of every `Vector[T]` inside `type_` (outermost first)."""
+    found: list[Any] = []
+    todo = [type_]
+    seen: set[int] = set()
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        args = get_args(current)
+        if get_origin(current) is Vector and args:
+            found.append(args[0])
+        todo.extend(arg for arg in args if not isinstance(arg, (str, int, bytes)))
+    return found
+
+
 def unencodable_part(type_: Any) -> str | None:
     """The first part of `type_` that these hooks cannot carry both ways, or None if all of
     it can be encoded and decoded (checked once, when a key is registered)."""
+    for item in _vector_items(type_):  # msgspec sees a Vector as one custom type
+        problem = unencodable_part(item)
+        if problem is not None:
+            return f"the items of a Vector: {problem}"
     try:
         root = msgspec.inspect.type_info(type_)
     except (TypeError, ValueError) as error:
@@ -102,6 +140,8 @@ def unencodable_part(type_: Any) -> str | None:
             if not (cls is Vector or _is_pydantic_model(cls)):
                 return f"objects of type {cls.__qualname__} are not supported"
             continue
+        if isinstance(node, msgspec.inspect.DictType) and not isinstance(node.key_type, _JSON_KEYS):
+            return "a dict whose keys are neither strings nor numbers (JSON object keys are)"
         for attribute in ("type", "item_type", "key_type", "value_type"):
             child = getattr(node, attribute, None)
             if isinstance(child, msgspec.inspect.Type):

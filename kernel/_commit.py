@@ -44,28 +44,27 @@ class PendingCommit:
     """A commit noted by the live state, to become a `CommitRecord` at the next checkpoint.
 
     Holds references only: the contributions it applied (whose updates were copied when the
-    command was built, so they cannot change), and the snapshot it published (for `"value"`
-    ops).
+    command was built, so they cannot change) and, when the live state keeps them, the
+    snapshot it published (for `"value"` ops; a kernel with a store does not keep them, so
+    that values replaced between two saves are not held until the save).
     """
 
-    __slots__ = ("at", "contributions", "phase", "snapshot", "step")
+    __slots__ = ("at", "contributions", "phase", "revision", "snapshot", "step")
 
     def __init__(
         self,
-        snapshot: Snapshot,
+        revision: int,
         contributions: Sequence[Contribution],
         phase: Phase | None,
         step: int,
+        snapshot: Snapshot | None = None,
     ) -> None:
-        self.snapshot = snapshot
+        self.revision = revision
         self.contributions = contributions
         self.phase = phase
         self.step = step
+        self.snapshot = snapshot
         self.at = time.time()
-
-    @property
-    def revision(self) -> int:
-        return self.snapshot.revision
 
 
 class LiveState:
@@ -74,6 +73,7 @@ class LiveState:
     __slots__ = (
         "_history",
         "_journal",
+        "_journal_snapshots",
         "_listeners",
         "_registry",
         "_snapshot",
@@ -98,6 +98,7 @@ class LiveState:
         self._history: list[Snapshot] = []
         self._touched: set[str] | None = None
         self._journal: list[PendingCommit] | None = None
+        self._journal_snapshots = False
         # What the journal records with each commit; the run keeps them current.
         self.phase: Phase | None = None
         self.step = 0
@@ -152,10 +153,12 @@ class LiveState:
         """Key strings written or cleared since `track_touched()` (empty if never called)."""
         return frozenset(self._touched or ())
 
-    def keep_journal(self) -> None:
-        """From now on, note every commit that moves the revision (`pending_commits`)."""
+    def keep_journal(self, *, with_snapshots: bool = False) -> None:
+        """From now on, note every commit that moves the revision (`pending_commits`); with
+        `with_snapshots`, each with the snapshot it published."""
         if self._journal is None:
             self._journal = []
+        self._journal_snapshots = with_snapshots
 
     def pending_commits(self) -> tuple[PendingCommit, ...]:
         """The commits noted and not yet saved, oldest first."""
@@ -208,6 +211,7 @@ class LiveState:
             fork._touched = set()
         if self._journal is not None:
             fork._journal = []
+            fork._journal_snapshots = self._journal_snapshots
         fork.phase, fork.step = self.phase, self.step
         return fork
 
@@ -302,7 +306,15 @@ class LiveState:
             self._touched.update(working)
         if self._journal is not None:
             kept = contributions if type(contributions) is tuple else tuple(contributions)
-            self._journal.append(PendingCommit(snapshot, kept, self.phase, self.step))
+            self._journal.append(
+                PendingCommit(
+                    snapshot.revision,
+                    kept,
+                    self.phase,
+                    self.step,
+                    snapshot if self._journal_snapshots else None,
+                )
+            )
         self._snapshot = snapshot
         self._notify(snapshot)
         return snapshot

@@ -10,6 +10,7 @@ head revision.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -19,21 +20,23 @@ import msgspec
 
 from ._errors import DecodeFailed, ReplayFailed, StateError, UnknownRevision
 from ._journal import CommitRecord, decode_record, encode_record_bytes
-from ._key_codec import EncodeCache, encode_scope
 from ._keys import KeyScope
 from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyRegistry
 from ._replay import ReplayReport, apply_records, hash_of
 from ._snapshot import Snapshot
-from ._thread_snapshots import read_snapshot, referenced_revisions
+from ._thread_snapshots import read_snapshot, referenced_revisions, whole_snapshot
 from ._threads import ThreadKeeper, ThreadMemory
 
 __all__ = ["ThreadHistory"]
 
+_RUN_COUNT = "statekernel.run_count"  # the run count of heads saved before the journal
+
 
 @attrs.define
 class _Base:
-    """A snapshot to replay from: decoded values, and bytes this kernel cannot read."""
+    """A snapshot to replay from: decoded values (the caller's to change), and bytes this
+    kernel cannot read."""
 
     revision: int
     values: dict[str, Any]
@@ -41,6 +44,8 @@ class _Base:
 
 
 class _Journal(Protocol):
+    from_store: bool
+
     async def head(self) -> int | None: ...
 
     async def records(
@@ -51,8 +56,13 @@ class _Journal(Protocol):
 
 
 class _StoredJournal:
-    def __init__(self, store: ThreadStore, registry: KeyRegistry, thread_id: str) -> None:
+    from_store = True
+
+    def __init__(
+        self, store: ThreadStore, registry: KeyRegistry, thread_id: str, *, skip: bool
+    ) -> None:
         self._store, self._registry, self._thread_id = store, registry, thread_id
+        self._skip = skip
 
     async def head(self) -> int | None:
         stored = await self._store.load(self._thread_id)
@@ -73,8 +83,8 @@ class _StoredJournal:
             snapshot,
             self.snapshot,
             record=self._thread_id,
-            skip_undecodable=True,
-            exclude=_reserved,
+            skip_undecodable=self._skip,
+            exclude=lambda name: name == _RUN_COUNT,
         )
         foreign = {**restored.foreign, **restored.undecodable}
         return _Base(snapshot.revision, restored.values, foreign)
@@ -84,14 +94,14 @@ class _StoredJournal:
 
 
 class _MemoryJournal:
-    def __init__(self, thread: ThreadMemory | None) -> None:
+    from_store = False
+
+    def __init__(self, thread: ThreadMemory | None, registry: KeyRegistry) -> None:
         self._thread = thread
+        self._registry = registry
 
     async def head(self) -> int | None:
-        thread = self._thread
-        return (
-            None if thread is None or not (thread.journal or thread.revision) else thread.revision
-        )
+        return None if self._thread is None else self._thread.revision
 
     async def records(
         self, since: int, until: int | None = None, limit: int | None = None
@@ -112,18 +122,24 @@ class _MemoryJournal:
         if not held:
             return None
         newest, values = held[-1]
-        return _Base(newest, dict(values))
+        # The held values are the thread's own; replay hands them to `apply`, which may
+        # change a mutable value in place, so it gets copies, as a commit would.
+        by_name = self._registry.by_name
+        copied = {
+            name: copy.deepcopy(value) if _copies(by_name.get(name)) else value
+            for name, value in values.items()
+        }
+        return _Base(newest, copied)
 
 
-def _reserved(name: str) -> bool:
-    return name == "statekernel.run_count"  # the run count of heads saved before the journal
+def _copies(binding: Any) -> bool:
+    return binding is not None and (binding.copy_values or binding.copy_items)
 
 
 @attrs.frozen
 class _Rebuilt:
     revision: int
     values: dict[str, Any]
-    raw: dict[str, bytes]
     stale: frozenset[str]
 
 
@@ -139,8 +155,9 @@ class ThreadHistory:
             raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
         store = self._keeper.store
         if store is not None:
-            return _StoredJournal(store, self._registry, thread_id)
-        return _MemoryJournal(self._keeper.remembered(thread_id))
+            skip = self._keeper.skip_undecodable  # as loads do: `restore_errors`
+            return _StoredJournal(store, self._registry, thread_id, skip=skip)
+        return _MemoryJournal(self._keeper.remembered(thread_id), self._registry)
 
     async def history(
         self, thread_id: str, *, since: int = 0, limit: int | None = None
@@ -164,52 +181,69 @@ class ThreadHistory:
         reached = records[-1].revision if records else base.revision
         contiguous = not records or records[0].revision == base.revision + 1
         found = reached == revision and contiguous
-        if found and revision == 0:  # the empty start: held unless the thread is unknown or pruned
+        if found and base.revision == 0:  # from the empty start: not if pruned or unknown
             first = await journal.records(0, limit=1)
             found = await journal.head() is not None and (not first or first[0].revision == 1)
         if not found:
-            raise UnknownRevision(
-                thread_id, revision, held=await _held(journal, await journal.head())
-            )
+            head = await journal.head()
+            raise UnknownRevision(thread_id, revision, held=await _held(journal, head))
         stale = apply_records(
-            self._registry, base.values, records, thread_id=thread_id, unreadable=base.raw
+            self._registry,
+            base.values,
+            records,
+            thread_id=thread_id,
+            unreadable=base.raw,
+            skip_undecodable=self._keeper.skip_undecodable,
+            from_store=journal.from_store,
         )
-        raw = {name: data for name, data in base.raw.items() if name not in stale}
-        return _Rebuilt(revision, base.values, raw, frozenset(stale))
+        return _Rebuilt(revision, base.values, frozenset(stale | set(base.raw)))
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
+        """A new thread holding the source's newest snapshot at or before `revision` and
+        every record up to it, so that it rebuilds (and travels back) exactly as the source
+        does, keys this kernel cannot read included."""
         source = self._journal(thread_id)
-        target = self._journal(new_thread_id)
-        if self._keeper.is_live(new_thread_id) or await target.head() is not None:
+        if (
+            self._keeper.is_live(new_thread_id)
+            or await self._journal(new_thread_id).head() is not None
+        ):
             raise StateError(
                 f"cannot fork thread {thread_id!r} into {new_thread_id!r}: that thread already "
                 f"exists. Fork into a new thread id, or delete it first."
             )
-        rebuilt = await self._rebuild(source, thread_id, revision)
+        await self._rebuild(source, thread_id, revision)  # raises UnknownRevision first
         records = [
             msgspec.structs.replace(record, thread_id=new_thread_id)
             for record in await source.records(0, until=revision)
         ]
         store = self._keeper.store
         if store is None:
+            thread = self._keeper.remembered(thread_id)
+            assert thread is not None  # it has the revision, so the kernel holds it
+            rebuilt = await self._rebuild(source, thread_id, revision)
             self._keeper.adopt(
                 new_thread_id,
                 ThreadMemory(
-                    values=dict(rebuilt.values),
+                    values=rebuilt.values,
                     revision=revision,
                     journal=records,
-                    snapshots=[(revision, dict(rebuilt.values))],
+                    snapshots=[(r, values) for r, values in thread.snapshots if r <= revision],
                 ),
             )
             return
-        snapshot = {
-            **rebuilt.raw,
-            **encode_scope(self._registry, rebuilt.values, KeyScope.THREAD, EncodeCache()),
-        }
+        base = await store.snapshot_at(thread_id, revision)
+        snapshot = None
+        if base is not None:
+
+            async def fetch(at: int) -> ThreadSnapshot | None:
+                return await store.snapshot_at(thread_id, at)
+
+            snapshot = await whole_snapshot(base, fetch, record=thread_id)
         save = ThreadSave(
             revision=revision,
             records=tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records),
             snapshot=snapshot,
+            snapshot_revision=base.revision if base is not None else None,
         )
         await store.save(new_thread_id, save, expected_position=0)
 
@@ -243,55 +277,62 @@ class ThreadHistory:
         head = await journal.head()
         if head is None:
             raise UnknownRevision(thread_id, 0, held=None)
-        records = await journal.records(0)
-        start = records[0].revision - 1 if records else head
-        base = (await journal.base(start) if start else None) or _Base(0, {})
-        if base.revision != start:
-            raise UnknownRevision(thread_id, start, held=await _held(journal, head))
-        checks = await _checkpoints(journal, start, head)
+        try:
+            held = await _held(journal, head)
+            assert held is not None
+            start = held[0]  # records before it (a pruned thread's fork) are history only
+            base = (await journal.base(start) if start else None) or _Base(0, {})
+            checks = await _checkpoints(journal, start, head)
+        except DecodeFailed as error:
+            detail = f"a stored snapshot does not decode: {error}"
+            return ReplayReport(False, head, "", None, detail)
+        records = await journal.records(start)
         values, unreadable = base.values, set(base.raw)
-        done = start
-        last_good = start
-        for revision, expected in checks:
-            chunk = [record for record in records if done < record.revision <= revision]
+        position, last_good = 0, start
+        for revision, expected, raw in [*checks, (head, None, {})]:
+            chunk_end = position
+            while chunk_end < len(records) and records[chunk_end].revision <= revision:
+                chunk_end += 1
+            chunk = records[position:chunk_end]
+            position = chunk_end
             try:
                 unreadable |= apply_records(
-                    self._registry, values, chunk, thread_id=thread_id, unreadable=unreadable
+                    self._registry,
+                    values,
+                    chunk,
+                    thread_id=thread_id,
+                    unreadable=unreadable,
+                    skip_undecodable=self._keeper.skip_undecodable,
+                    from_store=journal.from_store,
                 )
             except (ReplayFailed, DecodeFailed) as error:
                 failed_at = getattr(error, "revision", None) or _first_of(chunk, revision)
                 return ReplayReport(False, head, "", failed_at, str(error))
-            done = revision
-            differing = _differing(self._registry, values, expected, unreadable)
+            if expected is None:
+                expected = self._held_values(thread_id)
+                where = f"the state this kernel holds at revision {head}"
+                if expected is None:
+                    break
+            else:
+                where = f"what was stored at revision {revision}"
+            differing = _differing(self._registry, values, expected, unreadable | set(raw))
             if differing:
                 first = _first_writer(records, last_good, revision, differing)
                 detail = (
-                    f"at revision {revision} the journal rebuilds keys "
-                    f"{sorted(differing)} differently from what was stored; the first commit "
-                    f"after revision {last_good} that wrote one is revision {first}"
+                    f"the journal rebuilds keys {sorted(differing)} differently from {where}; "
+                    f"the first commit after revision {last_good} that wrote one is revision "
+                    f"{first}"
                 )
                 return ReplayReport(False, head, "", first, detail)
             last_good = revision
-        tail = [record for record in records if record.revision > done]
-        try:
-            unreadable |= apply_records(
-                self._registry, values, tail, thread_id=thread_id, unreadable=unreadable
-            )
-        except (ReplayFailed, DecodeFailed) as error:
-            failed_at = getattr(error, "revision", None) or _first_of(tail, head)
-            return ReplayReport(False, head, "", failed_at, str(error))
-        held = self._held_values(thread_id)
-        if held is not None:
-            differing = _differing(self._registry, values, held, unreadable)
-            if differing:
-                first = _first_writer(records, last_good, head, differing)
-                detail = (
-                    f"the journal rebuilds keys {sorted(differing)} differently from the "
-                    f"state this kernel holds at revision {head}"
-                )
-                return ReplayReport(False, head, "", first, detail)
         kept = {name: value for name, value in values.items() if name not in unreadable}
-        return ReplayReport(True, head, hash_of(self._registry, head, kept))
+        detail = (
+            f"not rebuilt by this kernel (no plugin registers them, or they do not decode): "
+            f"{sorted(unreadable)}"
+            if unreadable
+            else ""
+        )
+        return ReplayReport(True, head, hash_of(self._registry, head, kept), None, detail)
 
     def _held_values(self, thread_id: str) -> dict[str, Any] | None:
         """The thread values this kernel holds in memory, when it holds all of them."""
@@ -303,15 +344,15 @@ class ThreadHistory:
 
 async def _checkpoints(
     journal: _Journal, start: int, head: int
-) -> list[tuple[int, Mapping[str, Any]]]:
+) -> list[tuple[int, Mapping[str, Any], Mapping[str, bytes]]]:
     """Every snapshot after `start` up to `head`, oldest first (walking back from the head)."""
-    found: list[tuple[int, Mapping[str, Any]]] = []
+    found: list[tuple[int, Mapping[str, Any], Mapping[str, bytes]]] = []
     at = head
     while at > start:
         base = await journal.base(at)
         if base is None or base.revision <= start:
             break
-        found.append((base.revision, base.values))
+        found.append((base.revision, base.values, base.raw))
         at = base.revision - 1
     found.reverse()
     return found
@@ -351,10 +392,23 @@ def _first_of(records: list[CommitRecord], default: int) -> int:
 
 
 async def _held(journal: _Journal, head: int | None) -> tuple[int, int] | None:
+    """The revisions `state_at` can rebuild: from the oldest snapshot the held records go
+    on from (0 when they start at revision 1) to the head."""
     if head is None:
         return None
     first = await journal.records(0, limit=1)
-    return (first[0].revision - 1 if first else head, head)
+    start = first[0].revision - 1 if first else head
+    if start == 0:
+        return (0, head)
+    base = await journal.base(start)
+    if base is not None and base.revision == start:
+        return (start, head)
+    oldest = head  # else the oldest snapshot after `start` (walking back from the head)
+    base = await journal.base(head)
+    while base is not None and base.revision > start:
+        oldest = base.revision
+        base = await journal.base(base.revision - 1)
+    return (oldest, head)
 
 
 def _check_revision(name: str, value: object) -> None:

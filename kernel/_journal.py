@@ -9,10 +9,11 @@ encoding each op's update once, and the ThreadStore appends them in the same tra
 the rest of the save. A checkpoint therefore costs what changed, not what is held.
 
 An op is journaled as its update (`"update"`, replayed with the key's `apply`) or as
-`"clear"`. A key whose update cannot be encoded cannot be a persistent thread key (the
-registry refuses it, `check_journal_type`); for any other key such an op is journaled as the
-key's value after the commit (`"value"`), or with no bytes when that cannot be encoded
-either, and replay then cannot rebuild that key.
+`"clear"`. A persistent thread key whose declared update type cannot be encoded is refused
+at registration; an update that still cannot be encoded (a value of a type declared `Any`)
+is journaled as the key's value after the commit (`"value"`): with its bytes where the
+kernel kept that value (without a store), else none, and the save then writes a snapshot
+so that a load never needs the op.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import datetime
 from collections.abc import Iterable
 from typing import Literal
 
+import attrs
 import msgspec
 
 from ._codec import CODEC_ERRORS, enc_hook
 from ._commands import CLEAR
 from ._commit import PendingCommit
-from ._errors import DecodeFailed, StateError
+from ._errors import DecodeFailed
 from ._keys import KeyScope
 from ._phases import Phase
 from ._registry import KeyRegistry
@@ -77,6 +79,15 @@ class CommitRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime.datetime
 
 
+@attrs.frozen
+class Journaled:
+    """Records made from pending commits, and the keys some op of which could not be
+    journaled as an update (they need a snapshot to be rebuilt from)."""
+
+    records: list[CommitRecord]
+    unrecorded: frozenset[str]
+
+
 def records_of(
     pending: Iterable[PendingCommit],
     registry: KeyRegistry,
@@ -84,18 +95,25 @@ def records_of(
     thread_id: str,
     run_id: str | None,
     for_store: bool,
-) -> list[CommitRecord]:
+) -> Journaled:
     """The pending commits as records.
 
     `for_store`: only the ops of persistent thread keys, the ones a ThreadStore keeps (run
     keys start afresh in every run, and a key's scope may differ in the next kernel that
-    reads the thread); without a store, the kernel's memory journals every op."""
+    reads the thread); without a store, the kernel's memory journals every op.
+
+    An op whose update cannot be encoded makes its key's ops in that commit one `"value"`
+    op, where the last of them was: the value after the commit where the kernel kept it
+    (in memory), else none (`unrecorded`: the save must then snapshot the key's value).
+    """
     by_class = registry.by_class
     thread_scope = KeyScope.THREAD
     records: list[CommitRecord] = []
+    unrecorded: set[str] = set()
     for commit in pending:
         sources: list[str] = []
         ops: list[JournalOp] = []
+        failed: set[str] = set()
         for contribution in commit.contributions:
             patch_ops = contribution.command.patch.ops
             if not patch_ops:
@@ -110,8 +128,12 @@ def records_of(
                     continue
                 try:
                     ops.append(JournalOp(binding.name, "update", _update_encoder.encode(update)))
-                except CODEC_ERRORS as error:
-                    ops.append(_value_op(commit, binding.name, error, strict=for_store))
+                except CODEC_ERRORS:
+                    failed.add(binding.name)
+                    ops.append(JournalOp(binding.name, "value"))
+        if failed:
+            ops = _as_values(ops, failed, commit)
+            unrecorded.update(op.key for op in ops if op.kind == "value" and op.update is None)
         records.append(
             CommitRecord(
                 thread_id=thread_id,
@@ -124,25 +146,33 @@ def records_of(
                 created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
             )
         )
-    return records
+    return Journaled(records, frozenset(unrecorded))
 
 
-def _value_op(commit: PendingCommit, name: str, error: BaseException, *, strict: bool) -> JournalOp:
-    """An op whose update does not encode, journaled as the key's value after the commit."""
+def _as_values(ops: list[JournalOp], failed: set[str], commit: PendingCommit) -> list[JournalOp]:
+    """Each key in `failed` keeps one op, where its last op was: its value after the commit
+    (every earlier op of the key in this commit is in that value already)."""
+    last = {op.key: index for index, op in enumerate(ops)}
+    kept: list[JournalOp] = []
+    for index, op in enumerate(ops):
+        if op.key not in failed:
+            kept.append(op)
+        elif last[op.key] == index:
+            kept.append(_value_op(commit, op.key))
+    return kept
+
+
+def _value_op(commit: PendingCommit, name: str) -> JournalOp:
+    """The key's value after the commit, if the commit kept its snapshot and it encodes."""
+    if commit.snapshot is None:
+        return JournalOp(name, "value")
     value = commit.snapshot._stored_values().get(name, CLEAR)
     if value is CLEAR:
         return JournalOp(name, "clear")
     try:
         return JournalOp(name, "value", _update_encoder.encode(value))
     except CODEC_ERRORS:
-        if strict:
-            raise StateError(
-                f"key {name!r} cannot be encoded for the journal: neither its update at "
-                f"revision {commit.revision} nor the value it produced encodes ({error}). Use "
-                f"msgspec-encodable update and value types, or register the key with "
-                f"StateKeyOptions(persistent=False)."
-            ) from error
-        return JournalOp(name, "value", None)
+        return JournalOp(name, "value")
 
 
 _record_encoder = msgspec.msgpack.Encoder()

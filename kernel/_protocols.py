@@ -260,7 +260,9 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     `records`: the commits since the previous save, oldest first; their revisions follow
     the stored head revision one by one and end at `revision`, the new head. `snapshot`:
     when the kernel's snapshot policy says so, every persistent thread key as of `revision`
-    (a save without one stores only what changed). `runs` counts the thread's runs;
+    (a save without one stores only what changed). Only a save that creates the thread (a
+    fork) may give an older `snapshot_revision`, with records from before it up to
+    `revision`. `runs` counts the thread's runs;
     `run_values` and `suspended`, while a run is suspended, are its run keys and the
     kernel's opaque record of it; the next save replaces them.
     """
@@ -268,6 +270,7 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     revision: int
     records: tuple[JournalEntry, ...] = ()
     snapshot: dict[str, bytes] | None = None
+    snapshot_revision: int | None = None
     runs: int = 0
     run_values: dict[str, bytes] | None = None
     suspended: bytes | None = None

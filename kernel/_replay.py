@@ -54,14 +54,17 @@ def apply_records(
     thread_id: str,
     unreadable: Iterable[str] = (),
     skip_undecodable: bool = False,
+    from_store: bool = True,
 ) -> set[str]:
     """Apply `records` to `values` (thread keys by key string, changed in place), oldest first.
 
     Returns the stale keys: those in `unreadable` (held as bytes this kernel cannot read)
     that an op touched, and keys no plugin registered that an op touched. Their values here
-    are not the thread's. An update that no longer decodes is `DecodeFailed` (with
-    `skip_undecodable`, its key is dropped and stale instead); an `apply` that raises is
-    `ReplayFailed`.
+    are not the thread's. Records `from_store` hold only ops of keys their writer kept as
+    persistent thread keys, so an op on a key this kernel declares otherwise is stale too;
+    records from the kernel's memory hold every op, and run keys' ops are history only. An
+    update that no longer decodes is `DecodeFailed` (with `skip_undecodable`, its key is
+    dropped and stale instead); an `apply` that raises is `ReplayFailed`.
     """
     by_name = registry.by_name
     decoders: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}  # one per key and kind
@@ -74,7 +77,10 @@ def apply_records(
             if binding is None or name in cannot_read:
                 stale.add(name)
                 continue
-            if binding.scope is not KeyScope.THREAD:
+            if binding.scope is not KeyScope.THREAD or (from_store and not binding.persistent):
+                if from_store:  # the writer kept it as a persistent thread key; we do not
+                    stale.add(name)
+                    values.pop(name, None)
                 continue
             if op.kind == "clear":
                 values.pop(name, None)

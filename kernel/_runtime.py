@@ -250,8 +250,8 @@ class Kernel:
                     f"resume or cancel it before updating the thread's state from outside."
                 )
             state = LiveState(keys, values=thread.values, revision=thread.revision)
-            state.keep_journal()
-            if thread.undecodable:
+            state.keep_journal(with_snapshots=self.thread_store is None)
+            if thread.undecodable or thread.stale:
                 state.track_touched()
             state.commit((Contribution(None, command, "external"),))
             await self._threads.save(
@@ -300,10 +300,10 @@ class Kernel:
     ) -> Run:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
-        state.keep_journal()
+        state.keep_journal(with_snapshots=self.thread_store is None)
         if thread.suspended is not None:
             state.step = thread.suspended.step
-        if thread.undecodable:
+        if thread.undecodable or thread.stale:
             state.track_touched()  # to know which set-aside values this run replaced
         return Run(
             self, identity, agent, state, _Lease(self._threads, identity.thread_id, thread), pending

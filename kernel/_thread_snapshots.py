@@ -31,7 +31,14 @@ from ._protocols import ThreadSnapshot
 from ._registry import KeyBinding, KeyRegistry
 from ._vector import Vector
 
-__all__ = ["MAX_CHAIN", "VectorBase", "read_snapshot", "referenced_revisions", "write_snapshot"]
+__all__ = [
+    "MAX_CHAIN",
+    "VectorBase",
+    "read_snapshot",
+    "referenced_revisions",
+    "whole_snapshot",
+    "write_snapshot",
+]
 
 MAX_CHAIN = 64
 _EXTENDS = "statekernel.extends"
@@ -217,3 +224,36 @@ def _is_reference(data: bytes) -> bool:
 
 def _holds_vector(binding: KeyBinding) -> bool:
     return (typing.get_origin(binding.value_type) or binding.value_type) is Vector
+
+
+async def whole_snapshot(
+    snapshot: ThreadSnapshot, fetch: FetchSnapshot, *, record: str
+) -> dict[str, bytes]:
+    """The snapshot's values with every Vector reference replaced by the whole array it
+    stands for, key by key as JSON, whatever the key (for a copy that must stand alone)."""
+    whole: dict[str, bytes] = {}
+    for name, data in snapshot.values.items():
+        parts: list[bytes] = []
+        while _is_reference(data):
+            try:
+                extension = msgspec.json.decode(data, type=_Extension)
+            except msgspec.MsgspecError as error:
+                raise DecodeFailed(name, record, error) from error
+            parts.append(bytes(extension.items))
+            older = await fetch(extension.extends)
+            if older is None or older.revision != extension.extends or name not in older.values:
+                raise DecodeFailed(
+                    name,
+                    record,
+                    ValueError(
+                        f"its snapshot extends one at revision {extension.extends} no longer held"
+                    ),
+                )
+            data = older.values[name]
+        if parts:
+            items: list[Any] = _any.decode(data)
+            for part in reversed(parts):
+                items.extend(_any.decode(part))
+            data = _encoder.encode(items)
+        whole[name] = data
+    return whole

@@ -170,6 +170,10 @@ class ThreadKeeper:
     def store(self) -> ThreadStore | None:
         return self._store
 
+    @property
+    def skip_undecodable(self) -> bool:
+        return self._skip_undecodable
+
     def is_live(self, thread_id: str) -> bool:
         return thread_id in self._live
 
@@ -207,21 +211,36 @@ class ThreadKeeper:
         registry = self._registry
         thread_values, run_values = _split_by_scope(registry, values)
         persistent = self._store is not None
-        records = records_of(
+        journaled = records_of(
             pending, registry, thread_id=thread_id, run_id=run_id, for_store=persistent
         )
+        records = journaled.records
         if self._store is not None:
             undecodable = {
                 name: data for name, data in thread.undecodable.items() if name not in touched
             }
             entries = tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records)
             added = sum(len(entry.data) for entry in entries)
+            # A key whose op could not be journaled, or that this run wrote over bytes it
+            # could not read, can only be rebuilt from a snapshot from now on.
+            rewritten = touched & (thread.stale | thread.undecodable.keys())
+            needed = journaled.unrecorded | rewritten
+            blocking = thread.stale - rewritten
             snapshot = None
-            if entries and not thread.stale and self._snapshot_due(thread, len(entries), added):
-                encoded, bases = write_snapshot(
-                    registry, thread_values, cache, thread.vector_bases, revision
-                )
-                snapshot = {**thread.foreign, **undecodable, **encoded}
+            if entries and (needed or self._snapshot_due(thread, len(entries), added)):
+                if blocking and needed:
+                    raise StateError(
+                        f"thread {thread_id!r}: keys {sorted(needed)} can only be saved with a "
+                        f"snapshot, but keys {sorted(blocking)} hold records this kernel cannot "
+                        f"replay (no plugin of it registers them as persistent thread keys), "
+                        f"and a snapshot would hide them. Nothing was saved; save from a kernel "
+                        f"that registers them."
+                    )
+                if not blocking:
+                    encoded, bases = write_snapshot(
+                        registry, thread_values, cache, thread.vector_bases, revision
+                    )
+                    snapshot = {**thread.foreign, **undecodable, **encoded}
             save = ThreadSave(
                 revision=revision,
                 records=entries,
@@ -246,6 +265,7 @@ class ThreadKeeper:
                 thread.since_snapshot = thread.bytes_since_snapshot = 0
                 thread.snapshot_bytes = sum(len(data) for data in snapshot.values())
                 thread.vector_bases = bases
+                thread.stale = frozenset()
             else:
                 thread.since_snapshot += len(entries)
                 thread.bytes_since_snapshot += added
@@ -278,6 +298,8 @@ class ThreadKeeper:
         except Exception as error:
             raise StoreError("thread load", error, key=thread_id) from error
         registry = self._registry
+        if stored is None and memory.saved_position > 0:
+            return ThreadMemory()  # deleted from the store since: a new thread
         if stored is None:
             return ThreadMemory(
                 values=_volatile(registry, memory.values),
@@ -313,6 +335,7 @@ class ThreadKeeper:
             registry,
             restored.values,
             records,
+            from_store=True,
             thread_id=thread_id,
             unreadable=(*restored.foreign, *restored.undecodable),
             skip_undecodable=self._skip_undecodable,

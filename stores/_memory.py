@@ -8,6 +8,7 @@ anything, so each call is atomic with respect to other tasks.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from ._thread_codec import (
     encode_snapshot,
     legacy_snapshot,
     prune_point,
+    snapshot_taken_at,
     state_of,
 )
 
@@ -120,8 +122,22 @@ def _entry(namespace: str, key: str, record: _Record) -> Entry:
 class _Thread:
     position: int
     head: bytes
-    records: dict[int, bytes] = attrs.field(factory=dict)  # in revision order
-    snapshots: dict[int, bytes] = attrs.field(factory=dict)  # in revision order
+    records: list[JournalEntry] = attrs.field(factory=list)  # in revision order
+    snapshots: dict[int, bytes] = attrs.field(factory=dict)
+
+    def after(self, since: int, until: int | None = None) -> list[JournalEntry]:
+        """The records with `since < revision <= until`, found by bisection."""
+        start = bisect.bisect_right(self.records, since, key=_revision)
+        stop = (
+            len(self.records)
+            if until is None
+            else bisect.bisect_right(self.records, until, key=_revision)
+        )
+        return self.records[start:stop]
+
+
+def _revision(entry: JournalEntry) -> int:
+    return entry.revision
 
 
 class MemoryThreadStore(ClosingStore):
@@ -136,8 +152,7 @@ class MemoryThreadStore(ClosingStore):
             return None
         head = decode_head(thread_id, thread.head)
         snapshot = self._newest_snapshot(thread_id, thread, head.revision)
-        after = snapshot.revision if snapshot is not None else 0
-        records = [JournalEntry(r, data) for r, data in thread.records.items() if r > after]
+        records = thread.after(snapshot.revision if snapshot is not None else 0)
         return state_of(head, thread.position, snapshot, records)
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
@@ -149,7 +164,7 @@ class MemoryThreadStore(ClosingStore):
         legacy = legacy_snapshot(old) if old is not None else None
         snapshot_revision = old.snapshot_revision if old is not None else 0
         if save.snapshot is not None:
-            snapshot_revision = save.revision
+            snapshot_revision = snapshot_taken_at(save)
         elif legacy is not None:
             snapshot_revision = legacy.revision
         head = encode_head(save, snapshot_revision)
@@ -159,10 +174,9 @@ class MemoryThreadStore(ClosingStore):
         thread.position, thread.head = position, head
         if legacy is not None:
             thread.snapshots[legacy.revision] = encode_snapshot(legacy.values)
-        for entry in save.records:
-            thread.records[entry.revision] = bytes(entry.data)
+        thread.records.extend(JournalEntry(e.revision, bytes(e.data)) for e in save.records)
         if save.snapshot is not None:
-            thread.snapshots[save.revision] = encode_snapshot(dict(save.snapshot))
+            thread.snapshots[snapshot_revision] = encode_snapshot(dict(save.snapshot))
 
     async def records(
         self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
@@ -170,14 +184,8 @@ class MemoryThreadStore(ClosingStore):
         thread = self._threads.get(thread_id)
         if thread is None:
             return []
-        found: builtins.list[JournalEntry] = []
-        for revision, data in thread.records.items():
-            if revision <= since or (until is not None and revision > until):
-                continue
-            if limit is not None and len(found) >= limit:
-                break
-            found.append(JournalEntry(revision, data))
-        return found
+        found = thread.after(since, until)
+        return found if limit is None else found[: max(limit, 0)]
 
     async def snapshot_at(self, thread_id: str, revision: int) -> ThreadSnapshot | None:
         thread = self._threads.get(thread_id)
@@ -186,13 +194,14 @@ class MemoryThreadStore(ClosingStore):
         return self._newest_snapshot(thread_id, thread, revision)
 
     async def prune(self, thread_id: str, *, before: int) -> None:
+        keep = prune_point(before, ())  # checks the argument first
         thread = self._threads.get(thread_id)
         if thread is None:
             return
         keep = prune_point(before, builtins.list(thread.snapshots))
         if keep is None:
             return
-        thread.records = {r: d for r, d in thread.records.items() if r > keep}
+        thread.records = thread.after(keep)
         thread.snapshots = {r: d for r, d in thread.snapshots.items() if r >= keep}
 
     async def delete(self, thread_id: str) -> None:

@@ -36,6 +36,7 @@ from ._thread_codec import (
     encode_snapshot,
     legacy_snapshot,
     prune_point,
+    snapshot_taken_at,
     state_of,
 )
 
@@ -257,10 +258,9 @@ class _Save:
                 _INSERT_RECORD, [(thread_id, e.revision, e.data) for e in save.records]
             )
         if save.snapshot is not None:
-            conn.execute(
-                _INSERT_SNAPSHOT, (thread_id, save.revision, encode_snapshot(dict(save.snapshot)))
-            )
-            snapshot_revision = save.revision
+            snapshot_revision = snapshot_taken_at(save)
+            values = encode_snapshot(dict(save.snapshot))
+            conn.execute(_INSERT_SNAPSHOT, (thread_id, snapshot_revision, values))
         head = encode_head(save, snapshot_revision)
         conn.execute(_REPLACE_HEAD, (thread_id, position, head, time.time()))
 

@@ -28,6 +28,7 @@ __all__ = [
     "encode_snapshot",
     "legacy_snapshot",
     "prune_point",
+    "snapshot_taken_at",
     "state_of",
 ]
 
@@ -75,9 +76,22 @@ def check_records(thread_id: str, save: ThreadSave, stored_revision: int, *, cre
     from every backend alike). A save that creates a thread with a snapshot may start its
     records anywhere: the snapshot is the state, the records before it history (a fork of a
     pruned thread)."""
+    snapshot_at = snapshot_taken_at(save)
+    if snapshot_at > save.revision or (snapshot_at != save.revision and not creates):
+        _refuse(
+            thread_id,
+            f"a save to revision {save.revision} may carry an older snapshot (revision "
+            f"{snapshot_at}) only when it creates the thread",
+        )
     expected = stored_revision
     if creates and save.snapshot is not None and save.records:
         expected = save.records[0].revision - 1
+        if expected > snapshot_at:
+            _refuse(
+                thread_id,
+                f"its records start at revision {expected + 1}, after its snapshot at "
+                f"{snapshot_at}: a gap nothing could rebuild",
+            )
     for entry in save.records:
         if entry.revision != expected + 1:
             _refuse(
@@ -92,6 +106,11 @@ def check_records(thread_id: str, save: ThreadSave, stored_revision: int, *, cre
             f"a save to revision {save.revision} must carry the records from revision "
             f"{stored_revision + 1}, but its records end at {expected}",
         )
+
+
+def snapshot_taken_at(save: ThreadSave) -> int:
+    """The revision a save's snapshot is taken at (its own revision unless it says)."""
+    return save.revision if save.snapshot_revision is None else save.snapshot_revision
 
 
 def _refuse(thread_id: str, problem: str) -> None:

@@ -1,0 +1,397 @@
+"""The journal at its edges, each found by a review of its first cut: ops that cannot be
+encoded, values set aside at restore, kernels that declare a key differently, deleted
+threads, forks of pruned threads and of keys the forking kernel cannot read, memory held
+between saves, and `apply` functions that change their input."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sqlite3
+import weakref
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from statekernel import (
+    Agent,
+    DecodeFailed,
+    InvalidDeclaration,
+    Kernel,
+    KeyScope,
+    MergeStrategy,
+    Phase,
+    Plugin,
+    PluginRegistrar,
+    ScriptedModel,
+    StateCommand,
+    StateError,
+    StateKey,
+    StateKeyOptions,
+    ThreadStore,
+    UnknownRevision,
+    Vector,
+)
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+
+
+class Total(StateKey[int, int]):
+    key = "e.total"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Notes(StateKey[str, str]):
+    key = "e.notes"
+    scope = KeyScope.THREAD
+    default = ""
+
+
+class KeysOf(Plugin):
+    def __init__(
+        self, *keys: type[StateKey[Any, Any]], options: StateKeyOptions | None = None
+    ) -> None:
+        self.id = "keys"
+        self.keys = keys
+        self.options = options
+
+    def register(self, r: PluginRegistrar) -> None:
+        for key in self.keys:
+            r.register_key(key, self.options if key is self.keys[0] else None)
+
+
+@pytest.fixture(params=["memory store", "sqlite store"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+    made: ThreadStore = (
+        MemoryThreadStore()
+        if request.param == "memory store"
+        else SqliteThreadStore(tmp_path / "e.db")
+    )
+    async with made:
+        yield made
+
+
+async def write(kernel: Kernel, thread: str, *commands: StateCommand) -> None:
+    run = await kernel.start_run(thread)
+    for command in commands:
+        await run.submit(command)
+        await run.checkpoint()
+    await run.finish()
+
+
+async def read(kernel: Kernel, thread: str, key: type[StateKey[Any, Any]]) -> Any:
+    run = await kernel.start_run(thread)
+    try:
+        return run.snapshot.get(key)
+    finally:
+        await run.abandon()
+
+
+# -- updates that cannot be encoded -------------------------------------------------------------
+
+
+class Score(StateKey[int, Any]):
+    """Takes a number to add, or a function of the value (which no codec can store)."""
+
+    key = "e.score"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: Any) -> int:
+        return int(update(value)) if callable(update) else value + int(update)
+
+
+class Doubler(Plugin):
+    id = "doubler"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Score)
+        r.register_phase_hook(
+            Phase.STEP_START, lambda ctx: StateCommand().update(Score, lambda v: v * 2)
+        )
+
+
+class AddTen(Plugin):
+    id = "add ten"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Score, 10))
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+async def test_a_key_written_twice_in_a_commit_by_an_unencodable_update_replays_right(
+    with_store: bool, tmp_path: Path
+) -> None:
+    store = SqliteThreadStore(tmp_path / "e.db") if with_store else None
+    kernel = Kernel([Doubler(), AddTen()], thread_store=store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Score, 1))
+    await run.run_phase(Phase.STEP_START)  # one commit: 1 * 2, then + 10
+    assert run.snapshot.get(Score) == 12
+    await run.finish()
+    (_, doubled) = await kernel.history("t")
+    assert [op.kind for op in doubled.ops] == ["value"]  # one op stands for both
+    if store is not None:
+        assert await read(Kernel([Doubler(), AddTen()], thread_store=store), "t", Score) == 12
+    else:
+        assert doubled.ops[0].update == b"12"
+        assert (await kernel.state_at("t", 2)).get(Score) == 12
+    assert (await kernel.verify("t")).ok
+    if store is not None:
+        await store.close()
+
+
+class Blob(StateKey[Any, Any]):
+    key = "e.blob"
+    scope = KeyScope.THREAD
+    default = None
+
+
+async def test_an_unencodable_value_fails_its_checkpoint_and_the_run_can_still_save(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel([KeysOf(Blob)], thread_store=store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Blob, object()))
+    with pytest.raises(StateError, match=r"'e\.blob' cannot be encoded.*persistent=False"):
+        await run.checkpoint()
+    assert await store.load("t") is None  # nothing was saved
+    await run.submit(StateCommand().update(Blob, "fine now"))
+    await run.checkpoint()  # the unencodable revision is covered by a snapshot
+    await run.finish()
+    assert await read(Kernel([KeysOf(Blob)], thread_store=store), "t", Blob) == "fine now"
+    first, _ = await kernel.history("t")
+    assert (first.ops[0].kind, first.ops[0].update) == ("value", None)
+    assert (await kernel.state_at("t", 2)).get(Blob) == "fine now"
+    assert Blob not in await kernel.state_at("t", 1)  # that value could not be kept
+    assert (await kernel.verify("t")).ok
+
+
+# -- memory held between saves ----------------------------------------------------------------
+
+
+class Box(msgspec.Struct, frozen=True, weakref=True):
+    count: int
+
+
+class Counter(StateKey[Box, int]):
+    key = "e.counter"
+    scope = KeyScope.THREAD
+    default_factory = lambda: Box(0)  # noqa: E731
+
+    @staticmethod
+    def apply(value: Box, update: int) -> Box:
+        return Box(value.count + update)
+
+
+async def test_with_a_store_values_replaced_before_the_save_are_not_held_until_it(
+    store: ThreadStore,
+) -> None:
+    run = await Kernel([KeysOf(Counter)], thread_store=store).start_run("t")
+    await run.submit(StateCommand().update(Counter, 1))
+    first = weakref.ref(run.snapshot.get(Counter))
+    await run.submit(StateCommand().update(Counter, 1))
+    gc.collect()
+    assert first() is None  # only the journal's ops wait for the save, not every value
+    await run.finish()
+    assert (await read(Kernel([KeysOf(Counter)], thread_store=store), "t", Counter)).count == 2
+
+
+# -- values set aside at restore ----------------------------------------------------------------
+
+
+class NotesAsNumber(StateKey[int, int]):
+    key = "e.notes"
+    scope = KeyScope.THREAD
+
+
+async def test_a_key_set_aside_at_restore_and_written_again_keeps_the_new_value(
+    store: ThreadStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    await write(
+        Kernel([KeysOf(Notes, Total)], thread_store=store),
+        "t",
+        StateCommand().update(Notes, "hello"),
+    )
+    lenient = Kernel(
+        [KeysOf(NotesAsNumber, Total)], thread_store=store, restore_errors="skip", snapshot_every=3
+    )
+    with caplog.at_level(logging.ERROR, logger="statekernel"):
+        await write(lenient, "t", StateCommand().update(NotesAsNumber, 5))
+        assert await read(lenient, "t", NotesAsNumber) == 5
+        assert (await lenient.state_at("t", 2)).get(NotesAsNumber) == 5
+        for _ in range(10):
+            await write(lenient, "t", StateCommand().update(Total, 1))
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.revision == 12
+    assert len(loaded.records) < 3  # snapshots go on: a load replays a bounded tail
+    report = await lenient.verify("t")
+    assert report.ok and "e.notes" in report.detail  # not rebuilt from its old bytes
+
+
+# -- kernels that declare a key differently ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options", [StateKeyOptions(persistent=False), StateKeyOptions(scope=KeyScope.RUN)]
+)
+async def test_a_kernel_keeping_a_key_otherwise_does_not_hide_its_newer_records(
+    store: ThreadStore, options: StateKeyOptions
+) -> None:
+    owner = Kernel([KeysOf(Notes, Total)], thread_store=store, snapshot_every=2)
+    await write(owner, "t", StateCommand().update(Total, 1), StateCommand().update(Total, 1))
+    run = await owner.start_run("t")
+    await run.submit(StateCommand().update(Notes, "after the snapshot"))
+    await run.finish()
+    other = Kernel([KeysOf(Notes, Total, options=options)], thread_store=store, snapshot_every=1)
+    await write(other, "t", StateCommand().update(Total, 1))
+    assert await read(owner, "t", Notes) == "after the snapshot"
+    assert await read(owner, "t", Total) == 3
+
+
+# -- deleted threads --------------------------------------------------------------------------
+
+
+class Scratch(StateKey[int, int]):
+    key = "e.scratch"
+    scope = KeyScope.THREAD
+
+
+async def test_a_thread_deleted_from_the_store_starts_afresh_in_a_kernel_that_held_it(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel(
+        [KeysOf(Scratch, Total, options=StateKeyOptions(persistent=False))], thread_store=store
+    )
+    await write(kernel, "t", StateCommand().update(Total, 1).update(Scratch, 7))
+    await store.delete("t")
+    run = await kernel.start_run("t")
+    assert (run.revision, run.snapshot.to_dict()) == (0, {})
+    await run.submit(StateCommand().update(Total, 2))
+    await run.finish()
+    assert await kernel.update_state("t", StateCommand().update(Total, 1)) == 2
+    assert await read(Kernel([KeysOf(Total)], thread_store=store), "t", Total) == 3
+
+
+# -- forks ------------------------------------------------------------------------------------
+
+
+async def test_a_fork_by_a_kernel_without_a_keys_plugin_keeps_that_key(store: ThreadStore) -> None:
+    full = Kernel([KeysOf(Notes, Total)], thread_store=store, snapshot_every=2)
+    await write(full, "t", StateCommand().update(Total, 1), StateCommand().update(Total, 1))
+    await write(full, "t", StateCommand().update(Notes, "important"))  # after the snapshot
+    partial = Kernel([KeysOf(Total)], thread_store=store)
+    await partial.fork("t", 3, "copy")
+    assert await read(full, "copy", Notes) == "important"
+    assert (await full.state_at("copy", 3)).get(Notes) == "important"
+    assert (await full.verify("copy")).ok
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+async def test_a_fork_of_a_pruned_thread_travels_and_verifies_where_it_can(
+    with_store: bool,
+) -> None:
+    kernel = Kernel(
+        [KeysOf(Total)], thread_store=MemoryThreadStore() if with_store else None, snapshot_every=3
+    )
+    await write(kernel, "src", *(StateCommand().update(Total, 1) for _ in range(8)))
+    await kernel.prune("src", before=4)  # keeps the snapshot at 3 and everything after
+    await kernel.fork("src", 7, "copy")
+    assert [r.revision for r in await kernel.history("copy")] == [4, 5, 6, 7]
+    with pytest.raises(UnknownRevision) as unknown:
+        await kernel.state_at("copy", 2)
+    low, high = unknown.value.held or (None, None)
+    assert high == 7 and low is not None and low <= 6
+    for revision in range(low, 8):
+        assert (await kernel.state_at("copy", revision)).get(Total) == revision
+    assert (await kernel.verify("copy")).ok
+
+
+# -- decoding and apply in time travel ----------------------------------------------------------
+
+
+async def test_time_travel_refuses_a_stored_value_that_does_not_decode(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel([KeysOf(Total)], thread_store=store, snapshot_every=2)
+        await write(kernel, "t", *(StateCommand().update(Total, 1) for _ in range(3)))
+    with sqlite3.connect(path) as raw:
+        (blob,) = raw.execute("SELECT snapshot FROM thread_snapshots WHERE revision = 2").fetchone()
+        values = msgspec.msgpack.decode(blob)
+        values["e.total"] = b'"two"'
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE revision = 2",
+            (msgspec.msgpack.encode(values),),
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel([KeysOf(Total)], thread_store=store)
+        with pytest.raises(DecodeFailed, match=r"'e\.total'"):
+            await kernel.state_at("t", 3)
+        await kernel.prune("t", before=2)
+        report = await kernel.verify("t")
+        assert not report.ok and "does not decode" in report.detail
+
+
+class Appended(StateKey[list[str], str]):
+    key = "e.appended"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: list[str], update: str) -> list[str]:
+        value.append(update)  # changes its input: the kernel hands it a copy
+        return value
+
+
+async def test_without_a_store_time_travel_never_changes_what_it_travels_back_to() -> None:
+    kernel = Kernel([KeysOf(Appended)], snapshot_every=2)
+    await write(kernel, "t", *(StateCommand().update(Appended, text) for text in "abc"))
+    for _ in range(2):
+        assert (await kernel.state_at("t", 2)).get(Appended) == ["a", "b"]
+        assert (await kernel.state_at("t", 3)).get(Appended) == ["a", "b", "c"]
+    await kernel.fork("t", 3, "copy")
+    assert await read(kernel, "copy", Appended) == ["a", "b", "c"]
+    assert (await kernel.verify("t")).ok
+    assert (await kernel.state_at("copy", 2)).get(Appended) == ["a", "b"]
+
+
+async def test_without_a_store_revision_0_of_a_known_thread_is_the_empty_state() -> None:
+    kernel = Kernel([KeysOf(Total)])
+    run = await kernel.start_run("t")
+    await run.finish()
+    assert (await kernel.state_at("t", 0)).to_dict() == {}
+    assert (await kernel.verify("t")).ok
+
+
+# -- what registration refuses -----------------------------------------------------------------
+
+
+class Opaque:
+    pass
+
+
+def test_registration_looks_inside_vectors_and_at_dict_keys() -> None:
+    class Items(StateKey[Vector[Any], Vector[Opaque]]):
+        key = "e.items"
+        scope = KeyScope.THREAD
+
+    class Pairs(StateKey[Any, dict[tuple[int, int], int]]):
+        key = "e.pairs"
+        scope = KeyScope.THREAD
+        default = None
+
+    with pytest.raises(InvalidDeclaration, match=r"'e\.items'.*items of a Vector.*Opaque"):
+        Kernel([KeysOf(Items)])
+    with pytest.raises(InvalidDeclaration, match=r"'e\.pairs'.*keys are neither strings"):
+        Kernel([KeysOf(Pairs)])
+
+
+def test_the_agent_takes_the_snapshot_policy() -> None:
+    with pytest.raises(ValueError, match=r"snapshot_every must be a positive int"):
+        Agent([], ScriptedModel([]), snapshot_every=0)
