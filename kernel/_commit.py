@@ -41,15 +41,15 @@ _UNTOUCHED: Any = object()
 
 
 class PendingCommit:
-    """A commit noted by the live state, to become a `CommitRecord` at the next checkpoint.
+    """A commit noted by the live state, to become a `CommitRecord` when it is saved.
 
-    Holds references only: the contributions it applied (whose updates were copied when the
-    command was built, so they cannot change) and, when the live state keeps them, the
-    snapshot it published (for `"value"` ops; a kernel with a store does not keep them, so
-    that values replaced between two saves are not held until the save).
+    Holds references only: the contributions it applied, whose updates were copied when the
+    command was built, so they cannot change. Never the values it produced: those a kernel
+    keeps in its snapshots already, and holding each version until the save would keep
+    every value replaced in between alive.
     """
 
-    __slots__ = ("at", "contributions", "phase", "revision", "snapshot", "step")
+    __slots__ = ("at", "contributions", "phase", "revision", "step")
 
     def __init__(
         self,
@@ -57,13 +57,11 @@ class PendingCommit:
         contributions: Sequence[Contribution],
         phase: Phase | None,
         step: int,
-        snapshot: Snapshot | None = None,
     ) -> None:
         self.revision = revision
         self.contributions = contributions
         self.phase = phase
         self.step = step
-        self.snapshot = snapshot
         self.at = time.time()
 
 
@@ -71,9 +69,10 @@ class LiveState:
     """Current state of one run: an O(1) `snapshot`, and an atomic `commit`."""
 
     __slots__ = (
+        "_compact",
+        "_compact_every",
         "_history",
         "_journal",
-        "_journal_snapshots",
         "_listeners",
         "_registry",
         "_snapshot",
@@ -98,7 +97,8 @@ class LiveState:
         self._history: list[Snapshot] = []
         self._touched: set[str] | None = None
         self._journal: list[PendingCommit] | None = None
-        self._journal_snapshots = False
+        self._compact: Callable[[list[PendingCommit]], None] | None = None
+        self._compact_every = 0
         # What the journal records with each commit; the run keeps them current.
         self.phase: Phase | None = None
         self.step = 0
@@ -153,12 +153,20 @@ class LiveState:
         """Key strings written or cleared since `track_touched()` (empty if never called)."""
         return frozenset(self._touched or ())
 
-    def keep_journal(self, *, with_snapshots: bool = False) -> None:
-        """From now on, note every commit that moves the revision (`pending_commits`); with
-        `with_snapshots`, each with the snapshot it published."""
+    def keep_journal(
+        self,
+        *,
+        compact: Callable[[list[PendingCommit]], None] | None = None,
+        compact_every: int = 256,
+    ) -> None:
+        """From now on, note every commit that moves the revision (`pending_commits`). With
+        `compact`, every
+        `compact_every` noted commits are handed to it (to be made records) and forgotten,
+        so that the references they hold do not pile up between saves."""
         if self._journal is None:
             self._journal = []
-        self._journal_snapshots = with_snapshots
+        self._compact = compact
+        self._compact_every = compact_every
 
     def pending_commits(self) -> tuple[PendingCommit, ...]:
         """The commits noted and not yet saved, oldest first."""
@@ -211,7 +219,6 @@ class LiveState:
             fork._touched = set()
         if self._journal is not None:
             fork._journal = []
-            fork._journal_snapshots = self._journal_snapshots
         fork.phase, fork.step = self.phase, self.step
         return fork
 
@@ -232,6 +239,7 @@ class LiveState:
         if fork._journal:  # likewise for the journal
             assert self._journal is not None
             self._journal.extend(fork._journal)
+            self._compact_if_due()
         return len(fork._history)
 
     def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
@@ -306,18 +314,23 @@ class LiveState:
             self._touched.update(working)
         if self._journal is not None:
             kept = contributions if type(contributions) is tuple else tuple(contributions)
-            self._journal.append(
-                PendingCommit(
-                    snapshot.revision,
-                    kept,
-                    self.phase,
-                    self.step,
-                    snapshot if self._journal_snapshots else None,
-                )
-            )
+            self._journal.append(PendingCommit(snapshot.revision, kept, self.phase, self.step))
         self._snapshot = snapshot
         self._notify(snapshot)
+        if self._compact is not None:
+            self._compact_if_due()
         return snapshot
+
+    def _compact_if_due(self) -> None:
+        journal = self._journal
+        if self._compact is None or journal is None or len(journal) < self._compact_every:
+            return
+        try:
+            self._compact(journal[:])
+        except Exception:  # the commit stands; the commits stay noted, for the save
+            logger.exception("compacting the journal failed at revision %d", self.revision)
+            return
+        journal.clear()
 
     def _notify(self, snapshot: Snapshot) -> None:
         for listener in self._listeners:

@@ -11,9 +11,8 @@ the rest of the save. A checkpoint therefore costs what changed, not what is hel
 An op is journaled as its update (`"update"`, replayed with the key's `apply`) or as
 `"clear"`. A persistent thread key whose declared update type cannot be encoded is refused
 at registration; an update that still cannot be encoded (a value of a type declared `Any`)
-is journaled as the key's value after the commit (`"value"`): with its bytes where the
-kernel kept that value (without a store), else none, and the save then writes a snapshot
-so that a load never needs the op.
+is journaled as a `"value"` op without bytes, and the save then writes a snapshot, so that
+a load never needs the op.
 """
 
 from __future__ import annotations
@@ -29,13 +28,14 @@ from ._codec import CODEC_ERRORS, enc_hook
 from ._commands import CLEAR
 from ._commit import PendingCommit
 from ._errors import DecodeFailed
-from ._keys import KeyScope
 from ._phases import Phase
 from ._registry import KeyRegistry
 
 __all__ = [
     "CommitRecord",
     "JournalOp",
+    "Journaled",
+    "RunJournal",
     "decode_record",
     "encode_record_bytes",
     "records_of",
@@ -45,7 +45,7 @@ _UTC = datetime.UTC
 _update_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 
 
-class JournalOp(msgspec.Struct, frozen=True):
+class JournalOp(msgspec.Struct, frozen=True, gc=False):
     """One op of a commit, as applied: the key string, what kind of op, and its bytes.
 
     `kind` is `"update"` (`update` holds the update as msgspec JSON, replayed with the key's
@@ -59,7 +59,7 @@ class JournalOp(msgspec.Struct, frozen=True):
     update: bytes | None = None
 
 
-class CommitRecord(msgspec.Struct, frozen=True, kw_only=True):
+class CommitRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One commit that moved a thread's revision: who made it, when, and what it applied.
 
     `phase` is None for commits made outside a phase (a tool's command, `run.submit`,
@@ -77,6 +77,8 @@ class CommitRecord(msgspec.Struct, frozen=True, kw_only=True):
     sources: tuple[str, ...]
     ops: tuple[JournalOp, ...]
     created_at: datetime.datetime
+    # (gc=False: records hold only strings, bytes and other records, never a cycle, and a
+    # kernel may hold many; the garbage collector need not walk them.)
 
 
 @attrs.frozen
@@ -103,16 +105,17 @@ def records_of(
     reads the thread); without a store, the kernel's memory journals every op.
 
     An op whose update cannot be encoded makes its key's ops in that commit one `"value"`
-    op, where the last of them was: the value after the commit where the kernel kept it
-    (in memory), else none (`unrecorded`: the save must then snapshot the key's value).
+    op without bytes, where the last of them was; the key is `unrecorded`, and the save
+    must then write a snapshot, which a load or time travel rebuilds it from.
     """
     by_class = registry.by_class
-    thread_scope = KeyScope.THREAD
+    encode = _update_encoder.encode
     records: list[CommitRecord] = []
     unrecorded: set[str] = set()
     for commit in pending:
         sources: list[str] = []
         ops: list[JournalOp] = []
+        append = ops.append
         failed: set[str] = set()
         for contribution in commit.contributions:
             patch_ops = contribution.command.patch.ops
@@ -121,19 +124,19 @@ def records_of(
             sources.append(contribution.journal_source())
             for key, update in patch_ops:
                 binding = by_class[key]
-                if for_store and not (binding.persistent and binding.scope is thread_scope):
+                if for_store and not binding.stored:
                     continue
                 if update is CLEAR:
-                    ops.append(JournalOp(binding.name, "clear"))
+                    append(JournalOp(binding.name, "clear"))
                     continue
                 try:
-                    ops.append(JournalOp(binding.name, "update", _update_encoder.encode(update)))
+                    append(JournalOp(binding.name, "update", encode(update)))
                 except CODEC_ERRORS:
                     failed.add(binding.name)
-                    ops.append(JournalOp(binding.name, "value"))
+                    append(JournalOp(binding.name, "value"))
         if failed:
-            ops = _as_values(ops, failed, commit)
-            unrecorded.update(op.key for op in ops if op.kind == "value" and op.update is None)
+            ops = _as_values(ops, failed)
+            unrecorded.update(failed)
         records.append(
             CommitRecord(
                 thread_id=thread_id,
@@ -149,30 +152,68 @@ def records_of(
     return Journaled(records, frozenset(unrecorded))
 
 
-def _as_values(ops: list[JournalOp], failed: set[str], commit: PendingCommit) -> list[JournalOp]:
-    """Each key in `failed` keeps one op, where its last op was: its value after the commit
-    (every earlier op of the key in this commit is in that value already)."""
+def _as_values(ops: list[JournalOp], failed: set[str]) -> list[JournalOp]:
+    """Each key in `failed` keeps one op, a `"value"` op without bytes, where its last op
+    was (every earlier op of the key in this commit is in that value already)."""
     last = {op.key: index for index, op in enumerate(ops)}
-    kept: list[JournalOp] = []
-    for index, op in enumerate(ops):
-        if op.key not in failed:
-            kept.append(op)
-        elif last[op.key] == index:
-            kept.append(_value_op(commit, op.key))
-    return kept
+    return [
+        op if op.key not in failed else JournalOp(op.key, "value")
+        for index, op in enumerate(ops)
+        if op.key not in failed or last[op.key] == index
+    ]
 
 
-def _value_op(commit: PendingCommit, name: str) -> JournalOp:
-    """The key's value after the commit, if the commit kept its snapshot and it encodes."""
-    if commit.snapshot is None:
-        return JournalOp(name, "value")
-    value = commit.snapshot._stored_values().get(name, CLEAR)
-    if value is CLEAR:
-        return JournalOp(name, "clear")
-    try:
-        return JournalOp(name, "value", _update_encoder.encode(value))
-    except CODEC_ERRORS:
-        return JournalOp(name, "value")
+class RunJournal:
+    """The commits of one run since its last save, on their way to the journal.
+
+    The newest are pending commits (references, noted by the live state); every
+    `compact_every` commits, those are made records at once. A long stretch between saves
+    then holds compact records, not every command and value, and the save encodes the
+    same records it would have anyway.
+    """
+
+    def __init__(
+        self,
+        registry: KeyRegistry,
+        *,
+        thread_id: str,
+        run_id: str | None,
+        for_store: bool,
+        compact_every: int = 4,
+    ) -> None:
+        self._registry = registry
+        self._thread_id = thread_id
+        self._run_id = run_id
+        self._for_store = for_store
+        self.compact_every = compact_every
+        self._records: list[CommitRecord] = []
+        self._unrecorded: set[str] = set()
+
+    def compact(self, pending: Iterable[PendingCommit]) -> None:
+        journaled = self._made(pending)
+        self._records.extend(journaled.records)
+        self._unrecorded.update(journaled.unrecorded)
+
+    def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
+        """Everything since the last save: the records made so far, then `pending`."""
+        fresh = self._made(pending)
+        return Journaled(
+            [*self._records, *fresh.records], frozenset(self._unrecorded | fresh.unrecorded)
+        )
+
+    def saved(self) -> None:
+        """The last `journaled()` is durable: forget it."""
+        self._records.clear()
+        self._unrecorded.clear()
+
+    def _made(self, pending: Iterable[PendingCommit]) -> Journaled:
+        return records_of(
+            pending,
+            self._registry,
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            for_store=self._for_store,
+        )
 
 
 _record_encoder = msgspec.msgpack.Encoder()

@@ -34,6 +34,8 @@ class KeyBinding:
     value_type: Any
     update_type: Any = Any
     plugin: str | None = None
+    stored: bool = False
+    """A persistent thread key: the one kind a ThreadStore journals and snapshots."""
 
     @classmethod
     def of(
@@ -65,6 +67,7 @@ class KeyBinding:
             value_type=info.value_type,
             update_type=info.update_type,
             plugin=plugin,
+            stored=scope is KeyScope.THREAD and options.persistent,
         )
 
 

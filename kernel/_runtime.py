@@ -32,7 +32,7 @@ from ._errors import (
 )
 from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
-from ._journal import CommitRecord
+from ._journal import CommitRecord, RunJournal
 from ._key_codec import EncodeCache
 from ._keys import KeyScope
 from ._merge import Contribution
@@ -250,7 +250,7 @@ class Kernel:
                     f"resume or cancel it before updating the thread's state from outside."
                 )
             state = LiveState(keys, values=thread.values, revision=thread.revision)
-            state.keep_journal(with_snapshots=self.thread_store is None)
+            state.keep_journal()
             if thread.undecodable or thread.stale:
                 state.track_touched()
             state.commit((Contribution(None, command, "external"),))
@@ -261,8 +261,7 @@ class Kernel:
                 revision=state.revision,
                 touched=state.touched_names,
                 cache=EncodeCache(),
-                pending=state.pending_commits(),
-                run_id=None,
+                journaled=self._run_journal(thread_id, None).journaled(state.pending_commits()),
             )
             return state.revision
         finally:
@@ -300,28 +299,39 @@ class Kernel:
     ) -> Run:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
-        state.keep_journal(with_snapshots=self.thread_store is None)
+        journal = self._run_journal(identity.thread_id, identity.run_id)
+        state.keep_journal(
+            compact=journal.compact,
+            compact_every=journal.compact_every,
+        )
         if thread.suspended is not None:
             state.step = thread.suspended.step
         if thread.undecodable or thread.stale:
             state.track_touched()  # to know which set-aside values this run replaced
-        return Run(
-            self, identity, agent, state, _Lease(self._threads, identity.thread_id, thread), pending
+        lease = _Lease(self._threads, identity.thread_id, thread, journal)
+        return Run(self, identity, agent, state, lease, pending)
+
+    def _run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
+        return RunJournal(
+            self.components.keys,
+            thread_id=thread_id,
+            run_id=run_id,
+            for_store=self.thread_store is not None,
         )
 
 
-@attrs.frozen
+@attrs.define
 class _Lease:
-    """A run's hold on its thread: where its saves go, and how it lets the thread go."""
+    """A run's hold on its thread: where its saves go, its commits on their way to the
+    journal, and how it lets the thread go."""
 
     keeper: ThreadKeeper
     thread_id: str
     thread: ThreadMemory
+    journal: RunJournal
     cache: EncodeCache = attrs.field(factory=EncodeCache)
 
-    async def save(
-        self, state: LiveState, run_id: str, suspended: SuspendedRun | None = None
-    ) -> None:
+    async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
         pending = state.pending_commits()
         await self.keeper.save(
             self.thread_id,
@@ -330,11 +340,12 @@ class _Lease:
             revision=state.revision,
             touched=state.touched_names,
             cache=self.cache,
-            pending=pending,
-            run_id=run_id,
+            journaled=self.journal.journaled(pending),
             suspended=suspended,
         )
-        state.forget_commits(len(pending))  # durable now (only once the save succeeded)
+        # Durable now (and only once the save succeeded).
+        state.forget_commits(len(pending))
+        self.journal.saved()
 
     def release(self) -> None:
         self.keeper.release(self.thread_id)
@@ -534,7 +545,7 @@ class Run:
         self._check_open()
         record = self._suspended_record(resumable) if resumable is not None else None
         async with self._lock:
-            await self._lease.save(self._state, self.identity.run_id, record)
+            await self._lease.save(self._state, record)
 
     async def finish(self, **fields: Any) -> PhaseReport:
         """Run RUN_END, save the thread keys and close the run.
@@ -557,9 +568,7 @@ class Run:
         self._check_open()
         record = self._suspended_record(detail)
         async with self._lock:
-            await self._lease.save(
-                self._state, self.identity.run_id, record
-            )  # on failure the run stays open
+            await self._lease.save(self._state, record)  # on failure the run stays open
         self._finished = True
         self._lease.release()
 
@@ -605,7 +614,7 @@ class Run:
         try:
             if save:
                 async with self._lock:
-                    await self._lease.save(self._state, self.identity.run_id)
+                    await self._lease.save(self._state)
         finally:
             self._finished = True
             self._lease.release()

@@ -27,9 +27,8 @@ from typing import Any
 import attrs
 import msgspec
 
-from ._commit import PendingCommit
 from ._errors import StateError, StoreError
-from ._journal import CommitRecord, decode_record, encode_record_bytes, records_of
+from ._journal import CommitRecord, Journaled, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import RESERVED_PREFIX, KeyScope
 from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
@@ -194,15 +193,14 @@ class ThreadKeeper:
         revision: int,
         touched: frozenset[str],
         cache: EncodeCache,
-        pending: tuple[PendingCommit, ...],
-        run_id: str | None,
+        journaled: Journaled,
         suspended: SuspendedRun | None = None,
     ) -> None:
         """Save a run's commits since its last save and where it stands.
 
-        With a store: the `pending` commits become records appended in the store (persistent
-        keys' ops), with a snapshot of the persistent thread keys when the snapshot policy
-        says so; without one, the records (every key's ops) and the values stay in memory.
+        With a store: the `journaled` records are appended in the store, with a snapshot of
+        the persistent thread keys when the snapshot policy says so (or a key needs one);
+        without one, the records and the values stay in memory.
         With `suspended`, the run keys are saved too, with the record. Raises before changing
         anything if a value cannot be encoded or the store refuses the save; the run then
         stays open, so the caller can still end it cleanly. `touched` names the keys the run
@@ -210,10 +208,6 @@ class ThreadKeeper:
         """
         registry = self._registry
         thread_values, run_values = _split_by_scope(registry, values)
-        persistent = self._store is not None
-        journaled = records_of(
-            pending, registry, thread_id=thread_id, run_id=run_id, for_store=persistent
-        )
         records = journaled.records
         if self._store is not None:
             undecodable = {
@@ -275,7 +269,7 @@ class ThreadKeeper:
         else:
             thread.journal.extend(records)
             thread.since_snapshot += len(records)
-            if thread.since_snapshot >= self._snapshot_every:
+            if records and (journaled.unrecorded or thread.since_snapshot >= self._snapshot_every):
                 thread.snapshots.append((revision, dict(thread_values)))
                 thread.since_snapshot = 0
         thread.values = thread_values

@@ -137,12 +137,11 @@ async def test_a_key_written_twice_in_a_commit_by_an_unencodable_update_replays_
     assert run.snapshot.get(Score) == 12
     await run.finish()
     (_, doubled) = await kernel.history("t")
-    assert [op.kind for op in doubled.ops] == ["value"]  # one op stands for both
+    assert [(op.kind, op.update) for op in doubled.ops] == [("value", None)]  # one for both
     if store is not None:
         assert await read(Kernel([Doubler(), AddTen()], thread_store=store), "t", Score) == 12
     else:
-        assert doubled.ops[0].update == b"12"
-        assert (await kernel.state_at("t", 2)).get(Score) == 12
+        assert (await kernel.state_at("t", 2)).get(Score) == 12  # from a snapshot
     assert (await kernel.verify("t")).ok
     if store is not None:
         await store.close()
