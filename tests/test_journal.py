@@ -120,6 +120,17 @@ async def store(
         yield made
 
 
+@pytest.fixture(params=["memory store", "sqlite store"])
+async def a_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+    made: ThreadStore = (
+        MemoryThreadStore()
+        if request.param == "memory store"
+        else SqliteThreadStore(tmp_path / "j.db")
+    )
+    async with made:
+        yield made
+
+
 def plugins(*extra: Plugin) -> list[Plugin]:
     return [KeysOf(), *extra]
 
@@ -251,9 +262,8 @@ async def test_a_checkpoint_writes_what_changed_not_what_the_thread_holds(tmp_pa
     assert sizes[10] == sizes[10_000]
 
 
-async def test_a_load_is_one_snapshot_plus_a_bounded_tail(store: ThreadStore | None) -> None:
-    if store is None:
-        pytest.skip("without a store nothing is loaded")
+async def test_a_load_is_one_snapshot_plus_a_bounded_tail(a_store: ThreadStore) -> None:
+    store = a_store
     kernel = Kernel(plugins(), thread_store=store, snapshot_every=5)
     run = await kernel.start_run("t")
     for i in range(12):
@@ -602,9 +612,8 @@ async def test_snapshots_of_a_growing_vector_write_only_the_new_items(tmp_path: 
         await fresh.abandon()
 
 
-async def test_pruning_keeps_the_snapshots_a_kept_one_refers_to(store: ThreadStore | None) -> None:
-    if store is None:
-        pytest.skip("kernel memory holds values, not references")
+async def test_pruning_keeps_the_snapshots_a_kept_one_refers_to(a_store: ThreadStore) -> None:
+    store = a_store
     kernel = await _grow(store, 60, snapshot_every=2)
     await kernel.prune("t", before=55)
     for revision in (55, 58, 60):
