@@ -159,6 +159,10 @@ class ThreadHistory:
             return _StoredJournal(store, self._registry, thread_id, skip=skip)
         return _MemoryJournal(self._keeper.remembered(thread_id), self._registry)
 
+    async def head(self, thread_id: str) -> int | None:
+        """The thread's saved head revision, or None for a thread never saved."""
+        return await self._journal(thread_id).head()
+
     async def history(
         self, thread_id: str, *, since: int = 0, limit: int | None = None
     ) -> list[CommitRecord]:

@@ -209,10 +209,23 @@ class Kernel:
         every snapshot and at the head; the report names the first revision that differs."""
         return await self._history.verify(thread_id)
 
-    async def prune(self, thread_id: str, *, before: int) -> None:
-        """Forget history older than revision `before`, as far as snapshots allow: the newest
-        snapshot at or before `before` and everything after it stay. `state_at` of a revision
-        older than that raises `UnknownRevision`; everything newer still works."""
+    async def prune(
+        self, thread_id: str, *, before: int | None = None, keep: int | None = None
+    ) -> None:
+        """Forget history older than revision `before` (or all but the newest `keep`
+        revisions), as far as snapshots allow: the newest snapshot at or before that
+        revision and everything after it stay. `state_at` of an older revision raises
+        `UnknownRevision`; everything newer still works."""
+        if (before is None) == (keep is None):
+            raise ValueError("prune takes one of before=<revision> or keep=<count of revisions>")
+        if keep is not None:
+            if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+                raise ValueError(f"keep must be a count of revisions (an int >= 0), got {keep!r}")
+            head = await self._history.head(thread_id)
+            if head is None:
+                return
+            before = max(head - keep, 0)
+        assert before is not None
         await self._history.prune(thread_id, before=before)
 
     async def update_state(self, thread_id: str, command: StateCommand) -> int:

@@ -354,6 +354,13 @@ async def test_revisions_never_reached_or_pruned_are_unknown(store: ThreadStore 
         await kernel.state_at("nobody", 0)
     with pytest.raises(ValueError, match=r"revision must be a revision"):
         await kernel.state_at("t", -1)
+    with pytest.raises(ValueError, match=r"one of before=.* or keep="):
+        await kernel.prune("t")
+    with pytest.raises(ValueError, match=r"keep must be a count"):
+        await kernel.prune("t", keep=-1)
+    await kernel.prune("nobody", keep=3)
+    await kernel.prune("t", keep=6)  # before revision 4: the newest snapshot at or before is 4
+    assert [r.revision for r in await kernel.history("t")] == [5, 6, 7, 8, 9, 10]
     await kernel.prune("t", before=9)  # the newest snapshot at or before 9 is at 8
     for gone in (0, 3, 7):
         with pytest.raises(UnknownRevision, match=r"holds revisions 8 to 10"):
