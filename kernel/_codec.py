@@ -126,8 +126,8 @@ def unencodable_part(type_: Any) -> str | None:
             return f"the items of a Vector: {problem}"
     try:
         root = msgspec.inspect.type_info(type_)
-    except (TypeError, ValueError) as error:
-        return str(error)
+    except Exception as error:  # TypeError, ValueError; NameError for an unresolved hint
+        return str(error) or type(error).__name__
     seen: set[int] = set()
     todo: list[Any] = [root]
     while todo:
@@ -150,3 +150,35 @@ def unencodable_part(type_: Any) -> str | None:
             todo.extend(getattr(node, attribute, ()))
         todo.extend(field.type for field in getattr(node, "fields", ()))
     return None
+
+
+_INEXACT = (msgspec.inspect.FloatType, msgspec.inspect.AnyType)
+
+
+def is_exact(type_: Any) -> bool:
+    """Whether every value of `type_` decodes back equal to what was encoded.
+
+    Not so for floats (JSON has no infinity or NaN: they encode as null) nor for anything
+    typed `Any` (a tuple comes back a list, a set a list, a custom object not at all); a
+    value of such a type is checked by decoding it again before it is stored."""
+    if unencodable_part(type_) is not None:
+        return False
+    if any(not is_exact(item) for item in _vector_items(type_)):
+        return False
+    seen: set[int] = set()
+    todo: list[Any] = [msgspec.inspect.type_info(type_)]  # it worked in unencodable_part
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, _INEXACT):
+            return False
+        for attribute in ("type", "item_type", "key_type", "value_type"):
+            child = getattr(node, attribute, None)
+            if isinstance(child, msgspec.inspect.Type):
+                todo.append(child)
+        todo.extend(getattr(node, "types", ()))
+        todo.extend(getattr(node, "item_types", ()))
+        todo.extend(field.type for field in getattr(node, "fields", ()))
+    return True

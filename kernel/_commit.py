@@ -17,7 +17,7 @@ from typing import Any
 
 import immutables
 
-from ._commands import CLEAR, StateCommand
+from ._commands import CLEAR, Op, StateCommand
 from ._errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
 from ._item_copies import ItemCopies
 from ._keys import StateKey
@@ -43,23 +43,23 @@ _UNTOUCHED: Any = object()
 class PendingCommit:
     """A commit noted by the live state, to become a `CommitRecord` when it is saved.
 
-    Holds references only: the contributions it applied, whose updates were copied when the
-    command was built, so they cannot change. Never the values it produced: those a kernel
-    keeps in its snapshots already, and holding each version until the save would keep
-    every value replaced in between alive.
+    Holds references only: each contribution that had ops, with the ops it applied (a
+    tuple taken at the commit; the updates were copied when the command was built). Never
+    the values it produced: holding each version until the save would keep every value
+    replaced in between alive.
     """
 
-    __slots__ = ("at", "contributions", "phase", "revision", "step")
+    __slots__ = ("at", "parts", "phase", "revision", "step")
 
     def __init__(
         self,
         revision: int,
-        contributions: Sequence[Contribution],
+        parts: tuple[tuple[Contribution, tuple[Op, ...]], ...],
         phase: Phase | None,
         step: int,
     ) -> None:
         self.revision = revision
-        self.contributions = contributions
+        self.parts = parts
         self.phase = phase
         self.step = step
         self.at = time.time()
@@ -250,11 +250,19 @@ class LiveState:
         working: dict[str, Any] = {}
         views: list[tuple[ItemCopies, str, str | None]] = []  # handed to apply, to check
         touched: dict[str, KeyBinding] = {}
+        # What the journal records is what was applied: the ops as they were now, even if
+        # someone changes the command later.
+        parts: list[tuple[Contribution, tuple[Op, ...]]] | None = (
+            None if self._journal is None else []
+        )
         for contribution in contributions:
             patch = contribution.command.patch
             if patch.base_revision is not None and patch.base_revision != revision:
                 raise RevisionConflict(patch.base_revision, revision)
-            for key, update in patch.ops:
+            applied = tuple(patch.ops)
+            if parts is not None and applied:
+                parts.append((contribution, applied))
+            for key, update in applied:
                 binding = by_class.get(key)
                 if binding is None:
                     raise UnknownStateKey(
@@ -312,9 +320,10 @@ class LiveState:
         snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
         if self._touched is not None:
             self._touched.update(working)
-        if self._journal is not None:
-            kept = contributions if type(contributions) is tuple else tuple(contributions)
-            self._journal.append(PendingCommit(snapshot.revision, kept, self.phase, self.step))
+        if parts is not None and self._journal is not None:
+            self._journal.append(
+                PendingCommit(snapshot.revision, tuple(parts), self.phase, self.step)
+            )
         self._snapshot = snapshot
         self._notify(snapshot)
         if self._compact is not None:

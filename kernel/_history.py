@@ -25,7 +25,12 @@ from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyRegistry
 from ._replay import ReplayReport, apply_records, hash_of
 from ._snapshot import Snapshot
-from ._thread_snapshots import read_snapshot, referenced_revisions, whole_snapshot
+from ._thread_snapshots import (
+    differing_keys,
+    read_snapshot,
+    referenced_revisions,
+    whole_snapshot,
+)
 from ._threads import ThreadKeeper, ThreadMemory
 
 __all__ = ["ThreadHistory"]
@@ -53,6 +58,12 @@ class _Journal(Protocol):
     ) -> list[CommitRecord]: ...
 
     async def base(self, revision: int) -> _Base | None: ...
+
+    async def snapshot_revisions(self, after: int, until: int) -> list[int]: ...
+
+    async def differing(
+        self, revision: int, values: Mapping[str, Any], ignore: set[str]
+    ) -> set[str]: ...
 
 
 class _StoredJournal:
@@ -92,6 +103,32 @@ class _StoredJournal:
     async def snapshot(self, revision: int) -> ThreadSnapshot | None:
         return await self._store.snapshot_at(self._thread_id, revision)
 
+    async def snapshot_revisions(self, after: int, until: int) -> list[int]:
+        found: list[int] = []
+        at = until
+        while at > after:  # walking back, one snapshot at a time (none is kept)
+            snapshot = await self.snapshot(at)
+            if snapshot is None or snapshot.revision <= after:
+                break
+            found.append(snapshot.revision)
+            at = snapshot.revision - 1
+        return found[::-1]
+
+    async def differing(
+        self, revision: int, values: Mapping[str, Any], ignore: set[str]
+    ) -> set[str]:
+        snapshot = await self.snapshot(revision)
+        if snapshot is None or snapshot.revision != revision:
+            return set()
+        return differing_keys(
+            self._registry,
+            snapshot,
+            values,
+            ignore=ignore,
+            record=self._thread_id,
+            skip_undecodable=self._skip,
+        )
+
 
 class _MemoryJournal:
     from_store = False
@@ -130,6 +167,19 @@ class _MemoryJournal:
             for name, value in values.items()
         }
         return _Base(newest, copied)
+
+    async def snapshot_revisions(self, after: int, until: int) -> list[int]:
+        held = self._thread.snapshots if self._thread is not None else []
+        return [r for r, _ in held if after < r <= until]
+
+    async def differing(
+        self, revision: int, values: Mapping[str, Any], ignore: set[str]
+    ) -> set[str]:
+        held = self._thread.snapshots if self._thread is not None else []
+        for at, stored in held:
+            if at == revision:
+                return _differing(self._registry, values, stored, ignore)
+        return set()
 
 
 def _copies(binding: Any) -> bool:
@@ -225,10 +275,11 @@ class ThreadHistory:
             thread = self._keeper.remembered(thread_id)
             assert thread is not None  # it has the revision, so the kernel holds it
             rebuilt = await self._rebuild(source, thread_id, revision)
+            known = {k: v for k, v in rebuilt.values.items() if k not in rebuilt.stale}
             self._keeper.adopt(
                 new_thread_id,
                 ThreadMemory(
-                    values=rebuilt.values,
+                    values=known,
                     revision=revision,
                     journal=records,
                     snapshots=[(r, values) for r, values in thread.snapshots if r <= revision],
@@ -250,6 +301,7 @@ class ThreadHistory:
             snapshot_revision=base.revision if base is not None else None,
         )
         await store.save(new_thread_id, save, expected_position=0)
+        self._keeper.forget(new_thread_id)  # a thread of that id deleted earlier is gone
 
     async def prune(self, thread_id: str, *, before: int) -> None:
         _check_revision("before", before)
@@ -286,14 +338,14 @@ class ThreadHistory:
             assert held is not None
             start = held[0]  # records before it (a pruned thread's fork) are history only
             base = (await journal.base(start) if start else None) or _Base(0, {})
-            checks = await _checkpoints(journal, start, head)
+            checks = await journal.snapshot_revisions(start, head)
         except DecodeFailed as error:
             detail = f"a stored snapshot does not decode: {error}"
             return ReplayReport(False, head, "", None, detail)
         records = await journal.records(start)
         values, unreadable = base.values, set(base.raw)
         position, last_good = 0, start
-        for revision, expected, raw in [*checks, (head, None, {})]:
+        for revision in [*checks, head]:
             chunk_end = position
             while chunk_end < len(records) and records[chunk_end].revision <= revision:
                 chunk_end += 1
@@ -309,17 +361,20 @@ class ThreadHistory:
                     skip_undecodable=self._keeper.skip_undecodable,
                     from_store=journal.from_store,
                 )
+                if revision in checks:
+                    where = f"what was stored at revision {revision}"
+                    differing = await journal.differing(revision, values, unreadable)
+                else:
+                    where = f"the state this kernel holds at revision {head}"
+                    in_memory = self._held_values(thread_id)
+                    differing = (
+                        set()
+                        if in_memory is None
+                        else _differing(self._registry, values, in_memory, unreadable)
+                    )
             except (ReplayFailed, DecodeFailed) as error:
                 failed_at = getattr(error, "revision", None) or _first_of(chunk, revision)
                 return ReplayReport(False, head, "", failed_at, str(error))
-            if expected is None:
-                expected = self._held_values(thread_id)
-                where = f"the state this kernel holds at revision {head}"
-                if expected is None:
-                    break
-            else:
-                where = f"what was stored at revision {revision}"
-            differing = _differing(self._registry, values, expected, unreadable | set(raw))
             if differing:
                 first = _first_writer(records, last_good, revision, differing)
                 detail = (
@@ -344,22 +399,6 @@ class ThreadHistory:
             return None
         thread = self._keeper.remembered(thread_id)
         return None if thread is None else thread.values
-
-
-async def _checkpoints(
-    journal: _Journal, start: int, head: int
-) -> list[tuple[int, Mapping[str, Any], Mapping[str, bytes]]]:
-    """Every snapshot after `start` up to `head`, oldest first (walking back from the head)."""
-    found: list[tuple[int, Mapping[str, Any], Mapping[str, bytes]]] = []
-    at = head
-    while at > start:
-        base = await journal.base(at)
-        if base is None or base.revision <= start:
-            break
-        found.append((base.revision, base.values, base.raw))
-        at = base.revision - 1
-    found.reverse()
-    return found
 
 
 def _differing(

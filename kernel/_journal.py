@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import msgspec
 
-from ._codec import CODEC_ERRORS, enc_hook
+from ._codec import CODEC_ERRORS, dec_hook, enc_hook
 from ._commands import CLEAR
 from ._commit import PendingCommit
 from ._errors import DecodeFailed
+from ._keys import KeyScope
 from ._phases import Phase
-from ._registry import KeyRegistry
+from ._registry import KeyBinding, KeyRegistry
 
 __all__ = [
     "CommitRecord",
@@ -110,6 +111,7 @@ def records_of(
     """
     by_class = registry.by_class
     encode = _update_encoder.encode
+    checks: dict[str, msgspec.json.Decoder[Any]] = {}
     records: list[CommitRecord] = []
     unrecorded: set[str] = set()
     for commit in pending:
@@ -117,12 +119,9 @@ def records_of(
         ops: list[JournalOp] = []
         append = ops.append
         failed: set[str] = set()
-        for contribution in commit.contributions:
-            patch_ops = contribution.command.patch.ops
-            if not patch_ops:
-                continue
+        for contribution, applied in commit.parts:
             sources.append(contribution.journal_source())
-            for key, update in patch_ops:
+            for key, update in applied:
                 binding = by_class[key]
                 if for_store and not binding.stored:
                     continue
@@ -130,13 +129,18 @@ def records_of(
                     append(JournalOp(binding.name, "clear"))
                     continue
                 try:
-                    append(JournalOp(binding.name, "update", encode(update)))
+                    data = encode(update)
+                    if not binding.exact[1] and not _comes_back(binding, data, update, checks):
+                        raise ValueError("does not decode back equal")
+                    append(JournalOp(binding.name, "update", data))
                 except CODEC_ERRORS:
                     failed.add(binding.name)
                     append(JournalOp(binding.name, "value"))
         if failed:
             ops = _as_values(ops, failed)
-            unrecorded.update(failed)
+            # Only a thread key is rebuilt by replay: it needs the snapshot the save writes.
+            by_name = registry.by_name
+            unrecorded.update(n for n in failed if by_name[n].scope is KeyScope.THREAD)
         records.append(
             CommitRecord(
                 thread_id=thread_id,
@@ -150,6 +154,28 @@ def records_of(
             )
         )
     return Journaled(records, frozenset(unrecorded))
+
+
+def _comes_back(
+    binding: KeyBinding, data: bytes, update: Any, checks: dict[str, msgspec.json.Decoder[Any]]
+) -> bool:
+    """Whether `data` decodes to an update equal to `update` (a float infinity becomes null,
+    a tuple typed `Any` a list): what replay would apply must be what the commit did."""
+    decoder = checks.get(binding.name)
+    if decoder is None:
+        decoder = checks[binding.name] = msgspec.json.Decoder(
+            binding.update_type, dec_hook=dec_hook
+        )
+    try:
+        back = decoder.decode(data)
+        same_kind = type(back) is type(update) or (_is_number(back) and _is_number(update))
+        return bool(same_kind and back == update)
+    except Exception:
+        return False
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float)
 
 
 def _as_values(ops: list[JournalOp], failed: set[str]) -> list[JournalOp]:

@@ -45,8 +45,16 @@ class EncodeCache:
     def __init__(self) -> None:
         self._seen: dict[str, tuple[Any, bytes]] = {}
 
-    def encode(self, name: str, value: Any, validate: Callable[[Any], None] | None = None) -> bytes:
-        """The value's bytes; a value not seen before is first checked by `validate`."""
+    def encode(
+        self,
+        name: str,
+        value: Any,
+        validate: Callable[[Any], None] | None = None,
+        *,
+        check_type: Any = None,
+    ) -> bytes:
+        """The value's bytes; a value not seen before is first checked by `validate`, and,
+        given `check_type`, decoded again to check that it comes back equal."""
         seen = self._seen.get(name)
         if seen is not None and seen[0] is value:
             return seen[1]
@@ -54,6 +62,12 @@ class EncodeCache:
             validate(value)
         try:
             raw = _encoder.encode(value)
+            if check_type is not None and not _comes_back(raw, check_type, value):
+                raise ValueError(
+                    "it would not decode back equal (JSON has no infinity or NaN, and a "
+                    "tuple, set or Vector in a field typed Any comes back a list); declare "
+                    "the type it holds"
+                )
         except CODEC_ERRORS as error:
             raise StateError(
                 f"value of key {name!r} cannot be encoded for persistence: {error}. Use a "
@@ -82,9 +96,22 @@ def encode_scope(
         if persistent_only and not binding.persistent:
             continue
         encoded[name] = cache.encode(
-            name, value, _persist_check(binding) if binding.has_validate else None
+            name,
+            value,
+            _persist_check(binding) if binding.has_validate else None,
+            check_type=None if binding.exact[0] else binding.value_type,
         )
     return encoded
+
+
+def _comes_back(data: bytes, type_: Any, value: Any) -> bool:
+    try:
+        back = msgspec.json.decode(data, type=type_, dec_hook=dec_hook)
+    except CODEC_ERRORS:
+        return False
+    numbers = (int, float)
+    same_kind = type(back) is type(value) or (type(back) in numbers and type(value) in numbers)
+    return bool(same_kind and back == value)
 
 
 def _persist_check(binding: KeyBinding) -> Callable[[Any], None]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ._codec import unencodable_part
+from ._codec import is_exact, unencodable_part
 from ._errors import DuplicateRegistration, InvalidDeclaration, UnknownStateKey
 from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, key_info
 
@@ -36,6 +36,9 @@ class KeyBinding:
     plugin: str | None = None
     stored: bool = False
     """A persistent thread key: the one kind a ThreadStore journals and snapshots."""
+    exact: tuple[bool, bool] = (True, True)
+    """Whether (values, updates) always decode back equal (`_codec.is_exact`); when not,
+    each is decoded again before it is stored, and one that comes back different is not."""
 
     @classmethod
     def of(
@@ -68,6 +71,7 @@ class KeyBinding:
             update_type=info.update_type,
             plugin=plugin,
             stored=scope is KeyScope.THREAD and options.persistent,
+            exact=(is_exact(info.value_type), is_exact(info.update_type)),
         )
 
 

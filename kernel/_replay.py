@@ -55,6 +55,7 @@ def apply_records(
     unreadable: Iterable[str] = (),
     skip_undecodable: bool = False,
     from_store: bool = True,
+    lost: set[str] | None = None,
 ) -> set[str]:
     """Apply `records` to `values` (thread keys by key string, changed in place), oldest first.
 
@@ -64,7 +65,10 @@ def apply_records(
     persistent thread keys, so an op on a key this kernel declares otherwise is stale too;
     records from the kernel's memory hold every op, and run keys' ops are history only. An
     update that no longer decodes is `DecodeFailed` (with `skip_undecodable`, its key is
-    dropped and stale instead); an `apply` that raises is `ReplayFailed`.
+    dropped and stale instead); an `apply` that raises is `ReplayFailed`. A key whose op
+    was journaled without bytes is dropped from there on; given `lost`, it goes there
+    rather than among the stale keys (this kernel's own key, whose value is simply unknown
+    until a snapshot: nothing another kernel could rebuild either).
     """
     by_name = registry.by_name
     decoders: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}  # one per key and kind
@@ -74,6 +78,8 @@ def apply_records(
         for op in record.ops:
             name = op.key
             binding = by_name.get(name)
+            if lost is not None and name in lost:
+                continue  # unknown until a snapshot says
             if binding is None or name in cannot_read:
                 stale.add(name)
                 continue
@@ -85,9 +91,13 @@ def apply_records(
             if op.kind == "clear":
                 values.pop(name, None)
                 continue
-            if op.update is None:
-                stale.add(name)
+            if op.update is None:  # never recorded: lost from here until a snapshot
                 values.pop(name, None)
+                cannot_read.add(name)
+                if lost is None:
+                    stale.add(name)
+                else:
+                    lost.add(name)
                 continue
             try:
                 decoder = decoders.get((name, op.kind))

@@ -34,6 +34,7 @@ from ._vector import Vector
 __all__ = [
     "MAX_CHAIN",
     "VectorBase",
+    "differing_keys",
     "read_snapshot",
     "referenced_revisions",
     "whole_snapshot",
@@ -76,9 +77,11 @@ def write_snapshot(
     whole = dict(values)
     extended: dict[str, bytes] = {}
     new_bases: dict[str, VectorBase] = {}
+    by_name = registry.by_name
     for name, value in values.items():
-        if type(value) is not Vector:
-            continue
+        binding = by_name.get(name)
+        if type(value) is not Vector or binding is None or not _holds_vector(binding):
+            continue  # (a reference is read back only where a Vector is declared)
         base = bases.get(name)
         if base is not None and _extends(value, base):
             extension = _extension(registry, name, value, base, cache)
@@ -257,3 +260,55 @@ async def whole_snapshot(
             data = _encoder.encode(items)
         whole[name] = data
     return whole
+
+
+def differing_keys(
+    registry: KeyRegistry,
+    snapshot: ThreadSnapshot,
+    values: Mapping[str, Any],
+    *,
+    ignore: set[str],
+    record: str,
+    skip_undecodable: bool,
+) -> set[str]:
+    """The stored thread keys whose value in `snapshot` differs from `values` (what replay
+    rebuilt at its revision). A Vector reference is checked by its own new items against
+    the end of the rebuilt value, so a check costs what the snapshot holds, not the whole
+    history (the value it extends is checked at its own snapshot)."""
+    by_name = registry.by_name
+    differing: set[str] = set()
+    names = {n for n in snapshot.values if n != "statekernel.run_count"} | {
+        n for n, b in ((n, by_name.get(n)) for n in values) if b is not None and b.stored
+    }
+    for name in names - ignore:
+        binding = by_name.get(name)
+        if binding is None or not binding.stored:
+            continue
+        data = snapshot.values.get(name)
+        if data is None or name not in values:
+            if (data is None) != (name not in values):
+                differing.add(name)
+            continue
+        rebuilt = values[name]
+        try:
+            if _is_reference(data) and _holds_vector(binding):
+                extension = msgspec.json.decode(data, type=_Extension)
+                items = msgspec.json.decode(
+                    extension.items, type=binding.value_type, dec_hook=dec_hook
+                )
+                same = (
+                    type(rebuilt) is Vector
+                    and len(rebuilt) == extension.length + len(items)
+                    and rebuilt[extension.length :] == items
+                )
+            else:
+                same = (
+                    msgspec.json.decode(data, type=binding.value_type, dec_hook=dec_hook) == rebuilt
+                )
+        except CODEC_ERRORS as error:
+            if not skip_undecodable:
+                raise DecodeFailed(name, record, error) from error
+            continue
+        if not same:
+            differing.add(name)
+    return differing

@@ -176,6 +176,12 @@ class ThreadKeeper:
     def is_live(self, thread_id: str) -> bool:
         return thread_id in self._live
 
+    def forget(self, thread_id: str) -> None:
+        """Drop what this kernel remembers of a thread without a live run (its store copy
+        is all there is)."""
+        if thread_id not in self._live:
+            self._threads.pop(thread_id, None)
+
     def adopt(self, thread_id: str, thread: ThreadMemory) -> None:
         """Hold a thread made outside a run (a fork, without a store)."""
         self._threads[thread_id] = thread
@@ -217,7 +223,12 @@ class ThreadKeeper:
             added = sum(len(entry.data) for entry in entries)
             # A key whose op could not be journaled, or that this run wrote over bytes it
             # could not read, can only be rebuilt from a snapshot from now on.
-            rewritten = touched & (thread.stale | thread.undecodable.keys())
+            by_name = registry.by_name
+            rewritten = {
+                name
+                for name in touched & (thread.stale | thread.undecodable.keys())
+                if (binding := by_name.get(name)) is not None and binding.stored
+            }
             needed = journaled.unrecorded | rewritten
             blocking = thread.stale - rewritten
             snapshot = None
@@ -333,6 +344,7 @@ class ThreadKeeper:
             thread_id=thread_id,
             unreadable=(*restored.foreign, *restored.undecodable),
             skip_undecodable=self._skip_undecodable,
+            lost=set(),  # unknown until a snapshot, but no reason to hold snapshots back
         )
         values = {**_volatile(registry, memory.values), **restored.values}
         suspended = None

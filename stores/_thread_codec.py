@@ -84,8 +84,8 @@ def check_records(thread_id: str, save: ThreadSave, stored_revision: int, *, cre
             f"{snapshot_at}) only when it creates the thread",
         )
     expected = stored_revision
-    if creates and save.snapshot is not None and save.records:
-        expected = save.records[0].revision - 1
+    if creates and save.snapshot is not None:
+        expected = save.records[0].revision - 1 if save.records else snapshot_at
         if expected > snapshot_at:
             _refuse(
                 thread_id,

@@ -394,3 +394,165 @@ def test_registration_looks_inside_vectors_and_at_dict_keys() -> None:
 def test_the_agent_takes_the_snapshot_policy() -> None:
     with pytest.raises(ValueError, match=r"snapshot_every must be a positive int"):
         Agent([], ScriptedModel([]), snapshot_every=0)
+
+
+# -- found by a second review ---------------------------------------------------------------------
+
+
+class MaybeLog(StateKey[Vector[str] | None, str]):
+    key = "e.maybe_log"
+    scope = KeyScope.THREAD
+    default = None
+
+    @staticmethod
+    def apply(value: Vector[str] | None, update: str) -> Vector[str]:
+        return (value or Vector()).append(update)
+
+
+class AnyLog(StateKey[Any, str]):
+    key = "e.any_log"
+    scope = KeyScope.THREAD
+    default = None
+
+    @staticmethod
+    def apply(value: Any, update: str) -> Any:
+        return (value or Vector()).append(update)
+
+
+async def test_a_vector_behind_an_optional_type_snapshots_and_loads(store: ThreadStore) -> None:
+    kernel = Kernel([KeysOf(MaybeLog)], thread_store=store, snapshot_every=1)
+    await write(kernel, "t", *(StateCommand().update(MaybeLog, f"m{i}") for i in range(6)))
+    loaded = await read(Kernel([KeysOf(MaybeLog)], thread_store=store), "t", MaybeLog)
+    assert list(loaded) == [f"m{i}" for i in range(6)]
+    assert (await kernel.verify("t")).ok
+
+
+async def test_a_vector_in_a_key_typed_any_is_refused_rather_than_stored_as_something_else(
+    store: ThreadStore,
+) -> None:
+    run = await Kernel([KeysOf(AnyLog)], thread_store=store, snapshot_every=1).start_run("t")
+    await run.submit(StateCommand().update(AnyLog, "m0"))
+    with pytest.raises(StateError, match=r"'e\.any_log'.*typed Any comes back a list"):
+        await run.checkpoint()
+    await run.abandon()
+    assert await store.load("t") is None
+
+
+@pytest.mark.parametrize(
+    "options", [StateKeyOptions(persistent=False), StateKeyOptions(scope=KeyScope.RUN)]
+)
+async def test_a_kernel_writing_a_key_it_keeps_otherwise_still_hides_nothing(
+    store: ThreadStore, options: StateKeyOptions
+) -> None:
+    owner = Kernel([KeysOf(Notes, Total)], thread_store=store, snapshot_every=2)
+    await write(owner, "t", StateCommand().update(Total, 1), StateCommand().update(Total, 10))
+    await write(owner, "t", StateCommand().update(Notes, "the owner's"))  # after the snapshot
+    other = Kernel([KeysOf(Notes, Total, options=options)], thread_store=store, snapshot_every=1)
+    await write(other, "t", StateCommand().update(Notes, "mine").update(Total, 5))
+    assert await read(owner, "t", Notes) == "the owner's"
+    assert await read(owner, "t", Total) == 16
+    assert (await owner.verify("t")).ok
+
+
+class Fn(StateKey[int, Any]):
+    key = "e.fn"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: Any) -> int:
+        return int(update(value)) if callable(update) else value + int(update)
+
+
+async def test_a_fork_after_an_unrecorded_op_lacks_the_key_and_snapshots_again(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel([KeysOf(Fn, Total)], thread_store=store, snapshot_every=2)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Fn, 10))
+    await run.checkpoint()
+    await run.submit(StateCommand().update(Fn, lambda v: v * 2))  # journaled without bytes
+    await run.submit(StateCommand().update(Fn, 1))
+    await run.submit(StateCommand().update(Total, 1))
+    await run.finish()  # the snapshot at 4 covers it
+    assert await read(kernel, "t", Fn) == 21
+    await kernel.fork("t", 3, "copy")
+    assert Fn not in await kernel.state_at("copy", 3)  # unknown there: missing, not wrong
+    await write(kernel, "copy", *(StateCommand().update(Total, 1) for _ in range(3)))
+    loaded = await store.load("copy")
+    assert loaded is not None and loaded.snapshot_revision >= 5  # not held back
+    assert (await kernel.verify("copy")).ok
+
+
+async def test_a_fork_at_a_snapshot_with_no_records_before_it(store: ThreadStore) -> None:
+    kernel = Kernel([KeysOf(Total)], thread_store=store, snapshot_every=3)
+    await write(kernel, "t", *(StateCommand().update(Total, 1) for _ in range(7)))
+    await kernel.prune("t", before=6)
+    await kernel.fork("t", 6, "copy")
+    assert (await kernel.state_at("copy", 6)).get(Total) == 6
+    assert await read(kernel, "copy", Total) == 6
+
+
+class Peak(StateKey[float, float]):
+    key = "e.peak"
+    scope = KeyScope.THREAD
+    default = 0.0
+
+    @staticmethod
+    def apply(value: float, update: float) -> float:
+        return max(value, update)
+
+
+class Pair(StateKey[tuple[int, int], Any]):
+    key = "e.pair"
+    scope = KeyScope.THREAD
+    default = (0, 0)
+
+    @staticmethod
+    def apply(value: tuple[int, int], update: Any) -> tuple[int, int]:
+        assert type(update) is tuple, update  # a list would be a different update
+        return (int(update[0]), int(update[1]))
+
+
+async def test_updates_that_would_not_decode_back_equal_are_covered_by_a_snapshot(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel([KeysOf(Peak, Pair)], thread_store=store)
+    await write(
+        kernel,
+        "t",
+        StateCommand().update(Peak, float("-inf")),  # JSON would say null
+        StateCommand().update(Peak, 2.5).update(Pair, (1, 2)),  # a tuple under Any: a list
+    )
+    fresh = Kernel([KeysOf(Peak, Pair)], thread_store=store)
+    assert await read(fresh, "t", Peak) == 2.5
+    assert await read(fresh, "t", Pair) == (1, 2)
+    assert (await fresh.verify("t")).ok
+
+
+async def test_a_command_changed_after_it_committed_does_not_change_its_record(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel([KeysOf(Total)], thread_store=store)
+    run = await kernel.start_run("t")
+    command = StateCommand().update(Total, 1)
+    await run.submit(command)
+    command.update(Total, 10)  # too late: revision 1 applied one op
+    await run.submit(StateCommand().update(Total, 100))
+    await run.finish()
+    assert run.snapshot.get(Total) == 101
+    assert await read(Kernel([KeysOf(Total)], thread_store=store), "t", Total) == 101
+
+
+async def test_a_fork_into_an_id_deleted_earlier_holds_nothing_of_the_old_thread(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel(
+        [KeysOf(Scratch, Total, options=StateKeyOptions(persistent=False))], thread_store=store
+    )
+    await write(kernel, "old", StateCommand().update(Scratch, 42).update(Total, 1))
+    await store.delete("old")
+    await write(kernel, "src", StateCommand().update(Total, 7))
+    await kernel.fork("src", 1, "old")
+    run = await kernel.start_run("old")
+    assert run.snapshot.to_dict() == {"e.total": 7}
+    await run.abandon()
