@@ -97,7 +97,14 @@ class KeyRegistry:
     snapshot, so it never changes under a snapshot that refers to it.
     """
 
-    __slots__ = ("by_class", "by_name")
+    __slots__ = (
+        "by_class",
+        "by_name",
+        "run_names",
+        "stored_names",
+        "volatile_run_names",
+        "volatile_thread_names",
+    )
 
     def __init__(self, bindings: Iterable[KeyBinding] = ()) -> None:
         by_class: dict[type[StateKey[Any, Any]], KeyBinding] = {}
@@ -114,6 +121,16 @@ class KeyRegistry:
         # keys up here on every get and op, where a property or mapping proxy would cost.
         self.by_class: Mapping[type[StateKey[Any, Any]], KeyBinding] = by_class
         self.by_name: Mapping[str, KeyBinding] = by_name
+        # Key strings by how a ThreadStore keeps them, so a save looks up only those.
+        run = KeyScope.RUN
+        self.stored_names = tuple(n for n, b in by_name.items() if b.stored)
+        self.run_names = tuple(n for n, b in by_name.items() if b.scope is run)
+        self.volatile_thread_names = tuple(
+            n for n, b in by_name.items() if b.scope is not run and not b.persistent
+        )
+        self.volatile_run_names = tuple(
+            n for n, b in by_name.items() if b.scope is run and not b.persistent
+        )
 
     @classmethod
     def of(cls, *keys: type[StateKey[Any, Any]]) -> KeyRegistry:

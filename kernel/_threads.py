@@ -213,8 +213,13 @@ class ThreadKeeper:
         wrote, whose set-aside undecodable bytes it replaced.
         """
         registry = self._registry
-        thread_values, run_values = _split_by_scope(registry, values)
         records = journaled.records
+        if self._store is None:
+            thread_values, run_values = _split_by_scope(registry, values)
+        else:
+            # Only what this save writes is looked at, so its cost follows what changed, not
+            # how many keys the thread holds.
+            thread_values = run_values = {}
         if self._store is not None:
             undecodable = {
                 name: data for name, data in thread.undecodable.items() if name not in touched
@@ -242,8 +247,9 @@ class ThreadKeeper:
                         f"that registers them."
                     )
                 if not blocking:
+                    stored = _named(values, registry.stored_names)
                     encoded, bases = write_snapshot(
-                        registry, thread_values, cache, thread.vector_bases, revision
+                        registry, stored, cache, thread.vector_bases, revision
                     )
                     snapshot = {**thread.foreign, **undecodable, **encoded}
             save = ThreadSave(
@@ -252,7 +258,7 @@ class ThreadKeeper:
                 snapshot=snapshot,
                 runs=thread.runs,
                 run_values=(
-                    encode_scope(registry, run_values, KeyScope.RUN, cache)
+                    encode_scope(registry, _named(values, registry.run_names), KeyScope.RUN, cache)
                     if suspended is not None
                     else None
                 ),
@@ -275,8 +281,8 @@ class ThreadKeeper:
                 thread.since_snapshot += len(entries)
                 thread.bytes_since_snapshot += added
             # The store holds the persistent keys; memory keeps only what it must not.
-            thread_values = _volatile(registry, thread_values)
-            run_values = _volatile(registry, run_values)
+            thread_values = _named(values, registry.volatile_thread_names)
+            run_values = _named(values, registry.volatile_run_names)
         else:
             thread.journal.extend(records)
             thread.since_snapshot += len(records)
@@ -377,6 +383,11 @@ class ThreadKeeper:
             stale=frozenset(stale),
             vector_bases=bases,
         )
+
+
+def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The held values of `names` (a lookup per name, not a scan of `values`)."""
+    return {name: values[name] for name in names if name in values}
 
 
 def _split_by_scope(
