@@ -170,10 +170,11 @@ async def read_snapshot(
     return restored, bases
 
 
-async def _follow(
-    value_type: Any, name: str, data: bytes, fetch: FetchSnapshot, record: str
-) -> tuple[Vector[Any], int, int]:
-    """The Vector a reference stands for: its base's items, then its own."""
+async def _unchain(
+    name: str, data: bytes, fetch: FetchSnapshot, record: str
+) -> tuple[bytes, list[bytes]]:
+    """A key's snapshot bytes followed back through its references: the whole value they
+    start from, and the items each reference added, newest first."""
     parts: list[bytes] = []
     while _is_reference(data):
         try:
@@ -182,8 +183,7 @@ async def _follow(
             raise DecodeFailed(name, record, error) from error
         parts.append(bytes(extension.items))
         older = await fetch(extension.extends)
-        found = None if older is None or older.revision != extension.extends else older
-        if found is None or name not in found.values:
+        if older is None or older.revision != extension.extends or name not in older.values:
             raise DecodeFailed(
                 name,
                 record,
@@ -192,7 +192,15 @@ async def _follow(
                     f"the store no longer holds"
                 ),
             )
-        data = found.values[name]
+        data = older.values[name]
+    return data, parts
+
+
+async def _follow(
+    value_type: Any, name: str, data: bytes, fetch: FetchSnapshot, record: str
+) -> tuple[Vector[Any], int, int]:
+    """The Vector a reference stands for: its base's items, then its own."""
+    data, parts = await _unchain(name, data, fetch, record)
     chain = len(parts)
     try:
         value = msgspec.json.decode(data, type=value_type, dec_hook=dec_hook)
@@ -235,24 +243,8 @@ async def whole_snapshot(
     """The snapshot's values with every Vector reference replaced by the whole array it
     stands for, key by key as JSON, whatever the key (for a copy that must stand alone)."""
     whole: dict[str, bytes] = {}
-    for name, data in snapshot.values.items():
-        parts: list[bytes] = []
-        while _is_reference(data):
-            try:
-                extension = msgspec.json.decode(data, type=_Extension)
-            except msgspec.MsgspecError as error:
-                raise DecodeFailed(name, record, error) from error
-            parts.append(bytes(extension.items))
-            older = await fetch(extension.extends)
-            if older is None or older.revision != extension.extends or name not in older.values:
-                raise DecodeFailed(
-                    name,
-                    record,
-                    ValueError(
-                        f"its snapshot extends one at revision {extension.extends} no longer held"
-                    ),
-                )
-            data = older.values[name]
+    for name, stored in snapshot.values.items():
+        data, parts = await _unchain(name, stored, fetch, record)
         if parts:
             items: list[Any] = _any.decode(data)
             for part in reversed(parts):
