@@ -35,15 +35,12 @@ from ._profile_codec import (
 )
 from ._thread_codec import (
     check_position,
-    check_records,
     check_save,
     decode_head,
     decode_snapshot,
-    encode_head,
-    encode_snapshot,
     legacy_snapshot,
+    plan_save,
     prune_point,
-    snapshot_taken_at,
     state_of,
 )
 
@@ -160,23 +157,13 @@ class MemoryThreadStore(ClosingStore):
         thread = self._threads.get(thread_id)
         position = check_position(expected_position, None if thread is None else thread.position)
         old = decode_head(thread_id, thread.head) if thread is not None else None
-        check_records(thread_id, save, old.revision if old is not None else 0, creates=old is None)
-        legacy = legacy_snapshot(old) if old is not None else None
-        snapshot_revision = old.snapshot_revision if old is not None else 0
-        if save.snapshot is not None:
-            snapshot_revision = snapshot_taken_at(save)
-        elif legacy is not None:
-            snapshot_revision = legacy.revision
-        head = encode_head(save, snapshot_revision)
+        plan = plan_save(thread_id, save, old)
         # Everything is checked and encoded: from here on nothing can fail half-way.
         if thread is None:
-            thread = self._threads[thread_id] = _Thread(position, head)
-        thread.position, thread.head = position, head
-        if legacy is not None:
-            thread.snapshots[legacy.revision] = encode_snapshot(legacy.values)
+            thread = self._threads[thread_id] = _Thread(position, plan.head)
+        thread.position, thread.head = position, plan.head
         thread.records.extend(JournalEntry(e.revision, bytes(e.data)) for e in save.records)
-        if save.snapshot is not None:
-            thread.snapshots[snapshot_revision] = encode_snapshot(dict(save.snapshot))
+        thread.snapshots.update(plan.snapshots)
 
     async def records(
         self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None

@@ -28,15 +28,12 @@ from ._sqlite_connection import Schema, SqliteConnection, Synchronous
 from ._thread_codec import (
     Head,
     check_position,
-    check_records,
     check_save,
     decode_head,
     decode_snapshot,
-    encode_head,
-    encode_snapshot,
     legacy_snapshot,
+    plan_save,
     prune_point,
-    snapshot_taken_at,
     state_of,
 )
 
@@ -244,24 +241,14 @@ class _Save:
         thread_id, save = self.thread_id, self.save
         found = _head(conn, thread_id)
         position = check_position(self.expected, None if found is None else found[1])
-        old = found[0] if found is not None else None
-        check_records(thread_id, save, old.revision if old is not None else 0, creates=old is None)
-        snapshot_revision = old.snapshot_revision if old is not None else 0
-        legacy = legacy_snapshot(old) if old is not None else None
-        if legacy is not None:
-            conn.execute(
-                _INSERT_SNAPSHOT, (thread_id, legacy.revision, encode_snapshot(legacy.values))
-            )
-            snapshot_revision = legacy.revision
+        plan = plan_save(thread_id, save, found[0] if found is not None else None)
         if save.records:
             conn.executemany(
                 _INSERT_RECORD, [(thread_id, e.revision, e.data) for e in save.records]
             )
-        if save.snapshot is not None:
-            snapshot_revision = snapshot_taken_at(save)
-            values = encode_snapshot(dict(save.snapshot))
-            conn.execute(_INSERT_SNAPSHOT, (thread_id, snapshot_revision, values))
-        head = encode_head(save, snapshot_revision)
+        for revision, values in plan.snapshots:
+            conn.execute(_INSERT_SNAPSHOT, (thread_id, revision, values))
+        head = plan.head
         conn.execute(_REPLACE_HEAD, (thread_id, position, head, time.time()))
 
     def error(self, cause: BaseException) -> BaseException:

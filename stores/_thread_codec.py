@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
 import msgspec
 
 from statekernel import DecodeFailed, RevisionConflict, StoreError
@@ -27,6 +28,7 @@ __all__ = [
     "encode_head",
     "encode_snapshot",
     "legacy_snapshot",
+    "plan_save",
     "prune_point",
     "snapshot_taken_at",
     "state_of",
@@ -187,6 +189,31 @@ def state_of(
         suspended=head.suspended,
         position=position,
     )
+
+
+@attrs.frozen
+class SavePlan:
+    """What a save writes beside its records: the new head, and the snapshots (revision,
+    bytes) to store, the legacy values of a head saved before the journal among them."""
+
+    head: bytes
+    snapshots: tuple[tuple[int, bytes], ...]
+
+
+def plan_save(thread_id: str, save: ThreadSave, old: Head | None) -> SavePlan:
+    """Check a save against the stored head (`old`, None for a new thread) and plan it; a
+    backend then writes the plan and the save's records, all or nothing."""
+    check_records(thread_id, save, old.revision if old is not None else 0, creates=old is None)
+    snapshots: list[tuple[int, bytes]] = []
+    snapshot_revision = old.snapshot_revision if old is not None else 0
+    legacy = legacy_snapshot(old) if old is not None else None
+    if legacy is not None:  # its first save moves its values into a snapshot of their own
+        snapshots.append((legacy.revision, encode_snapshot(legacy.values)))
+        snapshot_revision = legacy.revision
+    if save.snapshot is not None:
+        snapshot_revision = snapshot_taken_at(save)
+        snapshots.append((snapshot_revision, encode_snapshot(dict(save.snapshot))))
+    return SavePlan(encode_head(save, snapshot_revision), tuple(snapshots))
 
 
 def prune_point(before: object, snapshot_revisions: Sequence[int]) -> int | None:
