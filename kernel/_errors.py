@@ -204,12 +204,17 @@ class VersionConflict(StateError):
 
 
 class DecodeFailed(StateError):
-    """A stored record or thread value no longer decodes into its declared type."""
+    """A stored record or thread value no longer decodes into its declared type.
 
-    def __init__(self, key: str, record: str, cause: BaseException) -> None:
+    `revision` is set when the bytes are a thread's journal record of that revision."""
+
+    def __init__(
+        self, key: str, record: str, cause: BaseException, *, revision: int | None = None
+    ) -> None:
         self.key = key
         self.record = record
         self.cause = cause
+        self.revision = revision
         super().__init__(
             f"stored value of key {key!r} (record {record!r}) does not decode into the "
             f"declared type: {_cause_text(cause)}. Migrate or delete the record, or restore "

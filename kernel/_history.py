@@ -83,7 +83,10 @@ class _StoredJournal:
         self, since: int, until: int | None = None, limit: int | None = None
     ) -> list[CommitRecord]:
         entries = await self._store.records(self._thread_id, since=since, until=until, limit=limit)
-        return [decode_record(entry.data, thread_id=self._thread_id) for entry in entries]
+        return [
+            decode_record(entry.data, thread_id=self._thread_id, revision=entry.revision)
+            for entry in entries
+        ]
 
     async def base(self, revision: int) -> _Base | None:
         snapshot = await self.snapshot(revision)
@@ -342,7 +345,10 @@ class ThreadHistory:
         except DecodeFailed as error:
             detail = f"a stored snapshot does not decode: {error}"
             return ReplayReport(False, head, "", None, detail)
-        records = await journal.records(start)
+        try:
+            records = await journal.records(start)
+        except DecodeFailed as error:  # a record changed on disk: its digest says which
+            return ReplayReport(False, head, "", error.revision, str(error))
         values, unreadable = base.values, set(base.raw)
         position, last_good = 0, start
         for revision in [*checks, head]:

@@ -18,6 +18,7 @@ a load never needs the op.
 from __future__ import annotations
 
 import datetime
+import hashlib
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -246,14 +247,29 @@ _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(CommitRecord)
 
 
+_DIGEST_SIZE = 8
+
+
 def encode_record_bytes(record: CommitRecord) -> bytes:
-    """The record as a store keeps it (MessagePack; the update bytes inside are JSON)."""
-    return _record_encoder.encode(record)
+    """The record as a store keeps it: a digest of the body, then the body (MessagePack;
+    the update bytes inside are JSON). The digest makes a record changed on disk fail to
+    load, naming its revision, instead of being replayed into a state nobody committed."""
+    body = _record_encoder.encode(record)
+    return hashlib.blake2b(body, digest_size=_DIGEST_SIZE).digest() + body
 
 
-def decode_record(data: bytes, *, thread_id: str) -> CommitRecord:
-    """A stored record back; bytes that do not decode name the thread."""
+def decode_record(data: bytes, *, thread_id: str, revision: int | None = None) -> CommitRecord:
+    """A stored record back; bytes that were changed or do not decode raise `DecodeFailed`
+    naming the thread and the revision (also as its `revision` attribute)."""
+    where = thread_id if revision is None else f"{thread_id} (revision {revision})"
+    digest, body = data[:_DIGEST_SIZE], data[_DIGEST_SIZE:]
     try:
-        return _record_decoder.decode(data)
+        if hashlib.blake2b(body, digest_size=_DIGEST_SIZE).digest() != digest:
+            raise msgspec.DecodeError("the record's bytes do not match its digest: changed")
+        record = _record_decoder.decode(body)
     except msgspec.MsgspecError as error:
-        raise DecodeFailed("commit record", thread_id, error) from error
+        raise DecodeFailed("commit record", where, error, revision=revision) from error
+    if revision is not None and record.revision != revision:
+        mismatch = ValueError(f"it says revision {record.revision}")
+        raise DecodeFailed("commit record", where, mismatch, revision=revision)
+    return record

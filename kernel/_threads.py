@@ -331,7 +331,10 @@ class ThreadKeeper:
             skip_undecodable=self._skip_undecodable,
             exclude=lambda name: name == _RUN_COUNT,
         )
-        records = [decode_record(entry.data, thread_id=thread_id) for entry in stored.records]
+        records = [
+            decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
+            for entry in stored.records
+        ]
         ends_at = records[-1].revision if records else stored.snapshot_revision
         if ends_at != stored.revision:
             raise StoreError(

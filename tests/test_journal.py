@@ -15,6 +15,7 @@ import pytest
 
 from statekernel import (
     CommitRecord,
+    DecodeFailed,
     InvalidDeclaration,
     Kernel,
     KeyScope,
@@ -446,29 +447,36 @@ async def test_verify_rebuilds_the_thread_and_matches_it(store: ThreadStore | No
         await kernel.verify("nobody")
 
 
-async def test_verify_names_the_first_revision_a_tampered_record_changed(tmp_path: Path) -> None:
+async def test_verify_names_exactly_the_revision_of_a_record_changed_on_disk(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "tamper.db"
     async with SqliteThreadStore(path) as store:
         kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
-        commands = [StateCommand().update(Count, 1) for _ in range(10)]
-        commands[2].update(Mood, "set at 3")
+        commands = [StateCommand().update(Count, 1) for _ in range(10)]  # all write one key
         await commit_all(kernel, "t", *commands, checkpoints=True)
         assert (await kernel.verify("t")).ok
-    with sqlite3.connect(path) as raw:  # revision 3's mood is changed on disk
-        (data,) = raw.execute(
-            "SELECT record FROM thread_records WHERE thread_id = 't' AND revision = 3"
-        ).fetchone()
-        record = msgspec.msgpack.decode(data)
-        assert record["ops"][1]["key"] == "j.mood"
-        record["ops"][1]["update"] = b'"forged"'
-        raw.execute(
-            "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = 3",
-            (msgspec.msgpack.encode(record),),
-        )
-    async with SqliteThreadStore(path) as store:
-        report = await Kernel(plugins(), thread_store=store).verify("t")
-    assert not report.ok and report.first_divergence == 3 and report.revision == 10
-    assert "['j.mood']" in report.detail and "at revision 4" in report.detail
+    for revision in (3, 10):  # one the snapshots cover, one in the tail a load replays
+        with sqlite3.connect(path) as raw:  # the update 1 becomes 7 on disk
+            (data,) = raw.execute(
+                "SELECT record FROM thread_records WHERE thread_id = 't' AND revision = ?",
+                (revision,),
+            ).fetchone()
+            forged = data.replace(b"\xa6update\xc4\x011", b"\xa6update\xc4\x017")
+            assert forged != data
+            raw.execute(
+                "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = ?",
+                (forged, revision),
+            )
+        async with SqliteThreadStore(path) as store:
+            kernel = Kernel(plugins(), thread_store=store)
+            report = await kernel.verify("t")
+            assert not report.ok and report.first_divergence == 3 and report.revision == 10
+            assert "revision 3" in report.detail and "changed" in report.detail
+    async with SqliteThreadStore(path) as store:  # the tail one also stops a load
+        with pytest.raises(DecodeFailed, match=r"revision 10") as refused:
+            await Kernel(plugins(), thread_store=store).start_run("t")
+    assert refused.value.revision == 10
 
 
 async def test_verify_finds_a_tampered_snapshot(tmp_path: Path) -> None:
