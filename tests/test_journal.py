@@ -25,6 +25,7 @@ from statekernel import (
     Plugin,
     PluginRegistrar,
     ReplayReport,
+    RevisionConflict,
     ScheduledActionSpec,
     StateCommand,
     StateError,
@@ -641,3 +642,35 @@ async def test_pruning_keeps_the_snapshots_a_kept_one_refers_to(a_store: ThreadS
     assert len((await kernel.state_at("t", 61)).get(Log)) == 61
     with pytest.raises(UnknownRevision):
         await kernel.state_at("t", 1)
+
+
+async def test_of_two_kernels_saving_from_one_position_one_wins_and_no_run_id_repeats(
+    a_store: ThreadStore,
+) -> None:
+    for stale_commits in (False, True):
+        thread = f"race-{stale_commits}"
+        await commit_all(
+            Kernel(plugins(), thread_store=a_store), thread, StateCommand().update(Count, 1)
+        )
+        first, second = (
+            Kernel(plugins(), thread_store=a_store),
+            Kernel(plugins(), thread_store=a_store),
+        )
+        a = await first.start_run(thread)
+        b = await second.start_run(thread)
+        assert a.identity.run_id == b.identity.run_id == f"{thread}:run-2"  # both loaded run 1
+        await a.suspend()  # saves no commit, but moves the position
+        if stale_commits:
+            await b.submit(StateCommand().update(Count, 5))
+        with pytest.raises(RevisionConflict):
+            await b.finish()
+        resumed, _ = await first.resume_run(thread)
+        await resumed.submit(StateCommand().update(Mood, "after the race"))
+        await resumed.finish()
+        third = await Kernel(plugins(), thread_store=a_store).start_run(thread)
+        assert third.identity.run_id == f"{thread}:run-3"
+        await third.submit(StateCommand().update(Count, 1))
+        await third.finish()
+        run_ids = [r.run_id for r in await first.history(thread)]
+        assert run_ids == [f"{thread}:run-1", f"{thread}:run-2", f"{thread}:run-3"]
+        assert (await first.state_at(thread, 3)).get(Count) == 2  # the stale +5 never landed

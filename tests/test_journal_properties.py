@@ -22,11 +22,16 @@ from statekernel import (
     Kernel,
     KeyScope,
     MergeStrategy,
+    Phase,
+    PhaseContext,
     Plugin,
     PluginRegistrar,
+    ScheduledActionSpec,
     StateCommand,
     StateKey,
     ThreadStore,
+    ToolCall,
+    ToolOutput,
     Vector,
 )
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
@@ -215,3 +220,140 @@ def test_a_writer_killed_at_any_point_leaves_a_sound_verified_thread(tmp_path: P
                 assert (await kernel.verify("t")).ok
 
         asyncio.run(check())
+
+
+# -- plugins, hooks that finish in any order, actions and tools ---------------------------------
+
+
+class Note(ScheduledActionSpec[str]):
+    key = "p.note"
+    phase = Phase.STEP_END
+
+
+class Turn(StateKey[int, int]):
+    """A run key: journaled in memory only, never rebuilt by a load."""
+
+    key = "p.turn"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Writer(Plugin):
+    """One drawn hook: its phase, whether it is async and yields, and what it writes."""
+
+    def __init__(self, index: int, plan: tuple[Phase, int, str, int]) -> None:
+        self.id = f"writer-{index}"
+        self.phase, self.delay, self.writes, self.amount = plan
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_phase_hook(self.phase, self.hook if not self.delay else self.async_hook)
+
+    def command(self, ctx: PhaseContext) -> StateCommand:
+        command = StateCommand().update(Turn, 1)
+        if self.writes == "count":
+            command.update(Count, self.amount)
+        elif self.writes == "log":
+            command.update(Log, (f"{self.id}@{ctx.snapshot.revision}",))
+        elif self.writes == "mood":  # EXCLUSIVE: two such hooks conflict and one re-runs
+            command.update(Mood, f"{self.id} saw {ctx.snapshot.get(Count)}")
+        else:
+            command.schedule(Note, f"{self.id} noted")
+        return command
+
+    def hook(self, ctx: PhaseContext) -> StateCommand:
+        return self.command(ctx)
+
+    async def async_hook(self, ctx: PhaseContext) -> StateCommand:
+        for _ in range(self.delay):  # finish in an order the draw decides
+            await asyncio.sleep(0)
+        return self.command(ctx)
+
+
+class Everything(Plugin):
+    id = "everything"
+
+    def register(self, r: PluginRegistrar) -> None:
+        for key in (Count, Log, Mood, Turn):
+            r.register_key(key)
+        r.register_action(Note, lambda text, ctx: StateCommand().update(Log, (text,)))
+
+
+def tool(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+    return ToolOutput("ok", StateCommand().update(Count, int(arguments["n"])).update(Mood, "tool"))
+
+
+hook_plan = st.tuples(
+    st.sampled_from([Phase.STEP_START, Phase.STEP_END]),
+    st.integers(0, 3),
+    st.sampled_from(["count", "log", "mood", "note"]),
+    st.integers(1, 3),
+)
+agent_step = st.tuples(st.booleans(), st.booleans())  # call the tool? checkpoint after?
+
+
+async def play_with_plugins(
+    store: ThreadStore | None, hooks: list[Any], runs: list[Any], snapshot_every: int
+) -> None:
+    plugins = [Everything(), *(Writer(i, plan) for i, plan in enumerate(hooks))]
+    kernel = Kernel(plugins, thread_store=store, snapshot_every=snapshot_every)
+    live: dict[int, dict[str, Any]] = {0: {}}
+    for steps in runs:
+        run = await kernel.start_run("t")
+        run.add_commit_listener(functools.partial(_remember_thread, live))
+        for number, (uses_tool, checkpoint) in enumerate(steps):
+            await run.run_phase(Phase.STEP_START)
+            if uses_tool:
+                await run.call_tool(ToolCall(f"call-{number}", "adjust", {"n": number}), tool)
+            await run.run_phase(Phase.STEP_END)
+            if checkpoint:
+                await run.checkpoint()
+        await run.finish()
+        head = run.revision
+        fresh = Kernel(plugins, thread_store=store) if store is not None else kernel
+        restored = await fresh.start_run("t")
+        assert restored.snapshot.to_dict() == live[head]
+        back_then = await fresh.state_at("t", head)
+        assert restored.snapshot.state_hash() == back_then.state_hash()
+        await restored.abandon()
+        assert (await fresh.verify("t")).ok
+        for revision in range(head + 1):
+            assert (await fresh.state_at("t", revision)).to_dict() == live[revision], revision
+        assert [r.revision for r in await fresh.history("t")] == list(range(1, head + 1))
+
+
+def _remember_thread(into: dict[int, dict[str, Any]], snapshot: Any) -> None:
+    into[snapshot.revision] = {k: v for k, v in snapshot.to_dict().items() if k != Turn.key}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    hooks=st.lists(hook_plan, min_size=1, max_size=5),
+    runs=st.lists(st.lists(agent_step, min_size=1, max_size=3), min_size=1, max_size=3),
+    snapshot_every=st.integers(1, 5),
+    where=st.sampled_from(["kernel memory", "memory store"]),
+)
+def test_any_plugins_with_async_hooks_actions_and_tools_journal_exactly(
+    hooks: list[Any], runs: list[Any], snapshot_every: int, where: str
+) -> None:
+    store = MemoryThreadStore() if where == "memory store" else None
+    asyncio.run(play_with_plugins(store, hooks, runs, snapshot_every))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    hooks=st.lists(hook_plan, min_size=1, max_size=5),
+    runs=st.lists(st.lists(agent_step, min_size=1, max_size=3), min_size=1, max_size=3),
+    snapshot_every=st.integers(1, 5),
+)
+def test_any_plugins_with_async_hooks_actions_and_tools_journal_exactly_on_sqlite(
+    hooks: list[Any], runs: list[Any], snapshot_every: int
+) -> None:
+    async def on_file() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            async with SqliteThreadStore(Path(folder) / "p.db") as store:
+                await play_with_plugins(store, hooks, runs, snapshot_every)
+
+    asyncio.run(on_file())
