@@ -259,8 +259,9 @@ class LiveState:
             patch = contribution.command.patch
             if patch.base_revision is not None and patch.base_revision != revision:
                 raise RevisionConflict(patch.base_revision, revision)
-            applied = tuple(patch.ops)
+            applied: Sequence[Op] = patch.ops
             if parts is not None and applied:
+                applied = tuple(applied)
                 parts.append((contribution, applied))
             for key, update in applied:
                 binding = by_class.get(key)
