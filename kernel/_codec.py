@@ -13,6 +13,7 @@ and rebuilt, with its items converted to the declared item type, on decode.
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 from typing import Any, get_args, get_origin
 
 import msgspec
@@ -117,6 +118,25 @@ def _vector_items(type_: Any) -> list[Any]:
     return found
 
 
+def _nodes(root: Any) -> Iterator[Any]:
+    """Every node of a `msgspec.inspect` type tree, each once (trees can be recursive)."""
+    seen: set[int] = set()
+    todo: list[Any] = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        for attribute in ("type", "item_type", "key_type", "value_type"):
+            child = getattr(node, attribute, None)
+            if isinstance(child, msgspec.inspect.Type):
+                todo.append(child)
+        todo.extend(getattr(node, "types", ()))
+        todo.extend(getattr(node, "item_types", ()))
+        todo.extend(field.type for field in getattr(node, "fields", ()))
+
+
 def unencodable_part(type_: Any) -> str | None:
     """The first part of `type_` that these hooks cannot carry both ways, or None if all of
     it can be encoded and decoded (checked once, when a key is registered)."""
@@ -128,27 +148,13 @@ def unencodable_part(type_: Any) -> str | None:
         root = msgspec.inspect.type_info(type_)
     except Exception as error:  # TypeError, ValueError; NameError for an unresolved hint
         return str(error) or type(error).__name__
-    seen: set[int] = set()
-    todo: list[Any] = [root]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in _nodes(root):
         if isinstance(node, msgspec.inspect.CustomType):
             cls = node.cls
             if not (cls is Vector or _is_pydantic_model(cls)):
                 return f"objects of type {cls.__qualname__} are not supported"
-            continue
         if isinstance(node, msgspec.inspect.DictType) and not isinstance(node.key_type, _JSON_KEYS):
             return "a dict whose keys are neither strings nor numbers (JSON object keys are)"
-        for attribute in ("type", "item_type", "key_type", "value_type"):
-            child = getattr(node, attribute, None)
-            if isinstance(child, msgspec.inspect.Type):
-                todo.append(child)
-        for attribute in ("types", "item_types"):
-            todo.extend(getattr(node, attribute, ()))
-        todo.extend(field.type for field in getattr(node, "fields", ()))
     return None
 
 
@@ -160,25 +166,23 @@ def is_exact(type_: Any) -> bool:
 
     Not so for floats (JSON has no infinity or NaN: they encode as null) nor for anything
     typed `Any` (a tuple comes back a list, a set a list, a custom object not at all); a
-    value of such a type is checked by decoding it again before it is stored."""
+    value of such a type is checked by `decodes_back` before it is stored."""
     if unencodable_part(type_) is not None:
         return False
     if any(not is_exact(item) for item in _vector_items(type_)):
         return False
-    seen: set[int] = set()
-    todo: list[Any] = [msgspec.inspect.type_info(type_)]  # it worked in unencodable_part
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, _INEXACT):
-            return False
-        for attribute in ("type", "item_type", "key_type", "value_type"):
-            child = getattr(node, attribute, None)
-            if isinstance(child, msgspec.inspect.Type):
-                todo.append(child)
-        todo.extend(getattr(node, "types", ()))
-        todo.extend(getattr(node, "item_types", ()))
-        todo.extend(field.type for field in getattr(node, "fields", ()))
-    return True
+    root = msgspec.inspect.type_info(type_)  # it worked in unencodable_part
+    return not any(isinstance(node, _INEXACT) for node in _nodes(root))
+
+
+def decodes_back(data: bytes, decoder: msgspec.json.Decoder[Any], value: Any) -> bool:
+    """Whether `data` decodes to `value` again, of the same kind (a number may come back as
+    the other kind of number): the one check before a value or update of an inexact type
+    is stored."""
+    try:
+        back = decoder.decode(data)
+    except CODEC_ERRORS:
+        return False
+    numbers = (int, float)
+    same_kind = type(back) is type(value) or (type(back) in numbers and type(value) in numbers)
+    return bool(same_kind and back == value)

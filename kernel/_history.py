@@ -26,6 +26,7 @@ from ._registry import KeyRegistry
 from ._replay import ReplayReport, apply_records, hash_of
 from ._snapshot import Snapshot
 from ._thread_snapshots import (
+    RUN_COUNT,
     differing_keys,
     read_snapshot,
     referenced_revisions,
@@ -34,8 +35,6 @@ from ._thread_snapshots import (
 from ._threads import ThreadKeeper, ThreadMemory
 
 __all__ = ["ThreadHistory"]
-
-_RUN_COUNT = "statekernel.run_count"  # the run count of heads saved before the journal
 
 
 @attrs.define
@@ -98,7 +97,7 @@ class _StoredJournal:
             self.snapshot,
             record=self._thread_id,
             skip_undecodable=self._skip,
-            exclude=lambda name: name == _RUN_COUNT,
+            exclude=lambda name: name == RUN_COUNT,
         )
         foreign = {**restored.foreign, **restored.undecodable}
         return _Base(snapshot.revision, restored.values, foreign)

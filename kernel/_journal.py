@@ -25,7 +25,7 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from ._codec import CODEC_ERRORS, dec_hook, enc_hook
+from ._codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
 from ._commands import CLEAR
 from ._commit import PendingCommit
 from ._errors import DecodeFailed
@@ -167,16 +167,7 @@ def _comes_back(
         decoder = checks[binding.name] = msgspec.json.Decoder(
             binding.update_type, dec_hook=dec_hook
         )
-    try:
-        back = decoder.decode(data)
-        same_kind = type(back) is type(update) or (_is_number(back) and _is_number(update))
-        return bool(same_kind and back == update)
-    except Exception:
-        return False
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
+    return decodes_back(data, decoder, update)
 
 
 def _as_values(ops: list[JournalOp], failed: set[str]) -> list[JournalOp]:

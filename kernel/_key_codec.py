@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import msgspec
 
-from ._codec import CODEC_ERRORS, dec_hook, enc_hook
+from ._codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
 from ._errors import CommitRejected, DecodeFailed, StateError
 from ._keys import KeyScope
 from ._registry import KeyBinding, KeyRegistry
@@ -62,7 +62,9 @@ class EncodeCache:
             validate(value)
         try:
             raw = _encoder.encode(value)
-            if check_type is not None and not _comes_back(raw, check_type, value):
+            if check_type is not None and not decodes_back(
+                raw, msgspec.json.Decoder(check_type, dec_hook=dec_hook), value
+            ):
                 raise ValueError(
                     "it would not decode back equal (JSON has no infinity or NaN, and a "
                     "tuple, set or Vector in a field typed Any comes back a list); declare "
@@ -102,16 +104,6 @@ def encode_scope(
             check_type=None if binding.exact[0] else binding.value_type,
         )
     return encoded
-
-
-def _comes_back(data: bytes, type_: Any, value: Any) -> bool:
-    try:
-        back = msgspec.json.decode(data, type=type_, dec_hook=dec_hook)
-    except CODEC_ERRORS:
-        return False
-    numbers = (int, float)
-    same_kind = type(back) is type(value) or (type(back) in numbers and type(value) in numbers)
-    return bool(same_kind and back == value)
 
 
 def _persist_check(binding: KeyBinding) -> Callable[[Any], None]:

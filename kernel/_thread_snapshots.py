@@ -33,6 +33,7 @@ from ._vector import Vector
 
 __all__ = [
     "MAX_CHAIN",
+    "RUN_COUNT",
     "VectorBase",
     "differing_keys",
     "read_snapshot",
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 MAX_CHAIN = 64
+RUN_COUNT = "statekernel.run_count"
+"""Where heads saved before the journal kept the thread's run count: in their values, so a
+snapshot read from one must leave it out."""
 _EXTENDS = "statekernel.extends"
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 _any = msgspec.json.Decoder()
@@ -269,7 +273,7 @@ def differing_keys(
     history (the value it extends is checked at its own snapshot)."""
     by_name = registry.by_name
     differing: set[str] = set()
-    names = {n for n in snapshot.values if n != "statekernel.run_count"} | {
+    names = {n for n in snapshot.values if n != RUN_COUNT} | {
         n for n, b in ((n, by_name.get(n)) for n in values) if b is not None and b.stored
     }
     for name in names - ignore:

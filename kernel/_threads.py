@@ -30,15 +30,14 @@ import msgspec
 from ._errors import StateError, StoreError
 from ._journal import CommitRecord, Journaled, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
-from ._keys import RESERVED_PREFIX, KeyScope
+from ._keys import KeyScope
 from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyRegistry
 from ._replay import apply_records
-from ._thread_snapshots import VectorBase, read_snapshot, write_snapshot
+from ._thread_snapshots import RUN_COUNT, VectorBase, read_snapshot, write_snapshot
 
 __all__ = ["SNAPSHOT_EVERY", "PendingAction", "SuspendedRun", "ThreadKeeper", "ThreadMemory"]
 
-_RUN_COUNT = RESERVED_PREFIX + "run_count"  # where heads saved before the journal kept it
 
 SNAPSHOT_EVERY = 1000
 """A checkpoint writes a snapshot once this many records were saved since the last one..."""
@@ -317,7 +316,7 @@ class ThreadKeeper:
                 revision=memory.revision,
                 runs=memory.runs,
             )
-        runs_raw = stored.values.get(_RUN_COUNT)
+        runs_raw = stored.values.get(RUN_COUNT)
         store: ThreadStore = self._store
 
         async def fetch(revision: int) -> ThreadSnapshot | None:
@@ -329,7 +328,7 @@ class ThreadKeeper:
             fetch,
             record=thread_id,
             skip_undecodable=self._skip_undecodable,
-            exclude=lambda name: name == _RUN_COUNT,
+            exclude=lambda name: name == RUN_COUNT,
         )
         records = [
             decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
