@@ -2,7 +2,9 @@
 
 Everything here reads what was saved: the records and snapshots in the ThreadStore, or in
 the kernel's memory when it has no store (then every key is journaled, the non-persistent
-ones too). A run's commits appear once it saved them (a checkpoint, a suspension, the run's
+ones too). With a store, `history` also shows the ops of `persistent=False` thread keys
+that this kernel keeps in its memory (the store never had them).
+A run's commits appear once it saved them (a checkpoint, a suspension, the run's
 end). Both places answer the same few questions through a `_Journal`, so each operation
 is written once: the newest snapshot at or before a revision, the records in a range, the
 head revision.
@@ -221,7 +223,13 @@ class ThreadHistory:
         _check_revision("since", since)
         if limit is not None:
             _check_revision("limit", limit)
-        return await self._journal(thread_id).records(since, limit=limit)
+        records = await self._journal(thread_id).records(since, limit=limit)
+        thread = self._keeper.remembered(thread_id)
+        if self._keeper.store is None or thread is None or not thread.journal:
+            return records
+        # Ops of `persistent=False` keys are journaled in this kernel's memory only.
+        whole = {(r.revision, r.run_id, r.created_at): r for r in thread.journal}
+        return [whole.get((r.revision, r.run_id, r.created_at), r) for r in records]
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
         rebuilt = await self._rebuild(self._journal(thread_id), thread_id, revision)
@@ -319,6 +327,9 @@ class ThreadHistory:
                 kept = await store.snapshot_at(thread_id, older)
             if kept is not None:
                 await store.prune(thread_id, before=kept.revision)
+                thread = self._keeper.remembered(thread_id)
+                if thread is not None:
+                    thread.journal = [r for r in thread.journal if r.revision > kept.revision]
             return
         thread = self._keeper.remembered(thread_id)
         if thread is None:

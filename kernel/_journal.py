@@ -86,10 +86,16 @@ class CommitRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 @attrs.frozen
 class Journaled:
     """Records made from pending commits, and the keys some op of which could not be
-    journaled as an update (they need a snapshot to be rebuilt from)."""
+    journaled as an update (they need a snapshot to be rebuilt from).
+
+    For a store, `records` hold the ops of persistent thread keys; `in_memory` holds, for
+    the commits that also wrote `persistent=False` thread keys, the whole record, which the
+    kernel keeps in its memory (those keys are journaled in memory only).
+    """
 
     records: list[CommitRecord]
     unrecorded: frozenset[str]
+    in_memory: tuple[CommitRecord, ...] = ()
 
 
 def records_of(
@@ -102,59 +108,86 @@ def records_of(
 ) -> Journaled:
     """The pending commits as records.
 
-    `for_store`: only the ops of persistent thread keys, the ones a ThreadStore keeps (run
-    keys start afresh in every run, and a key's scope may differ in the next kernel that
-    reads the thread); without a store, the kernel's memory journals every op.
+    `for_store`: `records` hold only the ops of persistent thread keys, the ones a
+    ThreadStore keeps (run keys start afresh in every run, and a key's scope may differ in
+    the next kernel that reads the thread), and a commit that also wrote `persistent=False`
+    thread keys is whole in `in_memory` too; without a store, the kernel's memory journals
+    every op.
 
     An op whose update cannot be encoded makes its key's ops in that commit one `"value"`
     op without bytes, where the last of them was; the key is `unrecorded`, and the save
     must then write a snapshot, which a load or time travel rebuilds it from.
     """
     by_class = registry.by_class
-    encode = _update_encoder.encode
     checks: dict[str, msgspec.json.Decoder[Any]] = {}
     records: list[CommitRecord] = []
+    in_memory: list[CommitRecord] = []
     unrecorded: set[str] = set()
     for commit in pending:
         sources: list[str] = []
         ops: list[JournalOp] = []
-        append = ops.append
+        whole: list[JournalOp] | None = None  # for a store: with memory-only ops too
         failed: set[str] = set()
         for contribution, applied in commit.parts:
             sources.append(contribution.journal_source())
             for key, update in applied:
                 binding = by_class[key]
                 if for_store and not binding.stored:
+                    if binding.scope is not KeyScope.THREAD:
+                        continue  # a run key: not the thread's history once a store has it
+                    if whole is None:
+                        whole = list(ops)
+                    whole.append(_op(binding, update, failed, checks))
                     continue
-                if update is CLEAR:
-                    append(JournalOp(binding.name, "clear"))
-                    continue
-                try:
-                    data = encode(update)
-                    if not binding.exact[1] and not _comes_back(binding, data, update, checks):
-                        raise ValueError("does not decode back equal")
-                    append(JournalOp(binding.name, "update", data))
-                except CODEC_ERRORS:
-                    failed.add(binding.name)
-                    append(JournalOp(binding.name, "value"))
+                op = _op(binding, update, failed, checks)
+                ops.append(op)
+                if whole is not None:
+                    whole.append(op)
         if failed:
             ops = _as_values(ops, failed)
-            # Only a thread key is rebuilt by replay: it needs the snapshot the save writes.
+            # Only a persistent thread key (any thread key without a store) is rebuilt by
+            # replay: it needs the snapshot the save writes.
             by_name = registry.by_name
-            unrecorded.update(n for n in failed if by_name[n].scope is KeyScope.THREAD)
-        records.append(
-            CommitRecord(
-                thread_id=thread_id,
-                revision=commit.revision,
-                run_id=run_id,
-                phase=commit.phase,
-                step=commit.step,
-                sources=tuple(sources),
-                ops=tuple(ops),
-                created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
+            unrecorded.update(
+                n
+                for n in failed
+                if by_name[n].scope is KeyScope.THREAD and (by_name[n].stored or not for_store)
             )
+        record = CommitRecord(
+            thread_id=thread_id,
+            revision=commit.revision,
+            run_id=run_id,
+            phase=commit.phase,
+            step=commit.step,
+            sources=tuple(sources),
+            ops=tuple(ops),
+            created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
         )
-    return Journaled(records, frozenset(unrecorded))
+        records.append(record)
+        if whole is not None:
+            whole_ops = tuple(_as_values(whole, failed) if failed else whole)
+            in_memory.append(msgspec.structs.replace(record, ops=whole_ops))
+    return Journaled(records, frozenset(unrecorded), tuple(in_memory))
+
+
+def _op(
+    binding: KeyBinding,
+    update: Any,
+    failed: set[str],
+    checks: dict[str, msgspec.json.Decoder[Any]],
+) -> JournalOp:
+    """One applied op, encoded; an update that cannot be stored as it is puts its key in
+    `failed` (all of its ops in the commit become one `"value"` op)."""
+    if update is CLEAR:
+        return JournalOp(binding.name, "clear")
+    try:
+        data = _update_encoder.encode(update)
+        if not binding.exact[1] and not _comes_back(binding, data, update, checks):
+            raise ValueError("does not decode back equal")
+        return JournalOp(binding.name, "update", data)
+    except CODEC_ERRORS:
+        failed.add(binding.name)
+        return JournalOp(binding.name, "value")
 
 
 def _comes_back(
@@ -206,23 +239,28 @@ class RunJournal:
         self.compact_every = compact_every
         self._records: list[CommitRecord] = []
         self._unrecorded: set[str] = set()
+        self._in_memory: list[CommitRecord] = []
 
     def compact(self, pending: Iterable[PendingCommit]) -> None:
         journaled = self._made(pending)
         self._records.extend(journaled.records)
         self._unrecorded.update(journaled.unrecorded)
+        self._in_memory.extend(journaled.in_memory)
 
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
         """Everything since the last save: the records made so far, then `pending`."""
         fresh = self._made(pending)
         return Journaled(
-            [*self._records, *fresh.records], frozenset(self._unrecorded | fresh.unrecorded)
+            [*self._records, *fresh.records],
+            frozenset(self._unrecorded | fresh.unrecorded),
+            (*self._in_memory, *fresh.in_memory),
         )
 
     def saved(self) -> None:
         """The last `journaled()` is durable: forget it."""
         self._records.clear()
         self._unrecorded.clear()
+        self._in_memory.clear()
 
     def _made(self, pending: Iterable[PendingCommit]) -> Journaled:
         return records_of(

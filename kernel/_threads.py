@@ -82,7 +82,9 @@ class ThreadMemory:
 
     Without a ThreadStore, `journal` holds every record and `snapshots` the thread values
     every `SNAPSHOT_EVERY` records (frozen values, shared, not copies). With one, the store
-    holds them; `since_snapshot` and `bytes_since_snapshot` count what was saved since its
+    holds them, and `journal` holds, for the commits of this kernel that wrote
+    `persistent=False` thread keys, the whole record (the store's lacks those ops);
+    `since_snapshot` and `bytes_since_snapshot` count what was saved since its
     newest snapshot, of `snapshot_bytes` bytes, and `stale` names keys whose stored ops this
     kernel could not replay (no snapshot is written while there are any).
     """
@@ -160,6 +162,7 @@ class ThreadKeeper:
             and thread is not None
             and thread.saved_position > 0
             and not thread.values
+            and not thread.journal
             and thread.suspended is None
         ):
             del self._threads[thread_id]  # everything it held is in the store
@@ -270,6 +273,7 @@ class ThreadKeeper:
             except Exception as error:
                 raise StoreError("thread save", error, key=thread_id) from error
             thread.saved_position += 1
+            thread.journal.extend(journaled.in_memory)
             thread.undecodable = undecodable
             if snapshot is not None:
                 thread.since_snapshot = thread.bytes_since_snapshot = 0
@@ -315,6 +319,7 @@ class ThreadKeeper:
                 values=_volatile(registry, memory.values),
                 revision=memory.revision,
                 runs=memory.runs,
+                journal=memory.journal,
             )
         runs_raw = stored.values.get(RUN_COUNT)
         store: ThreadStore = self._store
@@ -384,6 +389,7 @@ class ThreadKeeper:
             snapshot_bytes=sum(len(data) for data in stored.values.values()),
             stale=frozenset(stale),
             vector_bases=bases,
+            journal=memory.journal,
         )
 
 

@@ -312,6 +312,62 @@ class _Volatile(Plugin):
         r.register_key(self.key, StateKeyOptions(persistent=False))
 
 
+class Cache(StateKey[int, int]):
+    key = "j.cache"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+async def test_ops_of_a_non_persistent_key_are_journaled_in_this_kernels_memory_only(
+    store: ThreadStore | None,
+) -> None:
+    kernel = Kernel([*plugins(), _Volatile(Cache)], thread_store=store, snapshot_every=2)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Count, 1).update(Cache, 10).update(Log, ("a",)))
+    await run.submit(StateCommand().update(Cache, 5))
+    await run.checkpoint()
+    await run.submit(StateCommand().update(Count, 2))
+    await run.finish()
+    await kernel.prune("t", before=0)  # a prune that keeps everything keeps these too
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Cache, 1).update(Count, 1))
+    await run.finish()
+
+    records = await kernel.history("t")
+    # This kernel's history has every op of the thread's keys, in the order applied...
+    assert [[(op.key, op.update) for op in r.ops] for r in records] == [
+        [("j.count", b"1"), ("j.cache", b"10"), ("j.log", b'["a"]')],
+        [("j.cache", b"5")],
+        [("j.count", b"2")],
+        [("j.cache", b"1"), ("j.count", b"1")],
+    ]
+    assert (await kernel.verify("t")).ok
+    if store is None:
+        return
+    # ...but the store never had the non-persistent key: another kernel sees the rest.
+    other = Kernel([*plugins(), _Volatile(Cache)], thread_store=store)
+    assert [[op.key for op in r.ops] for r in await other.history("t")] == [
+        ["j.count", "j.log"],
+        [],
+        ["j.count"],
+        ["j.count"],
+    ]
+    assert Cache.key not in (await other.state_at("t", 4)).to_dict()
+    run = await other.start_run("t")
+    assert run.snapshot.get(Count) == 4 and Cache.key not in run.snapshot.to_dict()
+    await run.finish()
+    await kernel.prune("t", keep=1)
+    kept = await kernel.history("t")
+    assert [r.revision for r in kept] == [r.revision for r in await other.history("t")]
+    assert kept[0].revision > 1 and [op.key for op in kept[-1].ops] == ["j.cache", "j.count"]
+    run = await kernel.start_run("t")
+    assert run.snapshot.get(Cache) == 16  # the value itself lives on in this kernel
+    await run.finish()
+
+
 # -- time travel -----------------------------------------------------------------------------
 
 
