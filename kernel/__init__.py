@@ -17,6 +17,7 @@ from ._errors import (
     DuplicateRegistration,
     HookFailed,
     InvalidDeclaration,
+    InvalidToolArguments,
     PhaseRunLoopExceeded,
     ReplayFailed,
     RevisionConflict,
@@ -32,8 +33,10 @@ from ._errors import (
     UnknownUpdater,
     VersionConflict,
 )
+from ._function_tools import tool
 from ._journal import CommitRecord, JournalOp
 from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
+from ._loop_actions import ExcludeTool, IncludeOnlyTools, SetInferenceOverride
 from ._messages import Message
 from ._model import InferenceRequest, InferenceResponse, ScriptedModel
 from ._phases import Phase
@@ -51,7 +54,7 @@ from ._schema.schema import StateSchema
 from ._snapshot import Snapshot
 from ._specs import EffectSpec, ScheduledActionSpec
 from ._toolgate import Block, SetResult, Suspend
-from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
+from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult, ToolSpec
 from ._vector import Vector
 
 __all__ = [
@@ -66,10 +69,13 @@ __all__ = [
     "DuplicateRegistration",
     "EffectSpec",
     "Ephemeral",
+    "ExcludeTool",
     "HookFailed",
+    "IncludeOnlyTools",
     "InferenceRequest",
     "InferenceResponse",
     "InvalidDeclaration",
+    "InvalidToolArguments",
     "JournalOp",
     "Kernel",
     "KeyScope",
@@ -94,6 +100,7 @@ __all__ = [
     "RunResult",
     "ScheduledActionSpec",
     "ScriptedModel",
+    "SetInferenceOverride",
     "SetResult",
     "Snapshot",
     "StateCommand",
@@ -111,6 +118,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolOutput",
     "ToolResult",
+    "ToolSpec",
     "UnknownActionHandler",
     "UnknownEffectHandler",
     "UnknownProfileKey",
@@ -123,6 +131,7 @@ __all__ = [
     "dec_hook",
     "enc_hook",
     "run_status",
+    "tool",
 ]
 
 publish(__name__, globals(), __all__)

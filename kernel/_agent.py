@@ -22,7 +22,10 @@ import msgspec
 from ._codec import enc_hook
 from ._commands import StateCommand
 from ._errors import StateError
+from ._function_tools import spec_of
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
+from ._loop_actions import HANDLERS as LOOP_ACTIONS
+from ._loop_actions import RequestOverrides, StepRequest
 from ._messages import Message
 from ._model import InferenceRequest, InferenceResponse, Model
 from ._phases import Phase
@@ -31,7 +34,7 @@ from ._protocols import ProfileStore, ThreadStore
 from ._runtime import Kernel, PhaseListener, Run, Tool
 from ._snapshot import Snapshot
 from ._threads import SNAPSHOT_EVERY
-from ._tools import ToolCall, ToolCallStatus, ToolResult
+from ._tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ._vector import Vector
 
 logger = logging.getLogger("statekernel")
@@ -89,6 +92,9 @@ class _Facade(Plugin):
     def register(self, registrar: PluginRegistrar) -> None:
         registrar.register_key(History)
         registrar.register_key(ToolCalls)
+        registrar.register_key(StepRequest)
+        for action, handler in LOOP_ACTIONS.items():
+            registrar.register_action(action, handler)
 
 
 class PendingCall(msgspec.Struct, frozen=True):
@@ -148,7 +154,9 @@ class RunResult:
 
     `outcome` is "success" (the model answered without tool calls), "failure" (see
     `error`), "suspended" (see `pending`) or "cancelled". `messages` is the thread's whole
-    history after the run; `steps` counts the steps taken.
+    history after the run; `steps` counts the steps taken. `tool_results` are the calls
+    that ended during this `run` (or `resume`, `cancel`), in order; a tool that raised has
+    its exception, traceback included, in its `exception`.
     """
 
     outcome: Outcome
@@ -157,6 +165,7 @@ class RunResult:
     steps: int
     error: BaseException | None = None
     pending: tuple[PendingCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
 
 
 class Agent:
@@ -164,15 +173,18 @@ class Agent:
 
     No store given: state lives in memory, like `Kernel`. Pass a `thread_store` (and a
     `profile_store`) to persist; the demo and the command line use SQLite files.
-    `on_phase(run, report)` is called after every phase, for tracing.
+    `tools` is a mapping name → tool, or an iterable of `@statekernel.tool` functions.
+    `system_prompt` is placed first in every request. `on_phase(run, report)` is called
+    after every phase, for tracing.
     """
 
     def __init__(
         self,
         plugins: Iterable[Plugin],
         model: Model,
-        tools: Mapping[str, Tool] | None = None,
+        tools: Mapping[str, Tool] | Iterable[Tool] | None = None,
         *,
+        system_prompt: str | None = None,
         profile_store: ProfileStore | None = None,
         thread_store: ThreadStore | None = None,
         max_steps: int = 25,
@@ -194,11 +206,25 @@ class Agent:
             restore_errors=restore_errors,
             snapshot_every=snapshot_every,
         )
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise TypeError(f"system_prompt must be a string, got {system_prompt!r}")
         self.model = model
-        self.tools: dict[str, Tool] = dict(tools or {})
+        self.tools: dict[str, Tool] = _named_tools(tools)
+        self.system_prompt = system_prompt
+        self._specs: dict[str, tuple[Tool, ToolSpec]] = {}
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """What the model is told of every tool, in the order given."""
+        specs = []
+        for name, tool in self.tools.items():
+            known = self._specs.get(name)
+            if known is None or known[0] is not tool:
+                known = self._specs[name] = (tool, spec_of(name, tool))
+            specs.append(known[1])
+        return tuple(specs)
 
     async def run(
         self,
@@ -291,6 +317,8 @@ class _Driver:
         if agent.on_phase is not None:
             run.add_phase_listener(agent.on_phase)
         self.steps = steps
+        self.offered: frozenset[str] = frozenset(agent.tools)
+        self.results: list[ToolResult] = []
         self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
 
     def history(self) -> tuple[Message, ...]:
@@ -316,14 +344,12 @@ class _Driver:
             self.steps += 1
             await run.run_phase(Phase.STEP_START, messages=self.history())
             await run.run_phase(Phase.BEFORE_INFERENCE, messages=self.history())
-            request = await run.shape_request(
-                InferenceRequest(self.history(), tuple(self.agent.tools))
-            )
+            request = await self.request()
             response = await self.agent.model(request)
             if not isinstance(response, InferenceResponse):
                 raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
             await run.run_phase(Phase.AFTER_INFERENCE, messages=self.history(), response=response)
-            await self.append(Message("assistant", response.text))
+            await self.append(Message("assistant", response.text, tool_calls=response.tool_calls))
             if not response.tool_calls:
                 await self.end_step()
                 return await self.end("success")
@@ -336,6 +362,22 @@ class _Driver:
             f"max_steps or check why the model keeps calling tools."
         )
 
+    async def request(self) -> InferenceRequest:
+        """This step's request: the tools on offer and the model parameters as the step's
+        loop actions left them (then cleared: they hold for this step only), shaped by the
+        request transforms, with the system prompt first."""
+        overrides = self.run.snapshot.get(StepRequest)
+        if overrides != _NO_OVERRIDES:
+            await self.run.submit(StateCommand().clear(StepRequest))
+        specs = tuple(s for s in self.agent.tool_specs() if overrides.offers(s.name))
+        self.offered = frozenset(spec.name for spec in specs)
+        request = InferenceRequest(self.history(), specs, overrides.params)
+        request = await self.run.shape_request(request)
+        if self.agent.system_prompt is not None:
+            system = Message("system", self.agent.system_prompt)
+            request = request.replace(messages=(system, *request.messages))
+        return request  # type: ignore[no-any-return]
+
     async def call_tools(self, calls: tuple[ToolCall, ...]) -> tuple[PendingCall, ...]:
         command = StateCommand()
         for call in calls:
@@ -344,9 +386,10 @@ class _Driver:
         pending: list[PendingCall] = []
         for index, call in enumerate(calls):
             tool = self.agent.tools.get(call.name)
-            if tool is None:
-                available = ", ".join(sorted(self.agent.tools)) or "none"
-                error = f"unknown tool {call.name!r}; available tools: {available}"
+            if tool is None or call.name not in self.offered:
+                available = ", ".join(sorted(self.offered)) or "none"
+                known = "not offered in this step" if tool is not None else "unknown"
+                error = f"{known} tool {call.name!r}; available tools: {available}"
                 await self.record(ToolResult(call, ToolCallStatus.FAILED, error=error))
                 continue
             await self._mark(call, ToolCallStatus.RUNNING)
@@ -438,8 +481,9 @@ class _Driver:
     async def record(self, result: ToolResult) -> None:
         """The call's final state, and its result or error as a tool message."""
         call = result.call
+        self.results.append(result)
         state = CallState(call.id, call.name, result.status, result.error)
-        content = (result.error or "") if result.is_error else _as_text(result.result)
+        content = result.text
         base = len(self.run.snapshot.get(History))
         message = Message(
             "tool",
@@ -516,7 +560,37 @@ class _Driver:
             steps=self.steps,
             error=error,
             pending=pending,
+            tool_results=tuple(self.results),
         )
+
+
+_NO_OVERRIDES = RequestOverrides()
+
+
+def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:
+    """Tools by name: a mapping as given, or each `@tool` function under its own name."""
+    if tools is None:
+        return {}
+    if isinstance(tools, Mapping):
+        named = dict(tools)
+    else:
+        named = {}
+        for tool in tools:
+            name = getattr(tool, "name", None) if getattr(tool, "spec", None) else None
+            if not isinstance(name, str):
+                raise TypeError(
+                    f"tools given as a list must be @statekernel.tool functions (which know "
+                    f"their names), got {tool!r}; pass a mapping name -> tool for others"
+                )
+            if name in named:
+                raise ValueError(f"two tools are named {name!r}; tool names must be unique")
+            named[name] = tool
+    for name, tool in named.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"tool names must be non-empty strings, got {name!r}")
+        if not callable(tool):
+            raise TypeError(f"tool {name!r} must be callable (arguments, ctx), got {tool!r}")
+    return named
 
 
 def _pending(call: ToolCall, ticket: str) -> PendingCall:
@@ -529,12 +603,3 @@ def _as_message(message: Message | str) -> Message:
     if isinstance(message, str):
         return Message("user", message)
     raise TypeError(f"messages must be kernel.Message objects or strings, got {message!r}")
-
-
-def _as_text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    try:
-        return msgspec.json.encode(result, enc_hook=enc_hook).decode()
-    except (TypeError, msgspec.EncodeError):
-        return repr(result)

@@ -119,6 +119,11 @@ def runtime_classes(annotation: Any) -> tuple[type, ...] | None:
     return (target,)
 
 
+_FROZEN_BY_CONSTRUCTION = "__statekernel_frozen__"
+"""A kernel class that sets this freezes its values all the way down itself (a `ToolCall`
+freezes its arguments), whatever its fields' declared types say."""
+
+
 def is_immutable(annotation: Any) -> bool:
     """Whether every value `annotation` admits is immutable all the way down."""
     return _immutable(annotation, set())
@@ -158,7 +163,7 @@ def _immutable(annotation: Any, seen: set[Any]) -> bool:
         return False
     if annotation in seen:  # a recursive type: decided by its other fields
         return True
-    if issubclass(annotation, enum.Enum):
+    if issubclass(annotation, enum.Enum) or _FROZEN_BY_CONSTRUCTION in vars(annotation):
         return True
     seen.add(annotation)
     field_types = _frozen_field_types(annotation)

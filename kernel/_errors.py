@@ -29,7 +29,10 @@ def _where(**parts: object) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
-def _cause_text(cause: BaseException) -> str:
+def cause_text(cause: BaseException) -> str:
+    """An exception as one line, the way Python shows it (`KeyError: 'text'`): its type
+    tells a missing key from a bad value, so messages (and a model reading a tool's error)
+    always carry both."""
     text = str(cause)
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
@@ -108,7 +111,7 @@ class CommitRejected(StateError):
         self.stage = stage
         super().__init__(
             f"commit rejected: {stage} of key {key!r}{_where(plugin=plugin)} raised "
-            f"{_cause_text(cause)}. Nothing was committed; the state and revision are unchanged."
+            f"{cause_text(cause)}. Nothing was committed; the state and revision are unchanged."
         )
         self.__cause__ = cause
 
@@ -144,7 +147,7 @@ class HookFailed(StateError):
         self.phase = phase
         self.cause = cause
         super().__init__(
-            f"hook of plugin {plugin!r} failed in phase {phase}: {_cause_text(cause)}. "
+            f"hook of plugin {plugin!r} failed in phase {phase}: {cause_text(cause)}. "
             f"Nothing of this gather round was committed."
         )
         self.__cause__ = cause
@@ -217,7 +220,7 @@ class DecodeFailed(StateError):
         self.revision = revision
         super().__init__(
             f"stored value of key {key!r} (record {record!r}) does not decode into the "
-            f"declared type: {_cause_text(cause)}. Migrate or delete the record, or restore "
+            f"declared type: {cause_text(cause)}. Migrate or delete the record, or restore "
             f"the old declaration."
         )
         self.__cause__ = cause
@@ -230,7 +233,7 @@ class StoreError(StateError):
         self.operation = operation
         self.key = key
         self.cause = cause
-        super().__init__(f"store {operation} failed{_where(key=key)}: {_cause_text(cause)}")
+        super().__init__(f"store {operation} failed{_where(key=key)}: {cause_text(cause)}")
         self.__cause__ = cause
 
 
@@ -314,3 +317,14 @@ class ReplayFailed(StateError):
             f"failed ({type(cause).__name__}: {cause}). The key's apply no longer accepts "
             f"what it once did; restore its old behaviour, or migrate the thread."
         )
+
+
+class InvalidToolArguments(StateError, ValueError):
+    """A model called a tool with arguments its schema does not admit. The call fails and
+    the model is told which arguments and why, so it can call again; the run goes on."""
+
+    def __init__(self, tool: str, problems: tuple[tuple[str, str], ...]) -> None:
+        self.tool = tool
+        self.problems = problems
+        listed = "; ".join(f"{where!r}: {problem}" for where, problem in problems)
+        super().__init__(f"invalid arguments for tool {tool!r}: {listed}")

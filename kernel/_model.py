@@ -7,22 +7,29 @@ run offline and deterministically.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from ._frozen import freeze
 from ._messages import Message
-from ._tools import ToolCall
+from ._tools import ToolCall, ToolSpec
 
 
 @attrs.frozen
 class InferenceRequest:
-    """What the model sees: the thread's messages (context messages already placed by the
-    request transforms) and the names of the tools on offer."""
+    """What the model sees: the thread's messages (the system prompt first, context messages
+    already placed by the request transforms), the specs of the tools on offer this step,
+    and model parameters for this step (`SetInferenceOverride`), frozen."""
 
     messages: tuple[Message, ...]
-    tools: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    params: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.tools)
 
     def replace(self, **changes: Any) -> InferenceRequest:
         """A copy with some fields changed: transforms use it so fields added later survive."""

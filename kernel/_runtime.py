@@ -10,7 +10,6 @@ still means something in the next.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -26,10 +25,13 @@ from ._engine import PhaseEngine, PhaseReport
 from ._errors import (
     CommitRejected,
     DecodeFailed,
+    InvalidToolArguments,
     RevisionConflict,
     StateError,
     UnknownActionHandler,
+    cause_text,
 )
+from ._frozen import thaw
 from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
 from ._journal import CommitRecord, RunJournal
@@ -502,10 +504,22 @@ class Run:
         )
         try:
             # A tool's failure is a result for the model, not an error of the run.
-            output = await outcome(tool, copy.deepcopy(dict(tool_call.arguments)), context)
+            output = await outcome(tool, thaw(tool_call.arguments), context)
+        except InvalidToolArguments as error:  # the model's mistake: it is told, and retries
+            logger.info("run %r: %s", self.identity.run_id, error)
+            return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(error), exception=error)
         except Exception as error:
-            text = str(error) or type(error).__name__
-            return ToolResult(tool_call, ToolCallStatus.FAILED, error=text)
+            logger.warning(
+                "run %r: tool %r (call %r) raised %s",
+                self.identity.run_id,
+                tool_call.name,
+                tool_call.id,
+                type(error).__name__,
+                exc_info=error,
+            )
+            return ToolResult(
+                tool_call, ToolCallStatus.FAILED, error=cause_text(error), exception=error
+            )
         result = output.result if isinstance(output, ToolOutput) else output
         if isinstance(output, ToolOutput) and output.command is not None:
             try:

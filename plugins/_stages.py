@@ -291,6 +291,10 @@ class StageWorkflow(Plugin, Generic[E]):
 
         advancing.__name__ = getattr(tool, "__name__", "tool")
         advancing.__doc__ = getattr(tool, "__doc__", None)
+        # What the model is told, and whether a crash may re-run it, stay the tool's own.
+        for attribute in ("spec", "idempotent"):
+            if hasattr(tool, attribute):
+                setattr(advancing, attribute, getattr(tool, attribute))
         return advancing
 
     def _check_stage(self, tool: str, table: str, stage: object) -> None:

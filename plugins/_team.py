@@ -16,10 +16,11 @@ record and injects it as a context message through `ContextInjection`, so instal
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 import msgspec
+import pydantic
 
 from statekernel import (
     Phase,
@@ -32,6 +33,7 @@ from statekernel import (
     StateCommand,
     StateError,
     StateScope,
+    tool,
 )
 
 from ._context_injection import Band, ContextMessage, add_context
@@ -140,22 +142,35 @@ class Team(Plugin):
         )
         return add_context(message)
 
-    def tools(self) -> dict[str, Callable[[dict[str, Any], PhaseContext], Any]]:
-        """`add_team_goal(goal)` and `add_team_note(note)`, for the Agent's tools."""
-        return {"add_team_goal": _adder("goal"), "add_team_note": _adder("note")}
+    def tools(self) -> dict[str, Any]:
+        """`add_team_goal(goal)` and `add_team_note(note)`, for the Agent's tools (each a
+        `statekernel.tool`, with its schema)."""
+        return {"add_team_goal": add_team_goal, "add_team_note": add_team_note}
 
 
-def _adder(field: str) -> Callable[[dict[str, Any], PhaseContext], Any]:
-    async def add(arguments: dict[str, Any], ctx: PhaseContext) -> str:
-        text = arguments.get(field)
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"add_team_{field} needs a non-empty string argument {field!r}")
-        goals, notes = ((text,), ()) if field == "goal" else ((), (text,))
-        await extend_team(_profile(ctx), team_scope(ctx.run), goals=goals, notes=notes)
-        return f"added team {field}: {text}"
+_Text = Annotated[str, pydantic.StringConstraints(strip_whitespace=True, min_length=1)]
 
-    add.__name__ = f"add_team_{field}"
-    return add
+
+@tool
+async def add_team_goal(goal: _Text, ctx: PhaseContext) -> str:
+    """Add a goal to the record the whole team shares (every agent of the team sees it).
+
+    Args:
+        goal: The goal, in one sentence.
+    """
+    await extend_team(_profile(ctx), team_scope(ctx.run), goals=(goal,))
+    return f"added team goal: {goal}"
+
+
+@tool
+async def add_team_note(note: _Text, ctx: PhaseContext) -> str:
+    """Add a note to the record the whole team shares (every agent of the team sees it).
+
+    Args:
+        note: What the team should know.
+    """
+    await extend_team(_profile(ctx), team_scope(ctx.run), notes=(note,))
+    return f"added team note: {note}"
 
 
 def _profile(ctx: PhaseContext) -> ProfileAccess:

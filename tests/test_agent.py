@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import msgspec
@@ -151,7 +152,9 @@ async def test_run_keys_reset_and_thread_keys_survive_across_runs() -> None:
     assert other.snapshot.get(Visits) == 1
 
 
-async def test_block_and_raising_tools_become_tool_errors_and_the_run_goes_on() -> None:
+async def test_block_and_raising_tools_become_tool_errors_and_the_run_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def explode(arguments: dict[str, Any], ctx: PhaseContext) -> None:
         raise RuntimeError("disk on fire")
 
@@ -160,14 +163,22 @@ async def test_block_and_raising_tools_become_tool_errors_and_the_run_goes_on() 
         delete=lambda a, c: "deleted",
         explode=explode,
     )
-    result = await agent.run("t", ["go"])
+    with caplog.at_level(logging.WARNING, logger="statekernel"):
+        result = await agent.run("t", ["go"])
     assert result.outcome == "success"
     errors = [m for m in result.messages if m.role == "tool"]
     assert [(m.content, m.is_error) for m in errors] == [
         ("delete is not allowed here", True),
-        ("disk on fire", True),
+        ("RuntimeError: disk on fire", True),  # the model sees the exception's type too
         ("unknown tool 'missing'; available tools: delete, explode", True),
     ]
+    # The exception itself, with its traceback, is logged and in the result.
+    (raised,) = [r for r in result.tool_results if r.exception is not None]
+    assert raised.call.name == "explode" and isinstance(raised.exception, RuntimeError)
+    assert raised.exception.__traceback__ is not None
+    (logged,) = [r for r in caplog.records if r.exc_info and r.exc_info[1] is raised.exception]
+    assert logged.levelno == logging.WARNING and "'explode'" in logged.getMessage()
+    assert [r.call.name for r in result.tool_results] == ["delete", "explode", "missing"]
 
 
 async def test_a_rejected_tool_command_fails_the_call_visibly_and_leaves_state_untouched() -> None:

@@ -19,6 +19,7 @@ from statekernel import (
     StateCommand,
     ToolCall,
     ToolOutput,
+    tool,
 )
 from statekernel.plugins import IllegalTransition, StageKey, StageWorkflow, Transition
 from statekernel.stores import MemoryThreadStore
@@ -195,7 +196,7 @@ async def test_a_tool_that_raises_moves_nothing() -> None:
     flow = workflow()
     model = ScriptedModel([calls("review")])
     result = await Agent([flow], model, flow.tools({"review": review})).run("doc", ["go"])
-    assert tool_messages(result.messages) == [("reviewer unavailable", True)]
+    assert tool_messages(result.messages) == [("RuntimeError: reviewer unavailable", True)]
     assert result.snapshot.get(DocStage) is Doc.DRAFT
 
 
@@ -236,3 +237,31 @@ def test_bad_workflows_fail_when_built() -> None:
         StageWorkflow(DocStage, requires={"publish": "REVIEWED"})  # type: ignore[dict-item]
     with pytest.raises(TypeError, match="concrete StageKey"):
         StageWorkflow(StageKey)  # type: ignore[arg-type]
+
+
+async def test_wrapped_tools_keep_their_schema_and_still_validate_arguments() -> None:
+    @tool(idempotent=True)
+    def review(notes: str) -> str:
+        """Review the draft.
+
+        Args:
+            notes: What the reviewer found.
+        """
+        return f"reviewed: {notes}"
+
+    flow = workflow()
+    wrapped = flow.tools({"review": review})["review"]
+    assert wrapped.spec == review.spec and wrapped.idempotent is True  # type: ignore[attr-defined]
+    model = ScriptedModel(
+        [
+            InferenceResponse("", (ToolCall("r1", "review", {}),)),  # missing notes
+            InferenceResponse("", (ToolCall("r2", "review", {"notes": "fine"}),)),
+        ]
+    )
+    agent = Agent([flow], model, flow.tools({"review": review}))
+    result = await agent.run("doc", ["go"])
+    assert model.requests[0].tools == (review.spec,)
+    (bad, good) = tool_messages(result.messages)
+    assert bad[1] and "'notes': Field required" in bad[0]
+    assert good == ("reviewed: fine", False)
+    assert result.snapshot.get(DocStage) is Doc.REVIEWED  # only the valid call moved the stage

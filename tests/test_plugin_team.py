@@ -187,7 +187,8 @@ async def test_a_bad_tool_call_is_a_tool_error_the_model_can_fix() -> None:
     model = ScriptedModel([InferenceResponse("adding", (call,))])
     result = await child(model, MemoryProfileStore()).run("c", ["x"], parent_thread_id="p")
     (message,) = [m for m in result.messages if m.role == "tool"]
-    assert message.is_error and "needs a non-empty string argument 'goal'" in message.content
+    assert message.is_error and "invalid arguments for tool 'add_team_goal'" in message.content
+    assert "'goal': Field required" in message.content and "'text'" in message.content
 
 
 async def test_without_a_profile_store_the_run_fails_saying_how_to_fix_it() -> None:

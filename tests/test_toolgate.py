@@ -176,4 +176,6 @@ async def test_a_raising_tool_becomes_a_tool_error() -> None:
         raise LookupError("no such document")
 
     result = await run.call_tool(ToolCall("c", "lookup", {}), broken)
-    assert result.status is ToolCallStatus.FAILED and result.error == "no such document"
+    assert (
+        result.status is ToolCallStatus.FAILED and result.error == "LookupError: no such document"
+    )

@@ -1,0 +1,171 @@
+"""Tool calls as a production agent relies on them: the assistant message keeps the calls it
+made, no hook can change what a gate approved, what the tool receives or what the model is
+shown, and a tool's exception reaches the model as `Type: message`."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from statekernel import (
+    Agent,
+    InferenceResponse,
+    Message,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ScriptedModel,
+    ToolCall,
+    ToolCallStatus,
+    ToolResult,
+    ToolSpec,
+    enc_hook,
+)
+from statekernel.stores import SqliteThreadStore
+
+
+class Hook(Plugin):
+    def __init__(self, phase: Phase, hook: Any, id: str = "hook") -> None:
+        self.id, self.phase, self.hook = id, phase, hook
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_phase_hook(self.phase, self.hook)
+
+
+def send(*recipients: str) -> InferenceResponse:
+    arguments = {"to": list(recipients), "meta": {"tags": ["x"]}}
+    return InferenceResponse("sending", (ToolCall("c1", "send", arguments),))
+
+
+async def test_the_assistant_message_keeps_its_tool_calls_and_they_survive_a_store(
+    tmp_path: Path,
+) -> None:
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        model = ScriptedModel([send("alice"), InferenceResponse("sent")])
+        agent = Agent([], model, {"send": lambda a, c: "ok"}, thread_store=store)
+        await agent.run("t", ["mail alice"])
+        # A new agent over the same file: the history comes back from the store.
+        again = Agent([], ScriptedModel([InferenceResponse("fine")]), thread_store=store)
+        result = await again.run("t", ["thanks"])
+    roles = [(m.role, m.tool_call_id, [c.id for c in m.tool_calls]) for m in result.messages]
+    assert roles == [
+        ("user", None, []),
+        ("assistant", None, ["c1"]),  # the call is on the message that made it...
+        ("tool", "c1", []),  # ...and its result follows it
+        ("assistant", None, []),
+        ("user", None, []),
+        ("assistant", None, []),
+    ]
+    (call,) = result.messages[1].tool_calls
+    assert call.arguments == {"to": ["alice"], "meta": {"tags": ["x"]}}
+    with pytest.raises(TypeError, match="frozen"):
+        call.arguments["to"].append("mallory")  # still frozen after decoding
+
+
+async def test_a_hook_cannot_change_the_arguments_a_gate_approved() -> None:
+    received: list[Any] = []
+    attempts: list[str] = []
+
+    def meddle(ctx: PhaseContext) -> None:
+        assert ctx.tool_call is not None
+        for attempt in (
+            lambda: ctx.tool_call.arguments["to"].append("mallory"),  # type: ignore[union-attr]
+            lambda: ctx.tool_call.arguments["meta"].update(tags=[]),  # type: ignore[union-attr]
+            lambda: ctx.tool_call.arguments.__setitem__("to", ["mallory"]),  # type: ignore[union-attr]
+        ):
+            try:
+                attempt()
+            except TypeError as error:
+                attempts.append(str(error))
+
+    def tool(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        received.append(copy.deepcopy(arguments))
+        arguments["to"].append("changed by the tool")  # the tool's copy is its own
+        return "sent"
+
+    agent = Agent(
+        [Hook(Phase.BEFORE_TOOL_EXECUTE, meddle)],
+        ScriptedModel([send("alice"), InferenceResponse("done")]),
+        {"send": tool},
+    )
+    result = await agent.run("t", ["go"])
+    assert result.outcome == "success"
+    assert received == [{"to": ["alice"], "meta": {"tags": ["x"]}}]
+    assert len(attempts) == 3 and all("frozen" in a and "command" in a for a in attempts)
+    assert result.tool_results[0].call.arguments == {"to": ["alice"], "meta": {"tags": ["x"]}}
+
+
+async def test_a_hook_cannot_change_the_result_the_model_is_shown() -> None:
+    class Report:
+        def __init__(self) -> None:
+            self.status = "fine"
+
+        def __repr__(self) -> str:
+            return f"Report({self.status})"
+
+    def rewrite(ctx: PhaseContext) -> None:
+        assert ctx.tool_result is not None
+        result = ctx.tool_result.result
+        if isinstance(result, dict):
+            with pytest.raises(TypeError, match="frozen"):
+                result["items"].append("forged")
+        else:
+            result.status = "forged"  # an object of the tool's own: harmless for the model
+
+    model = ScriptedModel(
+        [
+            InferenceResponse("", (ToolCall("a", "listing", {}), ToolCall("b", "report", {}))),
+            InferenceResponse("done"),
+        ]
+    )
+    agent = Agent(
+        [Hook(Phase.AFTER_TOOL_EXECUTE, rewrite)],
+        model,
+        {"listing": lambda a, c: {"items": ["real"]}, "report": lambda a, c: Report()},
+    )
+    result = await agent.run("t", ["go"])
+    assert result.outcome == "success"
+    shown = [m.content for m in model.requests[1].messages if m.role == "tool"]
+    assert shown == ['{"items":["real"]}', "Report(fine)"]
+
+
+def test_frozen_data_is_still_plain_data_to_read_compare_encode_and_copy() -> None:
+    call = ToolCall("c", "send", {"to": ["a"], "n": {"k": (1, [2])}})
+    assert call.arguments == {"to": ["a"], "n": {"k": (1, [2])}}
+    assert msgspec.json.decode(msgspec.json.encode(call.arguments)) == {
+        "to": ["a"],
+        "n": {"k": [1, [2]]},
+    }
+    thawed = copy.deepcopy(call.arguments)
+    thawed["to"].append("b")  # a deep copy is plain and mutable
+    assert type(thawed) is dict and type(thawed["to"]) is list
+    assert call.arguments["to"] == ["a"]
+    given = {"deep": [{"x": 1}]}
+    frozen = ToolCall("c", "t", given)
+    given["deep"][0]["x"] = 2  # the caller's data is not the call's
+    assert frozen.arguments["deep"][0]["x"] == 1
+    with pytest.raises(TypeError, match="must be a mapping"):
+        ToolCall("c", "t", ["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_a_tool_results_text_is_fixed_when_it_is_made() -> None:
+    result = ToolResult(ToolCall("c", "t"), ToolCallStatus.SUCCEEDED, result={"a": [1]})
+    assert result.text == '{"a":[1]}'
+    assert msgspec.json.encode(result.result, enc_hook=enc_hook) == b'{"a":[1]}'
+    spec = ToolSpec("t", "does t", {"type": "object", "properties": {"a": {"type": "string"}}})
+    with pytest.raises(TypeError):
+        spec.parameters["properties"]["a"]["type"] = "integer"
+    with pytest.raises(TypeError, match="JSON Schema object"):
+        ToolSpec("t", "", "object")  # type: ignore[arg-type]
+
+
+def test_messages_with_tool_calls_are_plain_msgspec_values() -> None:
+    message = Message("assistant", "", tool_calls=(ToolCall("c", "t", {"x": [1]}),))
+    data = msgspec.json.encode(message)
+    back = msgspec.json.decode(data, type=Message)
+    assert back == message and back.tool_calls[0].arguments == {"x": [1]}
