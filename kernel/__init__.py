@@ -6,7 +6,7 @@ commit path, the key registry, merge partitions, profile views) is in `statekern
 for store authors and tests; every other module is private and may change.
 """
 
-from ._agent import Agent, Decision, PendingCall, RunResult, run_status
+from ._agent import Agent, Decision, run_status
 from ._codec import dec_hook, enc_hook
 from ._commands import MutationBatch, StateCommand
 from ._context import AgentSpec, PhaseContext, RunIdentity
@@ -47,6 +47,7 @@ from ._profile.scope import StateScope
 from ._protocols import ProfileStore, ThreadStore
 from ._public import publish
 from ._replay import ReplayReport
+from ._run_result import PendingCall, RunResult
 from ._runtime import Kernel, Run
 from ._schema.markers import Commutative, Ephemeral
 from ._schema.reducers import StateUpdater

@@ -12,8 +12,11 @@ message history (a thread key) and the life of each tool call of the run (a run 
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -21,7 +24,8 @@ import msgspec
 
 from ._codec import enc_hook
 from ._commands import StateCommand
-from ._errors import StateError
+from ._engine import PhaseReport
+from ._errors import RevisionConflict, StateError
 from ._function_tools import spec_of
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
@@ -31,15 +35,25 @@ from ._model import InferenceRequest, InferenceResponse, Model
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
 from ._protocols import ProfileStore, ThreadStore
+from ._run_result import Outcome, PendingCall, RunResult
 from ._runtime import Kernel, PhaseListener, Run, Tool
 from ._snapshot import Snapshot
 from ._threads import SNAPSHOT_EVERY
 from ._tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ._vector import Vector
+from .events import (
+    Committed,
+    Event,
+    ModelResponded,
+    PhaseEnded,
+    PhaseStarted,
+    RunFinished,
+    TextDelta,
+    ToolCallEnded,
+    ToolCallStarted,
+)
 
 logger = logging.getLogger("statekernel")
-
-Outcome = Literal["success", "failure", "suspended", "cancelled"]
 
 
 class CallState(msgspec.Struct, frozen=True):
@@ -97,15 +111,6 @@ class _Facade(Plugin):
             registrar.register_action(action, handler)
 
 
-class PendingCall(msgspec.Struct, frozen=True):
-    """A suspended tool call: what it was, and the ticket describing what it waits for."""
-
-    id: str
-    name: str
-    arguments: dict[str, Any]
-    ticket: Any = None
-
-
 INTERRUPTED = "interrupted"
 """The ticket of a call that was running when its process died: its outcome is unknown."""
 
@@ -146,26 +151,6 @@ class Decision:
     def result(cls, value: Any) -> Decision:
         """Skip the tool and use `value` as its result."""
         return cls("result", value=value)
-
-
-@attrs.frozen
-class RunResult:
-    """How a run ended.
-
-    `outcome` is "success" (the model answered without tool calls), "failure" (see
-    `error`), "suspended" (see `pending`) or "cancelled". `messages` is the thread's whole
-    history after the run; `steps` counts the steps taken. `tool_results` are the calls
-    that ended during this `run` (or `resume`, `cancel`), in order; a tool that raised has
-    its exception, traceback included, in its `exception`.
-    """
-
-    outcome: Outcome
-    snapshot: Snapshot
-    messages: tuple[Message, ...]
-    steps: int
-    error: BaseException | None = None
-    pending: tuple[PendingCall, ...] = ()
-    tool_results: tuple[ToolResult, ...] = ()
 
 
 class Agent:
@@ -212,6 +197,8 @@ class Agent:
         self.tools: dict[str, Tool] = _named_tools(tools)
         self.system_prompt = system_prompt
         self._specs: dict[str, tuple[Tool, ToolSpec]] = {}
+        self._turns = _Turns()
+        self._live: dict[str, _Driver] = {}
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
@@ -234,21 +221,58 @@ class Agent:
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
     ) -> RunResult:
-        """Append `messages` (a plain string is a user message) and run the loop to its end."""
-        incoming = [_as_message(m) for m in messages]
-        run = await self.kernel.start_run(
-            thread_id,
-            agent=self.name,
-            parent_thread_id=parent_thread_id,
-            active_hook_filter=active_hook_filter,
-        )
-        driver = _Driver(self, run, steps=0)
-        try:
-            await driver.append(*incoming)
-            await run.run_phase(Phase.RUN_START, messages=driver.history())
-            return await driver.loop()
-        except Exception as error:
-            return await driver.fail(error)
+        """Append `messages` (a plain string is a user message) and run the loop to its end.
+
+        A second call on a thread this agent is running waits for its turn."""
+        incoming = tuple(_as_message(m) for m in messages)
+        options = _RunOptions(parent_thread_id, tuple(active_hook_filter))
+        return await self._start(thread_id, incoming, options, sink=None)
+
+    def stream(
+        self,
+        thread_id: str,
+        messages: Iterable[Message | str] = (),
+        *,
+        parent_thread_id: str | None = None,
+        active_hook_filter: Iterable[str] = (),
+    ) -> AsyncIterator[Event]:
+        """The same run as `run`, as an async iterator of `statekernel.events`, in the order
+        things happen, ending with `RunFinished(result)`.
+
+        The run keeps pace with the consumer: it waits at each phase, model answer and tool
+        call until the events so far were taken. Stopping early (`break`, or closing the
+        iterator) cancels the run cleanly at the next such point: the state is as last
+        committed, saved, and RUN_END ran. Close it promptly with
+        `contextlib.aclosing(agent.stream(...))`.
+        """
+        incoming = tuple(_as_message(m) for m in messages)
+        options = _RunOptions(parent_thread_id, tuple(active_hook_filter))
+        return _stream(lambda sink: self._start(thread_id, incoming, options, sink=sink))
+
+    async def _start(
+        self,
+        thread_id: str,
+        incoming: tuple[Message, ...],
+        options: _RunOptions,
+        *,
+        sink: _EventSink | None,
+    ) -> RunResult:
+        async with self._turns.turn(thread_id):
+            run = await self.kernel.start_run(
+                thread_id,
+                agent=self.name,
+                parent_thread_id=options.parent_thread_id,
+                active_hook_filter=options.active_hook_filter,
+            )
+            driver = _Driver(self, run, steps=0, sink=sink)
+            driver.incoming = incoming
+
+            async def begin() -> RunResult:
+                await driver.append(*incoming)
+                await run.run_phase(Phase.RUN_START, messages=driver.history())
+                return await driver.loop()
+
+            return await self._drive(driver, begin)
 
     async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:
         """Continue a suspended run with an outside `decision` on its call `call_id`."""
@@ -257,29 +281,34 @@ class Agent:
                 f"decision must be Decision.approve(...), Decision.deny(...) or "
                 f"Decision.result(...), got {decision!r}"
             )
-        run, detail = await self.kernel.resume_run(thread_id)
-        suspension = msgspec.json.decode(detail, type=_Suspension)
-        call = next((p for p in suspension.pending if p.id == call_id), None)
-        if call is None:
-            await run.abandon()
-            waiting = [p.id for p in suspension.pending]
-            raise StateError(
-                f"thread {thread_id!r} has no suspended call {call_id!r}; the calls waiting "
-                f"for a decision are {waiting}. Nothing was changed."
-            )
-        driver = _Driver(self, run, steps=suspension.step)
-        try:
-            remaining = tuple(p for p in suspension.pending if p.id != call_id)
-            still = await driver.settle(call, decision, remaining)
-            if still is not None:
-                remaining = (still, *remaining)
-            remaining = await driver.rerun_idempotent(remaining)
-            if remaining:
-                return await driver.suspend(remaining)
-            await driver.end_step()
-            return await driver.loop()
-        except Exception as error:
-            return await driver.fail(error)
+        async with self._turns.turn(thread_id):
+            run, detail = await self.kernel.resume_run(thread_id)
+            suspension = msgspec.json.decode(detail, type=_Suspension)
+            call = next((p for p in suspension.pending if p.id == call_id), None)
+            if call is None:
+                await run.abandon()
+                waiting = [p.id for p in suspension.pending]
+                raise StateError(
+                    f"thread {thread_id!r} has no suspended call {call_id!r}; the calls "
+                    f"waiting for a decision are {waiting}. Nothing was changed."
+                )
+            driver = _Driver(self, run, steps=suspension.step, sink=None)
+            driver.unanswered = {
+                p.id: ToolCall(p.id, p.name, p.arguments) for p in suspension.pending
+            }
+
+            async def carry_on() -> RunResult:
+                remaining = tuple(p for p in suspension.pending if p.id != call_id)
+                still = await driver.settle(call, decision, remaining)
+                if still is not None:
+                    remaining = (still, *remaining)
+                remaining = await driver.rerun_idempotent(remaining)
+                if remaining:
+                    return await driver.suspend(remaining)
+                await driver.end_step()
+                return await driver.loop()
+
+            return await self._drive(driver, carry_on)
 
     async def pending(self, thread_id: str) -> tuple[PendingCall, ...]:
         """The calls the thread's suspended run waits on, with their tickets; changes nothing.
@@ -289,29 +318,64 @@ class Agent:
         for beside it and never started has `"not started"`. Raises `StateError` when the
         thread has no suspended run.
         """
-        run, detail = await self.kernel.resume_run(thread_id)
-        await run.abandon()
-        return msgspec.json.decode(detail, type=_Suspension).pending
+        async with self._turns.turn(thread_id):
+            run, detail = await self.kernel.resume_run(thread_id)
+            await run.abandon()
+            return msgspec.json.decode(detail, type=_Suspension).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
-        """Fail the suspended run's pending calls as Cancelled and end the run (RUN_END)."""
-        run, detail = await self.kernel.resume_run(thread_id)
-        suspension = msgspec.json.decode(detail, type=_Suspension)
-        driver = _Driver(self, run, steps=suspension.step)
+        """Cancel the thread's run: a run in progress in this agent stops at its next safe
+        point (the phase in flight finishes, a model call is abandoned, a running tool
+        completes), a suspended one has its pending calls failed as Cancelled. Either way
+        RUN_END runs and everything committed is saved; returns how the run ended."""
+        live = self._live.get(thread_id)
+        if live is not None:
+            live.request_cancel()
+            return await live.finished
+        async with self._turns.turn(thread_id):
+            run, detail = await self.kernel.resume_run(thread_id)
+            suspension = msgspec.json.decode(detail, type=_Suspension)
+            driver = _Driver(self, run, steps=suspension.step, sink=None)
+
+            async def cancel_pending() -> RunResult:
+                for pending in suspension.pending:
+                    call = ToolCall(pending.id, pending.name, dict(pending.arguments))
+                    result = ToolResult(call, ToolCallStatus.CANCELLED, error="cancelled")
+                    await driver.record(result)
+                return await driver.end("cancelled")
+
+            return await self._drive(driver, cancel_pending)
+
+    async def _drive(self, driver: _Driver, body: Callable[[], Awaitable[RunResult]]) -> RunResult:
+        """Run `body` as this thread's live run: a failure, a cancel request and an outside
+        cancellation each end the run cleanly (RUN_END, the last committed state saved)."""
+        thread_id = driver.run.identity.thread_id
+        self._live[thread_id] = driver
         try:
-            for pending in suspension.pending:
-                call = ToolCall(pending.id, pending.name, dict(pending.arguments))
-                result = ToolResult(call, ToolCallStatus.CANCELLED, error="cancelled")
-                await driver.record(result)
-            return await driver.end("cancelled")
-        except Exception as error:
-            return await driver.fail(error)
+            try:
+                result = await body()
+            except _CancelRequested:
+                result = await driver.cancelled()
+            except RevisionConflict as conflict:
+                result = await driver.fail(_for_agent_users(conflict, thread_id))
+            except Exception as error:
+                result = await driver.fail(error)
+        except asyncio.CancelledError:
+            # Cancelled from outside (a task.cancel(), a server dropping the request): end
+            # the run cleanly all the same, then let the cancellation go on.
+            driver.conclude(await asyncio.shield(driver.cancelled()))
+            raise
+        finally:
+            self._live.pop(thread_id, None)
+        driver.conclude(result)
+        return result
 
 
 class _Driver:
-    """The loop for one run: owns the step count and the message bookkeeping."""
+    """The loop for one run: owns the step count, the message bookkeeping, the events of a
+    streamed run, and the safe points where a cancel request stops it."""
 
-    def __init__(self, agent: Agent, run: Run, *, steps: int) -> None:
+    def __init__(self, agent: Agent, run: Run, *, steps: int, sink: _EventSink | None) -> None:
         self.agent = agent
         self.run = run
         if agent.on_phase is not None:
@@ -319,7 +383,99 @@ class _Driver:
         self.steps = steps
         self.offered: frozenset[str] = frozenset(agent.tools)
         self.results: list[ToolResult] = []
+        self.unanswered: dict[str, ToolCall] = {}  # calls in the history without a result
         self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
+        self._cancel = asyncio.Event()
+        self.stopping = False
+        self.incoming: tuple[Message, ...] = ()  # what `run` was given: unsaved until a save
+        self.saved_any = False
+        self.finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        self.sink = sink
+        if sink is not None:
+            sink.on_close = self.request_cancel
+            run.add_phase_start_listener(lambda run, phase: sink.emit(PhaseStarted(phase)))
+            run.add_record_listener(lambda record: sink.emit(Committed(record)))
+            run.add_phase_listener(self._phase_ended)
+
+    async def _phase_ended(self, run: Run, report: PhaseReport) -> None:
+        assert self.sink is not None
+        self.sink.emit(PhaseEnded(report))
+        await self.pace()
+
+    def emit(self, event: Event) -> None:
+        if self.sink is not None:
+            self.sink.emit(event)
+
+    def request_cancel(self) -> None:
+        """Stop at the next safe point (`pace`), or abandon the model call in flight."""
+        self._cancel.set()
+        if self.sink is not None:
+            self.sink.wake()
+
+    async def pace(self) -> None:
+        """A safe point: wait until the consumer of a stream took the events so far, then
+        stop here if a cancel was requested (or the consumer left)."""
+        if self.stopping:
+            return  # the run is ending already: RUN_END must run
+        if self.sink is not None:
+            await self.sink.drain(self._cancel)
+        if self._cancel.is_set():
+            raise _CancelRequested
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Call the model (streaming its text deltas as events, if it streams); a cancel
+        request abandons the call."""
+        model = self.agent.model
+        streams = getattr(model, "streams", False) is True
+        call = self._streamed(model, request) if streams else model(request)
+        answer = asyncio.ensure_future(call)
+        cancelled = asyncio.ensure_future(self._cancel.wait())
+        try:
+            await asyncio.wait((answer, cancelled), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+            if not answer.done():
+                answer.cancel()
+        if not answer.done() or answer.cancelled():
+            raise _CancelRequested
+        response = answer.result()
+        if not isinstance(response, InferenceResponse):
+            raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
+        return response
+
+    async def _streamed(self, model: Any, request: InferenceRequest) -> Any:
+        response: Any = None
+        async for chunk in model.stream(request):
+            if isinstance(chunk, str):
+                self.emit(TextDelta(chunk))
+            else:
+                response = chunk
+        return response
+
+    async def cancelled(self) -> RunResult:
+        """End the run as cancelled: each call in the history that has no result yet gets a
+        Cancelled one (so the history stays one a model API accepts), then RUN_END."""
+        self.stopping = True
+        if self.run.finished:
+            return self._result("cancelled")
+        try:
+            for call in list(self.unanswered.values()):
+                await self.record(ToolResult(call, ToolCallStatus.CANCELLED, error="cancelled"))
+            await self.run.finish(messages=self.history())
+            self.saved_any = True
+        except Exception as error:
+            logger.warning(
+                "run %r: ending it as cancelled failed: %s", self.run.identity.run_id, error
+            )
+            if not self.run.finished:
+                await self.run.abandon()
+        return self._result("cancelled")
+
+    def conclude(self, result: RunResult) -> None:
+        """The run is over: the stream's last event, and the answer to `agent.cancel`."""
+        if not self.finished.done():
+            self.emit(RunFinished(result))
+            self.finished.set_result(result)
 
     def history(self) -> tuple[Message, ...]:
         current = self.run.snapshot.get(History)
@@ -342,14 +498,16 @@ class _Driver:
         run = self.run
         while self.steps < self.agent.max_steps:
             self.steps += 1
+            await self.pace()
             await run.run_phase(Phase.STEP_START, messages=self.history())
             await run.run_phase(Phase.BEFORE_INFERENCE, messages=self.history())
             request = await self.request()
-            response = await self.agent.model(request)
-            if not isinstance(response, InferenceResponse):
-                raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
+            response = await self.infer(request)
+            self.emit(ModelResponded(response))
+            await self.pace()
             await run.run_phase(Phase.AFTER_INFERENCE, messages=self.history(), response=response)
             await self.append(Message("assistant", response.text, tool_calls=response.tool_calls))
+            self.unanswered = {call.id: call for call in response.tool_calls}
             if not response.tool_calls:
                 await self.end_step()
                 return await self.end("success")
@@ -385,6 +543,8 @@ class _Driver:
         await self.run.submit(command)
         pending: list[PendingCall] = []
         for index, call in enumerate(calls):
+            await self.pace()
+            self.emit(ToolCallStarted(call))
             tool = self.agent.tools.get(call.name)
             if tool is None or call.name not in self.offered:
                 available = ", ".join(sorted(self.offered)) or "none"
@@ -421,6 +581,7 @@ class _Driver:
         result = await self.run.call_tool(call, tool, messages=self.history(), before_execute=guard)
         if result.status is ToolCallStatus.SUSPENDED:
             await self._mark(call, ToolCallStatus.SUSPENDED)
+            self.emit(ToolCallEnded(call, ToolCallStatus.SUSPENDED))
             return _pending(call, result.ticket)
         await self.record(result)
         if marked:
@@ -482,6 +643,7 @@ class _Driver:
         """The call's final state, and its result or error as a tool message."""
         call = result.call
         self.results.append(result)
+        self.unanswered.pop(call.id, None)
         state = CallState(call.id, call.name, result.status, result.error)
         content = result.text
         base = len(self.run.snapshot.get(History))
@@ -493,6 +655,7 @@ class _Driver:
             id=f"{self.run.identity.run_id}:m{base}",
         )
         await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
+        self.emit(ToolCallEnded(call, result.status, result.result, result.error, result.exception))
 
     async def _in_flight(self, pending: tuple[PendingCall, ...]) -> bool:
         """Save the run durably before a tool runs, as if suspended on `pending`: if the
@@ -504,6 +667,7 @@ class _Driver:
             return False
         detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
         await self.run.checkpoint(resumable=detail)
+        self.saved_any = True
         return True
 
     async def _settled(self, waiting: tuple[PendingCall, ...]) -> None:
@@ -513,6 +677,7 @@ class _Driver:
             await self._in_flight(waiting)
         else:
             await self.run.checkpoint()
+            self.saved_any = True
 
     async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
         await self.run.submit(
@@ -522,22 +687,28 @@ class _Driver:
     async def end_step(self) -> None:
         await self.run.run_phase(Phase.STEP_END, messages=self.history())
         await self.run.checkpoint()
+        self.saved_any = True
 
     async def end(self, outcome: Outcome) -> RunResult:
+        self.stopping = True
         await self.run.finish(messages=self.history())
+        self.saved_any = True
         return self._result(outcome)
 
     async def suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
         detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
         await self.run.suspend(detail)
+        self.saved_any = True
         return self._result("suspended", pending=pending)
 
     async def fail(self, error: BaseException) -> RunResult:
         """RUN_END still runs, best effort, and the last committed state is checkpointed."""
         logger.info("run %r failed: %s", self.run.identity.run_id, error)
+        self.stopping = True
         if not self.run.finished:
             try:
                 await self.run.finish(messages=self.history())
+                self.saved_any = True
             except Exception as cleanup:
                 logger.warning(
                     "run %r: RUN_END after a failure also failed: %s",
@@ -561,10 +732,136 @@ class _Driver:
             error=error,
             pending=pending,
             tool_results=tuple(self.results),
+            unsaved=() if self.saved_any else self.incoming,
         )
 
 
 _NO_OVERRIDES = RequestOverrides()
+
+
+def _for_agent_users(conflict: RevisionConflict, thread_id: str) -> RevisionConflict:
+    """A save conflict, told as an Agent user can act on it (they never saw a `Run`)."""
+    if not conflict.position:
+        return conflict
+    retry = (
+        f"the run ended there. Another process (or Agent) saved thread {thread_id!r} while "
+        f"this run was going; run again to continue from what it saved: "
+        f"`await agent.run({thread_id!r}, result.unsaved)` sends again the messages no save "
+        f"holds (none, if a checkpoint of this run was saved before)"
+    )
+    better = RevisionConflict(
+        conflict.expected, conflict.actual, what="thread save", position=True, retry=retry
+    )
+    better.__cause__ = conflict
+    return better
+
+
+@attrs.frozen
+class _RunOptions:
+    parent_thread_id: str | None
+    active_hook_filter: tuple[str, ...]
+
+
+class _CancelRequested(StateError):
+    """Raised at a safe point of a run whose cancel was requested; the Agent ends the run.
+    (A StateError, so that it passes through the phase listener that raises it unchanged.)"""
+
+
+class _Turns:
+    """One run at a time per thread in this agent: the next waits for its turn."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[asyncio.Lock, int, asyncio.Task[Any] | None]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, thread_id: str) -> AsyncIterator[None]:
+        lock, users, owner = self._held.get(thread_id, (asyncio.Lock(), 0, None))
+        current = asyncio.current_task()
+        if owner is not None and owner is current:
+            raise StateError(
+                f"agent.run on thread {thread_id!r} from inside that thread's own run (a tool "
+                f"or hook) would wait for itself forever; run the sub-task on another thread "
+                f"(agent.run(other_thread_id, ..., parent_thread_id={thread_id!r}))."
+            )
+        self._held[thread_id] = (lock, users + 1, owner)
+        try:
+            async with lock:
+                self._held[thread_id] = (lock, self._held[thread_id][1], current)
+                try:
+                    yield
+                finally:
+                    self._held[thread_id] = (lock, self._held[thread_id][1], None)
+        finally:
+            lock, users, owner = self._held[thread_id]
+            if users == 1:
+                del self._held[thread_id]
+            else:
+                self._held[thread_id] = (lock, users - 1, owner)
+
+
+class _EventSink:
+    """The events of one streamed run on their way to its consumer, and how far the
+    consumer has got: the run waits (`drain`) until the consumer took them all."""
+
+    def __init__(self) -> None:
+        self._events: collections.deque[Event] = collections.deque()
+        self._ready = asyncio.Event()  # events are waiting, or the run ended
+        self._changed = asyncio.Event()  # the consumer waits, left, or a cancel came
+        self._waiting = False
+        self.ended = False
+        self.closed = False
+        self.on_close: Callable[[], None] | None = None
+
+    def emit(self, event: Event) -> None:
+        if not self.closed:
+            self._events.append(event)
+            self._ready.set()
+
+    def end(self) -> None:
+        self.ended = True
+        self._ready.set()
+
+    def wake(self) -> None:
+        self._changed.set()
+
+    def close(self) -> None:
+        """The consumer left: the run stops at its next safe point."""
+        self.closed = True
+        self._events.clear()
+        if self.on_close is not None:
+            self.on_close()
+        self._changed.set()
+
+    async def drain(self, cancel: asyncio.Event) -> None:
+        while not (self.closed or cancel.is_set() or (self._waiting and not self._events)):
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def next(self) -> Event | None:
+        """The next event, or None once the run ended and every event was taken."""
+        while not self._events:
+            if self.ended:
+                return None
+            self._waiting = True
+            self._changed.set()
+            self._ready.clear()
+            await self._ready.wait()
+        self._waiting = False
+        return self._events.popleft()
+
+
+async def _stream(start: Callable[[_EventSink], Awaitable[RunResult]]) -> AsyncIterator[Event]:
+    sink = _EventSink()
+    task = asyncio.ensure_future(start(sink))
+    task.add_done_callback(lambda done: sink.end())
+    try:
+        while (event := await sink.next()) is not None:
+            yield event
+        task.result()  # an error the run raised (not a failure: those end in RunFinished)
+    finally:
+        if not task.done():
+            sink.close()
+            await asyncio.shield(task)
 
 
 def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:

@@ -38,13 +38,19 @@ _ANY_ITEM: tuple[object, ...] = (Any, object)
 
 def enc_hook(obj: Any) -> Any:
     """Encode kernel types msgspec does not know; a Vector becomes an array, a pydantic
-    model its JSON-mode dump."""
+    model its JSON-mode dump, a Snapshot its key -> value map, an exception its type name
+    and message (so a run's events and results can be sent as JSON as they are)."""
     if type(obj) is Vector:
         return obj.tolist()
     if _is_pydantic_model(type(obj)):
         return obj.model_dump(mode="json")
     if isinstance(obj, str):  # a str subclass such as StateScope is stored as its string
         return str(obj)
+    encode = getattr(type(obj), "__statekernel_encode__", None)
+    if encode is not None:
+        return encode(obj)
+    if isinstance(obj, BaseException):
+        return {"type": type(obj).__name__, "message": str(obj)}
     raise NotImplementedError(f"Objects of type {type(obj).__qualname__} are not supported")
 
 

@@ -172,6 +172,16 @@ class LiveState:
         """The commits noted and not yet saved, oldest first."""
         return tuple(self._journal or ())
 
+    def noted_commit(self, revision: int) -> PendingCommit | None:
+        """The noted commit that made `revision`, while it is still noted (commit listeners
+        find theirs: a commit is noted before they are called)."""
+        for pending in reversed(self._journal or ()):
+            if pending.revision == revision:
+                return pending
+            if pending.revision < revision:
+                break
+        return None
+
     def forget_commits(self, count: int) -> None:
         """Forget the oldest `count` noted commits: a save has made them durable."""
         if self._journal:
@@ -230,15 +240,16 @@ class LiveState:
                 self.revision,
                 what="staged round",
             )
+        if fork._journal:  # likewise for the journal; noted before the listeners are told
+            assert self._journal is not None
+            self._journal.extend(fork._journal)
         for snapshot in fork._history:
             self._snapshot = snapshot
             self._notify(snapshot)
         if fork._touched:  # a fork tracks touched keys only when this state does
             assert self._touched is not None
             self._touched.update(fork._touched)
-        if fork._journal:  # likewise for the journal
-            assert self._journal is not None
-            self._journal.extend(fork._journal)
+        if fork._journal:
             self._compact_if_due()
         return len(fork._history)
 

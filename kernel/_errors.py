@@ -121,15 +121,22 @@ class RevisionConflict(StateError):
     against a write position the store has moved past."""
 
     def __init__(
-        self, expected: int, actual: int, *, what: str = "command", position: bool = False
+        self,
+        expected: int,
+        actual: int,
+        *,
+        what: str = "command",
+        position: bool = False,
+        retry: str = "start a new run to load it again",
     ) -> None:
         self.expected = expected
         self.actual = actual
+        self.position = position
         if position:  # a thread save: compared on the store's write position
             message = (
                 f"{what} expected the thread's write position {expected} but the store is at "
                 f"{actual}: another kernel saved the thread in between (a commit, a suspension "
-                f"or a run ending). Nothing was saved; start a new run to load it again."
+                f"or a run ending). Nothing was saved; {retry}."
             )
         else:
             message = (

@@ -34,7 +34,7 @@ from ._errors import (
 from ._frozen import thaw
 from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
-from ._journal import CommitRecord, RunJournal
+from ._journal import CommitRecord, RunJournal, records_of
 from ._key_codec import EncodeCache
 from ._keys import KeyScope
 from ._merge import Contribution
@@ -56,6 +56,7 @@ _WRITES_HERE = (
 )
 
 PhaseListener = Callable[["Run", PhaseReport], Awaitable[None] | None]
+PhaseStartListener = Callable[["Run", Phase], Awaitable[None] | None]
 """Called after each phase of a run with the run and the phase's report; an async listener
 is awaited before the phase returns."""
 
@@ -386,6 +387,7 @@ class Run:
         profile = kernel.profile
         self._read_only_profile = profile.read_only(_WRITES_HERE) if profile is not None else None
         self._phase_listeners: list[PhaseListener] = []
+        self._start_listeners: list[PhaseStartListener] = []
         self._lock = asyncio.Lock()
         self._finished = False
         self._engine = PhaseEngine(
@@ -425,6 +427,33 @@ class Run:
         listener is awaited before the phase returns."""
         self._phase_listeners.append(listener)
 
+    def add_phase_start_listener(self, listener: PhaseStartListener) -> None:
+        """Call `listener(run, phase)` before every phase of this run begins; an async
+        listener is awaited first."""
+        self._start_listeners.append(listener)
+
+    def add_record_listener(self, listener: Callable[[CommitRecord], None]) -> None:
+        """Call `listener(record)` after every commit of this run with its `CommitRecord`,
+        every op included (what `kernel.history` shows of it without a store)."""
+        registry = self._kernel.components.keys
+        identity = self.identity
+        state = self._state
+
+        def on_commit(snapshot: Snapshot) -> None:
+            pending = state.noted_commit(snapshot.revision)
+            if pending is None:
+                return
+            made = records_of(
+                (pending,),
+                registry,
+                thread_id=identity.thread_id,
+                run_id=identity.run_id,
+                for_store=False,
+            )
+            listener(made.records[0])
+
+        state.add_listener(on_commit)
+
     async def run_phase(self, phase: Phase | str, **fields: Any) -> PhaseReport:
         """Run one phase: gather, merge, commit, effects, then its actions until converged.
 
@@ -434,6 +463,8 @@ class Run:
         phase = phase_of(phase)
         if fields:
             _check_fields(fields)
+        if self._start_listeners:
+            await self._notify_start(phase)
         async with self._lock:
             if phase is Phase.STEP_START:
                 self._state.step += 1
@@ -654,11 +685,17 @@ class Run:
             raise TypeError(f"tool_gate takes a kernel.ToolCall, got {tool_call!r}")
         fields = {**fields, "tool_call": tool_call}
         _check_fields(fields)
+        if self._start_listeners:
+            await self._notify_start(Phase.TOOL_GATE)
         async with self._lock:
             decision, report = await self._engine.tool_gate(fields)
         if self._phase_listeners:
             await self._notify_phase(report)
         return decision, report
+
+    async def _notify_start(self, phase: Phase) -> None:
+        for listener in self._start_listeners:
+            await call(listener, self, phase, owner="phase listener", phase=phase)
 
     async def _notify_phase(self, report: PhaseReport) -> None:
         for listener in self._phase_listeners:

@@ -18,7 +18,6 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-import attrs
 import immutables
 import msgspec
 
@@ -34,16 +33,33 @@ _canonical = msgspec.json.Encoder(enc_hook=enc_hook, order="sorted")
 _HASH_ERRORS: tuple[type[BaseException], ...] = (*CODEC_ERRORS, TypeError)  # unsortable sets
 
 
-@attrs.frozen(slots=True, repr=False, eq=False)
 class Snapshot:
     """The state as of one `revision`; `get` reads a key, `K in snapshot` asks if it is set.
 
     `revision` grows by one with each commit that carries at least one state op.
     """
 
+    # A plain slotted class rather than an attrs one: msgspec encodes attrs classes field by
+    # field, and a snapshot is encoded (`enc_hook`) as the map of its keys instead.
+    __slots__ = ("_registry", "_values", "revision")
     revision: int
     _values: immutables.Map[str, Any]
     _registry: KeyRegistry
+
+    def __init__(
+        self, revision: int, values: immutables.Map[str, Any], registry: KeyRegistry
+    ) -> None:
+        object.__setattr__(self, "revision", revision)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_registry", registry)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"a Snapshot is frozen (cannot set {name!r}); change state with a StateCommand"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Snapshot is frozen (cannot delete {name!r})")
 
     def get(self, key: type[StateKey[V, Any]]) -> V:
         """The value of `key`, or its default when it holds none."""
@@ -124,6 +140,10 @@ class Snapshot:
     def _stored_values(self) -> immutables.Map[str, Any]:
         """The stored values by key string, uncopied: for the kernel's own persistence only."""
         return self._values
+
+    def __statekernel_encode__(self) -> dict[str, Any]:
+        """How `enc_hook` encodes a snapshot (in an event, a `RunResult`): its key -> value map."""
+        return self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """Every key that holds a value, by key string (copied like `get`): for display."""

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 import statekernel
+import statekernel.events
 import statekernel.lowlevel
 import statekernel.plugins
 import statekernel.stores
@@ -61,6 +62,7 @@ def _testing_functions() -> list[str]:
 def _public_names() -> list[tuple[str, str]]:
     modules: tuple[ModuleType, ...] = (
         statekernel,
+        statekernel.events,
         statekernel.lowlevel,
         statekernel.stores,
         statekernel.plugins,

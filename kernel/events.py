@@ -1,0 +1,112 @@
+"""statekernel.events: what `agent.stream(...)` yields while a run happens.
+
+Each event is a frozen msgspec Struct, tagged with its class name in the field `"event"`,
+so `msgspec.json.encode(event, enc_hook=statekernel.enc_hook)` gives JSON a web page can
+read as it is (a Snapshot becomes its key -> value map, an exception its type and message):
+a server forwards a run as server-sent events without converting anything.
+
+Events come in the order things happen: `PhaseStarted`, then the phase's `Committed`
+records, then `PhaseEnded`; `ModelResponded` after each model call (after its
+`TextDelta`s, when the model streams); `ToolCallStarted` and `ToolCallEnded` around each
+tool call; and always last, `RunFinished` with the `RunResult`. More kinds may be added;
+match on the ones you need and ignore the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ._engine import PhaseReport
+from ._journal import CommitRecord
+from ._model import InferenceResponse
+from ._phases import Phase
+from ._public import publish
+from ._run_result import RunResult
+from ._tools import ToolCall, ToolCallStatus
+
+__all__ = [
+    "Committed",
+    "Event",
+    "ModelResponded",
+    "PhaseEnded",
+    "PhaseStarted",
+    "RunFinished",
+    "TextDelta",
+    "ToolCallEnded",
+    "ToolCallStarted",
+]
+
+
+class _Event(msgspec.Struct, frozen=True, tag=True, tag_field="event"):
+    pass
+
+
+class PhaseStarted(_Event, frozen=True):
+    """A phase began."""
+
+    phase: Phase
+
+
+class PhaseEnded(_Event, frozen=True):
+    """A phase ended: what it did (`PhaseReport`)."""
+
+    report: PhaseReport
+
+
+class Committed(_Event, frozen=True):
+    """A commit moved the thread's revision: its journal record, every op included."""
+
+    record: CommitRecord
+
+
+class ModelResponded(_Event, frozen=True):
+    """The model answered (the whole answer, after any `TextDelta`s)."""
+
+    response: InferenceResponse
+
+
+class TextDelta(_Event, frozen=True):
+    """A piece of the model's text as it arrives (only from a model that streams)."""
+
+    text: str
+
+
+class ToolCallStarted(_Event, frozen=True):
+    """A tool call begins its life: its gates come next."""
+
+    call: ToolCall
+
+
+class ToolCallEnded(_Event, frozen=True):
+    """A tool call ended (or was suspended): `status`, the `result`, the `error` text the
+    model sees, and the `exception` of a tool that raised."""
+
+    call: ToolCall
+    status: ToolCallStatus
+    result: Any = None
+    error: str | None = None
+    exception: BaseException | None = None
+
+
+class RunFinished(_Event, frozen=True):
+    """The run ended; always the last event."""
+
+    result: RunResult
+
+
+Event = (
+    PhaseStarted
+    | PhaseEnded
+    | Committed
+    | ModelResponded
+    | TextDelta
+    | ToolCallStarted
+    | ToolCallEnded
+    | RunFinished
+)
+"""Any event a stream yields."""
+
+publish(__name__, globals(), [n for n in __all__ if n != "Event"])
+del publish
