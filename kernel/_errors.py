@@ -335,3 +335,16 @@ class InvalidToolArguments(StateError, ValueError):
         self.problems = problems
         listed = "; ".join(f"{where!r}: {problem}" for where, problem in problems)
         super().__init__(f"invalid arguments for tool {tool!r}: {listed}")
+
+
+class ModelCallFailed(StateError):
+    """A model API refused a request, or kept failing after every retry. The run fails with
+    it; `status` is the HTTP status (None for a connection error or a timeout) and the
+    message says what the server answered and what to check."""
+
+    def __init__(self, model: str, status: int | None, detail: str, fix: str) -> None:
+        self.model = model
+        self.status = status
+        self.detail = detail
+        where = f"HTTP {status}" if status is not None else "no response"
+        super().__init__(f"model {model!r} call failed ({where}): {detail}. {fix}")

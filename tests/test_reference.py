@@ -17,6 +17,7 @@ import pytest
 import statekernel
 import statekernel.events
 import statekernel.lowlevel
+import statekernel.models
 import statekernel.plugins
 import statekernel.stores
 import statekernel.testing
@@ -63,6 +64,7 @@ def _public_names() -> list[tuple[str, str]]:
     modules: tuple[ModuleType, ...] = (
         statekernel,
         statekernel.events,
+        statekernel.models,
         statekernel.lowlevel,
         statekernel.stores,
         statekernel.plugins,
