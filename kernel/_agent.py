@@ -25,7 +25,7 @@ import msgspec
 from ._codec import enc_hook
 from ._commands import StateCommand
 from ._engine import PhaseReport
-from ._errors import RevisionConflict, StateError
+from ._errors import RevisionConflict, StateError, cause_text
 from ._function_tools import spec_of
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
@@ -39,7 +39,7 @@ from ._run_result import Outcome, PendingCall, RunResult
 from ._runtime import Kernel, PhaseListener, Run, Tool
 from ._snapshot import Snapshot
 from ._threads import SNAPSHOT_EVERY
-from ._tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
+from ._tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec, encodable
 from ._vector import Vector
 from .events import (
     Committed,
@@ -126,6 +126,7 @@ def is_idempotent(tool: Tool) -> bool:
 class _Suspension(msgspec.Struct, frozen=True):
     step: int
     pending: tuple[PendingCall, ...]
+    offered: tuple[str, ...] | None = None  # the tools the step offered (None: all)
 
 
 @attrs.frozen
@@ -198,7 +199,6 @@ class Agent:
         self.system_prompt = system_prompt
         self._specs: dict[str, tuple[Tool, ToolSpec]] = {}
         self._turns = _Turns()
-        self._live: dict[str, _Driver] = {}
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
@@ -257,14 +257,15 @@ class Agent:
         *,
         sink: _EventSink | None,
     ) -> RunResult:
-        async with self._turns.turn(thread_id):
+        consumer = sink.consumer if sink is not None else None
+        async with self._turns.turn(thread_id, consumer=consumer) as live:
             run = await self.kernel.start_run(
                 thread_id,
                 agent=self.name,
                 parent_thread_id=options.parent_thread_id,
                 active_hook_filter=options.active_hook_filter,
             )
-            driver = _Driver(self, run, steps=0, sink=sink)
+            driver = _Driver(self, run, live, steps=0, sink=sink)
             driver.incoming = incoming
 
             async def begin() -> RunResult:
@@ -281,7 +282,7 @@ class Agent:
                 f"decision must be Decision.approve(...), Decision.deny(...) or "
                 f"Decision.result(...), got {decision!r}"
             )
-        async with self._turns.turn(thread_id):
+        async with self._turns.turn(thread_id) as live:
             run, detail = await self.kernel.resume_run(thread_id)
             suspension = msgspec.json.decode(detail, type=_Suspension)
             call = next((p for p in suspension.pending if p.id == call_id), None)
@@ -292,10 +293,8 @@ class Agent:
                     f"thread {thread_id!r} has no suspended call {call_id!r}; the calls "
                     f"waiting for a decision are {waiting}. Nothing was changed."
                 )
-            driver = _Driver(self, run, steps=suspension.step, sink=None)
-            driver.unanswered = {
-                p.id: ToolCall(p.id, p.name, p.arguments) for p in suspension.pending
-            }
+            driver = _Driver(self, run, live, steps=suspension.step, sink=None)
+            driver.resumed(suspension)
 
             async def carry_on() -> RunResult:
                 remaining = tuple(p for p in suspension.pending if p.id != call_id)
@@ -328,14 +327,25 @@ class Agent:
         point (the phase in flight finishes, a model call is abandoned, a running tool
         completes), a suspended one has its pending calls failed as Cancelled. Either way
         RUN_END runs and everything committed is saved; returns how the run ended."""
-        live = self._live.get(thread_id)
+        live = self._turns.live(thread_id)
         if live is not None:
             live.request_cancel()
-            return await live.finished
-        async with self._turns.turn(thread_id):
+            if live.task is asyncio.current_task():
+                raise StateError(
+                    f"agent.cancel({thread_id!r}) was called from inside the run it cancels (a "
+                    f"tool or hook of it): the run stops at its next safe point, but it cannot "
+                    f"be waited for from inside. Return from the tool or hook instead."
+                )
+            try:
+                return await asyncio.shield(live.finished)  # one impatient caller cancels none
+            except asyncio.CancelledError:
+                if not live.finished.cancelled():
+                    raise
+                # That run ended before it began (a suspended thread, say): see below.
+        async with self._turns.turn(thread_id) as live:
             run, detail = await self.kernel.resume_run(thread_id)
             suspension = msgspec.json.decode(detail, type=_Suspension)
-            driver = _Driver(self, run, steps=suspension.step, sink=None)
+            driver = _Driver(self, run, live, steps=suspension.step, sink=None)
 
             async def cancel_pending() -> RunResult:
                 for pending in suspension.pending:
@@ -350,7 +360,6 @@ class Agent:
         """Run `body` as this thread's live run: a failure, a cancel request and an outside
         cancellation each end the run cleanly (RUN_END, the last committed state saved)."""
         thread_id = driver.run.identity.thread_id
-        self._live[thread_id] = driver
         try:
             try:
                 result = await body()
@@ -362,11 +371,14 @@ class Agent:
                 result = await driver.fail(error)
         except asyncio.CancelledError:
             # Cancelled from outside (a task.cancel(), a server dropping the request): end
-            # the run cleanly all the same, then let the cancellation go on.
-            driver.conclude(await asyncio.shield(driver.cancelled()))
+            # the run cleanly all the same, even if cancelled again meanwhile, then let the
+            # cancellation go on. The thread's turn is held until then.
+            cleanup = asyncio.ensure_future(driver.cancelled())
+            while not cleanup.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(cleanup)
+            driver.conclude(cleanup.result())
             raise
-        finally:
-            self._live.pop(thread_id, None)
         driver.conclude(result)
         return result
 
@@ -375,7 +387,9 @@ class _Driver:
     """The loop for one run: owns the step count, the message bookkeeping, the events of a
     streamed run, and the safe points where a cancel request stops it."""
 
-    def __init__(self, agent: Agent, run: Run, *, steps: int, sink: _EventSink | None) -> None:
+    def __init__(
+        self, agent: Agent, run: Run, live: _Live, *, steps: int, sink: _EventSink | None
+    ) -> None:
         self.agent = agent
         self.run = run
         if agent.on_phase is not None:
@@ -385,32 +399,38 @@ class _Driver:
         self.results: list[ToolResult] = []
         self.unanswered: dict[str, ToolCall] = {}  # calls in the history without a result
         self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
-        self._cancel = asyncio.Event()
+        self.live = live
+        self._cancel = live.cancel
         self.stopping = False
         self.incoming: tuple[Message, ...] = ()  # what `run` was given: unsaved until a save
-        self.saved_any = False
-        self.finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self.sink = sink
         if sink is not None:
-            sink.on_close = self.request_cancel
+            sink.started = True
+            sink.on_close = live.request_cancel
+            live.wake = sink.wake
             run.add_phase_start_listener(lambda run, phase: sink.emit(PhaseStarted(phase)))
             run.add_record_listener(lambda record: sink.emit(Committed(record)))
             run.add_phase_listener(self._phase_ended)
 
     async def _phase_ended(self, run: Run, report: PhaseReport) -> None:
+        """Keep pace with the consumer at every phase end, but stop only at the driver's
+        own safe points: a phase may end in the middle of a tool call, whose result must
+        still be recorded."""
         assert self.sink is not None
         self.sink.emit(PhaseEnded(report))
-        await self.pace()
+        if not self.stopping:
+            await self.sink.drain(self._cancel)
 
     def emit(self, event: Event) -> None:
         if self.sink is not None:
             self.sink.emit(event)
 
-    def request_cancel(self) -> None:
-        """Stop at the next safe point (`pace`), or abandon the model call in flight."""
-        self._cancel.set()
-        if self.sink is not None:
-            self.sink.wake()
+    def resumed(self, suspension: _Suspension) -> None:
+        """Carry on a suspended step: the tools it offered, and the calls it has yet to
+        answer."""
+        if suspension.offered is not None:
+            self.offered = frozenset(suspension.offered)
+        self.unanswered = {p.id: ToolCall(p.id, p.name, p.arguments) for p in suspension.pending}
 
     async def pace(self) -> None:
         """A safe point: wait until the consumer of a stream took the events so far, then
@@ -459,23 +479,28 @@ class _Driver:
         if self.run.finished:
             return self._result("cancelled")
         try:
-            for call in list(self.unanswered.values()):
-                await self.record(ToolResult(call, ToolCallStatus.CANCELLED, error="cancelled"))
+            await self.answer_unanswered(ToolCallStatus.CANCELLED, "cancelled")
             await self.run.finish(messages=self.history())
-            self.saved_any = True
         except Exception as error:
             logger.warning(
                 "run %r: ending it as cancelled failed: %s", self.run.identity.run_id, error
             )
             if not self.run.finished:
                 await self.run.abandon()
+            return self._result("cancelled", error=error)
         return self._result("cancelled")
+
+    async def answer_unanswered(self, status: ToolCallStatus, error: str) -> None:
+        """Give each call in the history that has no result yet one (`status`, `error`), so
+        that the history stays one a model API accepts."""
+        for call in list(self.unanswered.values()):
+            await self.record(ToolResult(call, status, error=error))
 
     def conclude(self, result: RunResult) -> None:
         """The run is over: the stream's last event, and the answer to `agent.cancel`."""
-        if not self.finished.done():
+        if not self.live.finished.done():
             self.emit(RunFinished(result))
-            self.finished.set_result(result)
+            self.live.finished.set_result(result)
 
     def history(self) -> tuple[Message, ...]:
         current = self.run.snapshot.get(History)
@@ -573,12 +598,15 @@ class _Driver:
         calls of the step, saved with it."""
         marked = False
 
-        async def mark_in_flight() -> None:
+        async def before_execute() -> None:
             nonlocal marked
-            marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
+            await self.pace()  # the last point to stop before the tool's side effects
+            if not is_idempotent(tool):
+                marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
 
-        guard = None if is_idempotent(tool) else mark_in_flight
-        result = await self.run.call_tool(call, tool, messages=self.history(), before_execute=guard)
+        result = await self.run.call_tool(
+            call, tool, messages=self.history(), before_execute=before_execute
+        )
         if result.status is ToolCallStatus.SUSPENDED:
             await self._mark(call, ToolCallStatus.SUSPENDED)
             self.emit(ToolCallEnded(call, ToolCallStatus.SUSPENDED))
@@ -603,13 +631,17 @@ class _Driver:
             if decision.arguments is not None:
                 call = ToolCall(call.id, call.name, dict(decision.arguments))
             tool = self.agent.tools.get(call.name)
+            if tool is not None and call.name not in self.offered:
+                tool = None  # its step did not offer it (a loop action): it does not run
             if tool is not None and pending.ticket == NOT_STARTED:
                 return await self._run_call(call, tool, waiting)
             if tool is None:
+                known = "not offered in this step" if call.name in self.agent.tools else "unknown"
                 result = ToolResult(
-                    call, ToolCallStatus.FAILED, error=f"unknown tool {call.name!r}"
+                    call, ToolCallStatus.FAILED, error=f"{known} tool {call.name!r}"
                 )
             else:
+                await self.pace()
                 if not is_idempotent(tool):
                     marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
                 result = await self.run.execute_tool(call, tool, messages=self.history())
@@ -633,6 +665,7 @@ class _Driver:
             tool = self.agent.tools.get(call.name)
             unknown = call.ticket in (INTERRUPTED, NOT_STARTED)
             if unknown and tool is not None and is_idempotent(tool):
+                await self.pace()
                 waiting.remove(call)
                 still = await self.settle(call, Decision.approve(), tuple(waiting))
                 if still is not None:
@@ -655,7 +688,11 @@ class _Driver:
             id=f"{self.run.identity.run_id}:m{base}",
         )
         await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
-        self.emit(ToolCallEnded(call, result.status, result.result, result.error, result.exception))
+        if self.sink is not None:
+            shown = encodable(result.result, result.text)  # an event always encodes
+            self.sink.emit(
+                ToolCallEnded(call, result.status, shown, result.error, result.exception)
+            )
 
     async def _in_flight(self, pending: tuple[PendingCall, ...]) -> bool:
         """Save the run durably before a tool runs, as if suspended on `pending`: if the
@@ -665,9 +702,7 @@ class _Driver:
         process, so there is nothing to come back to)."""
         if self.agent.kernel.thread_store is None:
             return False
-        detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
-        await self.run.checkpoint(resumable=detail)
-        self.saved_any = True
+        await self.run.checkpoint(resumable=self._suspension(pending))
         return True
 
     async def _settled(self, waiting: tuple[PendingCall, ...]) -> None:
@@ -677,7 +712,6 @@ class _Driver:
             await self._in_flight(waiting)
         else:
             await self.run.checkpoint()
-            self.saved_any = True
 
     async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
         await self.run.submit(
@@ -687,18 +721,17 @@ class _Driver:
     async def end_step(self) -> None:
         await self.run.run_phase(Phase.STEP_END, messages=self.history())
         await self.run.checkpoint()
-        self.saved_any = True
 
     async def end(self, outcome: Outcome) -> RunResult:
         self.stopping = True
         await self.run.finish(messages=self.history())
-        self.saved_any = True
         return self._result(outcome)
 
     async def suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
-        detail = msgspec.json.encode(_Suspension(self.steps, pending), enc_hook=enc_hook)
+        if self._cancel.is_set() and not self.stopping:
+            raise _CancelRequested  # asked to stop: end the run rather than wait on it
+        detail = self._suspension(pending)
         await self.run.suspend(detail)
-        self.saved_any = True
         return self._result("suspended", pending=pending)
 
     async def fail(self, error: BaseException) -> RunResult:
@@ -707,8 +740,16 @@ class _Driver:
         self.stopping = True
         if not self.run.finished:
             try:
+                reason = f"not run: the run failed ({cause_text(error)})"
+                await self.answer_unanswered(ToolCallStatus.FAILED, reason)
+            except Exception as cleanup:
+                logger.warning(
+                    "run %r: answering its open tool calls after a failure failed too: %s",
+                    self.run.identity.run_id,
+                    cleanup,
+                )
+            try:
                 await self.run.finish(messages=self.history())
-                self.saved_any = True
             except Exception as cleanup:
                 logger.warning(
                     "run %r: RUN_END after a failure also failed: %s",
@@ -716,6 +757,10 @@ class _Driver:
                     cleanup,
                 )
         return self._result("failure", error=error)
+
+    def _suspension(self, pending: tuple[PendingCall, ...]) -> bytes:
+        suspension = _Suspension(self.steps, pending, tuple(sorted(self.offered)))
+        return msgspec.json.encode(suspension, enc_hook=enc_hook)
 
     def _result(
         self,
@@ -732,7 +777,7 @@ class _Driver:
             error=error,
             pending=pending,
             tool_results=tuple(self.results),
-            unsaved=() if self.saved_any else self.incoming,
+            unsaved=() if self.run.saves else self.incoming,
         )
 
 
@@ -767,36 +812,73 @@ class _CancelRequested(StateError):
     (A StateError, so that it passes through the phase listener that raises it unchanged.)"""
 
 
+class _Live:
+    """A thread's run in this agent, from the moment it has its turn: the task it runs in
+    (and the task reading its stream), how to stop it, and how it ended."""
+
+    def __init__(self, task: asyncio.Task[Any] | None, consumer: asyncio.Task[Any] | None) -> None:
+        self.tasks = {t for t in (task, consumer) if t is not None}
+        self.task = task
+        self.cancel = asyncio.Event()
+        self.finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        self.wake: Callable[[], None] | None = None
+
+    def request_cancel(self) -> None:
+        self.cancel.set()
+        if self.wake is not None:
+            self.wake()
+
+
+@attrs.define
+class _Slot:
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    users: int = 0
+    live: _Live | None = None
+
+
 class _Turns:
     """One run at a time per thread in this agent: the next waits for its turn."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[asyncio.Lock, int, asyncio.Task[Any] | None]] = {}
+        self._slots: dict[str, _Slot] = {}
+
+    def live(self, thread_id: str) -> _Live | None:
+        slot = self._slots.get(thread_id)
+        return None if slot is None else slot.live
 
     @contextlib.asynccontextmanager
-    async def turn(self, thread_id: str) -> AsyncIterator[None]:
-        lock, users, owner = self._held.get(thread_id, (asyncio.Lock(), 0, None))
+    async def turn(
+        self, thread_id: str, *, consumer: asyncio.Task[Any] | None = None
+    ) -> AsyncIterator[_Live]:
+        """Wait for the thread's turn, then hold it as its live run. Raises `StateError` at
+        once where waiting would wait forever: the live run waits for this very task (a
+        tool or hook of its own, or the loop reading its stream)."""
         current = asyncio.current_task()
-        if owner is not None and owner is current:
+        slot = self._slots.get(thread_id)
+        if slot is not None and slot.live is not None and {current, consumer} & slot.live.tasks:
             raise StateError(
-                f"agent.run on thread {thread_id!r} from inside that thread's own run (a tool "
-                f"or hook) would wait for itself forever; run the sub-task on another thread "
-                f"(agent.run(other_thread_id, ..., parent_thread_id={thread_id!r}))."
+                f"thread {thread_id!r} has a run in progress that waits for this very task (a "
+                f"tool or hook of that run, or the loop reading its agent.stream), so waiting "
+                f"for its turn would wait forever. Let that run end (or close its stream) "
+                f"first, or use another thread (agent.run(other_thread_id, ..., "
+                f"parent_thread_id={thread_id!r}))."
             )
-        self._held[thread_id] = (lock, users + 1, owner)
+        if slot is None:
+            slot = self._slots[thread_id] = _Slot()
+        slot.users += 1
         try:
-            async with lock:
-                self._held[thread_id] = (lock, self._held[thread_id][1], current)
+            async with slot.lock:
+                live = slot.live = _Live(current, consumer)
                 try:
-                    yield
+                    yield live
                 finally:
-                    self._held[thread_id] = (lock, self._held[thread_id][1], None)
+                    slot.live = None
+                    if not live.finished.done():
+                        live.finished.cancel()  # it never ran: nothing to report
         finally:
-            lock, users, owner = self._held[thread_id]
-            if users == 1:
-                del self._held[thread_id]
-            else:
-                self._held[thread_id] = (lock, users - 1, owner)
+            slot.users -= 1
+            if slot.users == 0:
+                del self._slots[thread_id]
 
 
 class _EventSink:
@@ -810,6 +892,8 @@ class _EventSink:
         self._waiting = False
         self.ended = False
         self.closed = False
+        self.started = False  # the run has its turn and has begun
+        self.consumer: asyncio.Task[Any] | None = None  # the task reading the events
         self.on_close: Callable[[], None] | None = None
 
     def emit(self, event: Event) -> None:
@@ -852,6 +936,7 @@ class _EventSink:
 
 async def _stream(start: Callable[[_EventSink], Awaitable[RunResult]]) -> AsyncIterator[Event]:
     sink = _EventSink()
+    sink.consumer = asyncio.current_task()
     task = asyncio.ensure_future(start(sink))
     task.add_done_callback(lambda done: sink.end())
     try:
@@ -861,7 +946,10 @@ async def _stream(start: Callable[[_EventSink], Awaitable[RunResult]]) -> AsyncI
     finally:
         if not task.done():
             sink.close()
-            await asyncio.shield(task)
+            if not sink.started:  # still waiting for its turn: nothing to end cleanly
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
 
 
 def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:

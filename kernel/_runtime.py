@@ -36,7 +36,7 @@ from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
 from ._journal import CommitRecord, RunJournal, records_of
 from ._key_codec import EncodeCache
-from ._keys import KeyScope
+from ._keys import RESERVED_PREFIX, KeyScope
 from ._merge import Contribution
 from ._messages import Message
 from ._phases import Phase, phase_of
@@ -346,6 +346,7 @@ class _Lease:
     thread: ThreadMemory
     journal: RunJournal
     cache: EncodeCache = attrs.field(factory=EncodeCache)
+    saves: int = 0
 
     async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
         pending = state.pending_commits()
@@ -362,6 +363,7 @@ class _Lease:
         # Durable now (and only once the save succeeded).
         state.forget_commits(len(pending))
         self.journal.saved()
+        self.saves += 1
 
     def release(self) -> None:
         self.keeper.release(self.thread_id)
@@ -411,6 +413,12 @@ class Run:
     @property
     def finished(self) -> bool:
         return self._finished
+
+    @property
+    def saves(self) -> int:
+        """How many saves of this run succeeded (checkpoints, and the one of `finish` or
+        `suspend`): 0 means nothing this run did is durable."""
+        return self._lease.saves
 
     @property
     def step(self) -> int:
@@ -662,7 +670,12 @@ class Run:
             ) from error
 
     async def _close(self, *, save: bool) -> None:
-        dropped = [action.spec.key for action, _ in self._engine.pending_actions]
+        # The kernel's own actions (loop actions) are for one step: unused, they just lapse.
+        dropped = [
+            action.spec.key
+            for action, _ in self._engine.pending_actions
+            if not action.spec.key.startswith(RESERVED_PREFIX)
+        ]
         if dropped:
             logger.warning(
                 "run %r ended with scheduled actions whose phase never came: %s (dropped)",

@@ -142,8 +142,15 @@ class Snapshot:
         return self._values
 
     def __statekernel_encode__(self) -> dict[str, Any]:
-        """How `enc_hook` encodes a snapshot (in an event, a `RunResult`): its key -> value map."""
-        return self.to_dict()
+        """How `enc_hook` encodes a snapshot (in an event, a `RunResult`): its key -> value
+        map, a value msgspec cannot encode (a key kept in memory only, say) as its repr."""
+        shown: dict[str, Any] = {}
+        for name, value in self.to_dict().items():
+            try:
+                shown[name] = msgspec.to_builtins(value, enc_hook=enc_hook)
+            except CODEC_ERRORS:
+                shown[name] = repr(value)
+        return shown
 
     def to_dict(self) -> dict[str, Any]:
         """Every key that holds a value, by key string (copied like `get`): for display."""

@@ -93,7 +93,6 @@ class ToolCallStatus(enum.Enum):
     CANCELLED = "cancelled"
 
 
-@attrs.frozen
 class ToolResult:
     """How one call ended: its result, the error the model sees, or the ticket it waits on.
 
@@ -101,24 +100,86 @@ class ToolResult:
     objects are kept as they are), and `text`, what the model is shown, is made from it
     when the result is made: no hook that sees the result later can change what the model
     reads. A tool that raised has its exception in `exception` (the model sees
-    `"ExceptionType: message"` as `error`).
+    `"ExceptionType: message"` as `error`). Frozen; equal when call, status, result, error
+    and ticket are.
     """
 
+    # A plain slotted class rather than an attrs one: msgspec encodes attrs classes field
+    # by field, and a result that is not JSON must encode (in an event) as its text.
+    __slots__ = ("call", "error", "exception", "result", "status", "text", "ticket")
     call: ToolCall
     status: ToolCallStatus
-    result: Any = attrs.field(default=None, converter=_frozen_result)
-    error: str | None = None
-    ticket: Any = None
-    exception: BaseException | None = attrs.field(default=None, eq=False)
-    text: str = attrs.field(init=False, eq=False)
+    result: Any
+    error: str | None
+    ticket: Any
+    exception: BaseException | None
+    text: str
 
-    def __attrs_post_init__(self) -> None:
-        text = (self.error or "") if self.is_error else _as_text(self.result)
-        object.__setattr__(self, "text", text)
+    def __init__(
+        self,
+        call: ToolCall,
+        status: ToolCallStatus,
+        result: Any = None,
+        error: str | None = None,
+        ticket: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "call", call)
+        put(self, "status", status)
+        put(self, "result", freeze(result))
+        put(self, "error", error)
+        put(self, "ticket", ticket)
+        put(self, "exception", exception)
+        put(self, "text", (error or "") if self.is_error else _as_text(self.result))
 
     @property
     def is_error(self) -> bool:
         return self.status is ToolCallStatus.FAILED or self.status is ToolCallStatus.CANCELLED
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.call, self.status, self.result, self.error, self.ticket)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not ToolResult:
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]  # results are often dicts
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a ToolResult is frozen (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a ToolResult is frozen (cannot delete {name!r})")
+
+    def __repr__(self) -> str:
+        shown = f", error={self.error!r}" if self.error is not None else ""
+        return (
+            f"ToolResult(call={self.call!r}, status={self.status}, result={self.result!r}{shown})"
+        )
+
+    def __statekernel_encode__(self) -> dict[str, Any]:
+        """How `enc_hook` encodes a result (in an event, a `RunResult`): a result that is
+        not JSON-shaped data appears as its text, what the model was shown."""
+        return {
+            "call": self.call,
+            "status": self.status,
+            "result": encodable(self.result, self.text),
+            "error": self.error,
+            "ticket": encodable(self.ticket, repr(self.ticket)),
+            "exception": self.exception,
+            "text": self.text,
+        }
+
+
+def encodable(value: Any, fallback: Any) -> Any:
+    """`value` as plain builtins if msgspec can encode it, else `fallback`: for views of a
+    run (events, results) that must always encode, whatever a tool returned."""
+    try:
+        return msgspec.to_builtins(value, enc_hook=enc_hook)
+    except CODEC_ERRORS:
+        return fallback
 
 
 def _as_text(result: Any) -> str:
