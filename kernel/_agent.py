@@ -22,10 +22,11 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
-from ._codec import enc_hook
+from ._codec import as_json_data, enc_hook
 from ._commands import StateCommand
 from ._engine import PhaseReport
 from ._errors import RevisionConflict, StateError, cause_text
+from ._frozen import thaw
 from ._function_tools import spec_of
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
@@ -39,7 +40,7 @@ from ._run_result import Outcome, PendingCall, RunResult
 from ._runtime import Kernel, PhaseListener, Run, Tool
 from ._snapshot import Snapshot
 from ._threads import SNAPSHOT_EVERY
-from ._tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec, encodable
+from ._tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ._vector import Vector
 from .events import (
     Committed,
@@ -689,7 +690,7 @@ class _Driver:
         )
         await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
         if self.sink is not None:
-            shown = encodable(result.result, result.text)  # an event always encodes
+            shown = as_json_data(result.result, result.text)  # an event always encodes
             self.sink.emit(
                 ToolCallEnded(call, result.status, shown, result.error, result.exception)
             )
@@ -979,7 +980,7 @@ def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str,
 
 
 def _pending(call: ToolCall, ticket: str) -> PendingCall:
-    return PendingCall(call.id, call.name, dict(call.arguments), ticket)
+    return PendingCall(call.id, call.name, thaw(call.arguments), ticket)
 
 
 def _as_message(message: Message | str) -> Message:

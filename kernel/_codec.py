@@ -21,7 +21,7 @@ import msgspec.inspect
 
 from ._vector import Vector, _from_list
 
-__all__ = ["CODEC_ERRORS", "dec_hook", "enc_hook"]
+__all__ = ["CODEC_ERRORS", "as_json_data", "dec_hook", "enc_hook"]
 
 CODEC_ERRORS: tuple[type[BaseException], ...] = (
     msgspec.MsgspecError,
@@ -52,6 +52,17 @@ def enc_hook(obj: Any) -> Any:
     if isinstance(obj, BaseException):
         return {"type": type(obj).__name__, "message": str(obj)}
     raise NotImplementedError(f"Objects of type {type(obj).__qualname__} are not supported")
+
+
+def as_json_data(value: Any, fallback: Any) -> Any:
+    """`value` as plain JSON data if it encodes as JSON, else `fallback`: for views of a
+    run (events, results, snapshots) that must always encode, whatever a tool returned or
+    a key holds. Through JSON itself, so only what JSON can say survives (a dict with tuple
+    keys does not)."""
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value, enc_hook=enc_hook))
+    except CODEC_ERRORS:
+        return fallback
 
 
 def dec_hook(type_: Any, obj: Any) -> Any:

@@ -29,8 +29,8 @@ def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
 
 
 class FrozenDict(dict[str, Any]):
-    """A dict that cannot be changed: equal to, hashed like (not at all) and encoded as a
-    plain dict."""
+    """A dict that cannot be changed: equal to and encoded as a plain dict, and hashable
+    (so a frozen call or message is)."""
 
     __slots__ = ()
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
@@ -42,12 +42,15 @@ class FrozenDict(dict[str, Any]):
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
 
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (dict, (dict(self),))
 
 
 class FrozenList(list[Any]):
-    """A list that cannot be changed: equal to and encoded as a plain list."""
+    """A list that cannot be changed: equal to and encoded as a plain list, and hashable."""
 
     __slots__ = ()
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
@@ -58,6 +61,9 @@ class FrozenList(list[Any]):
 
     def __copy__(self) -> list[Any]:
         return list(self)
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(self))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))

@@ -14,9 +14,11 @@ workflow's wrappers); the function itself stays at `.function`.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, overload
@@ -46,20 +48,43 @@ class FunctionTool:
     ) -> None:
         if not callable(function):
             raise TypeError(f"@tool decorates a function, got {function!r}")
+        named = name or getattr(function, "__name__", None)
+        if not isinstance(named, str) or not named:
+            raise TypeError(f"@tool(name=...) is needed for {function!r}, which has no name")
         self.function = function
-        self.name = name or function.__name__
+        self.name = named
         self.idempotent = idempotent
-        summary, documented = _read_docstring(inspect.getdoc(function) or "")
-        self._context_parameter, fields = _fields(function, self.name, documented)
+        self._bound: tuple[object] | None = None
+        documented_by = function.func if isinstance(function, functools.partial) else function
+        summary, documented = _read_docstring(inspect.getdoc(documented_by) or "")
+        self._context_parameter, fields, self._names = _fields(function, self.name, documented)
+        # Fields are named arg0, arg1, ... with the parameters' names as aliases, so that no
+        # parameter name can clash with pydantic's own (`model_config`, `_private`).
         self._arguments = pydantic.create_model(
             f"{self.name}_arguments",
             __config__=pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True),
             **fields,
         )
-        schema = self._arguments.model_json_schema()
+        try:
+            schema = self._arguments.model_json_schema(by_alias=True)
+        except pydantic.PydanticUserError as error:
+            raise InvalidDeclaration(
+                f"tool {self.name!r}",
+                f"its arguments have no JSON Schema ({error})",
+                "Annotate every argument with a type pydantic can describe.",
+            ) from error
         schema.pop("title", None)
         self.spec = ToolSpec(self.name, summary if description is None else description, schema)
         functools.update_wrapper(self, function)
+
+    def __get__(self, instance: object, owner: type | None = None) -> FunctionTool:
+        """A `@tool` method: bound to its instance like any method (`self` is no argument
+        the model gives)."""
+        if instance is None:
+            return self
+        bound = copy.copy(self)
+        bound._bound = (instance,)
+        return bound
 
     def __call__(self, arguments: Mapping[str, Any], ctx: PhaseContext | None = None) -> Any:
         """Run the tool as the kernel does: check `arguments` against the schema, then call
@@ -72,9 +97,11 @@ class FunctionTool:
                 for item in error.errors()
             )
             raise InvalidToolArguments(self.name, problems) from None
-        values = {name: getattr(checked, name) for name in type(checked).model_fields}
+        values = {parameter: getattr(checked, field) for field, parameter in self._names.items()}
         if self._context_parameter is not None:
             values[self._context_parameter] = ctx
+        if self._bound is not None:
+            return self.function(*self._bound, **values)
         return self.function(**values)
 
     def __repr__(self) -> str:
@@ -130,20 +157,26 @@ def spec_of(name: str, tool: Any) -> ToolSpec:
 
 def _fields(
     function: Callable[..., Any], name: str, documented: Mapping[str, str]
-) -> tuple[str | None, dict[str, Any]]:
-    """The pydantic fields of the function's parameters, and the name of the one that takes
-    the PhaseContext (if any)."""
+) -> tuple[str | None, dict[str, Any], dict[str, str]]:
+    """The pydantic fields of the function's parameters (by field name), the name of the
+    parameter that takes the PhaseContext (if any), and field name -> parameter name. The
+    first parameter of a method (`self`, `cls`) is not an argument."""
+    target = function.func if isinstance(function, functools.partial) else function
     try:
-        hints = typing.get_type_hints(function, include_extras=True)
+        hints = typing.get_type_hints(target, include_extras=True)
     except Exception as error:
         raise InvalidDeclaration(
             f"tool {name!r}",
             f"its type hints cannot be read ({type(error).__name__}: {error})",
             "Import every type the signature names at module level.",
         ) from error
+    parameters = list(inspect.signature(function).parameters.values())
+    if parameters and parameters[0].name in ("self", "cls") and "." in _qualname(function):
+        parameters = parameters[1:]  # a method, bound when it is looked up on its instance
     context: str | None = None
     fields: dict[str, Any] = {}
-    for parameter in inspect.signature(function).parameters.values():
+    names: dict[str, str] = {}
+    for parameter in parameters:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise InvalidDeclaration(
                 f"tool {name!r}",
@@ -157,13 +190,30 @@ def _fields(
                 "Drop the `/` from the signature.",
             )
         annotation = hints.get(parameter.name, Any)
-        if annotation is PhaseContext:
+        if _is_context(annotation):
             context = parameter.name
             continue
         default = ... if parameter.default is parameter.empty else parameter.default
-        field = pydantic.Field(default, description=documented.get(parameter.name))
-        fields[parameter.name] = (annotation, field)
-    return context, fields
+        field = pydantic.Field(
+            default, alias=parameter.name, description=documented.get(parameter.name)
+        )
+        key = f"arg{len(fields)}"
+        fields[key] = (annotation, field)
+        names[key] = parameter.name
+    return context, fields, names
+
+
+def _is_context(annotation: Any) -> bool:
+    """`PhaseContext`, or `PhaseContext | None`."""
+    if annotation is PhaseContext:
+        return True
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return PhaseContext in typing.get_args(annotation)
+    return False
+
+
+def _qualname(function: Callable[..., Any]) -> str:
+    return str(getattr(function, "__qualname__", ""))
 
 
 _ARG_LINE = re.compile(r"^\s*\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
@@ -174,9 +224,13 @@ def _read_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """The first paragraph (the tool's description) and the argument descriptions of an
     `Args:` section (Google style: `name: text` or `name (type): text`, continued on
     lines indented further)."""
-    first = doc.strip().split("\n\n")[0]
-    summary = "" if first.strip().lower() in _SECTIONS else " ".join(first.split())
     lines = doc.splitlines()
+    first: list[str] = []
+    for line in doc.strip().splitlines():  # the first paragraph, up to a section
+        if not line.strip() or line.strip().lower() in _SECTIONS:
+            break
+        first.append(line.strip())
+    summary = " ".join(" ".join(first).split())
     start = next((i for i, line in enumerate(lines) if line.strip().lower() in _SECTIONS), None)
     described: dict[str, str] = {}
     if start is None:

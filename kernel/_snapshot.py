@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import immutables
 import msgspec
 
-from ._codec import CODEC_ERRORS, enc_hook
+from ._codec import CODEC_ERRORS, as_json_data, enc_hook
 from ._errors import StateError, StateValidationError, _preview
 from ._keys import StateKey
 from ._registry import KeyRegistry
@@ -144,13 +144,11 @@ class Snapshot:
     def __statekernel_encode__(self) -> dict[str, Any]:
         """How `enc_hook` encodes a snapshot (in an event, a `RunResult`): its key -> value
         map, a value msgspec cannot encode (a key kept in memory only, say) as its repr."""
-        shown: dict[str, Any] = {}
-        for name, value in self.to_dict().items():
-            try:
-                shown[name] = msgspec.to_builtins(value, enc_hook=enc_hook)
-            except CODEC_ERRORS:
-                shown[name] = repr(value)
-        return shown
+        shown = {name: as_json_data(value, _MISSING) for name, value in self.to_dict().items()}
+        return {
+            name: repr(self._values[name]) if value is _MISSING else value
+            for name, value in shown.items()
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """Every key that holds a value, by key string (copied like `get`): for display."""

@@ -21,6 +21,7 @@ It knows nothing of phases, hooks or the run loop: a `Run` hands it values to sa
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -266,12 +267,21 @@ class ThreadKeeper:
                 ),
                 suspended=msgspec.json.encode(suspended) if suspended is not None else None,
             )
-            try:
-                await self._store.save(thread_id, save, expected_position=thread.saved_position)
-            except StateError:
-                raise
-            except Exception as error:
+            saving = asyncio.ensure_future(
+                self._store.save(thread_id, save, expected_position=thread.saved_position)
+            )
+            # A save cancelled half-way may still commit (a SQLite write runs in its own
+            # thread): wait for it whatever happens, so that the position below is the
+            # store's. A cancellation meanwhile is held back until the save is noted.
+            interrupted = await _until_done(saving)
+            if interrupted and (saving.cancelled() or saving.exception() is not None):
+                _cancel_again()
+            if not saving.cancelled() and (error := saving.exception()) is not None:
+                if isinstance(error, StateError):
+                    raise error
                 raise StoreError("thread save", error, key=thread_id) from error
+            if saving.cancelled():
+                raise asyncio.CancelledError
             thread.saved_position += 1
             thread.journal.extend(journaled.in_memory)
             thread.undecodable = undecodable
@@ -286,12 +296,28 @@ class ThreadKeeper:
             # The store holds the persistent keys; memory keeps only what it must not.
             thread_values = _named(values, registry.volatile_thread_names)
             run_values = _named(values, registry.volatile_run_names)
+            if interrupted:
+                # Done and known: let the cancellation through at the caller's next await,
+                # after it took note of the save too.
+                self._finish_save(thread, thread_values, run_values, revision, suspended)
+                _cancel_again()
+                return
         else:
             thread.journal.extend(records)
             thread.since_snapshot += len(records)
             if records and (journaled.unrecorded or thread.since_snapshot >= self._snapshot_every):
                 thread.snapshots.append((revision, dict(thread_values)))
                 thread.since_snapshot = 0
+        self._finish_save(thread, thread_values, run_values, revision, suspended)
+
+    @staticmethod
+    def _finish_save(
+        thread: ThreadMemory,
+        thread_values: dict[str, Any],
+        run_values: dict[str, Any],
+        revision: int,
+        suspended: SuspendedRun | None,
+    ) -> None:
         thread.values = thread_values
         thread.run_values = run_values if suspended is not None else {}
         thread.revision = revision
@@ -391,6 +417,33 @@ class ThreadKeeper:
             vector_bases=bases,
             journal=memory.journal,
         )
+
+
+async def _until_done(task: asyncio.Future[Any]) -> bool:
+    """Wait until `task` is done, even through cancellations of the caller; returns whether
+    the caller was cancelled meanwhile (the caller then raises it on)."""
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                break
+            interrupted = True
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # held back; the caller asks for it again when done
+        except Exception:
+            pass  # the task's own failure: the caller reads it
+    return interrupted
+
+
+def _cancel_again() -> None:
+    """Ask again for the cancellation `_until_done` held back: it arrives at the caller's
+    next await."""
+    current = asyncio.current_task()
+    if current is not None:
+        current.cancel()
 
 
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import attrs
 import msgspec
 
-from ._codec import CODEC_ERRORS, enc_hook
+from ._codec import CODEC_ERRORS, as_json_data, enc_hook
 from ._commands import StateCommand
 from ._frozen import FrozenDict, freeze, thaw
 
@@ -67,6 +67,15 @@ class ToolCall:
         # A call decoded from storage bypasses the converter; it is frozen all the same.
         if not isinstance(self.arguments, FrozenDict):
             object.__setattr__(self, "arguments", _frozen_arguments(self.arguments))
+
+    def __copy__(self) -> ToolCall:
+        return self  # frozen all the way: a copy would be the same
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolCall:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ToolCall, (self.id, self.name, thaw(self.arguments)))
 
 
 @attrs.frozen
@@ -165,21 +174,12 @@ class ToolResult:
         return {
             "call": self.call,
             "status": self.status,
-            "result": encodable(self.result, self.text),
+            "result": as_json_data(self.result, self.text),
             "error": self.error,
-            "ticket": encodable(self.ticket, repr(self.ticket)),
+            "ticket": as_json_data(self.ticket, repr(self.ticket)),
             "exception": self.exception,
             "text": self.text,
         }
-
-
-def encodable(value: Any, fallback: Any) -> Any:
-    """`value` as plain builtins if msgspec can encode it, else `fallback`: for views of a
-    run (events, results) that must always encode, whatever a tool returned."""
-    try:
-        return msgspec.to_builtins(value, enc_hook=enc_hook)
-    except CODEC_ERRORS:
-        return fallback
 
 
 def _as_text(result: Any) -> str:

@@ -224,13 +224,17 @@ def _arguments(raw: str | None) -> Mapping[str, Any]:
     if not raw:
         return {}
     try:
-        parsed = json.loads(raw)
+        parsed = json.loads(raw, parse_constant=_not_json)
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
         logger.warning("a model's tool call arguments are not a JSON object: %r", raw[:200])
         return {}
     return parsed
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")  # NaN and Infinity: Python's json allows them
 
 
 def _is_api_error(error: Exception) -> bool:

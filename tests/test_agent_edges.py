@@ -1,0 +1,427 @@
+"""Edges of the Agent found by review: failures, cancels and streams that must still leave
+a thread a model API accepts, a finished tool's result that must never be lost, cancels
+that must reach the run they name, and tool declarations that must just work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import functools
+import pickle
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from statekernel import (
+    Agent,
+    Decision,
+    ExcludeTool,
+    InferenceRequest,
+    InferenceResponse,
+    Message,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ScriptedModel,
+    StateCommand,
+    StateError,
+    Suspend,
+    ToolCall,
+    ToolCallStatus,
+    enc_hook,
+    tool,
+)
+from statekernel.events import RunFinished, ToolCallStarted
+from statekernel.stores import SqliteThreadStore
+
+
+class Hooks(Plugin):
+    def __init__(self, id: str = "hooks", **by_phase: Any) -> None:
+        self.id, self.by_phase = id, by_phase
+
+    def register(self, r: PluginRegistrar) -> None:
+        for name, hook in self.by_phase.items():
+            if name == "gate":
+                r.register_tool_gate(hook)
+            else:
+                r.register_phase_hook(Phase[name], hook)
+
+
+def answered(messages: tuple[Message, ...]) -> bool:
+    """Whether every tool call in `messages` has its result before the next message that is
+    not a tool result: what model APIs require."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if message.role == "tool":
+            open_calls.discard(message.tool_call_id or "")
+            continue
+        if open_calls:
+            return False
+        open_calls = {call.id for call in message.tool_calls}
+    return not open_calls
+
+
+async def test_a_failed_run_gives_its_open_tool_calls_a_result() -> None:
+    armed = [True]
+
+    def flaky(ctx: PhaseContext) -> None:
+        if armed.pop() if armed else False:
+            raise RuntimeError("hook bug")
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "t", {}),)), InferenceResponse()])
+    agent = Agent([Hooks(BEFORE_TOOL_EXECUTE=flaky)], model, {"t": lambda a, c: "r"})
+    failed = await agent.run("t", ["go"])
+    assert failed.outcome == "failure"
+    again = await agent.run("t", ["again"])
+    assert answered(model.requests[-1].messages) and again.outcome == "success"
+    (result,) = [m for m in again.messages if m.role == "tool"]
+    assert result.is_error and result.content.startswith("not run: the run failed (HookFailed")
+
+
+async def test_a_tool_that_finished_keeps_its_result_when_a_streamed_run_is_cancelled() -> None:
+    ran: list[str] = []
+
+    async def slow(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        ran.append(arguments["q"])
+        await asyncio.sleep(0.1)
+        return "done:" + arguments["q"]
+
+    calls = (ToolCall("c1", "slow", {"q": "a"}), ToolCall("c2", "slow", {"q": "b"}))
+    agent = Agent([], ScriptedModel([InferenceResponse("", calls)]), {"slow": slow})
+
+    async def consume() -> None:
+        async for _ in agent.stream("t", ["hi"]):
+            pass
+
+    reading = asyncio.ensure_future(consume())
+    while not ran:
+        await asyncio.sleep(0.005)
+    result = await agent.cancel("t")  # while the first tool runs
+    await reading
+    assert result.outcome == "cancelled" and ran == ["a"]
+    statuses = [(r.call.id, r.status) for r in result.tool_results]
+    assert statuses == [("c1", ToolCallStatus.SUCCEEDED), ("c2", ToolCallStatus.CANCELLED)]
+    tool_messages = [(m.tool_call_id, m.content) for m in result.messages if m.role == "tool"]
+    assert tool_messages == [("c1", "done:a"), ("c2", "cancelled")]
+
+
+class Blocking:
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        if not self.entered.is_set():
+            self.entered.set()
+            await asyncio.Event().wait()
+        return InferenceResponse("answer")
+
+
+async def test_a_run_cancelled_twice_from_outside_still_holds_its_turn_until_it_ended() -> None:
+    ended: list[int] = []
+
+    async def slow_end(ctx: PhaseContext) -> None:
+        await asyncio.sleep(0.1)
+        ended.append(1)
+
+    model = Blocking()
+    agent = Agent([Hooks(RUN_END=slow_end)], model)
+    running = asyncio.ensure_future(agent.run("t", ["go"]))
+    await model.entered.wait()
+    running.cancel()
+    await asyncio.sleep(0.02)
+    running.cancel()  # again, during the clean end (anyio and Starlette do this)
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert ended == [1]  # the clean end finished
+    result = await agent.run("t", ["next"])
+    assert result.outcome == "success" and [m.content for m in result.messages][:2] == [
+        "go",
+        "next",
+    ]
+
+
+async def test_a_cancel_right_after_a_run_starts_cancels_that_run(tmp_path: Path) -> None:
+    model = Blocking()
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        agent = Agent([], model, thread_store=store)
+        running = asyncio.ensure_future(agent.run("t", ["hi"]))
+        await asyncio.sleep(0)  # it has its turn, and is loading the thread
+        cancelled = await asyncio.wait_for(agent.cancel("t"), 10)
+        assert cancelled.outcome == "cancelled" and (await running).outcome == "cancelled"
+
+
+async def test_cancel_from_inside_the_run_stops_it_without_waiting_for_itself() -> None:
+    agent: Agent
+
+    async def stop(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        await agent.cancel(ctx.run.thread_id)
+        return "unreachable"
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "stop", {}),))])
+    agent = Agent([], model, {"stop": stop})
+    result = await asyncio.wait_for(agent.run("t", ["go"]), 10)
+    assert result.outcome == "cancelled"
+    (message,) = [m for m in result.messages if m.role == "tool"]
+    assert "cannot be waited for from inside" in message.content
+
+
+async def test_an_impatient_cancel_does_not_break_the_others() -> None:
+    started = asyncio.Event()
+
+    async def slow(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        started.set()
+        await asyncio.sleep(0.2)
+        return "done"
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "slow", {}),))])
+    agent = Agent([], model, {"slow": slow})
+    events: list[Any] = []
+
+    async def consume() -> None:
+        async for event in agent.stream("t", ["go"]):
+            events.append(event)
+
+    reading = asyncio.ensure_future(consume())
+    await started.wait()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(agent.cancel("t"), 0.01)
+    result = await agent.cancel("t")
+    await reading
+    assert result.outcome == "cancelled" and isinstance(events[-1], RunFinished)
+
+
+async def test_a_cancel_during_a_resume_that_would_suspend_again_ends_the_run(
+    tmp_path: Path,
+) -> None:
+    ended: list[int] = []
+    started = asyncio.Event()
+
+    async def pay(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        started.set()
+        await asyncio.sleep(0.1)
+        return "paid"
+
+    def gate(ctx: PhaseContext) -> Suspend | None:
+        return Suspend("approve?") if ctx.tool_call and ctx.tool_call.name == "pay" else None
+
+    calls = (ToolCall("c1", "pay", {"n": [1]}), ToolCall("c2", "pay", {"n": [2]}))
+    model = ScriptedModel([InferenceResponse("", calls)])
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        plugins = [Hooks(gate=gate, RUN_END=lambda ctx: ended.append(1))]
+        agent = Agent(plugins, model, {"pay": pay}, thread_store=store)
+        suspended = await agent.run("t", ["pay both"])
+        assert [p.id for p in suspended.pending] == ["c1", "c2"]
+        assert type(suspended.pending[0].arguments["n"]) is list  # plain data to edit
+        resuming = asyncio.ensure_future(
+            agent.resume("t", "c1", Decision.approve(suspended.pending[0].arguments))
+        )
+        await started.wait()
+        result = await agent.cancel("t")
+        assert (await resuming).outcome == result.outcome == "cancelled"
+        assert ended == [1]
+        assert [(r.call.id, r.status.value) for r in result.tool_results] == [
+            ("c1", "succeeded"),
+            ("c2", "cancelled"),
+        ]
+        again = await agent.run("t", ["next"])  # not suspended any more
+    assert again.outcome == "success" and answered(again.messages)
+
+
+async def test_running_a_streamed_thread_from_the_loop_reading_it_fails_at_once() -> None:
+    agent = Agent([], ScriptedModel([InferenceResponse("a1"), InferenceResponse("a2")]))
+    async with contextlib.aclosing(agent.stream("t", ["one"])) as events:
+        async for _ in events:
+            with pytest.raises(StateError, match="waits for this very task"):
+                await agent.run("t", ["follow-up"])
+            break
+    # Two streams of one thread stepped by one task: the second says so instead of hanging.
+    first = agent.stream("u", ["one"])
+    await first.__anext__()
+    second = agent.stream("u", ["two"])
+    with pytest.raises(StateError, match="waits for this very task"):
+        await second.__anext__()
+    await first.aclose()  # type: ignore[attr-defined]
+
+
+class Obj:
+    def __repr__(self) -> str:
+        return "<Obj>"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [Obj(), {(1, 2): "tuple key"}, 1j, range(3), (x for x in ()), float("nan")],
+    ids=["object", "tuple-key", "complex", "range", "generator", "nan"],
+)
+async def test_every_event_encodes_whatever_a_tool_returned(value: Any) -> None:
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "odd", {}),))])
+    agent = Agent([], model, {"odd": lambda a, c: value})
+    events = [e async for e in agent.stream("t", ["go"])]
+    for event in events:
+        msgspec.json.decode(msgspec.json.encode(event, enc_hook=enc_hook))  # never raises
+    final = events[-1]
+    assert isinstance(final, RunFinished) and final.result.outcome == "success"
+
+
+async def test_a_resumed_step_offers_only_what_it_offered_before(tmp_path: Path) -> None:
+    published: list[int] = []
+
+    @tool(idempotent=True)
+    def publish() -> str:
+        """Publish."""
+        published.append(1)
+        return "published"
+
+    crash = [True]
+
+    class Crash(BaseException):
+        pass
+
+    @tool
+    def work() -> str:
+        """Work."""
+        if crash[0]:
+            raise Crash
+        return "worked"
+
+    steer = Hooks(STEP_START=lambda ctx: StateCommand().schedule(ExcludeTool, "publish"))
+    calls = (ToolCall("c1", "work", {}), ToolCall("c2", "publish", {}))
+    path = tmp_path / "t.db"
+    async with SqliteThreadStore(path) as store:
+        model = ScriptedModel([InferenceResponse("", calls)])
+        with pytest.raises(Crash):  # the process dies while `work` runs
+            await Agent([steer], model, [work, publish], thread_store=store).run("t", ["go"])
+    crash[0] = False
+    async with SqliteThreadStore(path) as store:
+        agent = Agent([steer], ScriptedModel(), [work, publish], thread_store=store)
+        result = await agent.resume("t", "c1", Decision.approve())
+    assert published == []  # excluded in that step: not run, not even as idempotent
+    assert [(m.tool_call_id, m.content) for m in result.messages if m.role == "tool"] == [
+        ("c1", "worked"),
+        ("c2", "not offered in this step tool 'publish'"),
+    ]
+
+
+class CancellingStore(SqliteThreadStore):
+    """Cancels the run's task while its `at`-th save is under way."""
+
+    at = 0
+    task: asyncio.Task[Any] | None = None
+    saves = 0
+
+    async def save(self, thread_id: str, save: Any, *, expected_position: int) -> None:
+        self.saves += 1
+        if self.saves == self.at and self.task is not None:
+            asyncio.get_running_loop().call_soon(self.task.cancel)
+        await super().save(thread_id, save, expected_position=expected_position)
+
+
+@pytest.mark.parametrize("at", [1, 2, 3])
+async def test_a_cancel_during_a_save_leaves_the_thread_as_the_store_has_it(
+    tmp_path: Path, at: int
+) -> None:
+    async with CancellingStore(tmp_path / "t.db") as store:
+        store.at = at
+        model = ScriptedModel([InferenceResponse("a", (ToolCall("c1", "t", {}),))])
+        agent = Agent([], model, {"t": lambda a, c: "ok"}, thread_store=store)
+        store.task = asyncio.ensure_future(agent.run("th", ["hello"]))
+        with contextlib.suppress(asyncio.CancelledError):
+            await store.task
+        store.task = None
+        # No false "interrupted" call, no false conflict: the thread just goes on.
+        with pytest.raises(StateError, match="no suspended run|not suspended|has no"):
+            await agent.pending("th")
+        result = await agent.run("th", ["again"])
+        assert result.outcome == "success", result.error
+        fresh = Agent([], ScriptedModel(), thread_store=store)
+        assert (await fresh.kernel.verify("th")).ok
+        final = await fresh.run("th", ["from a new agent"])
+    assert final.outcome == "success" and answered(final.messages)
+
+
+def test_tool_methods_partials_and_any_parameter_name_work() -> None:
+    class Shop:
+        def __init__(self) -> None:
+            self.sold: list[int] = []
+
+        @tool
+        def sell(self, n: int) -> str:
+            """Sell n items."""
+            self.sold.append(n)
+            return f"sold {n}"
+
+    shop = Shop()
+    assert shop.sell.spec.parameters["required"] == ["n"]  # no `self` for the model
+    assert shop.sell({"n": "3"}, None) == "sold 3" and shop.sold == [3]
+
+    def search(index: str, query: str) -> str:
+        """Search an index."""
+        return f"{index}:{query}"
+
+    partial = tool(name="search_docs")(functools.partial(search, "docs"))
+    assert partial.spec.description == "Search an index."
+    assert partial({"query": "x"}, None) == "docs:x"
+
+    @tool
+    def optional_context(x: int, ctx: PhaseContext | None = None) -> int:
+        """Optional context."""
+        return x
+
+    assert list(optional_context.spec.parameters["properties"]) == ["x"]
+
+    namespace: dict[str, Any] = {}
+    exec(
+        "def f(model_config: int, _private: int, schema: int) -> int:\n    '''F.'''\n"
+        "    return model_config + _private + schema\n",
+        namespace,
+    )
+    odd = tool(namespace["f"])
+    assert list(odd.spec.parameters["properties"]) == ["model_config", "_private", "schema"]
+    assert odd({"model_config": 1, "_private": 2, "schema": 3}, None) == 6
+
+
+def test_a_docstring_without_a_blank_line_before_args_describes_only_the_tool() -> None:
+    @tool
+    def add(x: int, y: int) -> int:
+        """Add numbers.
+        Args:
+            x: first
+            y: second
+        """
+        return x + y
+
+    assert add.spec.description == "Add numbers."
+    assert add.spec.parameters["properties"]["y"]["description"] == "second"
+
+
+def test_frozen_calls_copy_pickle_and_hash_as_themselves() -> None:
+    call = ToolCall("c", "send", {"to": ["a"], "meta": {"k": [1]}})
+    for again in (copy.deepcopy(call), copy.copy(call), pickle.loads(pickle.dumps(call))):
+        assert again == call
+        with pytest.raises(TypeError, match="frozen"):
+            again.arguments["to"].append("b")
+    message = Message("assistant", "", tool_calls=(call,))
+    assert hash(message) == hash(Message("assistant", "", tool_calls=(call,)))
+
+
+async def test_unsaved_is_empty_once_the_run_end_saved_even_if_it_failed() -> None:
+    def broken_end(ctx: PhaseContext) -> None:
+        raise RuntimeError("RUN_END hook broke")
+
+    agent = Agent([Hooks(RUN_END=broken_end)], ScriptedModel())
+    result = await agent.run("t", ["hello"])
+    assert result.outcome == "failure" and result.unsaved == ()
+    assert result.messages[0].content == "hello"
+
+
+async def test_leaving_a_stream_before_its_first_event_cancels_nothing_it_did_not_start() -> None:
+    agent = Agent([], ScriptedModel())
+    stream = agent.stream("t", ["hi"])
+    first = await stream.__anext__()
+    assert not isinstance(first, ToolCallStarted)
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert (await agent.run("t", ["again"])).outcome == "success"
