@@ -28,6 +28,7 @@ from ._engine import PhaseReport
 from ._errors import RevisionConflict, StateError, cause_text
 from ._frozen import thaw
 from ._function_tools import spec_of
+from ._invoke import through_cancellation
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
 from ._loop_actions import RequestOverrides, StepRequest
@@ -380,6 +381,11 @@ class Agent:
                     await asyncio.shield(cleanup)
             driver.conclude(cleanup.result())
             raise
+        except BaseException:
+            # KeyboardInterrupt, SystemExit: nothing more may run, but the thread is let go
+            # (as last saved), so that this agent can run it again.
+            await driver.run.abandon()
+            raise
         driver.conclude(result)
         return result
 
@@ -399,6 +405,7 @@ class _Driver:
         self.offered: frozenset[str] = frozenset(agent.tools)
         self.results: list[ToolResult] = []
         self.unanswered: dict[str, ToolCall] = {}  # calls in the history without a result
+        self.running: str | None = None  # the id of the call whose tool is running
         self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
         self.live = live
         self._cancel = live.cancel
@@ -448,18 +455,25 @@ class _Driver:
         request abandons the call."""
         model = self.agent.model
         streams = getattr(model, "streams", False) is True
-        call = self._streamed(model, request) if streams else model(request)
-        answer = asyncio.ensure_future(call)
-        cancelled = asyncio.ensure_future(self._cancel.wait())
+        live = self.live
+        # No task of its own: a cancel request cancels this task while (and only while) it
+        # waits for the model, and that cancellation is turned back into a stop here.
+        live.in_model = asyncio.current_task()
         try:
-            await asyncio.wait((answer, cancelled), return_when=asyncio.FIRST_COMPLETED)
+            response = await (self._streamed(model, request) if streams else model(request))
+        except asyncio.CancelledError:
+            if not live.model_cancelled:
+                raise  # cancelled from outside: not ours to turn into a stop
+            raise _CancelRequested from None
         finally:
-            cancelled.cancel()
-            if not answer.done():
-                answer.cancel()
-        if not answer.done() or answer.cancelled():
-            raise _CancelRequested
-        response = answer.result()
+            live.in_model = None
+            if live.model_cancelled:
+                live.model_cancelled = False
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
+        if self._cancel.is_set():
+            raise _CancelRequested  # asked while the answer arrived: it is not used
         if not isinstance(response, InferenceResponse):
             raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
         return response
@@ -480,8 +494,9 @@ class _Driver:
         if self.run.finished:
             return self._result("cancelled")
         try:
-            await self.answer_unanswered(ToolCallStatus.CANCELLED, "cancelled")
-            await self.run.finish(messages=self.history())
+            running = "cancelled while the tool ran: it may have had effects"
+            await self.answer_unanswered(ToolCallStatus.CANCELLED, "cancelled", running)
+            await self._finish()
         except Exception as error:
             logger.warning(
                 "run %r: ending it as cancelled failed: %s", self.run.identity.run_id, error
@@ -491,10 +506,12 @@ class _Driver:
             return self._result("cancelled", error=error)
         return self._result("cancelled")
 
-    async def answer_unanswered(self, status: ToolCallStatus, error: str) -> None:
-        """Give each call in the history that has no result yet one (`status`, `error`), so
-        that the history stays one a model API accepts."""
+    async def answer_unanswered(self, status: ToolCallStatus, idle: str, running: str) -> None:
+        """Give each call in the history that has no result yet one, so that the history
+        stays one a model API accepts: `status` with the text `idle`, or `running` for the
+        call whose tool was allowed to run when the run stopped (it may have had effects)."""
         for call in list(self.unanswered.values()):
+            error = running if call.id == self.running else idle
             await self.record(ToolResult(call, status, error=error))
 
     def conclude(self, result: RunResult) -> None:
@@ -604,10 +621,12 @@ class _Driver:
             await self.pace()  # the last point to stop before the tool's side effects
             if not is_idempotent(tool):
                 marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
+            self.running = call.id  # (left set if cut short: answer_unanswered)
 
         result = await self.run.call_tool(
             call, tool, messages=self.history(), before_execute=before_execute
         )
+        self.running = None
         if result.status is ToolCallStatus.SUSPENDED:
             await self._mark(call, ToolCallStatus.SUSPENDED)
             self.emit(ToolCallEnded(call, ToolCallStatus.SUSPENDED))
@@ -642,10 +661,19 @@ class _Driver:
                     call, ToolCallStatus.FAILED, error=f"{known} tool {call.name!r}"
                 )
             else:
-                await self.pace()
-                if not is_idempotent(tool):
-                    marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
-                result = await self.run.execute_tool(call, tool, messages=self.history())
+                ran = tool
+
+                async def before_execute() -> None:
+                    nonlocal marked
+                    await self.pace()  # the last point to stop before the tool's effects
+                    if not is_idempotent(ran):
+                        marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
+                    self.running = call.id  # (left set if cut short: answer_unanswered)
+
+                result = await self.run.execute_tool(
+                    call, tool, messages=self.history(), before_execute=before_execute
+                )
+                self.running = None
         elif decision.kind == "deny":
             result = ToolResult(call, ToolCallStatus.FAILED, error=decision.reason)
         else:
@@ -725,14 +753,16 @@ class _Driver:
 
     async def end(self, outcome: Outcome) -> RunResult:
         self.stopping = True
-        await self.run.finish(messages=self.history())
+        await self._finish()
         return self._result(outcome)
 
     async def suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
         if self._cancel.is_set() and not self.stopping:
             raise _CancelRequested  # asked to stop: end the run rather than wait on it
         detail = self._suspension(pending)
-        await self.run.suspend(detail)
+        _, interrupted = await through_cancellation(self.run.suspend(detail))
+        if interrupted:
+            raise asyncio.CancelledError
         return self._result("suspended", pending=pending)
 
     async def fail(self, error: BaseException) -> RunResult:
@@ -741,8 +771,12 @@ class _Driver:
         self.stopping = True
         if not self.run.finished:
             try:
-                reason = f"not run: the run failed ({cause_text(error)})"
-                await self.answer_unanswered(ToolCallStatus.FAILED, reason)
+                reason = f"the run failed ({cause_text(error)})"
+                await self.answer_unanswered(
+                    ToolCallStatus.FAILED,
+                    f"not run: {reason}",
+                    f"{reason} once the tool was allowed to run: it may have had effects",
+                )
             except Exception as cleanup:
                 logger.warning(
                     "run %r: answering its open tool calls after a failure failed too: %s",
@@ -750,7 +784,7 @@ class _Driver:
                     cleanup,
                 )
             try:
-                await self.run.finish(messages=self.history())
+                await self._finish()
             except Exception as cleanup:
                 logger.warning(
                     "run %r: RUN_END after a failure also failed: %s",
@@ -758,6 +792,13 @@ class _Driver:
                     cleanup,
                 )
         return self._result("failure", error=error)
+
+    async def _finish(self) -> None:
+        """RUN_END and the last save, whole even if the run is cancelled from outside
+        meanwhile (the cancellation is raised after)."""
+        _, interrupted = await through_cancellation(self.run.finish(messages=self.history()))
+        if interrupted:
+            raise asyncio.CancelledError
 
     def _suspension(self, pending: tuple[PendingCall, ...]) -> bytes:
         suspension = _Suspension(self.steps, pending, tuple(sorted(self.offered)))
@@ -823,11 +864,16 @@ class _Live:
         self.cancel = asyncio.Event()
         self.finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self.wake: Callable[[], None] | None = None
+        self.in_model: asyncio.Task[Any] | None = None  # the task waiting for the model
+        self.model_cancelled = False
 
     def request_cancel(self) -> None:
         self.cancel.set()
         if self.wake is not None:
             self.wake()
+        if self.in_model is not None and not self.model_cancelled:
+            self.model_cancelled = True  # abandon the model call in flight
+            self.in_model.cancel()
 
 
 @attrs.define
@@ -949,8 +995,11 @@ async def _stream(start: Callable[[_EventSink], Awaitable[RunResult]]) -> AsyncI
             sink.close()
             if not sink.started:  # still waiting for its turn: nothing to end cleanly
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # the consumer itself is cancelled: the run ends on its own
 
 
 def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:

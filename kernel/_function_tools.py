@@ -57,7 +57,10 @@ class FunctionTool:
         self._bound: tuple[object] | None = None
         documented_by = function.func if isinstance(function, functools.partial) else function
         summary, documented = _read_docstring(inspect.getdoc(documented_by) or "")
-        self._context_parameter, fields, self._names = _fields(function, self.name, documented)
+        self._method = _is_method(function)
+        self._context_parameter, fields, self._names = _fields(
+            function, self.name, documented, method=self._method
+        )
         # Fields are named arg0, arg1, ... with the parameters' names as aliases, so that no
         # parameter name can clash with pydantic's own (`model_config`, `_private`).
         self._arguments = pydantic.create_model(
@@ -75,13 +78,15 @@ class FunctionTool:
             ) from error
         schema.pop("title", None)
         self.spec = ToolSpec(self.name, summary if description is None else description, schema)
-        functools.update_wrapper(self, function)
+        # The function's name and docstring, but not its attributes: a tool made of a tool
+        # is named and described as asked here.
+        functools.update_wrapper(self, function, updated=())
 
     def __get__(self, instance: object, owner: type | None = None) -> FunctionTool:
         """A `@tool` method: bound to its instance like any method (`self` is no argument
         the model gives)."""
-        if instance is None:
-            return self
+        if instance is None or not self._method:
+            return self  # a tool kept as a class attribute, or a staticmethod: not bound
         bound = copy.copy(self)
         bound._bound = (instance,)
         return bound
@@ -156,7 +161,7 @@ def spec_of(name: str, tool: Any) -> ToolSpec:
 
 
 def _fields(
-    function: Callable[..., Any], name: str, documented: Mapping[str, str]
+    function: Callable[..., Any], name: str, documented: Mapping[str, str], *, method: bool
 ) -> tuple[str | None, dict[str, Any], dict[str, str]]:
     """The pydantic fields of the function's parameters (by field name), the name of the
     parameter that takes the PhaseContext (if any), and field name -> parameter name. The
@@ -171,8 +176,8 @@ def _fields(
             "Import every type the signature names at module level.",
         ) from error
     parameters = list(inspect.signature(function).parameters.values())
-    if parameters and parameters[0].name in ("self", "cls") and "." in _qualname(function):
-        parameters = parameters[1:]  # a method, bound when it is looked up on its instance
+    if method:
+        parameters = parameters[1:]  # `self`: bound when looked up on its instance
     context: str | None = None
     fields: dict[str, Any] = {}
     names: dict[str, str] = {}
@@ -194,9 +199,11 @@ def _fields(
             context = parameter.name
             continue
         default = ... if parameter.default is parameter.empty else parameter.default
-        field = pydantic.Field(
-            default, alias=parameter.name, description=documented.get(parameter.name)
-        )
+        described = documented.get(parameter.name)
+        if described is None:  # a description in `Annotated[..., Field(...)]` then stands
+            field = pydantic.Field(default, alias=parameter.name)
+        else:
+            field = pydantic.Field(default, alias=parameter.name, description=described)
         key = f"arg{len(fields)}"
         fields[key] = (annotation, field)
         names[key] = parameter.name
@@ -212,8 +219,14 @@ def _is_context(annotation: Any) -> bool:
     return False
 
 
-def _qualname(function: Callable[..., Any]) -> str:
-    return str(getattr(function, "__qualname__", ""))
+def _is_method(function: Callable[..., Any]) -> bool:
+    """A function defined in a class body whose first parameter is `self`: a method."""
+    if not inspect.isfunction(function) or "." not in function.__qualname__:
+        return False
+    if "<locals>" in function.__qualname__.rsplit(".", 1)[-1]:
+        return False
+    parameters = list(inspect.signature(function).parameters)
+    return bool(parameters) and parameters[0] == "self"
 
 
 _ARG_LINE = re.compile(r"^\s*\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")

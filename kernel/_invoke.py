@@ -15,13 +15,16 @@ here for the rest of the policy.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 from ._errors import HookFailed, StateError, _preview
 
-__all__ = ["call", "checked", "outcome", "reraise"]
+T = TypeVar("T")
+
+__all__ = ["call", "checked", "outcome", "reraise", "through_cancellation"]
 
 
 async def call(function: Callable[..., Any], *args: Any, owner: str, phase: str) -> Any:
@@ -41,6 +44,30 @@ async def outcome(function: Callable[..., Any], *args: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+async def through_cancellation(work: Awaitable[T]) -> tuple[T, bool]:
+    """Await `work` to its end even if the caller is cancelled meanwhile; returns its result
+    and whether the caller was cancelled (it then raises `CancelledError` itself, once it
+    took note of the result: late, never lost). For what must not stop half-way: a store
+    save that may commit anyway, RUN_END. `work`'s own failure is raised as it is."""
+    task = asyncio.ensure_future(work)
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():
+                break
+            interrupted = True
+        except BaseException:
+            break  # the task's own failure, read below
+    if interrupted:  # the caller's cancellation wins over what became of `work`
+        if task.cancelled():
+            raise asyncio.CancelledError
+        if (error := task.exception()) is not None:
+            raise asyncio.CancelledError from error
+    return task.result(), interrupted
 
 
 def reraise(owner: str, phase: str, error: Exception) -> NoReturn:

@@ -350,6 +350,12 @@ class _Lease:
 
     async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
         pending = state.pending_commits()
+
+        def saved() -> None:  # durable now (and only once the save succeeded)
+            state.forget_commits(len(pending))
+            self.journal.saved()
+            self.saves += 1
+
         await self.keeper.save(
             self.thread_id,
             self.thread,
@@ -359,11 +365,8 @@ class _Lease:
             cache=self.cache,
             journaled=self.journal.journaled(pending),
             suspended=suspended,
+            on_saved=saved,
         )
-        # Durable now (and only once the save succeeded).
-        state.forget_commits(len(pending))
-        self.journal.saved()
-        self.saves += 1
 
     def release(self) -> None:
         self.keeper.release(self.thread_id)
@@ -505,8 +508,9 @@ class Run:
 
         A Block, a tool that raises, or a rejected tool command fail only this call: the
         result carries the reason for the model, and state is untouched by the failure.
-        `before_execute` is awaited once the gates let the tool run, before it runs (the
-        Agent saves the run there, so that a crash cannot run it twice unseen).
+        `before_execute` is awaited once the gates and BEFORE_TOOL_EXECUTE let the tool
+        run, right before it runs (the Agent saves the run there, so that a crash cannot
+        run it twice unseen).
         """
         fields: dict[str, Any] = {"messages": messages}
         decision, _ = await self._tool_gate(tool_call, fields)
@@ -517,20 +521,28 @@ class Run:
         elif isinstance(decision, SetResult):
             result = ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=decision.result)
         else:
-            if before_execute is not None:
-                await before_execute()
-            result = await self.execute_tool(tool_call, tool, messages=messages)
+            result = await self.execute_tool(
+                tool_call, tool, messages=messages, before_execute=before_execute
+            )
         await self.run_phase(
             Phase.AFTER_TOOL_EXECUTE, tool_call=tool_call, tool_result=result, messages=messages
         )
         return result
 
     async def execute_tool(
-        self, tool_call: ToolCall, tool: Tool, *, messages: tuple[Message, ...] = ()
+        self,
+        tool_call: ToolCall,
+        tool: Tool,
+        *,
+        messages: tuple[Message, ...] = (),
+        before_execute: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolResult:
-        """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context, then commit
-        the tool's command. Used by `call_tool`, and by a resume that skips the gate."""
+        """Run BEFORE_TOOL_EXECUTE, then `before_execute`, then the tool with that phase's
+        context, then commit the tool's command. Used by `call_tool`, and by a resume that
+        skips the gate."""
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
+        if before_execute is not None:
+            await before_execute()
         profile = self._kernel.profile
         buffer = profile.buffered() if profile is not None else None
         context = attrs.evolve(

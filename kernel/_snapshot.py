@@ -53,6 +53,12 @@ class Snapshot:
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_registry", registry)
 
+    def __copy__(self) -> Snapshot:
+        return self  # frozen: a copy would be the same
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Snapshot:
+        return self
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(
             f"a Snapshot is frozen (cannot set {name!r}); change state with a StateCommand"

@@ -22,13 +22,14 @@ It knows nothing of phases, hooks or the run loop: a `Run` hands it values to sa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 import msgspec
 
 from ._errors import StateError, StoreError
+from ._invoke import through_cancellation
 from ._journal import CommitRecord, Journaled, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import KeyScope
@@ -204,8 +205,12 @@ class ThreadKeeper:
         cache: EncodeCache,
         journaled: Journaled,
         suspended: SuspendedRun | None = None,
+        on_saved: Callable[[], None] | None = None,
     ) -> None:
         """Save a run's commits since its last save and where it stands.
+
+        `on_saved` is called once the save is durable and noted, before anything else can
+        happen (also when a cancellation arrived during the save: it is raised after).
 
         With a store: the `journaled` records are appended in the store, with a snapshot of
         the persistent thread keys when the snapshot policy says so (or a key needs one);
@@ -267,21 +272,17 @@ class ThreadKeeper:
                 ),
                 suspended=msgspec.json.encode(suspended) if suspended is not None else None,
             )
-            saving = asyncio.ensure_future(
-                self._store.save(thread_id, save, expected_position=thread.saved_position)
-            )
             # A save cancelled half-way may still commit (a SQLite write runs in its own
-            # thread): wait for it whatever happens, so that the position below is the
-            # store's. A cancellation meanwhile is held back until the save is noted.
-            interrupted = await _until_done(saving)
-            if interrupted and (saving.cancelled() or saving.exception() is not None):
-                _cancel_again()
-            if not saving.cancelled() and (error := saving.exception()) is not None:
-                if isinstance(error, StateError):
-                    raise error
+            # thread): wait for it whatever happens, so that what is noted below is what
+            # the store has. A cancellation meanwhile is raised once that is noted.
+            try:
+                _, interrupted = await through_cancellation(
+                    self._store.save(thread_id, save, expected_position=thread.saved_position)
+                )
+            except StateError:
+                raise
+            except Exception as error:
                 raise StoreError("thread save", error, key=thread_id) from error
-            if saving.cancelled():
-                raise asyncio.CancelledError
             thread.saved_position += 1
             thread.journal.extend(journaled.in_memory)
             thread.undecodable = undecodable
@@ -297,11 +298,10 @@ class ThreadKeeper:
             thread_values = _named(values, registry.volatile_thread_names)
             run_values = _named(values, registry.volatile_run_names)
             if interrupted:
-                # Done and known: let the cancellation through at the caller's next await,
-                # after it took note of the save too.
                 self._finish_save(thread, thread_values, run_values, revision, suspended)
-                _cancel_again()
-                return
+                if on_saved is not None:
+                    on_saved()
+                raise asyncio.CancelledError
         else:
             thread.journal.extend(records)
             thread.since_snapshot += len(records)
@@ -309,6 +309,8 @@ class ThreadKeeper:
                 thread.snapshots.append((revision, dict(thread_values)))
                 thread.since_snapshot = 0
         self._finish_save(thread, thread_values, run_values, revision, suspended)
+        if on_saved is not None:
+            on_saved()
 
     @staticmethod
     def _finish_save(
@@ -417,33 +419,6 @@ class ThreadKeeper:
             vector_bases=bases,
             journal=memory.journal,
         )
-
-
-async def _until_done(task: asyncio.Future[Any]) -> bool:
-    """Wait until `task` is done, even through cancellations of the caller; returns whether
-    the caller was cancelled meanwhile (the caller then raises it on)."""
-    interrupted = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.cancelled():
-                break
-            interrupted = True
-            current = asyncio.current_task()
-            if current is not None:
-                current.uncancel()  # held back; the caller asks for it again when done
-        except Exception:
-            pass  # the task's own failure: the caller reads it
-    return interrupted
-
-
-def _cancel_again() -> None:
-    """Ask again for the cancellation `_until_done` held back: it arrives at the caller's
-    next await."""
-    current = asyncio.current_task()
-    if current is not None:
-        current.cancel()
 
 
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:

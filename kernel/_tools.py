@@ -156,6 +156,18 @@ class ToolResult:
 
     __hash__ = None  # type: ignore[assignment]  # results are often dicts
 
+    def __copy__(self) -> ToolResult:
+        return self  # frozen: a copy would be the same
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolResult:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            ToolResult,
+            (self.call, self.status, thaw(self.result), self.error, self.ticket, self.exception),
+        )
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"a ToolResult is frozen (cannot set {name!r})")
 

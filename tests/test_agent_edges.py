@@ -10,9 +10,10 @@ import copy
 import functools
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+import pydantic
 import pytest
 
 from statekernel import (
@@ -32,6 +33,7 @@ from statekernel import (
     Suspend,
     ToolCall,
     ToolCallStatus,
+    ToolResult,
     enc_hook,
     tool,
 )
@@ -425,3 +427,160 @@ async def test_leaving_a_stream_before_its_first_event_cancels_nothing_it_did_no
     assert not isinstance(first, ToolCallStarted)
     await stream.aclose()  # type: ignore[attr-defined]
     assert (await agent.run("t", ["again"])).outcome == "success"
+
+
+# -- cancellations that arrive during a save, a RUN_END, a tool, or a stream's close ------
+
+
+class ExpiringStore(SqliteThreadStore):
+    """Makes the enclosing `asyncio.timeout` expire while its `at`-th save is under way."""
+
+    at = 0
+    saves = 0
+    timeout: Any = None
+
+    async def save(self, thread_id: str, save: Any, *, expected_position: int) -> None:
+        self.saves += 1
+        if self.saves == self.at and self.timeout is not None:
+            self.timeout.reschedule(asyncio.get_running_loop().time())
+        await super().save(thread_id, save, expected_position=expected_position)
+
+
+@pytest.mark.parametrize("at", [1, 2])
+async def test_a_timeout_during_a_save_is_a_timeout_and_nothing_is_left_pending(
+    tmp_path: Path, at: int
+) -> None:
+    async with ExpiringStore(tmp_path / "t.db") as store:
+        store.at = at
+        agent = Agent([], ScriptedModel([InferenceResponse("answer")]), thread_store=store)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(None) as timeout:
+                store.timeout = timeout
+                await agent.run("t", ["hi"])
+        store.timeout = None
+        current = asyncio.current_task()
+        assert current is not None and current.cancelling() == 0
+        await asyncio.sleep(0)  # no stray cancellation arrives later
+        result = await agent.run("t", ["again"])
+    assert result.outcome == "success" and answered(result.messages)
+
+
+async def test_a_cancel_during_the_save_before_a_tool_keeps_the_tool_from_running(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "pay", {}),))])
+    async with CancellingStore(tmp_path / "t.db") as store:
+        store.at = 1  # the first save: the call, saved as in flight just before the tool
+        agent = Agent(
+            [], model, {"pay": lambda a, c: ran.append("pay") or "paid"}, thread_store=store
+        )
+        store.task = asyncio.ensure_future(agent.run("t", ["hi"]))
+        with pytest.raises(asyncio.CancelledError):
+            await store.task
+        store.task = None
+        assert ran == []
+        again = await agent.run("t", ["again"])
+    (message,) = [m for m in again.messages if m.role == "tool"]
+    assert message.content == "cancelled"
+
+
+async def test_an_outside_cancel_lets_run_end_hooks_finish() -> None:
+    log: list[str] = []
+
+    async def at_end(ctx: PhaseContext) -> None:
+        log.append("started")
+        await asyncio.sleep(0.05)
+        log.append("finished")
+
+    agent = Agent([Hooks(RUN_END=at_end)], ScriptedModel([InferenceResponse("answer")]))
+    running = asyncio.ensure_future(agent.run("t", ["hi"]))
+    while not log:
+        await asyncio.sleep(0)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert log == ["started", "finished"]
+
+
+async def test_a_tool_cut_short_from_outside_is_recorded_as_such() -> None:
+    started = asyncio.Event()
+
+    async def slow(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        started.set()
+        await asyncio.sleep(10)
+        return "unreachable"
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "slow", {}),))])
+    agent = Agent([], model, {"slow": slow})
+    running = asyncio.ensure_future(agent.run("t", ["go"]))
+    await started.wait()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    result = await agent.run("t", ["what happened?"])
+    (message,) = [m for m in result.messages if m.role == "tool"]
+    assert message.content == "cancelled while the tool ran: it may have had effects"
+
+
+async def test_a_consumer_cancelled_while_closing_a_stream_stays_cancelled() -> None:
+    async def slow_end(ctx: PhaseContext) -> None:
+        await asyncio.sleep(0.3)
+
+    agent = Agent([Hooks(RUN_END=slow_end)], ScriptedModel([InferenceResponse("answer")]))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            async with contextlib.aclosing(agent.stream("t", ["hi"])) as events:
+                async for _ in events:
+                    break
+
+
+async def test_an_interrupt_escaping_a_tool_lets_the_thread_go() -> None:
+    class Stop(BaseException):
+        pass
+
+    def stop(arguments: dict[str, Any], ctx: PhaseContext) -> None:
+        raise Stop
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "stop", {}),))])
+    agent = Agent([], model, {"stop": stop})
+    with pytest.raises(Stop):
+        await agent.run("t", ["go"])
+    assert (await agent.run("t", ["again"])).outcome == "success"
+
+
+def test_tool_results_copy_and_pickle_and_can_be_held_in_state() -> None:
+    call = ToolCall("c", "t", {"a": [1]})
+    result = ToolResult(call, ToolCallStatus.SUCCEEDED, result={"rows": [1, 2]})
+    assert copy.deepcopy(result) == result == pickle.loads(pickle.dumps(result))
+    assert copy.copy(result) is result
+
+
+def test_only_methods_bind_to_their_instance() -> None:
+    @tool
+    def lookup(q: str) -> str:
+        """Look up."""
+        return f"found {q}"
+
+    class Box:
+        find = lookup  # a tool kept as a class attribute: not a method
+
+        @tool
+        @staticmethod
+        def add(a: int, b: int) -> int:
+            """Add."""
+            return a + b
+
+    assert Box().find({"q": "x"}, None) == "found x"
+    assert Box().add({"a": 1, "b": 2}, None) == 3
+    renamed = tool(name="search")(lookup)
+    assert (renamed.name, renamed.spec.name) == ("search", "search")
+
+
+def test_a_description_in_annotated_stands() -> None:
+    @tool
+    def count(n: Annotated[int, pydantic.Field(description="how many")]) -> int:
+        """Count."""
+        return n
+
+    assert count.spec.parameters["properties"]["n"]["description"] == "how many"
