@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ("statekernel", "statekernel.stores", "statekernel.plugins", "statekernel.testing")
-PUBLIC += ("statekernel.lowlevel",)
+PUBLIC += ("statekernel.lowlevel", "statekernel.events", "statekernel.models")  # no extras
 
 USER_MODULE = """
 import enum
