@@ -28,7 +28,6 @@ from ._engine import PhaseReport
 from ._errors import RevisionConflict, StateError, cause_text
 from ._frozen import thaw
 from ._function_tools import spec_of
-from ._invoke import through_cancellation
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
 from ._loop_actions import RequestOverrides, StepRequest
@@ -456,27 +455,37 @@ class _Driver:
         model = self.agent.model
         streams = getattr(model, "streams", False) is True
         live = self.live
+        current = asyncio.current_task()
         # No task of its own: a cancel request cancels this task while (and only while) it
-        # waits for the model, and that cancellation is turned back into a stop here.
-        live.in_model = asyncio.current_task()
+        # waits for the model, and that one cancellation is taken back here as a stop.
+        live.in_model = current
         try:
             response = await (self._streamed(model, request) if streams else model(request))
-        except asyncio.CancelledError:
-            if not live.model_cancelled:
-                raise  # cancelled from outside: not ours to turn into a stop
-            raise _CancelRequested from None
-        finally:
+        except BaseException as error:
             live.in_model = None
-            if live.model_cancelled:
-                live.model_cancelled = False
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-        if self._cancel.is_set():
+            if not self._took_back(current):
+                raise  # not from a cancel request: a failure, or cancelled from outside
+            if not isinstance(error, Exception | asyncio.CancelledError):
+                raise  # KeyboardInterrupt and the like go on
+            raise _CancelRequested from None  # however the model reacted to it
+        live.in_model = None
+        if self._took_back(current) or self._cancel.is_set():
             raise _CancelRequested  # asked while the answer arrived: it is not used
         if not isinstance(response, InferenceResponse):
             raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
         return response
+
+    def _took_back(self, current: asyncio.Task[Any] | None) -> bool:
+        """Take back the cancellation a cancel request sent into the model call, if it
+        did. Returns whether it did and nothing else cancelled this task meanwhile (then
+        that cancellation must go on: `CancelledError` is raised)."""
+        live = self.live
+        if not live.model_cancelled:
+            return False
+        live.model_cancelled = False
+        if current is not None and current.uncancel() > 0:
+            raise asyncio.CancelledError  # an outside cancellation (a timeout) came too
+        return True
 
     async def _streamed(self, model: Any, request: InferenceRequest) -> Any:
         response: Any = None
@@ -505,6 +514,9 @@ class _Driver:
                 await self.run.abandon()
             return self._result("cancelled", error=error)
         return self._result("cancelled")
+
+    def _runs(self, call: ToolCall) -> None:
+        self.running = call.id  # left set if the call is cut short: see answer_unanswered
 
     async def answer_unanswered(self, status: ToolCallStatus, idle: str, running: str) -> None:
         """Give each call in the history that has no result yet one, so that the history
@@ -618,13 +630,16 @@ class _Driver:
 
         async def before_execute() -> None:
             nonlocal marked
-            await self.pace()  # the last point to stop before the tool's side effects
             if not is_idempotent(tool):
                 marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
-            self.running = call.id  # (left set if cut short: answer_unanswered)
 
+        await self.pace()  # the last point to stop before the call's gates and tool
         result = await self.run.call_tool(
-            call, tool, messages=self.history(), before_execute=before_execute
+            call,
+            tool,
+            messages=self.history(),
+            before_execute=before_execute,
+            on_run=lambda: self._runs(call),
         )
         self.running = None
         if result.status is ToolCallStatus.SUSPENDED:
@@ -661,17 +676,11 @@ class _Driver:
                     call, ToolCallStatus.FAILED, error=f"{known} tool {call.name!r}"
                 )
             else:
-                ran = tool
-
-                async def before_execute() -> None:
-                    nonlocal marked
-                    await self.pace()  # the last point to stop before the tool's effects
-                    if not is_idempotent(ran):
-                        marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
-                    self.running = call.id  # (left set if cut short: answer_unanswered)
-
+                await self.pace()  # the last point to stop before the tool's phases
+                if not is_idempotent(tool):
+                    marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
                 result = await self.run.execute_tool(
-                    call, tool, messages=self.history(), before_execute=before_execute
+                    call, tool, messages=self.history(), on_run=lambda: self._runs(call)
                 )
                 self.running = None
         elif decision.kind == "deny":
@@ -760,9 +769,7 @@ class _Driver:
         if self._cancel.is_set() and not self.stopping:
             raise _CancelRequested  # asked to stop: end the run rather than wait on it
         detail = self._suspension(pending)
-        _, interrupted = await through_cancellation(self.run.suspend(detail))
-        if interrupted:
-            raise asyncio.CancelledError
+        await self.run.suspend(detail)
         return self._result("suspended", pending=pending)
 
     async def fail(self, error: BaseException) -> RunResult:
@@ -794,11 +801,9 @@ class _Driver:
         return self._result("failure", error=error)
 
     async def _finish(self) -> None:
-        """RUN_END and the last save, whole even if the run is cancelled from outside
-        meanwhile (the cancellation is raised after)."""
-        _, interrupted = await through_cancellation(self.run.finish(messages=self.history()))
-        if interrupted:
-            raise asyncio.CancelledError
+        """RUN_END and the last save. (In this task: RUN_END hooks see the run's own task
+        and context, as every other phase's hooks do.)"""
+        await self.run.finish(messages=self.history())
 
     def _suspension(self, pending: tuple[PendingCall, ...]) -> bytes:
         suspension = _Suspension(self.steps, pending, tuple(sorted(self.offered)))

@@ -502,15 +502,17 @@ class Run:
         *,
         messages: tuple[Message, ...] = (),
         before_execute: Callable[[], Awaitable[None]] | None = None,
+        on_run: Callable[[], None] | None = None,
     ) -> ToolResult:
         """Take one tool call through its whole life: gate, BEFORE_TOOL_EXECUTE, the tool,
         its command, AFTER_TOOL_EXECUTE.
 
         A Block, a tool that raises, or a rejected tool command fail only this call: the
         result carries the reason for the model, and state is untouched by the failure.
-        `before_execute` is awaited once the gates and BEFORE_TOOL_EXECUTE let the tool
-        run, right before it runs (the Agent saves the run there, so that a crash cannot
-        run it twice unseen).
+        `before_execute` is awaited once the gates let the tool run, before
+        BEFORE_TOOL_EXECUTE (the Agent saves the run there, so that a crash cannot run the
+        tool twice unseen, and a resume runs that phase's hooks once). `on_run` is called
+        right before the tool itself is.
         """
         fields: dict[str, Any] = {"messages": messages}
         decision, _ = await self._tool_gate(tool_call, fields)
@@ -521,9 +523,9 @@ class Run:
         elif isinstance(decision, SetResult):
             result = ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=decision.result)
         else:
-            result = await self.execute_tool(
-                tool_call, tool, messages=messages, before_execute=before_execute
-            )
+            if before_execute is not None:
+                await before_execute()
+            result = await self.execute_tool(tool_call, tool, messages=messages, on_run=on_run)
         await self.run_phase(
             Phase.AFTER_TOOL_EXECUTE, tool_call=tool_call, tool_result=result, messages=messages
         )
@@ -535,14 +537,12 @@ class Run:
         tool: Tool,
         *,
         messages: tuple[Message, ...] = (),
-        before_execute: Callable[[], Awaitable[None]] | None = None,
+        on_run: Callable[[], None] | None = None,
     ) -> ToolResult:
-        """Run BEFORE_TOOL_EXECUTE, then `before_execute`, then the tool with that phase's
-        context, then commit the tool's command. Used by `call_tool`, and by a resume that
-        skips the gate."""
+        """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context (`on_run()` right
+        before it), then commit the tool's command. Used by `call_tool`, and by a resume
+        that skips the gate."""
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
-        if before_execute is not None:
-            await before_execute()
         profile = self._kernel.profile
         buffer = profile.buffered() if profile is not None else None
         context = attrs.evolve(
@@ -553,6 +553,8 @@ class Run:
             ),
             profile=buffer,
         )
+        if on_run is not None:
+            on_run()
         try:
             # A tool's failure is a result for the model, not an error of the run.
             output = await outcome(tool, thaw(tool_call.arguments), context)

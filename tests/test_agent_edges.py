@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import functools
 import pickle
@@ -485,12 +486,12 @@ async def test_a_cancel_during_the_save_before_a_tool_keeps_the_tool_from_runnin
     assert message.content == "cancelled"
 
 
-async def test_an_outside_cancel_lets_run_end_hooks_finish() -> None:
+async def test_an_outside_cancel_during_run_end_still_leaves_the_thread_saved_and_free() -> None:
     log: list[str] = []
 
     async def at_end(ctx: PhaseContext) -> None:
         log.append("started")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # cut short: asyncio delivers the cancellation here
         log.append("finished")
 
     agent = Agent([Hooks(RUN_END=at_end)], ScriptedModel([InferenceResponse("answer")]))
@@ -500,7 +501,9 @@ async def test_an_outside_cancel_lets_run_end_hooks_finish() -> None:
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    assert log == ["started", "finished"]
+    assert log == ["started"]
+    result = await agent.run("t", ["again"])
+    assert [m.content for m in result.messages][:3] == ["hi", "answer", "again"]
 
 
 async def test_a_tool_cut_short_from_outside_is_recorded_as_such() -> None:
@@ -584,3 +587,104 @@ def test_a_description_in_annotated_stands() -> None:
         return n
 
     assert count.spec.parameters["properties"]["n"]["description"] == "how many"
+
+
+# -- the run's own task, context and hook pairs, whatever stops it ------------------------
+
+
+async def test_run_end_hooks_run_in_the_runs_own_task_and_context() -> None:
+    span: contextvars.ContextVar[str | None] = contextvars.ContextVar("span", default=None)
+    tokens: dict[str, contextvars.Token[str | None]] = {}
+    agent: Agent
+
+    def start(ctx: PhaseContext) -> None:
+        tokens[ctx.run.run_id] = span.set(f"span {ctx.run.run_id}")
+
+    async def end(ctx: PhaseContext) -> None:
+        span.reset(tokens.pop(ctx.run.run_id))  # a token of this very context
+        with pytest.raises(StateError, match="waits for this very task"):
+            await agent.run(ctx.run.thread_id, ["from RUN_END"])
+
+    agent = Agent([Hooks(RUN_START=start, RUN_END=end)], ScriptedModel())
+    result = await asyncio.wait_for(agent.run("t", ["hi"]), 10)
+    assert result.outcome == "success", result.error
+    assert span.get() is None
+
+
+class SlowToLeave:
+    """A model that takes a while to clean up when its call is cancelled."""
+
+    def __init__(self, reaction: str = "reraise") -> None:
+        self.started = asyncio.Event()
+        self.reaction = reaction
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        self.started.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.02)
+            if self.reaction == "other":
+                raise RuntimeError("the client closed") from None
+            raise
+        raise AssertionError("unreachable")
+
+
+async def test_a_timeout_during_a_cancel_of_the_model_call_is_still_a_timeout() -> None:
+    model = SlowToLeave()
+    agent = Agent([], model)
+    timeouts: list[Any] = []
+
+    async def caller() -> str:
+        try:
+            async with asyncio.timeout(None) as timeout:
+                timeouts.append(timeout)
+                result = await agent.run("t", ["hi"])
+            return f"returned {result.outcome}"
+        except TimeoutError:
+            return "TimeoutError"
+
+    calling = asyncio.ensure_future(caller())
+    await model.started.wait()
+    cancelling = asyncio.ensure_future(agent.cancel("t"))
+    await asyncio.sleep(0.005)  # the model is cleaning up after the cancel request
+    timeouts[0].reschedule(asyncio.get_running_loop().time())
+    assert await calling == "TimeoutError"
+    assert (await cancelling).outcome == "cancelled"
+
+
+async def test_a_model_that_turns_the_cancel_into_an_error_is_still_cancelled() -> None:
+    model = SlowToLeave("other")
+    agent = Agent([], model)
+    running = asyncio.ensure_future(agent.run("t", ["hi"]))
+    await model.started.wait()
+    assert (await agent.cancel("t")).outcome == "cancelled"
+    assert (await running).outcome == "cancelled"
+
+
+async def test_a_cancel_during_before_tool_execute_lets_the_call_finish_its_phases() -> None:
+    log: list[str] = []
+    in_before = asyncio.Event()
+
+    async def before(ctx: PhaseContext) -> None:
+        log.append("before")
+        in_before.set()
+        await asyncio.sleep(0.01)
+
+    def after(ctx: PhaseContext) -> None:
+        assert ctx.tool_result is not None
+        log.append(f"after {ctx.tool_result.status.name}")
+
+    calls = (ToolCall("c1", "pay", {}),)
+    agent = Agent(
+        [Hooks(BEFORE_TOOL_EXECUTE=before, AFTER_TOOL_EXECUTE=after)],
+        ScriptedModel([InferenceResponse("", calls)]),
+        {"pay": lambda a, c: log.append("tool") or "paid"},
+    )
+    running = asyncio.ensure_future(agent.run("t", ["hi"]))
+    await in_before.wait()
+    result = await agent.cancel("t")
+    await running
+    assert result.outcome == "cancelled"
+    assert log == ["before", "tool", "after SUCCEEDED"]  # BEFORE is always paired with AFTER
+    assert [m.content for m in result.messages if m.role == "tool"] == ["paid"]

@@ -184,9 +184,9 @@ async def test_leaving_the_stream_after_the_first_tool_call_leaves_a_thread_the_
     assert server.refused == []
     assert result.outcome == "success"
     assert result.snapshot.get(DocStage) is Doc.DRAFT
-    # The gate had blocked the call before the consumer left: that is its result.
-    (blocked,) = [m for m in result.messages if m.role == "tool"]
-    assert blocked.tool_call_id == "c1" and blocked.is_error and "REVIEWED" in blocked.content
+    # The run stopped before the call's gates: the call has a result, "cancelled".
+    (cancelled,) = [m for m in result.messages if m.role == "tool"]
+    assert cancelled.tool_call_id == "c1" and cancelled.content == "cancelled"
     assert [m.content for m in result.messages][-1] == "Resumed; nothing was published."
 
 
