@@ -29,7 +29,6 @@ import attrs
 from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import PhaseContext
-from ._eager import first_step
 from ._errors import (
     PhaseRunLoopExceeded,
     UnknownActionHandler,
@@ -432,27 +431,14 @@ async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext
         except Exception as error:
             reraise(hooks[index].plugin, phase, error)
     elif waiting:
-        # Each coroutine's first step now; a task only for those that suspend (most never do).
+        outcomes = await asyncio.gather(*(results[i] for i in waiting), return_exceptions=True)
         failure: tuple[int, Exception] | None = None
-        running: list[int] = []
-        for index in waiting:
-            try:
-                finished, value = first_step(results[index])
-            except Exception as error:
-                failure = failure or (index, error)
-                continue
-            results[index] = value
-            if not finished:
-                running.append(index)
-        if running:
-            outcomes = await asyncio.gather(*(results[i] for i in running), return_exceptions=True)
-            for index, outcome in zip(running, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    if not isinstance(outcome, Exception):
-                        raise outcome
-                    if failure is None or index < failure[0]:
-                        failure = (index, outcome)
-                results[index] = outcome
+        for index, outcome in zip(waiting, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                failure = failure or (index, outcome)
+            results[index] = outcome
         if failure is not None:
             failed_at, cause = failure
             reraise(hooks[failed_at].plugin, phase, cause)

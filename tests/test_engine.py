@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import random
 from collections.abc import Callable
 from typing import Any
@@ -230,69 +229,6 @@ async def test_a_failing_async_hook_among_others_fails_the_phase_by_registration
     with pytest.raises(HookFailed) as caught:
         await run.run_phase(Phase.STEP_START)
     assert caught.value.plugin == "first"
-
-
-async def test_async_hooks_run_concurrently_and_each_in_a_context_of_its_own() -> None:
-    """Async hooks start at once and get a task only if they suspend: still concurrent (a
-    handshake between two hooks completes), and what one sets in a context variable stays
-    its own, as it would in a task."""
-    seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="run")
-    ready = asyncio.Event()
-    observed: list[str] = []
-
-    async def waits_for_the_other(ctx: PhaseContext) -> StateCommand:
-        seen.set("first")
-        await ready.wait()  # suspends: only the second hook can set it
-        observed.append(seen.get())
-        return StateCommand().update(Counter, 1)
-
-    async def releases(ctx: PhaseContext) -> StateCommand:
-        observed.append(seen.get())  # not the first hook's value
-        seen.set("second")
-        ready.set()
-        return StateCommand().update(Counter, 2)
-
-    async def never_waits(ctx: PhaseContext) -> StateCommand:
-        seen.set("third")
-        return StateCommand().update(Counter, 4)
-
-    plugins = [
-        keys(Counter),
-        hook_plugin("a", Phase.STEP_START, waits_for_the_other),
-        hook_plugin("b", Phase.STEP_START, releases),
-        hook_plugin("c", Phase.STEP_START, never_waits),
-    ]
-    run, report = await asyncio.wait_for(run_once(plugins), 10)
-    assert run.snapshot.get(Counter) == 7 and report.hooks_run == ("a", "b", "c")
-    assert observed == ["run", "first"]
-    assert seen.get() == "run"  # nothing leaked into the run's own context
-
-
-async def test_a_cancelled_phase_cancels_its_suspended_hooks() -> None:
-    started = asyncio.Event()
-    cancelled: list[str] = []
-
-    async def waits(ctx: PhaseContext) -> None:
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.append("waits")
-            raise
-
-    async def quick(ctx: PhaseContext) -> None:
-        return None
-
-    kernel = Kernel(
-        [hook_plugin("w", Phase.STEP_START, waits), hook_plugin("q", Phase.STEP_START, quick)]
-    )
-    run = await kernel.start_run("t")
-    phase = asyncio.ensure_future(run.run_phase(Phase.STEP_START))
-    await started.wait()
-    phase.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await phase
-    assert cancelled == ["waits"]
 
 
 async def test_a_hook_returning_a_non_command_is_a_hook_failure() -> None:
