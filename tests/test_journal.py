@@ -5,8 +5,9 @@ updates, pruning and verified replay, in kernel memory and through both ThreadSt
 from __future__ import annotations
 
 import datetime
+import functools
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from statekernel import (
     CommitRecord,
+    CommitRejected,
     DecodeFailed,
     InvalidDeclaration,
     Kernel,
@@ -241,6 +243,53 @@ async def test_a_record_survives_its_encoding_exactly(tmp_path: Path) -> None:
     assert record == msgspec.msgpack.decode(msgspec.msgpack.encode(record), type=CommitRecord)
 
 
+async def test_a_record_changed_on_disk_or_stored_under_another_revision_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        for thread in ("swapped", "changed"):
+            kernel = Kernel(plugins(), thread_store=store)
+            await commit_all(kernel, thread, *(StateCommand().update(Count, 1) for _ in range(3)))
+    with sqlite3.connect(path) as raw:
+        stored = dict(
+            raw.execute(
+                "SELECT revision, record FROM thread_records WHERE thread_id = 'swapped'"
+            ).fetchall()
+        )
+        raw.execute(  # revision 2 holds revision 3's (intact) record
+            "UPDATE thread_records SET record = ? WHERE thread_id = 'swapped' AND revision = 2",
+            (stored[3],),
+        )
+        raw.execute(  # one byte of revision 2's record changed
+            "UPDATE thread_records SET record = CAST(substr(record, 1, length(record) - 1) || "
+            "'X' AS BLOB) WHERE thread_id = 'changed' AND revision = 2"
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        for thread, cause in (("swapped", ValueError), ("changed", msgspec.DecodeError)):
+            readings: list[Callable[[str], Awaitable[Any]]] = [
+                kernel.start_run,  # a load
+                kernel.history,
+                functools.partial(kernel.state_at, revision=3),
+            ]
+            for reading in readings:
+                with pytest.raises(DecodeFailed) as refused:
+                    await reading(thread)
+                error = refused.value
+                assert (error.key, error.record, error.revision) == (
+                    "commit record",
+                    f"{thread} (revision 2)",
+                    2,
+                )
+                assert type(error.cause) is cause
+            report = await kernel.verify(thread)
+            assert not report.ok and report.first_divergence == 2
+        assert str(error.cause) == "the record's bytes do not match its digest: changed"
+        with pytest.raises(DecodeFailed, match=r"it says revision 3"):
+            await kernel.history("swapped")
+
+
 # -- what a checkpoint writes -----------------------------------------------------------------
 
 
@@ -394,6 +443,29 @@ async def test_state_at_every_revision_is_the_state_that_committed_then(
         snapshot = await kernel.state_at("t", revision)
         assert snapshot.revision == revision
         assert thread_values(snapshot) == expected, revision
+
+
+async def test_a_cleared_key_written_again_replays_loads_and_travels_to_its_new_value(
+    store: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=100)
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Mood, "first"),
+        StateCommand().clear(Mood).update(Count, 1),  # a clear, then another key's op
+        StateCommand().update(Mood, "again"),
+        StateCommand().clear(Log),  # a key that holds no value
+        checkpoints=True,
+    )
+    assert (await kernel.state_at("t", 2)).to_dict() == {"j.count": 1}
+    expected = {"j.count": 1, "j.mood": "again"}
+    assert thread_values(await kernel.state_at("t", 4)) == expected
+    if store is not None:  # a load replays every record: no snapshot was due
+        run = await Kernel(plugins(), thread_store=store).start_run("t")
+        assert thread_values(run.snapshot) == expected
+        await run.abandon()
+    assert (await kernel.verify("t")).ok
 
 
 async def test_revisions_never_reached_or_pruned_are_unknown(store: ThreadStore | None) -> None:
@@ -556,6 +628,88 @@ async def test_verify_finds_a_tampered_snapshot(tmp_path: Path) -> None:
     assert not report.ok and report.first_divergence == 5  # first write of j.mood after 4
 
 
+def edit_snapshot(
+    path: Path, thread: str, revision: int, edit: Callable[[dict[str, bytes]], None]
+) -> None:
+    """Change a stored snapshot's values in the file, as a tampering hand would."""
+    with sqlite3.connect(path) as raw:
+        (blob,) = raw.execute(
+            "SELECT snapshot FROM thread_snapshots WHERE thread_id = ? AND revision = ?",
+            (thread, revision),
+        ).fetchone()
+        values = msgspec.msgpack.decode(blob, type=dict[str, bytes])
+        edit(values)
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = ? AND revision = ?",
+            (msgspec.msgpack.encode(values), thread, revision),
+        )
+
+
+async def test_verify_finds_keys_missing_from_or_added_to_a_stored_snapshot(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        for thread in ("missing", "added"):
+            commands = [StateCommand().update(Count, 1) for _ in range(8)]
+            commands[0].update(Mood, "first")
+            await commit_all(kernel, thread, *commands, checkpoints=True)  # snapshots: 4, 8
+
+    def drop_count_and_mood(values: dict[str, bytes]) -> None:
+        del values["j.count"], values["j.mood"]
+
+    edit_snapshot(path, "missing", 4, drop_count_and_mood)
+    edit_snapshot(path, "added", 8, lambda values: values.update({"j.log": b'["forged"]'}))
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        missing = await kernel.verify("missing")
+        assert (missing.ok, missing.first_divergence) == (False, 1)
+        assert missing.detail == (
+            "the journal rebuilds keys ['j.count', 'j.mood'] differently from what was stored at "
+            "revision 4; the first commit after revision 0 that wrote one is revision 1"
+        )
+        added = await kernel.verify("added")
+        assert (added.ok, added.first_divergence) == (False, 8)  # no commit wrote it
+        assert "keys ['j.log']" in added.detail and "stored at revision 8" in added.detail
+
+
+async def test_verify_finds_a_changed_item_in_a_snapshot_that_refers_to_an_older_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    await write_referring(path, "t")
+
+    def change_an_item(values: dict[str, bytes]) -> None:
+        reference = msgspec.json.decode(values[Log.key])
+        reference["items"] = ["forged"]  # as many items as before
+        values[Log.key] = msgspec.json.encode(reference)
+
+    edit_snapshot(path, "t", 3, change_an_item)
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(referring_keys(), thread_store=store).verify("t")
+    assert (report.ok, report.first_divergence) == (False, 3)
+    assert "keys ['j.log']" in report.detail and "stored at revision 3" in report.detail
+
+
+async def test_verify_reports_a_stored_snapshot_value_that_does_not_decode(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1) for _ in range(8)]
+        await commit_all(kernel, "t", *commands, checkpoints=True)
+    edit_snapshot(path, "t", 8, lambda values: values.update({"j.count": b'"eight"'}))
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(plugins(), thread_store=store).verify("t")
+    assert (report.ok, report.first_divergence) == (False, 5)  # the records since revision 4
+    assert report.detail.startswith(
+        "stored value of key 'j.count' (record 't') does not decode into the declared type: "
+        "ValidationError: Expected `int`, got `str`"
+    )
+
+
 async def test_verify_reports_an_apply_that_changed_meaning(store: ThreadStore | None) -> None:
     class Doubling(StateKey[int, int]):
         key = "j.count"
@@ -641,7 +795,8 @@ async def test_a_thread_saved_before_the_journal_loads_continues_and_travels(
         with pytest.raises(UnknownRevision, match=r"holds revisions 4 to 5"):
             await kernel.state_at("t", 3)
         assert [r.revision for r in await kernel.history("t")] == [5]
-        assert (await kernel.verify("t")).ok
+        report = await kernel.verify("t")
+        assert report.ok and report.detail == ""  # the old run count is not a key left unread
         again = await Kernel(plugins(), thread_store=store).start_run("t")
         assert again.identity.run_id == "t:run-4" and again.snapshot.get(Count) == 8
         await again.abandon()
@@ -698,6 +853,282 @@ async def test_pruning_keeps_the_snapshots_a_kept_one_refers_to(a_store: ThreadS
     assert len((await kernel.state_at("t", 61)).get(Log)) == 61
     with pytest.raises(UnknownRevision):
         await kernel.state_at("t", 1)
+
+
+def is_reference(data: bytes) -> bool:
+    """Whether a Vector's snapshot bytes refer to an older snapshot (else: the whole array)."""
+    return data.startswith(b'{"statekernel.extends"')
+
+
+async def test_a_chain_of_references_is_cut_every_64_snapshots_whoever_writes_them(
+    a_store: ThreadStore,
+) -> None:
+    """A read follows at most 63 references: one item added at every snapshot of a large
+    Vector is written whole again every 64th snapshot, in one long run as in runs that each
+    load what the last one saved."""
+    store = a_store
+
+    async def append(start: int, stop: int) -> None:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=1)
+        items = [StateCommand().update(Log, (f"n{i}",)) for i in range(start, stop)]
+        await commit_all(kernel, "t", *items, checkpoints=True)
+
+    await commit_all(
+        Kernel(plugins(), thread_store=store, snapshot_every=1),
+        "t",
+        StateCommand().update(Log, tuple(f"i{i}" for i in range(1000))),
+    )
+    await append(0, 139)  # one run, from a whole value: revisions 2 to 140
+    for start in range(139, 160, 7):  # runs that each start from a reference
+        await append(start, start + 7)
+    kinds = ""
+    for revision in range(1, 162):
+        snapshot = await store.snapshot_at("t", revision)
+        assert snapshot is not None and snapshot.revision == revision
+        kinds += "r" if is_reference(snapshot.values[Log.key]) else "W"
+    assert kinds == ("W" + "r" * 63) * 2 + "W" + "r" * 32
+    fresh = await Kernel(plugins(), thread_store=store).start_run("t")
+    assert len(fresh.snapshot.get(Log)) == 1160
+    await fresh.abandon()
+
+
+class Tags(StateKey[Vector[str], tuple[str, ...]]):
+    key = "j.tags"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[str], update: tuple[str, ...]) -> Vector[str]:
+        return value.extend(update)
+
+
+async def test_each_vector_in_a_snapshot_is_written_as_what_it_added(a_store: ThreadStore) -> None:
+    store = a_store
+    keys = [KeysOf("keys", Count, Log, Tags)]  # a key that is no Vector comes first
+    kernel = Kernel(keys, thread_store=store, snapshot_every=1)
+    many = tuple(f"i{i}" for i in range(1000))
+    first = StateCommand().update(Count, 1).update(Log, many).update(Tags, many)
+    grown = [StateCommand().update(Count, 1).update(Tags, (f"t{i}",)) for i in range(3)]
+    await commit_all(kernel, "t", first, *grown, checkpoints=True)
+    for revision in (2, 3, 4):
+        snapshot = await store.snapshot_at("t", revision)
+        assert snapshot is not None
+        log, tags = snapshot.values[Log.key], snapshot.values[Tags.key]
+        assert is_reference(log) and is_reference(tags)
+        assert len(log) < 80 and len(tags) < 80  # the unchanged one adds nothing, one tag adds one
+    fresh = await Kernel(keys, thread_store=store).start_run("t")
+    assert list(fresh.snapshot.get(Log)) == list(many)
+    assert list(fresh.snapshot.get(Tags)) == [*many, "t0", "t1", "t2"]
+    await fresh.abandon()
+
+
+class Guarded(StateKey[Vector[str], tuple[str, ...]]):
+    key = "j.guarded"
+    scope = KeyScope.THREAD
+    most = 10_000  # what validate accepts; a stricter kernel's key says less
+
+    @classmethod
+    def apply(cls, value: Vector[str], update: tuple[str, ...]) -> Vector[str]:
+        return value.extend(update)
+
+    @classmethod
+    def validate(cls, value: Vector[str]) -> None:
+        if len(value) > cls.most:
+            raise ValueError(f"{len(value)} items, more than {cls.most}")
+
+
+class StricterGuarded(Guarded):
+    most = 50
+
+
+async def test_a_vector_snapshot_that_refers_to_an_older_one_is_validated_too(
+    a_store: ThreadStore,
+) -> None:
+    store = a_store
+    kernel = Kernel([KeysOf("keys", Count, Guarded)], thread_store=store, snapshot_every=1)
+    items = [StateCommand().update(Guarded, tuple(f"g{i}" for i in range(100)))]
+    items += [StateCommand().update(Guarded, (f"more {i}",)) for i in range(3)]
+    await commit_all(kernel, "t", *items, checkpoints=True)
+    snapshot = await store.snapshot_at("t", 4)
+    assert snapshot is not None and is_reference(snapshot.values[Guarded.key])
+    stricter_keys = [KeysOf("keys", Count, StricterGuarded)]
+    stricter = Kernel(stricter_keys, thread_store=store, snapshot_every=1)
+    run = await stricter.start_run("t")
+    await run.submit(StateCommand().update(Count, 1))  # Guarded is not touched
+    with pytest.raises(CommitRejected) as caught:
+        await run.checkpoint()  # its snapshot would only refer to the one at 4
+    assert (caught.value.key, caught.value.stage) == ("j.guarded", "persist")
+    await run.abandon()
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.revision == 4  # nothing was saved
+
+
+class Listed(StateKey[Vector[str], str]):
+    """Declared a Vector, but its apply returns a list (values are not checked at commit)."""
+
+    key = "j.listed"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[str], update: str) -> Vector[str]:
+        return [*value, update]  # type: ignore[return-value]
+
+
+async def test_a_list_in_a_key_declared_a_vector_is_snapshotted_whole(a_store: ThreadStore) -> None:
+    store = a_store
+    kernel = Kernel([KeysOf("keys", Listed)], thread_store=store, snapshot_every=1)
+    commands = [StateCommand().update(Listed, f"x{i}") for i in range(6)]
+    await commit_all(kernel, "t", *commands, checkpoints=True)
+    snapshot = await store.snapshot_at("t", 6)
+    assert snapshot is not None
+    assert snapshot.values[Listed.key] == b'["x0","x1","x2","x3","x4","x5"]'
+    fresh = await Kernel([KeysOf("keys", Listed)], thread_store=store).start_run("t")
+    assert list(fresh.snapshot.get(Listed)) == [f"x{i}" for i in range(6)]
+    await fresh.abandon()
+
+
+class Points(StateKey[Vector[tuple[int, int]], tuple[int, int]]):
+    key = "j.points"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[tuple[int, int]], update: tuple[int, int]) -> Vector[tuple[int, int]]:
+        return value.append(update)
+
+
+class Span(StateKey[tuple[int, int], tuple[int, int]]):
+    key = "j.span"
+    scope = KeyScope.THREAD
+    default = (0, 0)
+
+
+async def test_snapshots_of_typed_items_load_travel_and_verify_as_their_types(
+    a_store: ThreadStore,
+) -> None:
+    store = a_store
+    keys = [KeysOf("keys", Points, Span)]
+    kernel = Kernel(keys, thread_store=store, snapshot_every=1)
+    run = await kernel.start_run("t")
+    for i in range(40):
+        await run.submit(StateCommand().update(Points, (i, -i)).update(Span, (0, i)))
+        await run.checkpoint()
+    await run.finish()
+    snapshot = await store.snapshot_at("t", 40)
+    assert snapshot is not None and is_reference(snapshot.values[Points.key])
+    fresh = Kernel(keys, thread_store=store)
+    run = await fresh.start_run("t")
+    assert run.snapshot.get(Points) == Vector((i, -i) for i in range(40))
+    assert run.snapshot.get(Span) == (0, 39)
+    await run.abandon()
+    assert (await fresh.state_at("t", 30)).get(Points) == Vector((i, -i) for i in range(30))
+    assert (await fresh.verify("t")).ok
+
+
+async def test_a_fork_at_a_snapshot_that_refers_to_older_ones_stands_alone(
+    a_store: ThreadStore,
+) -> None:
+    store = a_store
+    kernel = await _grow(store, 35, snapshot_every=10)
+    source = await store.snapshot_at("t", 30)
+    assert source is not None and is_reference(source.values[Log.key])
+    for revision in (30, 35):
+        await kernel.fork("t", revision, f"copy {revision}")
+    await store.delete("t")
+    for revision in (30, 35):
+        copy = f"copy {revision}"
+        forked = await store.snapshot_at(copy, revision)
+        assert forked is not None and forked.revision == 30
+        assert not is_reference(forked.values[Log.key])  # it holds the whole array
+        fresh = await Kernel(plugins(), thread_store=store).start_run(copy)
+        assert list(fresh.snapshot.get(Log)) == [f"item {i:04}" for i in range(revision)]
+        await fresh.abandon()
+        assert (await kernel.verify(copy)).ok
+
+
+def referring_keys() -> list[Plugin]:
+    return [KeysOf("keys", Count, Log, Tags)]
+
+
+async def write_referring(path: Path, *threads: str) -> None:
+    """Snapshots at 1 (the whole values of Log and Tags) and at 2, 3 and 4 (each an item more
+    than the one before, and referring to it)."""
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(referring_keys(), thread_store=store, snapshot_every=1)
+        many = tuple(f"i{i}" for i in range(100))
+        for thread in threads:
+            grown = [
+                StateCommand().update(Log, (f"l{i}",)).update(Tags, (f"t{i}",)) for i in range(3)
+            ]
+            first = StateCommand().update(Log, many).update(Tags, many)
+            await commit_all(kernel, thread, first, *grown, checkpoints=True)
+            snapshot = await store.snapshot_at(thread, 4)
+            assert snapshot is not None and is_reference(snapshot.values[Log.key])
+
+
+async def test_a_reference_to_a_snapshot_the_store_no_longer_holds_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    await write_referring(path, "gap", "gone")
+    with sqlite3.connect(path) as raw:  # "gap" still holds an older snapshot, "gone" none
+        raw.execute("DELETE FROM thread_snapshots WHERE thread_id = 'gap' AND revision = 3")
+        raw.execute("DELETE FROM thread_snapshots WHERE thread_id = 'gone' AND revision < 4")
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(referring_keys(), thread_store=store)
+        for thread in ("gap", "gone"):
+            readings: list[Callable[[str], Awaitable[Any]]] = [
+                kernel.start_run,
+                functools.partial(kernel.state_at, revision=4),
+            ]
+            for reading in readings:
+                with pytest.raises(DecodeFailed) as refused:
+                    await reading(thread)
+                error = refused.value
+                assert (error.key, error.record) == ("j.log", thread)
+                assert type(error.cause) is ValueError and str(error.cause) == (
+                    "its snapshot extends the one at revision 3, which the store no longer holds"
+                )
+        lenient = Kernel(
+            referring_keys(), thread_store=store, restore_errors="skip", snapshot_every=1
+        )
+        with pytest.raises(DecodeFailed) as refused:  # a fork must stand alone
+            await lenient.fork("gap", 4, "copy")
+        assert (refused.value.key, refused.value.record) == ("j.log", "gap")
+        before = await store.snapshot_at("gap", 4)
+        run = await lenient.start_run("gap")
+        assert Log not in run.snapshot and Tags not in run.snapshot  # set aside
+        await run.submit(StateCommand().update(Count, 1))
+        await run.finish()
+        after = await store.snapshot_at("gap", 5)
+        assert before is not None and after is not None and after.revision == 5
+        assert after.values[Log.key] == before.values[Log.key]  # kept as they were
+        assert after.values[Tags.key] == before.values[Tags.key]
+
+
+async def test_a_reference_that_does_not_decode_is_refused_and_the_others_still_load(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    broken = {
+        "malformed": b'{"statekernel.extends":"three"}',
+        "mistyped": b'{"statekernel.extends":3,"length":102,"items":[1]}',
+    }
+    await write_referring(path, *broken)
+    for thread, data in broken.items():
+        edit_snapshot(path, thread, 4, lambda values, data=data: values.update({Log.key: data}))
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(referring_keys(), thread_store=store)
+        lenient = Kernel(referring_keys(), thread_store=store, restore_errors="skip")
+        for thread in broken:
+            with pytest.raises(DecodeFailed) as refused:
+                await kernel.start_run(thread)
+            error = refused.value
+            assert (error.key, error.record) == ("j.log", thread)
+            assert isinstance(error.cause, msgspec.ValidationError)
+            await lenient.prune(thread, before=4)  # keeps what Tags still refers to
+            run = await lenient.start_run(thread)
+            assert Log not in run.snapshot
+            assert list(run.snapshot.get(Tags))[-3:] == ["t0", "t1", "t2"]
+            await run.abandon()
 
 
 async def test_of_two_kernels_saving_from_one_position_one_wins_and_no_run_id_repeats(

@@ -26,6 +26,7 @@ from statekernel import (
     Phase,
     Plugin,
     PluginRegistrar,
+    ReplayFailed,
     ScriptedModel,
     StateCommand,
     StateError,
@@ -173,6 +174,108 @@ async def test_an_unencodable_value_fails_its_checkpoint_and_the_run_can_still_s
     assert (await kernel.verify("t")).ok
 
 
+class Floats(StateKey[Vector[float], Vector[float]]):
+    """Floats are inexact (JSON has no infinity): each update is checked before it is kept."""
+
+    key = "e.floats"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[float], update: Vector[float]) -> Vector[float]:
+        return value.extend(update)
+
+
+async def test_an_update_of_an_inexact_type_that_decodes_back_is_journaled_as_itself(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel([KeysOf(Score, Floats)], thread_store=store)
+    await write(kernel, "t", StateCommand().update(Score, 3).update(Floats, Vector([1.5, 2.0])))
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.values == {}  # no snapshot was needed
+    (record,) = await Kernel([KeysOf(Score, Floats)], thread_store=store).history("t")
+    assert [(op.key, op.kind, op.update) for op in record.ops] == [
+        ("e.score", "update", b"3"),
+        ("e.floats", "update", b"[1.5,2.0]"),
+    ]
+
+
+async def test_the_other_ops_of_a_commit_with_an_unencodable_update_replay_and_load(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel([KeysOf(Score, Total)], thread_store=store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Score, 10))
+    await run.submit(StateCommand().update(Score, lambda v: v * 2).update(Total, 1))
+    await run.submit(StateCommand().update(Score, 1).update(Total, 1))
+    await run.submit(StateCommand().update(Total, 1))
+    await run.finish()  # one save: the snapshot at 4 covers the unencodable update
+    _, doubled, _, _ = await kernel.history("t")
+    assert [(op.key, op.kind, op.update) for op in doubled.ops] == [
+        ("e.score", "value", None),
+        ("e.total", "update", b"1"),
+    ]
+    await kernel.fork("t", 3, "copy")  # no snapshot at or before 3: records 1 to 3 only
+    # Score is unknown from revision 2 on (missing, not its older value); Total replays.
+    assert (await kernel.state_at("copy", 3)).to_dict() == {"e.total": 2}
+    run = await kernel.start_run("copy")
+    assert run.snapshot.to_dict() == {"e.total": 2}
+    await run.abandon()
+
+
+class Jot(StateKey[int, Any]):
+    """A thread key kept in memory only, whose update may be a function."""
+
+    key = "e.jot"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: Any) -> int:
+        return int(update(value)) if callable(update) else value + int(update)
+
+
+class Hook(Plugin):
+    def __init__(self, id: str, command: StateCommand) -> None:
+        self.id = id
+        self.command = command
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: self.command)
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+async def test_a_non_persistent_key_with_an_unencodable_update_is_journaled_in_memory(
+    with_store: bool,
+) -> None:
+    store = MemoryThreadStore() if with_store else None
+    kernel = Kernel(
+        [
+            KeysOf(Jot, Total, options=StateKeyOptions(persistent=False)),
+            Hook("adds", StateCommand().update(Jot, 10).update(Total, 1)),
+            Hook("doubles", StateCommand().update(Jot, lambda v: v * 2)),
+        ],
+        thread_store=store,
+        snapshot_every=100,
+    )
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Jot, 3))
+    await run.run_phase(Phase.STEP_START)  # one commit: + 10, then * 2, with Total + 1
+    assert run.snapshot.get(Jot) == 26
+    await run.finish()
+    records = await kernel.history("t")
+    assert [[(op.key, op.kind, op.update) for op in r.ops] for r in records] == [
+        [("e.jot", "update", b"3")],
+        [("e.total", "update", b"1"), ("e.jot", "value", None)],  # one op for both
+    ]
+    if store is not None:
+        loaded = await store.load("t")
+        assert loaded is not None and loaded.values == {}  # the store needs no snapshot for it
+        return
+    # Without a store the kernel's memory is all there is: a snapshot keeps the value.
+    assert (await kernel.state_at("t", 2)).to_dict() == {"e.jot": 26, "e.total": 1}
+    assert (await kernel.verify("t")).ok
+
+
 # -- memory held between saves ----------------------------------------------------------------
 
 
@@ -201,6 +304,40 @@ async def test_with_a_store_values_replaced_before_the_save_are_not_held_until_i
     assert first() is None  # only the journal's ops wait for the save, not every value
     await run.finish()
     assert (await read(Kernel([KeysOf(Counter)], thread_store=store), "t", Counter)).count == 2
+
+
+class Step(msgspec.Struct, frozen=True, weakref=True):
+    by: int
+
+
+class Stepped(StateKey[Box, Step]):
+    key = "e.stepped"
+    scope = KeyScope.THREAD
+    default_factory = lambda: Box(0)  # noqa: E731
+
+    @staticmethod
+    def apply(value: Box, update: Step) -> Box:
+        return Box(value.count + update.by)
+
+
+async def test_a_long_stretch_between_saves_holds_records_not_the_updates_themselves(
+    store: ThreadStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = await Kernel([KeysOf(Stepped)], thread_store=store).start_run("t")
+    first = Step(1)
+    held = weakref.ref(first)
+    await run.submit(StateCommand().update(Stepped, first))
+    del first
+    with caplog.at_level(logging.ERROR, logger="statekernel"):
+        for _ in range(19):
+            await run.submit(StateCommand().update(Stepped, Step(1)))
+    gc.collect()
+    assert held() is None  # the commits since the save are records by now, not references
+    assert not [r for r in caplog.records if r.name.startswith("statekernel")]
+    await run.finish()
+    assert (await read(Kernel([KeysOf(Stepped)], thread_store=store), "t", Stepped)).count == 20
+    records = await Kernel([KeysOf(Stepped)], thread_store=store).history("t")
+    assert [op.update for r in records for op in r.ops] == [b'{"by":1}'] * 20
 
 
 # -- values set aside at restore ----------------------------------------------------------------
@@ -253,6 +390,143 @@ async def test_a_kernel_keeping_a_key_otherwise_does_not_hide_its_newer_records(
     await write(other, "t", StateCommand().update(Total, 1))
     assert await read(owner, "t", Notes) == "after the snapshot"
     assert await read(owner, "t", Total) == 3
+
+
+class Lines(StateKey[Vector[str], tuple[str, ...]]):
+    key = "e.lines"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[str], update: tuple[str, ...]) -> Vector[str]:
+        return value.extend(update)
+
+
+class Marks(Lines):
+    key = "e.marks"
+
+
+async def grow_lines(kernel: Kernel, thread: str) -> None:
+    """Snapshots of Lines and Marks at every save: whole at 1, references to the last after."""
+    many = tuple(f"l{i}" for i in range(100))
+    more = [StateCommand().update(Lines, (f"l{i}",)).update(Marks, ("m",)) for i in range(3)]
+    await write(kernel, thread, StateCommand().update(Lines, many).update(Marks, many), *more)
+
+
+@pytest.mark.parametrize(
+    "options", [StateKeyOptions(persistent=False), StateKeyOptions(scope=KeyScope.RUN)]
+)
+async def test_a_vector_snapshot_reference_of_a_key_kept_otherwise_is_left_to_its_owner(
+    store: ThreadStore, options: StateKeyOptions
+) -> None:
+    owner = Kernel([KeysOf(Lines, Marks, Total)], thread_store=store, snapshot_every=1)
+    await grow_lines(owner, "t")
+    other = Kernel(
+        [KeysOf(Lines, Marks, Total, options=options)], thread_store=store, snapshot_every=1
+    )
+    run = await other.start_run("t")
+    assert Lines not in run.snapshot  # the stored one is the owner's, not this kernel's
+    assert len(run.snapshot.get(Marks)) == 103
+    await run.submit(StateCommand().update(Total, 1))
+    await run.finish()  # a snapshot: it keeps the owner's bytes of Lines as they were
+    assert len(await read(owner, "t", Lines)) == 103
+    assert len(await read(owner, "t", Marks)) == 103
+    report = await other.verify("t")
+    assert report.ok and report.detail.endswith("['e.lines']")  # not rebuilt by this kernel
+
+
+class LinesAsNumbers(StateKey[Vector[int], tuple[int, ...]]):
+    key = "e.lines"
+    scope = KeyScope.THREAD
+
+
+async def test_a_skipped_vector_starts_from_its_default_with_a_warning(
+    store: ThreadStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    owner = Kernel([KeysOf(Lines)], thread_store=store, snapshot_every=1)
+    await write(owner, "t", StateCommand().update(Lines, ("a",)))
+    lenient = Kernel([KeysOf(LinesAsNumbers)], thread_store=store, restore_errors="skip")
+    with caplog.at_level(logging.WARNING, logger="statekernel"):
+        assert await read(lenient, "t", LinesAsNumbers) == Vector()
+    (warning,) = [r for r in caplog.records if r.name == "statekernel"]
+    assert "'t'" in warning.getMessage() and "'e.lines'" in warning.getMessage()
+
+
+# -- journaled updates this kernel cannot replay --------------------------------------------------
+
+
+class Amount(StateKey[int, int | str]):
+    key = "e.amount"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int | str) -> int:
+        return value + int(update)
+
+
+class WholeAmount(StateKey[int, int]):
+    """The same key string, now taking ints only: a journaled "2" no longer decodes."""
+
+    key = "e.amount"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+async def test_a_journaled_update_that_no_longer_decodes_is_refused_or_set_aside(
+    store: ThreadStore,
+) -> None:
+    first = Kernel([KeysOf(Amount)], thread_store=store, snapshot_every=1)
+    await write(first, "t", StateCommand().update(Amount, 1))
+    later = Kernel([KeysOf(Amount)], thread_store=store, snapshot_every=100)
+    await write(later, "t", StateCommand().update(Amount, "2"), StateCommand().update(Amount, 1))
+    loaded = await store.load("t")
+    assert loaded is not None and (loaded.snapshot_revision, len(loaded.records)) == (1, 2)
+    strict = Kernel([KeysOf(WholeAmount)], thread_store=store)
+    for reading in (lambda: strict.start_run("t"), lambda: strict.state_at("t", 3)):
+        with pytest.raises(DecodeFailed) as refused:
+            await reading()
+        error = refused.value
+        assert (error.key, error.record) == ("e.amount", "t (journal, revision 2)")
+        assert isinstance(error.cause, msgspec.ValidationError)
+    lenient = Kernel([KeysOf(WholeAmount)], thread_store=store, restore_errors="skip")
+    run = await lenient.start_run("t")
+    # Neither the snapshot's 1 nor 1 + the last update: unknown from revision 2 on.
+    assert WholeAmount not in run.snapshot and run.snapshot.get(WholeAmount) == 0
+    await run.abandon()
+
+
+class PickyTotal(StateKey[int, int]):
+    """The same key string as Total, with an apply that now refuses big steps."""
+
+    key = "e.total"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        if update > 5:
+            raise ValueError(f"a step of {update} is too big")
+        return value + update
+
+
+async def test_an_apply_that_now_raises_on_a_journaled_update_names_where(
+    store: ThreadStore,
+) -> None:
+    first = Kernel([KeysOf(Total)], thread_store=store, snapshot_every=1)
+    await write(first, "t", StateCommand().update(Total, 1))
+    later = Kernel([KeysOf(Total)], thread_store=store, snapshot_every=100)
+    await write(later, "t", StateCommand().update(Total, 10))  # in the tail a load replays
+    picky = Kernel([KeysOf(PickyTotal)], thread_store=store)
+    for reading in (lambda: picky.start_run("t"), lambda: picky.state_at("t", 2)):
+        with pytest.raises(ReplayFailed) as refused:
+            await reading()
+        error = refused.value
+        assert (error.thread_id, error.revision, error.key) == ("t", 2, "e.total")
+        assert isinstance(error.cause, ValueError)
+        assert "a step of 10 is too big" in str(error)
+    report = await picky.verify("t")
+    assert (report.ok, report.first_divergence) == (False, 2)
 
 
 # -- deleted threads --------------------------------------------------------------------------

@@ -104,6 +104,56 @@ async def test_records_must_continue_the_journal_one_revision_at_a_time(
     assert loaded is not None and loaded.position == 1 and loaded.records == entries(1, 2)
 
 
+async def test_a_refused_save_names_the_thread_and_says_what_is_wrong(store: ThreadStore) -> None:
+    await store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+    snapshot = {"k": b"1"}
+    refused = [  # (thread, save, expected position, the problem as the error states it)
+        (
+            "t",
+            ThreadSave(revision=3, records=entries(3, 3), snapshot=snapshot, snapshot_revision=1),
+            1,
+            "a save to revision 3 may carry an older snapshot (revision 1) only when it creates "
+            "the thread",
+        ),
+        (
+            "new",
+            ThreadSave(revision=3, records=entries(1, 3), snapshot=snapshot, snapshot_revision=4),
+            0,
+            "a save to revision 3 may carry an older snapshot (revision 4) only when it creates "
+            "the thread",
+        ),
+        (
+            "new",
+            ThreadSave(revision=4, records=entries(3, 4)),  # a new thread starts at revision 1
+            0,
+            "a save's records must follow revision 0 one by one, but one has revision 3",
+        ),
+        (
+            "new",
+            ThreadSave(revision=4, records=entries(3, 4), snapshot=snapshot, snapshot_revision=1),
+            0,
+            "its records start at revision 3, after its snapshot at 1: a gap nothing could rebuild",
+        ),
+        (
+            "t",
+            ThreadSave(revision=5, records=entries(3, 4)),
+            1,
+            "a save to revision 5 must carry the records from revision 3, but its records end at 4",
+        ),
+    ]
+    for thread, bad, position, problem in refused:
+        with pytest.raises(StoreError) as caught:
+            await store.save(thread, bad, expected_position=position)
+        error = caught.value
+        assert (error.operation, error.key) == ("thread save", thread)
+        assert str(error) == (
+            f"store thread save failed (key {thread!r}): ValueError: thread {thread!r}: {problem}"
+        )
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.records == entries(1, 2) and loaded.position == 1
+    assert await store.load("new") is None
+
+
 async def test_every_save_moves_the_write_position_by_one(store: ThreadStore) -> None:
     await store.save("t1", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
     await store.save("t1", ThreadSave(revision=2), expected_position=1)
@@ -315,8 +365,9 @@ async def test_a_head_or_snapshot_that_no_longer_decodes_names_the_thread(tmp_pa
     async with SqliteThreadStore(path) as made:
         with pytest.raises(DecodeFailed, match=r"'bad'"):
             await made.load("bad")
-        with pytest.raises(DecodeFailed, match=r"snapshot at revision 3.*'bad snapshot'"):
+        with pytest.raises(DecodeFailed, match=r"snapshot at revision 3.*'bad snapshot'") as e:
             await made.load("bad snapshot")
+        assert isinstance(e.value.cause, msgspec.DecodeError)  # what msgspec said, kept
         good = await made.load("good")
         assert good is not None and good.values == FULL.snapshot
 
