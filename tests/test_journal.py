@@ -261,9 +261,14 @@ async def test_a_record_changed_on_disk_or_stored_under_another_revision_is_refu
             "UPDATE thread_records SET record = ? WHERE thread_id = 'swapped' AND revision = 2",
             (stored[3],),
         )
-        raw.execute(  # one byte of revision 2's record changed
-            "UPDATE thread_records SET record = CAST(substr(record, 1, length(record) - 1) || "
-            "'X' AS BLOB) WHERE thread_id = 'changed' AND revision = 2"
+        (data,) = raw.execute(
+            "SELECT record FROM thread_records WHERE thread_id = 'changed' AND revision = 2"
+        ).fetchone()
+        forged = data.replace(b"\xa6update\xc4\x011", b"\xa6update\xc4\x017")  # 1 becomes 7
+        assert forged != data
+        raw.execute(
+            "UPDATE thread_records SET record = ? WHERE thread_id = 'changed' AND revision = 2",
+            (forged,),
         )
     async with SqliteThreadStore(path) as store:
         kernel = Kernel(plugins(), thread_store=store)
