@@ -21,7 +21,7 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, overload
+from typing import Any, overload
 
 import pydantic
 
@@ -35,8 +35,6 @@ __all__ = ["FunctionTool", "spec_of", "tool"]
 class FunctionTool:
     """A tool made from a function by `@tool`: `.spec` is what the model is told, `.name`
     its name, `.idempotent` whether a crash may simply run it again."""
-
-    __statekernel_tool__: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -49,8 +49,9 @@ async def outcome(function: Callable[..., Any], *args: Any) -> Any:
 async def through_cancellation(work: Awaitable[T]) -> tuple[T, bool]:
     """Await `work` to its end even if the caller is cancelled meanwhile; returns its result
     and whether the caller was cancelled (it then raises `CancelledError` itself, once it
-    took note of the result: late, never lost). For what must not stop half-way: a store
-    save that may commit anyway, RUN_END. `work`'s own failure is raised as it is."""
+    took note of the result: late, never lost). For what must not stop half-way: a
+    store save that may commit anyway. `work`'s own failure is raised as it is.
+    """
     task = asyncio.ensure_future(work)
     interrupted = False
     while not task.done():

@@ -26,10 +26,6 @@ def _frozen_arguments(arguments: Mapping[str, Any]) -> FrozenDict:
     return frozen
 
 
-def _frozen_result(result: Any) -> Any:
-    return freeze(result)
-
-
 def _frozen_schema(parameters: Mapping[str, Any]) -> FrozenDict:
     if not isinstance(parameters, Mapping):
         raise TypeError(
