@@ -99,7 +99,9 @@ class StateCommand:
     __slots__ = ("effects", "patch", "scheduled_actions")
 
     def __init__(self, *, base_revision: int | None = None) -> None:
-        self.patch = MutationBatch(base_revision=base_revision)
+        patch = self.patch = _new_batch(MutationBatch)  # skips an __init__ call: hot path
+        patch.ops = []
+        patch.base_revision = base_revision
         self.scheduled_actions: list[ScheduledAction] = []
         self.effects: list[Effect] = []
 
@@ -148,6 +150,9 @@ class StateCommand:
         if self.effects:
             parts.append(f"effects={[e.spec.key for e in self.effects]}")
         return f"StateCommand({', '.join(parts)})"
+
+
+_new_batch = object.__new__
 
 
 def _checked(key: type[StateKey[Any, Any]], update: Any) -> Any:

@@ -157,12 +157,11 @@ class LiveState:
         self,
         *,
         compact: Callable[[list[PendingCommit]], None] | None = None,
-        compact_every: int = 256,
+        compact_every: int = 16,
     ) -> None:
         """From now on, note every commit that moves the revision (`pending_commits`). With
-        `compact`, every
-        `compact_every` noted commits are handed to it (to be made records) and forgotten,
-        so that the references they hold do not pile up between saves."""
+        `compact`, every `compact_every` noted commits are handed to it (to be made records)
+        and forgotten, so that the references they hold do not pile up between saves."""
         if self._journal is None:
             self._journal = []
         self._compact = compact
@@ -260,7 +259,7 @@ class LiveState:
         stored = current._stored_values()
         working: dict[str, Any] = {}
         views: list[tuple[ItemCopies, str, str | None]] = []  # handed to apply, to check
-        touched: dict[str, KeyBinding] = {}
+        checked: list[KeyBinding] = []  # touched keys that copy items or validate
         # What the journal records is what was applied: the ops as they were now, even if
         # someone changes the command later.
         parts: list[tuple[Contribution, tuple[Op, ...]]] | None = (
@@ -285,7 +284,8 @@ class LiveState:
                 name = binding.name
                 value = working.get(name, _UNTOUCHED)
                 if value is _UNTOUCHED:
-                    touched[name] = binding
+                    if binding.checks:
+                        checked.append(binding)
                     if update is CLEAR:
                         working[name] = _MISSING
                         continue
@@ -309,12 +309,49 @@ class LiveState:
                     working[name] = key.apply(value, update)
                 except Exception as error:
                     raise CommitRejected(name, error, plugin=contribution.origin) from error
-        for view, name, origin in views:  # checked once the ops ran: no cost on other keys
-            if view.changed_in_place():
-                raise CommitRejected(name, _IN_PLACE, plugin=origin)
         if not working:
             return current
-        for name, binding in touched.items():
+        if views or checked:
+            self._check(working, views, checked, contributions)
+        snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
+        if self._touched is not None:
+            self._touched.update(working)
+        journal = self._journal
+        if parts is not None and journal is not None:
+            journal.append(PendingCommit(snapshot.revision, tuple(parts), self.phase, self.step))
+        self._snapshot = snapshot
+        if self._listeners:
+            self._notify(snapshot)
+        if journal is not None and len(journal) >= self._compact_every:
+            self._compact_if_due()
+        return snapshot
+
+    def _compact_if_due(self) -> None:
+        journal = self._journal
+        if self._compact is None or journal is None or len(journal) < self._compact_every:
+            return
+        try:
+            self._compact(journal[:])
+        except Exception:  # the commit stands; the commits stay noted, for the save
+            logger.exception("compacting the journal failed at revision %d", self.revision)
+            return
+        journal.clear()
+
+    @staticmethod
+    def _check(
+        working: dict[str, Any],
+        views: list[tuple[ItemCopies, str, str | None]],
+        checked: list[KeyBinding],
+        contributions: Sequence[Contribution],
+    ) -> None:
+        """After the ops ran: no item changed in place, every value unwrapped from the view
+        it was handed in, and each touched key's `validate` passes. (Keys that neither
+        copy items nor validate cost nothing here.)"""
+        for view, name, origin in views:
+            if view.changed_in_place():
+                raise CommitRejected(name, _IN_PLACE, plugin=origin)
+        for binding in checked:
+            name = binding.name
             value = working[name]
             if binding.copy_items:
                 while type(value) is ItemCopies:  # an apply that returned the view it was given
@@ -329,29 +366,6 @@ class LiveState:
                 except Exception as error:
                     origin = _last_writer(contributions, binding)
                     raise CommitRejected(name, error, plugin=origin, stage="validate") from error
-        snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
-        if self._touched is not None:
-            self._touched.update(working)
-        if parts is not None and self._journal is not None:
-            self._journal.append(
-                PendingCommit(snapshot.revision, tuple(parts), self.phase, self.step)
-            )
-        self._snapshot = snapshot
-        self._notify(snapshot)
-        if self._compact is not None:
-            self._compact_if_due()
-        return snapshot
-
-    def _compact_if_due(self) -> None:
-        journal = self._journal
-        if self._compact is None or journal is None or len(journal) < self._compact_every:
-            return
-        try:
-            self._compact(journal[:])
-        except Exception:  # the commit stands; the commits stay noted, for the save
-            logger.exception("compacting the journal failed at revision %d", self.revision)
-            return
-        journal.clear()
 
     def _notify(self, snapshot: Snapshot) -> None:
         for listener in self._listeners:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import attrs
+import msgspec
 
 from ._messages import Message
 from ._model import InferenceResponse
@@ -35,10 +36,13 @@ class AgentSpec:
         return not self.active_hook_filter or plugin_id in self.active_hook_filter
 
 
-@attrs.frozen
-class PhaseContext:
+class PhaseContext(msgspec.Struct, frozen=True):
     """Everything a hook may read. It is frozen, and `snapshot` is frozen too: a hook changes
-    state only by returning a StateCommand."""
+    state only by returning a StateCommand.
+
+    (A msgspec Struct rather than an attrs class, though it is never encoded: one is built
+    for every phase, and a frozen Struct is built in a tenth of the time.)
+    """
 
     phase: Phase
     run: RunIdentity

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
+import msgspec
 
 from ._commands import StateCommand
 from ._commit import LiveState
@@ -49,14 +49,15 @@ ContextFactory = Callable[[Phase, Snapshot, Mapping[str, Any]], PhaseContext]
 """Builds the context a hook sees for a phase, a snapshot and the phase's fields."""
 
 
-@attrs.frozen
-class PhaseReport:
+class PhaseReport(msgspec.Struct, frozen=True):
     """What one phase (or one submission, `phase=None`) did.
 
     `commits` counts commits that moved the revision; `conflicts` counts hooks deferred and
     re-run because of an EXCLUSIVE overlap; `effects_dispatched` counts effects handed to
     handlers, of which `effects_failed` raised; `actions_run` counts action handler calls;
     `hooks_run` names the plugin of each hook call, re-runs included, in order.
+
+    (A frozen msgspec Struct, like PhaseContext: one is built for every phase.)
     """
 
     phase: Phase | None
@@ -143,14 +144,18 @@ class PhaseEngine:
         return hooks
 
     async def run_phase(self, phase: Phase, fields: Mapping[str, Any]) -> PhaseReport:
+        state = self._state
+        state.phase = phase
+        hooks = self._active.get(phase)
+        if hooks is None:
+            hooks = self.active_hooks(phase)
         tally = _Tally()
-        self._state.phase = phase
-        hooks = self.active_hooks(phase)
         if hooks:
-            context = self._make_context(phase, self._state.snapshot, fields)
+            context = self._make_context(phase, state.snapshot, fields)
             await self._gather_round(hooks, context, tally)
-        await self._run_actions(phase, fields, tally)
-        return tally.report(phase, self._state.revision)
+        if self._pending:
+            await self._run_actions(phase, fields, tally)
+        return tally.report(phase, state.revision)
 
     async def submit(
         self, command: StateCommand, origin: str | None = None, *, source: str = "submit"
@@ -175,7 +180,7 @@ class PhaseEngine:
         report = await self.run_phase(Phase.TOOL_GATE, fields)
         context = self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
         if self._profile is not None:
-            context = attrs.evolve(context, profile=self._profile.read_only())
+            context = msgspec.structs.replace(context, profile=self._profile.read_only())
         answers: list[tuple[str, GateDecision | None]] = []
         for gate in self._components.gates:
             if not self._allows(gate.plugin):
@@ -197,10 +202,13 @@ class PhaseEngine:
         self, hooks: Sequence[Registered], context: PhaseContext, tally: _Tally
     ) -> None:
         contexts = self._hook_contexts(context, len(hooks))
-        results = await _call_all(hooks, contexts)
+        results, waiting = _call_sync(hooks, contexts)
+        if waiting:
+            await _settle(hooks, results, waiting, context.phase)
         tally.hooks.extend(self._hook_names[context.phase])
         contributions: list[Contribution] = []
         owners: list[Registered] = []
+        dispatches = self._profile is not None  # anything for `_after_commits` to do
         for hook, result in zip(hooks, results, strict=True):
             if result is None:
                 continue
@@ -215,31 +223,39 @@ class PhaseEngine:
             owners.append(hook)
             if result.scheduled_actions or result.effects:
                 self._check_handlers(contribution)
-        split = partition(contributions)
-        if not split.deferred:
-            done: list[tuple[Sequence[Contribution], Snapshot]] = []
-            if contributions:
-                before = self._state.revision
-                snapshot = self._state.commit(split.kept)
-                tally.commits += snapshot.revision != before
-                done.append((split.kept, snapshot))
+                dispatches = True
+        if len(contributions) < 2:  # nothing to partition
+            kept: Sequence[Contribution] = contributions
+        else:
+            split = partition(contributions)
+            if split.deferred:
+                owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
+                deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
+                kept_contexts = [
+                    ctx
+                    for hook, ctx in zip(hooks, contexts, strict=True)
+                    if id(hook) not in deferred_hooks
+                ]
+                await self._settle_conflicts(
+                    split.kept, split.deferred, owner_of, context, kept_contexts, tally
+                )
+                return
+            kept = split.kept
+        done: list[tuple[Sequence[Contribution], Snapshot]] = []
+        if kept:
+            before = self._state.revision
+            snapshot = self._state.commit(kept)
+            tally.commits += snapshot.revision != before
+            done.append((kept, snapshot))
+        if dispatches:
             await self._after_commits(done, contexts, tally)
-            return
-        owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
-        deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
-        kept_contexts = [
-            ctx for hook, ctx in zip(hooks, contexts, strict=True) if id(hook) not in deferred_hooks
-        ]
-        await self._settle_conflicts(
-            split.kept, split.deferred, owner_of, context, kept_contexts, tally
-        )
 
     def _hook_contexts(self, context: PhaseContext, count: int) -> list[PhaseContext]:
         """One context per hook: each hook gets its own profile buffer, so the writes of a
         hook that is deferred or fails can be dropped without touching anyone else's."""
         if self._profile is None:
             return [context] * count
-        c = context  # built directly: attrs.evolve costs several times more, per hook
+        c = context  # built directly: replace() costs more, per hook
         return [
             PhaseContext(
                 c.phase,
@@ -271,7 +287,8 @@ class PhaseEngine:
             hook = owner_of[id(contribution)]
             tally.conflicts += 1
             tally.hooks.append(hook.plugin)
-            (fresh,) = self._hook_contexts(attrs.evolve(context, snapshot=staged.snapshot), 1)
+            rerun_context = msgspec.structs.replace(context, snapshot=staged.snapshot)
+            (fresh,) = self._hook_contexts(rerun_context, 1)
             (result,) = await _call_all((hook,), [fresh])
             rerun_contexts.append(fresh)
             rerun = self._contribution(hook, result, context.phase)
@@ -404,44 +421,60 @@ async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
             await profile.apply()
 
 
-async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext]) -> list[Any]:
-    """Call every hook on one context; sync hooks in place, async ones concurrently.
-
-    Sync hooks pay for no task creation. If several hooks fail, the first in registration
-    order is reported, so the error does not depend on timing either.
-    """
+def _call_sync(
+    hooks: Sequence[Registered], contexts: Sequence[PhaseContext]
+) -> tuple[list[Any], list[int]]:
+    """Call every hook, each on its context: the results, and the indices of those that
+    still have to be awaited (`_settle`). Sync hooks pay for no task and no await."""
     results: list[Any] = [None] * len(hooks)
     waiting: list[int] = []
-    phase: str = contexts[0].phase if contexts else ""
     for index, hook in enumerate(hooks):
         try:
             result = hook.function(contexts[index])
         except Exception as error:
             _close_unawaited(results, waiting)
-            reraise(hook.plugin, phase, error)
+            reraise(hook.plugin, contexts[index].phase, error)
         results[index] = result
         if result is None or type(result) is StateCommand:
             continue
         if hook.is_async or inspect.isawaitable(result):
             waiting.append(index)
+    return results, waiting
+
+
+async def _settle(
+    hooks: Sequence[Registered], results: list[Any], waiting: Sequence[int], phase: str
+) -> None:
+    """Await the hooks' awaitables in `results` concurrently, in place.
+
+    If several hooks fail, the first in registration order is reported, so the error does
+    not depend on timing either.
+    """
     if len(waiting) == 1:
         index = waiting[0]
         try:
             results[index] = await results[index]
         except Exception as error:
             reraise(hooks[index].plugin, phase, error)
-    elif waiting:
-        outcomes = await asyncio.gather(*(results[i] for i in waiting), return_exceptions=True)
-        failure: tuple[int, Exception] | None = None
-        for index, outcome in zip(waiting, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
-                    raise outcome
-                failure = failure or (index, outcome)
-            results[index] = outcome
-        if failure is not None:
-            failed_at, cause = failure
-            reraise(hooks[failed_at].plugin, phase, cause)
+        return
+    outcomes = await asyncio.gather(*(results[i] for i in waiting), return_exceptions=True)
+    failure: tuple[int, Exception] | None = None
+    for index, result in zip(waiting, outcomes, strict=True):
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            failure = failure or (index, result)
+        results[index] = result
+    if failure is not None:
+        failed_at, cause = failure
+        reraise(hooks[failed_at].plugin, phase, cause)
+
+
+async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext]) -> list[Any]:
+    """Call every hook on its context and await what has to be; the results in order."""
+    results, waiting = _call_sync(hooks, contexts)
+    if waiting:
+        await _settle(hooks, results, waiting, contexts[0].phase)
     return results
 
 

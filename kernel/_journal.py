@@ -118,28 +118,43 @@ def records_of(
     op without bytes, where the last of them was; the key is `unrecorded`, and the save
     must then write a snapshot, which a load or time travel rebuilds it from.
     """
-    by_class = registry.by_class
     checks: dict[str, msgspec.json.Decoder[Any]] = {}
+    routes: dict[Any, tuple[KeyBinding, int]] = {}  # key class -> binding, _JOURNAL/...
+    sources_of: dict[tuple[str | None, str | None], str] = {}
     records: list[CommitRecord] = []
     in_memory: list[CommitRecord] = []
     unrecorded: set[str] = set()
+    encode = _update_encoder.encode
     for commit in pending:
         sources: list[str] = []
         ops: list[JournalOp] = []
         whole: list[JournalOp] | None = None  # for a store: with memory-only ops too
         failed: set[str] = set()
         for contribution, applied in commit.parts:
-            sources.append(contribution.journal_source())
+            origin = (contribution.origin, contribution.source)
+            source = sources_of.get(origin)
+            if source is None:
+                source = sources_of[origin] = contribution.journal_source()
+            sources.append(source)
             for key, update in applied:
-                binding = by_class[key]
-                if for_store and not binding.stored:
-                    if binding.scope is not KeyScope.THREAD:
-                        continue  # a run key: not the thread's history once a store has it
+                route = routes.get(key)
+                if route is None:
+                    route = routes[key] = _route(registry.by_class[key], for_store)
+                binding, where = route
+                if where == _SKIP:
+                    continue
+                if update is not CLEAR and binding.exact[1]:  # the common case, inlined
+                    try:
+                        op = JournalOp(binding.name, "update", encode(update))
+                    except CODEC_ERRORS:
+                        op = _op(binding, update, failed, checks)
+                else:
+                    op = _op(binding, update, failed, checks)
+                if where == _MEMORY_ONLY:
                     if whole is None:
                         whole = list(ops)
-                    whole.append(_op(binding, update, failed, checks))
+                    whole.append(op)
                     continue
-                op = _op(binding, update, failed, checks)
                 ops.append(op)
                 if whole is not None:
                     whole.append(op)
@@ -168,6 +183,17 @@ def records_of(
             whole_ops = tuple(_as_values(whole, failed) if failed else whole)
             in_memory.append(msgspec.structs.replace(record, ops=whole_ops))
     return Journaled(records, frozenset(unrecorded), tuple(in_memory))
+
+
+_JOURNAL, _MEMORY_ONLY, _SKIP = 0, 1, 2
+
+
+def _route(binding: KeyBinding, for_store: bool) -> tuple[KeyBinding, int]:
+    """Where a key's ops go: into the record; for a store, only into the whole record kept
+    in memory (a `persistent=False` thread key); or nowhere (a run key, for a store)."""
+    if for_store and not binding.stored:
+        return binding, (_MEMORY_ONLY if binding.scope is KeyScope.THREAD else _SKIP)
+    return binding, _JOURNAL
 
 
 def _op(
@@ -219,7 +245,7 @@ class RunJournal:
 
     The newest are pending commits (references, noted by the live state); every
     `compact_every` commits, those are made records at once. A long stretch between saves
-    then holds compact records, not every command and value, and the save encodes the
+    then holds compact records, not every command and update, and the save encodes the
     same records it would have anyway.
     """
 
@@ -230,7 +256,7 @@ class RunJournal:
         thread_id: str,
         run_id: str | None,
         for_store: bool,
-        compact_every: int = 4,
+        compact_every: int = 16,
     ) -> None:
         self._registry = registry
         self._thread_id = thread_id
@@ -250,6 +276,8 @@ class RunJournal:
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
         """Everything since the last save: the records made so far, then `pending`."""
         fresh = self._made(pending)
+        if not self._records and not self._in_memory:
+            return fresh
         return Journaled(
             [*self._records, *fresh.records],
             frozenset(self._unrecorded | fresh.unrecorded),

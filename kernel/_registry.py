@@ -39,6 +39,12 @@ class KeyBinding:
     exact: tuple[bool, bool] = (True, True)
     """Whether (values, updates) always decode back equal (`_codec.is_exact`); when not,
     each is decoded again before it is stored, and one that comes back different is not."""
+    checks: bool = attrs.field(init=False)
+    """Whether a commit that touches the key has work after its ops: items to check for
+    changes made in place, or a `validate` to call."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "checks", self.copy_items or self.has_validate)
 
     @classmethod
     def of(

@@ -316,10 +316,7 @@ class Kernel:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
         journal = self._run_journal(identity.thread_id, identity.run_id)
-        state.keep_journal(
-            compact=journal.compact,
-            compact_every=journal.compact_every,
-        )
+        state.keep_journal(compact=journal.compact, compact_every=journal.compact_every)
         if thread.suspended is not None:
             state.step = thread.suspended.step
         if thread.undecodable or thread.stale:
@@ -470,8 +467,10 @@ class Run:
 
         `phase` is a `Phase` or its name in any case (`"step_start"`).
         """
-        self._check_open()
-        phase = phase_of(phase)
+        if self._finished:
+            self._check_open()
+        if type(phase) is not Phase:
+            phase = phase_of(phase)
         if fields:
             _check_fields(fields)
         if self._start_listeners:
@@ -545,7 +544,7 @@ class Run:
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
         profile = self._kernel.profile
         buffer = profile.buffered() if profile is not None else None
-        context = attrs.evolve(
+        context = msgspec.structs.replace(
             self._context(
                 Phase.BEFORE_TOOL_EXECUTE,
                 self.snapshot,
