@@ -70,10 +70,11 @@ class LiveState:
 
     __slots__ = (
         "_compact",
-        "_compact_every",
+        "_compact_at",
         "_history",
         "_journal",
         "_listeners",
+        "_noted_ops",
         "_registry",
         "_snapshot",
         "_staged_from",
@@ -98,7 +99,8 @@ class LiveState:
         self._touched: set[str] | None = None
         self._journal: list[PendingCommit] | None = None
         self._compact: Callable[[list[PendingCommit]], None] | None = None
-        self._compact_every = 0
+        self._compact_at = 0
+        self._noted_ops = 0  # ops held by the noted commits
         # What the journal records with each commit; the run keeps them current.
         self.phase: Phase | None = None
         self.step = 0
@@ -157,15 +159,17 @@ class LiveState:
         self,
         *,
         compact: Callable[[list[PendingCommit]], None] | None = None,
-        compact_every: int = 16,
+        compact_at: int = 64,
     ) -> None:
         """From now on, note every commit that moves the revision (`pending_commits`). With
-        `compact`, every `compact_every` noted commits are handed to it (to be made records)
-        and forgotten, so that the references they hold do not pile up between saves."""
+        `compact`, the noted commits are handed to it (to be made records) and forgotten
+        once they hold `compact_at` ops, so that the references they hold do not pile up
+        between saves. (Counting ops rather than commits keeps few objects alive long
+        enough for the garbage collector to move them to an older generation.)"""
         if self._journal is None:
             self._journal = []
         self._compact = compact
-        self._compact_every = compact_every
+        self._compact_at = compact_at
 
     def pending_commits(self) -> tuple[PendingCommit, ...]:
         """The commits noted and not yet saved, oldest first."""
@@ -185,6 +189,7 @@ class LiveState:
         """Forget the oldest `count` noted commits: a save has made them durable."""
         if self._journal:
             del self._journal[:count]
+            self._noted_ops = sum(len(ops) for p in self._journal for _, ops in p.parts)
 
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(snapshot)` after every commit that moved the revision."""
@@ -242,6 +247,7 @@ class LiveState:
         if fork._journal:  # likewise for the journal; noted before the listeners are told
             assert self._journal is not None
             self._journal.extend(fork._journal)
+            self._noted_ops += fork._noted_ops
         for snapshot in fork._history:
             self._snapshot = snapshot
             self._notify(snapshot)
@@ -265,6 +271,7 @@ class LiveState:
         parts: list[tuple[Contribution, tuple[Op, ...]]] | None = (
             None if self._journal is None else []
         )
+        noted = 0
         for contribution in contributions:
             patch = contribution.command.patch
             if patch.base_revision is not None and patch.base_revision != revision:
@@ -273,6 +280,7 @@ class LiveState:
             if parts is not None and applied:
                 applied = tuple(applied)
                 parts.append((contribution, applied))
+                noted += len(applied)
             for key, update in applied:
                 binding = by_class.get(key)
                 if binding is None:
@@ -322,13 +330,15 @@ class LiveState:
         self._snapshot = snapshot
         if self._listeners:
             self._notify(snapshot)
-        if journal is not None and len(journal) >= self._compact_every:
-            self._compact_if_due()
+        if journal is not None:
+            self._noted_ops += noted
+            if self._noted_ops >= self._compact_at:
+                self._compact_if_due()
         return snapshot
 
     def _compact_if_due(self) -> None:
         journal = self._journal
-        if self._compact is None or journal is None or len(journal) < self._compact_every:
+        if self._compact is None or journal is None or self._noted_ops < self._compact_at:
             return
         try:
             self._compact(journal[:])
@@ -336,6 +346,7 @@ class LiveState:
             logger.exception("compacting the journal failed at revision %d", self.revision)
             return
         journal.clear()
+        self._noted_ops = 0
 
     @staticmethod
     def _check(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -202,26 +203,49 @@ class PhaseEngine:
         self, hooks: Sequence[Registered], context: PhaseContext, tally: _Tally
     ) -> None:
         contexts = self._hook_contexts(context, len(hooks))
-        results, waiting = _call_sync(hooks, contexts)
-        if waiting:
-            await _settle(hooks, results, waiting, context.phase)
-        tally.hooks.extend(self._hook_names[context.phase])
+        phase = context.phase
+        tally.hooks.extend(self._hook_names[phase])
         contributions: list[Contribution] = []
         owners: list[Registered] = []
-        dispatches = self._profile is not None  # anything for `_after_commits` to do
-        for hook, result in zip(hooks, results, strict=True):
+        # One pass calls the hooks and keeps their commands, in registration order; from
+        # the first hook that must be awaited on, results wait for `_settle` instead.
+        results: list[Any] = [None] * len(hooks)
+        waiting: list[int] = []
+        for index, hook in enumerate(hooks):
+            try:
+                result = hook.function(contexts[index])
+            except Exception as error:
+                _close_unawaited(results, waiting)
+                reraise(hook.plugin, phase, error)
             if result is None:
                 continue
+            if waiting or (
+                type(result) is not StateCommand and (hook.is_async or inspect.isawaitable(result))
+            ):
+                results[index] = result
+                if type(result) is not StateCommand:
+                    waiting.append(index)
+                continue
             if type(result) is StateCommand and result.patch.ops:  # the common case, inlined
-                contribution = Contribution(hook.plugin, result)
-            else:
-                maybe = self._contribution(hook, result, context.phase)
-                if maybe is None:
-                    continue
-                contribution = maybe
-            contributions.append(contribution)
-            owners.append(hook)
-            if result.scheduled_actions or result.effects:
+                contributions.append(Contribution(hook.plugin, result))
+                owners.append(hook)
+            elif (contribution := self._contribution(hook, result, phase)) is not None:
+                contributions.append(contribution)
+                owners.append(hook)
+        if waiting:
+            await _settle(hooks, results, waiting, phase)
+            for index in range(waiting[0], len(hooks)):
+                result, hook = results[index], hooks[index]
+                if (
+                    result is not None
+                    and (contribution := self._contribution(hook, result, phase)) is not None
+                ):
+                    contributions.append(contribution)
+                    owners.append(hook)
+        dispatches = self._profile is not None  # anything for `_after_commits` to do
+        for contribution in contributions:
+            command = contribution.command
+            if command.scheduled_actions or command.effects:
                 self._check_handlers(contribution)
                 dispatches = True
         if len(contributions) < 2:  # nothing to partition
@@ -457,17 +481,47 @@ async def _settle(
         except Exception as error:
             reraise(hooks[index].plugin, phase, error)
         return
-    outcomes = await asyncio.gather(*(results[i] for i in waiting), return_exceptions=True)
+    # A task per awaitable, each awaited in turn: they run concurrently, and this costs
+    # about half of what `gather` does. Where tasks can start eagerly (Python 3.12+), a hook
+    # that never suspends finishes inside `_start` and is never scheduled at all.
+    tasks = [_start(results[index]) for index in waiting]
     failure: tuple[int, Exception] | None = None
-    for index, result in zip(waiting, outcomes, strict=True):
-        if isinstance(result, BaseException):
-            if not isinstance(result, Exception):
-                raise result
-            failure = failure or (index, result)
-        results[index] = result
+    try:
+        for index, task in zip(waiting, tasks, strict=True):
+            try:
+                results[index] = await task
+            except Exception as error:
+                failure = failure or (index, error)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
     if failure is not None:
         failed_at, cause = failure
         reraise(hooks[failed_at].plugin, phase, cause)
+
+
+def _start(awaitable: Any) -> asyncio.Future[Any]:
+    """Run a hook's awaitable concurrently: a task for a coroutine (started eagerly where
+    asyncio can), anything else wrapped as asyncio does."""
+    if inspect.iscoroutine(awaitable):
+        loop = asyncio.get_running_loop()
+        if _EAGER:
+            task: asyncio.Future[Any] = asyncio.Task(
+                awaitable,
+                loop=loop,
+                eager_start=True,  # type: ignore[call-arg,unused-ignore]
+            )
+            return task
+        return loop.create_task(awaitable)
+    future: asyncio.Future[Any] = asyncio.ensure_future(awaitable)
+    return future
+
+
+_EAGER = sys.version_info >= (3, 12)
+"""Whether tasks can run their first step at creation (`eager_start`, Python 3.12+). On
+3.11 a hook's coroutine cannot run its first step in the run's own task: `asyncio.timeout`,
+task groups and anyio would then bind to the run's task instead of the hook's."""
 
 
 async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext]) -> list[Any]:

@@ -243,8 +243,8 @@ def _as_values(ops: list[JournalOp], failed: set[str]) -> list[JournalOp]:
 class RunJournal:
     """The commits of one run since its last save, on their way to the journal.
 
-    The newest are pending commits (references, noted by the live state); every
-    `compact_every` commits, those are made records at once. A long stretch between saves
+    The newest are pending commits (references, noted by the live state); once they hold
+    `compact_at` ops, those are made records at once. A long stretch between saves
     then holds compact records, not every command and update, and the save encodes the
     same records it would have anyway.
     """
@@ -256,13 +256,13 @@ class RunJournal:
         thread_id: str,
         run_id: str | None,
         for_store: bool,
-        compact_every: int = 16,
+        compact_at: int = 64,
     ) -> None:
         self._registry = registry
         self._thread_id = thread_id
         self._run_id = run_id
         self._for_store = for_store
-        self.compact_every = compact_every
+        self.compact_at = compact_at
         self._records: list[CommitRecord] = []
         self._unrecorded: set[str] = set()
         self._in_memory: list[CommitRecord] = []

@@ -316,7 +316,7 @@ class Kernel:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
         journal = self._run_journal(identity.thread_id, identity.run_id)
-        state.keep_journal(compact=journal.compact, compact_every=journal.compact_every)
+        state.keep_journal(compact=journal.compact, compact_at=journal.compact_at)
         if thread.suspended is not None:
             state.step = thread.suspended.step
         if thread.undecodable or thread.stale:

@@ -329,15 +329,15 @@ async def test_a_long_stretch_between_saves_holds_records_not_the_updates_themse
     await run.submit(StateCommand().update(Stepped, first))
     del first
     with caplog.at_level(logging.ERROR, logger="statekernel"):
-        for _ in range(19):
+        for _ in range(69):  # past the 64 ops after which pending commits become records
             await run.submit(StateCommand().update(Stepped, Step(1)))
     gc.collect()
     assert held() is None  # the commits since the save are records by now, not references
     assert not [r for r in caplog.records if r.name.startswith("statekernel")]
     await run.finish()
-    assert (await read(Kernel([KeysOf(Stepped)], thread_store=store), "t", Stepped)).count == 20
+    assert (await read(Kernel([KeysOf(Stepped)], thread_store=store), "t", Stepped)).count == 70
     records = await Kernel([KeysOf(Stepped)], thread_store=store).history("t")
-    assert [op.update for r in records for op in r.ops] == [b'{"by":1}'] * 20
+    assert [op.update for r in records for op in r.ops] == [b'{"by":1}'] * 70
 
 
 # -- values set aside at restore ----------------------------------------------------------------
