@@ -9,7 +9,6 @@ still means something in the next.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -44,6 +43,7 @@ from ._plugin import Components, Plugin
 from ._profile.access import ProfileAccess
 from ._protocols import ProfileStore, ThreadStore
 from ._replay import ReplayReport
+from ._run_lock import RunLock
 from ._snapshot import Snapshot
 from ._specs import ScheduledAction, ScheduledActionSpec, spec_info
 from ._threads import SNAPSHOT_EVERY, PendingAction, SuspendedRun, ThreadKeeper, ThreadMemory
@@ -390,7 +390,7 @@ class Run:
         self._read_only_profile = profile.read_only(_WRITES_HERE) if profile is not None else None
         self._phase_listeners: list[PhaseListener] = []
         self._start_listeners: list[PhaseStartListener] = []
-        self._lock = asyncio.Lock()
+        self._lock = RunLock()
         self._finished = False
         self._engine = PhaseEngine(
             kernel.components,
@@ -475,10 +475,15 @@ class Run:
             _check_fields(fields)
         if self._start_listeners:
             await self._notify_start(phase)
-        async with self._lock:
+        lock = self._lock
+        if not lock.take_now():
+            await lock.take()
+        try:
             if phase is Phase.STEP_START:
                 self._state.step += 1
             report = await self._engine.run_phase(phase, fields)
+        finally:
+            lock.release()
         if self._phase_listeners:
             await self._notify_phase(report)
         return report

@@ -525,3 +525,53 @@ async def test_an_unknown_phase_is_a_state_error_listing_the_phases(name: Any) -
         await run.run_phase(name)
     assert not isinstance(caught.value, KeyError)
     assert run.revision == 0
+
+
+# -- one run driven from several tasks ----------------------------------------------------------
+
+
+async def test_calls_from_several_tasks_take_turns_and_a_cancelled_caller_drops_out() -> None:
+    """A run serialises calls into it, first come first served. A caller cancelled while it
+    waits commits nothing and does not hold up the next one, even when the turn had just
+    been handed to it."""
+    release = asyncio.Event()
+    entered: list[int] = []
+
+    async def hook(ctx: PhaseContext) -> StateCommand:
+        entered.append(ctx.snapshot.get(Counter))
+        if len(entered) == 1:
+            await release.wait()
+        return StateCommand().update(Counter, 1)
+
+    kernel = Kernel(
+        [
+            FnPlugin(
+                "a",
+                lambda r: (r.register_key(Counter), r.register_phase_hook(Phase.STEP_START, hook)),
+            )
+        ]
+    )
+    run = await kernel.start_run("t")
+    first = asyncio.create_task(run.run_phase(Phase.STEP_START))
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(run.submit(StateCommand().update(Counter, 100)))
+    handed = asyncio.create_task(run.submit(StateCommand().update(Counter, 1_000)))
+    last = asyncio.create_task(run.run_phase(Phase.STEP_START))
+    await asyncio.sleep(0)
+    waiting.cancel()  # cancelled while it waits its turn
+
+    def cancel_the_next(run_: Any, report: Any) -> None:
+        if report.phase is Phase.STEP_START and not handed.done():
+            handed.cancel()  # the turn was just handed to it: it must pass it on
+
+    run.add_phase_listener(cancel_the_next)
+    release.set()
+    await first
+    await asyncio.wait_for(last, 5)  # a turn never passed on would hang here
+    for task in (waiting, handed):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert entered == [0, 1]  # the last phase ran after the first, on its result
+    assert run.snapshot.get(Counter) == 2
+    await run.submit(StateCommand().update(Counter, 1))  # the run is free again
+    assert run.snapshot.get(Counter) == 3
