@@ -263,7 +263,11 @@ class LiveState:
         revision = current.revision
         by_class = self._registry.by_class
         stored = current._stored_values()
-        working: dict[str, Any] = {}
+        # Keyed by key class while the ops run (one class per key string), so that an op on
+        # a key already touched this commit needs no registry lookup.
+        working: dict[Any, Any] = {}
+        touched: dict[Any, KeyBinding] = {}
+        viewed: set[Any] = set()  # touched keys whose Vector items are copied as read
         views: list[tuple[ItemCopies, str, str | None]] = []  # handed to apply, to check
         checked: list[KeyBinding] = []  # touched keys that copy items or validate
         # What the journal records is what was applied: the ops as they were now, even if
@@ -282,48 +286,52 @@ class LiveState:
                 parts.append((contribution, applied))
                 noted += len(applied)
             for key, update in applied:
-                binding = by_class.get(key)
-                if binding is None:
-                    raise UnknownStateKey(
-                        getattr(key, "key", repr(key)),
-                        contribution.origin,
-                        tuple(self._registry.by_name),
-                    )
-                name = binding.name
-                value = working.get(name, _UNTOUCHED)
+                value = working.get(key, _UNTOUCHED)
                 if value is _UNTOUCHED:
+                    binding = by_class.get(key)
+                    if binding is None:
+                        raise UnknownStateKey(
+                            getattr(key, "key", repr(key)),
+                            contribution.origin,
+                            tuple(self._registry.by_name),
+                        )
+                    touched[key] = binding
                     if binding.checks:
                         checked.append(binding)
+                        if binding.copy_items:
+                            viewed.add(key)
                     if update is CLEAR:
-                        working[name] = _MISSING
+                        working[key] = _MISSING
                         continue
-                    value = stored.get(name, _MISSING)
+                    value = stored.get(binding.name, _MISSING)
                     if value is _MISSING:
                         value = binding.make_default()
                     elif binding.copy_items and type(value) is Vector:
                         value = ItemCopies(value)
-                        views.append((value, name, contribution.origin))
+                        views.append((value, binding.name, contribution.origin))
                     elif binding.copy_values:
                         value = copy.deepcopy(value)
                 elif update is CLEAR:
-                    working[name] = _MISSING
+                    working[key] = _MISSING
                     continue
                 elif value is _MISSING:
-                    value = binding.make_default()
-                elif binding.copy_items and type(value) is Vector:
+                    value = touched[key].make_default()
+                elif viewed and key in viewed and type(value) is Vector:
                     value = ItemCopies(value)  # a later op of this commit: shares items too
-                    views.append((value, name, contribution.origin))
+                    views.append((value, touched[key].name, contribution.origin))
                 try:
-                    working[name] = key.apply(value, update)
+                    working[key] = key.apply(value, update)
                 except Exception as error:
+                    name = touched[key].name
                     raise CommitRejected(name, error, plugin=contribution.origin) from error
         if not working:
             return current
+        changes = {touched[key].name: value for key, value in working.items()}
         if views or checked:
-            self._check(working, views, checked, contributions)
-        snapshot = Snapshot(revision + 1, _with_changes(stored, working), self._registry)
+            self._check(changes, views, checked, contributions)
+        snapshot = Snapshot(revision + 1, _with_changes(stored, changes), self._registry)
         if self._touched is not None:
-            self._touched.update(working)
+            self._touched.update(changes)
         journal = self._journal
         if parts is not None and journal is not None:
             journal.append(PendingCommit(snapshot.revision, tuple(parts), self.phase, self.step))
