@@ -211,6 +211,7 @@ class PhaseEngine:
         # the first hook that must be awaited on, results wait for `_settle` instead.
         results: list[Any] = [None] * len(hooks)
         waiting: list[int] = []
+        dispatches = self._profile is not None  # anything for `_after_commits` to do
         for index, hook in enumerate(hooks):
             try:
                 result = hook.function(contexts[index])
@@ -227,27 +228,27 @@ class PhaseEngine:
                     waiting.append(index)
                 continue
             if type(result) is StateCommand and result.patch.ops:  # the common case, inlined
-                contributions.append(Contribution(hook.plugin, result))
-                owners.append(hook)
-            elif (contribution := self._contribution(hook, result, phase)) is not None:
-                contributions.append(contribution)
-                owners.append(hook)
+                contribution = Contribution(hook.plugin, result)
+            elif (maybe := self._contribution(hook, result, phase)) is not None:
+                contribution = maybe
+            else:
+                continue
+            contributions.append(contribution)
+            owners.append(hook)
+            if result.scheduled_actions or result.effects:
+                self._check_handlers(contribution)
+                dispatches = True
         if waiting:
             await _settle(hooks, results, waiting, phase)
             for index in range(waiting[0], len(hooks)):
                 result, hook = results[index], hooks[index]
-                if (
-                    result is not None
-                    and (contribution := self._contribution(hook, result, phase)) is not None
-                ):
-                    contributions.append(contribution)
-                    owners.append(hook)
-        dispatches = self._profile is not None  # anything for `_after_commits` to do
-        for contribution in contributions:
-            command = contribution.command
-            if command.scheduled_actions or command.effects:
-                self._check_handlers(contribution)
-                dispatches = True
+                if result is None or (maybe := self._contribution(hook, result, phase)) is None:
+                    continue
+                contributions.append(maybe)
+                owners.append(hook)
+                if result.scheduled_actions or result.effects:
+                    self._check_handlers(maybe)
+                    dispatches = True
         if len(contributions) < 2:  # nothing to partition
             kept: Sequence[Contribution] = contributions
         else:

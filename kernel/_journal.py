@@ -120,7 +120,8 @@ def records_of(
     """
     checks: dict[str, msgspec.json.Decoder[Any]] = {}
     routes: dict[Any, tuple[KeyBinding, int]] = {}  # key class -> binding, _JOURNAL/...
-    sources_of: dict[tuple[str | None, str | None], str] = {}
+    plain: dict[Any, str] = {}  # key class -> key string, for keys journaled as they are
+    hook_sources: dict[str | None, str] = {}
     records: list[CommitRecord] = []
     in_memory: list[CommitRecord] = []
     unrecorded: set[str] = set()
@@ -131,15 +132,25 @@ def records_of(
         whole: list[JournalOp] | None = None  # for a store: with memory-only ops too
         failed: set[str] = set()
         for contribution, applied in commit.parts:
-            origin = (contribution.origin, contribution.source)
-            source = sources_of.get(origin)
-            if source is None:
-                source = sources_of[origin] = contribution.journal_source()
+            source = contribution.source
+            if source is None:  # a hook's: "plugin:<id>", made once per plugin
+                source = hook_sources.get(contribution.origin)
+                if source is None:
+                    source = hook_sources[contribution.origin] = contribution.journal_source()
             sources.append(source)
             for key, update in applied:
+                name = plain.get(key)
+                if name is not None and whole is None and update is not CLEAR:
+                    try:  # the common case, inlined
+                        ops.append(JournalOp(name, "update", encode(update)))
+                        continue
+                    except CODEC_ERRORS:
+                        pass
                 route = routes.get(key)
                 if route is None:
                     route = routes[key] = _route(registry.by_class[key], for_store)
+                    if route[1] == _JOURNAL and route[0].exact[1]:
+                        plain[key] = route[0].name
                 binding, where = route
                 if where == _SKIP:
                     continue
