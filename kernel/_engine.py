@@ -220,35 +220,18 @@ class PhaseEngine:
                 reraise(hook.plugin, phase, error)
             if result is None:
                 continue
-            if waiting or (
-                type(result) is not StateCommand and (hook.is_async or inspect.isawaitable(result))
-            ):
+            if type(result) is not StateCommand and (hook.is_async or inspect.isawaitable(result)):
+                waiting.append(index)
+            if waiting:
                 results[index] = result
-                if type(result) is not StateCommand:
-                    waiting.append(index)
-                continue
-            if type(result) is StateCommand and result.patch.ops:  # the common case, inlined
-                contribution = Contribution(hook.plugin, result)
-            elif (maybe := self._contribution(hook, result, phase)) is not None:
-                contribution = maybe
             else:
-                continue
-            contributions.append(contribution)
-            owners.append(hook)
-            if result.scheduled_actions or result.effects:
-                self._check_handlers(contribution)
-                dispatches = True
+                dispatches |= self._keep(hook, result, phase, contributions, owners)
         if waiting:
             await _settle(hooks, results, waiting, phase)
             for index in range(waiting[0], len(hooks)):
-                result, hook = results[index], hooks[index]
-                if result is None or (maybe := self._contribution(hook, result, phase)) is None:
-                    continue
-                contributions.append(maybe)
-                owners.append(hook)
-                if result.scheduled_actions or result.effects:
-                    self._check_handlers(maybe)
-                    dispatches = True
+                if results[index] is not None:
+                    keep = self._keep(hooks[index], results[index], phase, contributions, owners)
+                    dispatches |= keep
         if len(contributions) < 2:  # nothing to partition
             kept: Sequence[Contribution] = contributions
         else:
@@ -324,7 +307,31 @@ class PhaseEngine:
         tally.commits += published
         await self._after_commits(done, [*kept_contexts, *rerun_contexts], tally)
 
+    def _keep(
+        self,
+        hook: Registered,
+        result: Any,
+        phase: Phase,
+        contributions: list[Contribution],
+        owners: list[Registered],
+    ) -> bool:
+        """Keep a hook's command for the merge (checking its handlers); whether it carries
+        anything to dispatch after the commit."""
+        contribution = self._contribution(hook, result, phase)
+        if contribution is None:
+            return False
+        contributions.append(contribution)
+        owners.append(hook)
+        command = contribution.command
+        if command.scheduled_actions or command.effects:
+            self._check_handlers(contribution)
+            return True
+        return False
+
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
+        """The hook's result as a contribution; None for nothing to commit or dispatch."""
+        if type(result) is StateCommand and result.patch.ops:  # the common case, first
+            return Contribution(hook.plugin, result)
         command = checked(
             result,
             (StateCommand,),
