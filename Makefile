@@ -42,8 +42,21 @@ test: lint typecheck unit
 package-check: $(STAMP)
 	$(BIN)/python tests/package_check.py
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/commit_scaling.py
+# The side-by-side suite (benchmarks/suite.py, about 5 minutes): statekernel, the plain-Python
+# floor, LangGraph and EvoFabric in one run, in a venv of its own so that the peers never
+# reach the test venv. Results: benchmarks/results/suite.json and docs/images/bench_*.png;
+# `make bench BENCH_ARGS=--quick` for a smoke run, `BENCH_ARGS='--only state_size'` for one.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+BENCH_ARGS ?=
+$(BENCH_STAMP): pyproject.toml
+	[ -x $(BENCH_VENV)/bin/python ] || { $(PYTHON) -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip; }
+	echo '*' > $(BENCH_VENV)/.gitignore
+	$(BENCH_VENV)/bin/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/suite.py $(BENCH_ARGS)
 
 # Slow (minutes), so not part of `make test`: mutates the commit, merge, copy, vector and
 # persistence modules one change at a time ([tool.mutmut] in pyproject.toml) and prints the
@@ -62,4 +75,4 @@ mutation: $(VENV)/.mutation-installed
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .statekernel build *.egg-info .mutation
+	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache .statekernel build *.egg-info .mutation
