@@ -254,8 +254,8 @@ class LiveState:
         if fork._touched:  # a fork tracks touched keys only when this state does
             assert self._touched is not None
             self._touched.update(fork._touched)
-        if fork._journal:
-            self._compact_if_due()
+        if fork._journal and self._noted_ops >= self._compact_at:
+            self._compact_noted()
         return len(fork._history)
 
     def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
@@ -341,12 +341,13 @@ class LiveState:
         if journal is not None:
             self._noted_ops += noted
             if self._noted_ops >= self._compact_at:
-                self._compact_if_due()
+                self._compact_noted()
         return snapshot
 
-    def _compact_if_due(self) -> None:
+    def _compact_noted(self) -> None:
+        """Hand the noted commits to `compact` (they hold `compact_at` ops by now)."""
         journal = self._journal
-        if self._compact is None or journal is None or self._noted_ops < self._compact_at:
+        if self._compact is None or journal is None:
             return
         try:
             self._compact(journal[:])
@@ -358,7 +359,7 @@ class LiveState:
 
     @staticmethod
     def _check(
-        working: dict[str, Any],
+        values: dict[str, Any],
         views: list[tuple[ItemCopies, str, str | None]],
         checked: list[KeyBinding],
         contributions: Sequence[Contribution],
@@ -371,11 +372,11 @@ class LiveState:
                 raise CommitRejected(name, _IN_PLACE, plugin=origin)
         for binding in checked:
             name = binding.name
-            value = working[name]
+            value = values[name]
             if binding.copy_items:
                 while type(value) is ItemCopies:  # an apply that returned the view it was given
                     value = value.vector
-                working[name] = value
+                values[name] = value
                 # (Any other kind of sequence an apply returned holds only copies and is
                 # deep-copied like any mutable value from then on: only a Vector is viewed.)
             if binding.has_validate and value is not _MISSING:

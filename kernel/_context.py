@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 import msgspec
 
@@ -36,7 +39,7 @@ class AgentSpec:
         return not self.active_hook_filter or plugin_id in self.active_hook_filter
 
 
-class PhaseContext(msgspec.Struct, frozen=True):
+class PhaseContext(msgspec.Struct, frozen=True, weakref=True):
     """Everything a hook may read. It is frozen, and `snapshot` is frozen too: a hook changes
     state only by returning a StateCommand.
 
@@ -62,3 +65,15 @@ class PhaseContext(msgspec.Struct, frozen=True):
 
 PHASE_FIELDS = frozenset({"messages", "tool_call", "response", "tool_result"})
 """The context fields a caller of `run_phase` may set."""
+
+
+def check_phase_fields(fields: Mapping[str, Any]) -> None:
+    """Refuse fields a phase does not have, and messages that are not a tuple."""
+    unknown = set(fields) - PHASE_FIELDS
+    if unknown:
+        raise TypeError(
+            f"unknown phase field(s) {sorted(unknown)}; a phase takes {sorted(PHASE_FIELDS)}"
+        )
+    messages = fields.get("messages")
+    if messages is not None and not isinstance(messages, tuple):
+        raise TypeError(f"messages must be a tuple, got {type(messages).__name__}")

@@ -50,7 +50,7 @@ ContextFactory = Callable[[Phase, Snapshot, Mapping[str, Any]], PhaseContext]
 """Builds the context a hook sees for a phase, a snapshot and the phase's fields."""
 
 
-class PhaseReport(msgspec.Struct, frozen=True):
+class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
     """What one phase (or one submission, `phase=None`) did.
 
     `commits` counts commits that moved the revision; `conflicts` counts hooks deferred and
@@ -207,11 +207,14 @@ class PhaseEngine:
         tally.hooks.extend(self._hook_names[phase])
         contributions: list[Contribution] = []
         owners: list[Registered] = []
-        # One pass calls the hooks and keeps their commands, in registration order; from
-        # the first hook that must be awaited on, results wait for `_settle` instead.
-        results: list[Any] = [None] * len(hooks)
+        # One pass calls every hook and keeps the plain commands at once, in registration
+        # order. From the first result that is anything else (an awaitable, a command with
+        # actions or effects to check, a wrong type), results are kept once every hook has
+        # been called and awaited, so a hook's error still outranks an earlier result's.
+        count = len(hooks)
+        results: list[Any] = [None] * count
         waiting: list[int] = []
-        dispatches = self._profile is not None  # anything for `_after_commits` to do
+        later = count  # the index from which results wait for the second pass
         for index, hook in enumerate(hooks):
             try:
                 result = hook.function(contexts[index])
@@ -220,18 +223,25 @@ class PhaseEngine:
                 reraise(hook.plugin, phase, error)
             if result is None:
                 continue
+            if (
+                later == count
+                and type(result) is StateCommand
+                and result.patch.ops
+                and not (result.scheduled_actions or result.effects)
+            ):
+                contributions.append(Contribution(hook.plugin, result))  # the common case
+                owners.append(hook)
+                continue
+            results[index] = result
+            later = min(later, index)
             if type(result) is not StateCommand and (hook.is_async or inspect.isawaitable(result)):
                 waiting.append(index)
-            if waiting:
-                results[index] = result
-            else:
-                dispatches |= self._keep(hook, result, phase, contributions, owners)
         if waiting:
             await _settle(hooks, results, waiting, phase)
-            for index in range(waiting[0], len(hooks)):
-                if results[index] is not None:
-                    keep = self._keep(hooks[index], results[index], phase, contributions, owners)
-                    dispatches |= keep
+        dispatches = self._profile is not None  # anything for `_after_commits` to do
+        for index in range(later, count):
+            if results[index] is not None:
+                dispatches |= self._keep(hooks[index], results[index], phase, contributions, owners)
         if len(contributions) < 2:  # nothing to partition
             kept: Sequence[Contribution] = contributions
         else:
@@ -297,7 +307,7 @@ class PhaseEngine:
             tally.hooks.append(hook.plugin)
             rerun_context = msgspec.structs.replace(context, snapshot=staged.snapshot)
             (fresh,) = self._hook_contexts(rerun_context, 1)
-            (result,) = await _call_all((hook,), [fresh])
+            result = await _call_one(hook, fresh)
             rerun_contexts.append(fresh)
             rerun = self._contribution(hook, result, context.phase)
             if rerun is not None:
@@ -453,25 +463,16 @@ async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
             await profile.apply()
 
 
-def _call_sync(
-    hooks: Sequence[Registered], contexts: Sequence[PhaseContext]
-) -> tuple[list[Any], list[int]]:
-    """Call every hook, each on its context: the results, and the indices of those that
-    still have to be awaited (`_settle`). Sync hooks pay for no task and no await."""
-    results: list[Any] = [None] * len(hooks)
-    waiting: list[int] = []
-    for index, hook in enumerate(hooks):
-        try:
-            result = hook.function(contexts[index])
-        except Exception as error:
-            _close_unawaited(results, waiting)
-            reraise(hook.plugin, contexts[index].phase, error)
-        results[index] = result
-        if result is None or type(result) is StateCommand:
-            continue
-        if hook.is_async or inspect.isawaitable(result):
-            waiting.append(index)
-    return results, waiting
+async def _call_one(hook: Registered, context: PhaseContext) -> Any:
+    """Call one hook (a deferred hook's re-run) and await its result if it has to be."""
+    try:
+        result = hook.function(context)
+        waits = hook.is_async or inspect.isawaitable(result)
+        if result is not None and type(result) is not StateCommand and waits:
+            result = await result
+    except Exception as error:
+        reraise(hook.plugin, context.phase, error)
+    return result
 
 
 async def _settle(
@@ -482,38 +483,46 @@ async def _settle(
     If several hooks fail, the first in registration order is reported, so the error does
     not depend on timing either.
     """
-    # The first awaitable runs in the run's own task (a lone one needs no task); each other
-    # one in a task of its own, started before it, so that they all run concurrently. Each is
-    # awaited in turn, which costs about half of what `gather` does. Where tasks can start
-    # eagerly (Python 3.12+), a hook that never suspends finishes inside `_start`.
-    first, *others = waiting
-    tasks = [_start(results[index]) for index in others]
-    failure: tuple[int, Exception] | None = None
+    # One awaitable runs in the run's own task (a lone one needs no task), the others each
+    # in a task of its own, started before it, so that they all run concurrently; each is
+    # awaited in turn, which costs about half of what `gather` does. Tasks that start
+    # eagerly (Python 3.12+, no task factory) run up to their first suspension as they are
+    # made, so the hook kept for the run's task is then the last: either way, the hooks
+    # start in registration order.
+    eager = _EAGER and asyncio.get_running_loop().get_task_factory() is None
+    if eager:
+        *others, own = waiting
+    else:
+        own, *others = waiting
+    tasks = [_start(results[index], eager=eager) for index in others]
+    failures: dict[int, Exception] = {}
     try:
         try:
-            results[first] = await results[first]
+            results[own] = await results[own]
         except Exception as error:
-            failure = (first, error)
+            failures[own] = error
         for index, task in zip(others, tasks, strict=True):
             try:
                 results[index] = await task
             except Exception as error:
-                failure = failure or (index, error)
+                failures[index] = error
     except BaseException:
         for task in tasks:
             task.cancel()
+        # Like gather: no hook runs on past its phase, and every task's outcome is taken.
+        await asyncio.gather(*tasks, return_exceptions=True)
         raise
-    if failure is not None:
-        failed_at, cause = failure
-        reraise(hooks[failed_at].plugin, phase, cause)
+    if failures:
+        failed_at = min(failures)
+        reraise(hooks[failed_at].plugin, phase, failures[failed_at])
 
 
-def _start(awaitable: Any) -> asyncio.Future[Any]:
-    """Run a hook's awaitable concurrently: a task for a coroutine (started eagerly where
-    asyncio can), anything else wrapped as asyncio does."""
+def _start(awaitable: Any, *, eager: bool) -> asyncio.Future[Any]:
+    """Run a hook's awaitable concurrently: a task for a coroutine (started eagerly if
+    `eager`), anything else wrapped as asyncio does."""
     if inspect.iscoroutine(awaitable):
         loop = asyncio.get_running_loop()
-        if _EAGER:
+        if eager:
             task: asyncio.Future[Any] = asyncio.Task(
                 awaitable,
                 loop=loop,
@@ -527,16 +536,9 @@ def _start(awaitable: Any) -> asyncio.Future[Any]:
 
 _EAGER = sys.version_info >= (3, 12)
 """Whether tasks can run their first step at creation (`eager_start`, Python 3.12+). On
-3.11 a hook's coroutine cannot run its first step in the run's own task: `asyncio.timeout`,
-task groups and anyio would then bind to the run's task instead of the hook's."""
-
-
-async def _call_all(hooks: Sequence[Registered], contexts: Sequence[PhaseContext]) -> list[Any]:
-    """Call every hook on its context and await what has to be; the results in order."""
-    results, waiting = _call_sync(hooks, contexts)
-    if waiting:
-        await _settle(hooks, results, waiting, contexts[0].phase)
-    return results
+3.11 a hook's coroutine cannot start in the run's own task and then move to a task of its
+own: `asyncio.timeout`, task groups and anyio would stay bound to the run's task. (One
+awaited to its end in the run's task is fine, as any awaited coroutine is.)"""
 
 
 def _close_unawaited(results: list[Any], waiting: list[int]) -> None:

@@ -19,7 +19,7 @@ import msgspec
 from ._codec import CODEC_ERRORS, dec_hook, enc_hook
 from ._commands import StateCommand
 from ._commit import LiveState
-from ._context import PHASE_FIELDS, AgentSpec, PhaseContext, RunIdentity
+from ._context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from ._engine import PhaseEngine, PhaseReport
 from ._errors import (
     CommitRejected,
@@ -472,7 +472,7 @@ class Run:
         if type(phase) is not Phase:
             phase = phase_of(phase)
         if fields:
-            _check_fields(fields)
+            check_phase_fields(fields)
         if self._start_listeners:
             await self._notify_start(phase)
         lock = self._lock
@@ -715,7 +715,7 @@ class Run:
         if not isinstance(tool_call, ToolCall):
             raise TypeError(f"tool_gate takes a kernel.ToolCall, got {tool_call!r}")
         fields = {**fields, "tool_call": tool_call}
-        _check_fields(fields)
+        check_phase_fields(fields)
         if self._start_listeners:
             await self._notify_start(Phase.TOOL_GATE)
         async with self._lock:
@@ -748,14 +748,3 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run {self.identity.run_id!r} revision={self.revision}>"
-
-
-def _check_fields(fields: Mapping[str, Any]) -> None:
-    unknown = set(fields) - PHASE_FIELDS
-    if unknown:
-        raise TypeError(
-            f"unknown phase field(s) {sorted(unknown)}; a phase takes {sorted(PHASE_FIELDS)}"
-        )
-    messages = fields.get("messages")
-    if messages is not None and not isinstance(messages, tuple):
-        raise TypeError(f"messages must be a tuple, got {type(messages).__name__}")

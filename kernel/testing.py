@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ._commands import StateCommand
 from ._commit import LiveState
-from ._context import AgentSpec, PhaseContext, RunIdentity
+from ._context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from ._keys import StateKey, key_info
 from ._phases import Phase
 from ._plugin import Components, Plugin
@@ -58,6 +58,7 @@ async def run_hooks(
     components = Components.build([plugin])
     if snapshot is None:
         snapshot = snapshot_of(plugin, values)
+    check_phase_fields(fields)
     context = PhaseContext(phase, TEST_RUN, AgentSpec("test-agent"), snapshot, **fields)
     commands: list[StateCommand] = []
     for hook in components.hooks[phase]:

@@ -575,3 +575,106 @@ async def test_calls_from_several_tasks_take_turns_and_a_cancelled_caller_drops_
     assert run.snapshot.get(Counter) == 2
     await run.submit(StateCommand().update(Counter, 1))  # the run is free again
     assert run.snapshot.get(Counter) == 3
+
+
+# -- async hooks: start order, cancellation, task factories, which error wins ------------------
+
+
+def _async_hooks(*names: str, body: Callable[[str], Any]) -> list[Plugin]:
+    def plugin(name: str) -> Plugin:
+        async def hook(ctx: PhaseContext) -> None:
+            await body(name)
+
+        return FnPlugin(name, lambda r: r.register_phase_hook(Phase.STEP_START, hook))
+
+    return [plugin(name) for name in names]
+
+
+async def test_async_hooks_of_a_phase_start_in_registration_order() -> None:
+    started: list[str] = []
+
+    async def body(name: str) -> None:
+        started.append(name)
+        await asyncio.sleep(0)
+
+    run = await Kernel(_async_hooks("a", "b", "c", body=body)).start_run("t")
+    await run.run_phase(Phase.STEP_START)
+    assert started == ["a", "b", "c"]
+
+
+async def test_a_cancelled_phase_returns_only_once_every_hook_has_ended() -> None:
+    """No hook runs on past its phase: cancelling waits for each hook's cleanup, as the
+    run's next phase (or RUN_END) must not overlap it."""
+    log: list[str] = []
+    entered = asyncio.Event()
+
+    async def body(name: str) -> None:
+        try:
+            entered.set()
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(0.01)  # a cleanup that itself awaits
+            log.append(f"{name} cleaned up")
+
+    run = await Kernel(_async_hooks("a", "b", "c", body=body)).start_run("t")
+    phase = asyncio.create_task(run.run_phase(Phase.STEP_START))
+    await entered.wait()
+    await asyncio.sleep(0)
+    phase.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await phase
+    assert sorted(log) == ["a cleaned up", "b cleaned up", "c cleaned up"]
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_hook_tasks_are_made_by_the_loops_task_factory() -> None:
+    """A task factory (tracing, context set-up) sees every task the engine makes for a hook;
+    a hook not given a task of its own runs in the run's task."""
+    made: list[asyncio.Task[Any]] = []
+    ran_in: dict[str, asyncio.Task[Any] | None] = {}
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **options: Any) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **options)
+        made.append(task)
+        return task
+
+    async def body(name: str) -> None:
+        ran_in[name] = asyncio.current_task()
+        await asyncio.sleep(0)
+
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(factory)
+    try:
+        run = await Kernel(_async_hooks("a", "b", "c", body=body)).start_run("t")
+        await run.run_phase(Phase.STEP_START)
+    finally:
+        loop.set_task_factory(None)
+    own = asyncio.current_task()
+    assert set(ran_in) == {"a", "b", "c"}
+    assert all(task is own or task in made for task in ran_in.values())
+    assert sum(task is not own for task in ran_in.values()) >= 2  # they ran concurrently
+
+
+async def test_a_hook_that_raises_outranks_an_earlier_hook_that_returned_the_wrong_type() -> None:
+    """Every hook of a round is called before any result is checked, sync or async alike."""
+    called: list[str] = []
+
+    def wrong(ctx: PhaseContext) -> Any:
+        called.append("a")
+        return {"not": "a command"}
+
+    def boom(ctx: PhaseContext) -> None:
+        called.append("b")
+        raise RuntimeError("b broke")
+
+    kernel = Kernel(
+        [
+            FnPlugin("a", lambda r: r.register_phase_hook(Phase.STEP_START, wrong)),
+            FnPlugin("b", lambda r: r.register_phase_hook(Phase.STEP_START, boom)),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(HookFailed) as failed:
+        await run.run_phase(Phase.STEP_START)
+    assert failed.value.plugin == "b" and called == ["a", "b"]
+    assert run.revision == 0
