@@ -45,6 +45,13 @@ async def test_run_hooks_returns_commands_against_given_values() -> None:
     assert await run_hooks(Greeter(), Phase.STEP_END) == []
 
 
+async def test_run_hooks_refuses_a_field_no_phase_has_as_a_run_does() -> None:
+    with pytest.raises(TypeError, match=r"unknown phase field\(s\) \['tool'\]; a phase takes"):
+        await run_hooks(Greeter(), Phase.STEP_START, tool="search")
+    with pytest.raises(TypeError, match="messages must be a tuple"):
+        await run_hooks(Greeter(), Phase.STEP_START, messages=[])
+
+
 def test_run_hooks_sync_and_snapshot_of() -> None:
     snap = snapshot_of(Greeter(), {Counter: 1}, revision=4)
     assert snap.revision == 4 and snap.get(Counter) == 1
