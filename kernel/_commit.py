@@ -17,12 +17,14 @@ from typing import Any
 
 import immutables
 
-from ._commands import CLEAR, Op, StateCommand
+from ._codec import CODEC_ERRORS
+from ._commands import CLEAR, StateCommand
 from ._errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
 from ._item_copies import ItemCopies
 from ._keys import StateKey
 from ._merge import Contribution
 from ._phases import Phase
+from ._records import SKIP, JournalOp, OpWriter, encode_update
 from ._registry import KeyBinding, KeyRegistry
 from ._snapshot import Snapshot
 from ._vector import Vector
@@ -38,28 +40,37 @@ _IN_PLACE = ValueError(
     "(value[:-1].append(new_item))"
 )
 _UNTOUCHED: Any = object()
+_NO_KEYS: frozenset[str] = frozenset()
 
 
 class PendingCommit:
-    """A commit noted by the live state, to become a `CommitRecord` when it is saved.
+    """A commit the live state journaled, to become a `CommitRecord` when it is saved.
 
-    Holds references only: each contribution that had ops, with the ops it applied (a
-    tuple taken at the commit; the updates were copied when the command was built). Never
-    the values it produced: holding each version until the save would keep every value
-    replaced in between alive.
+    Its ops were written as JournalOps while the commit applied them (`_records`), so it
+    holds no command, update or value: only small encoded ops, the sources in merge order,
+    and (for a store, when the commit also wrote `persistent=False` thread keys) the whole
+    list of ops kept in the kernel's memory. `failed` names keys some op of which could not
+    be journaled as its update.
     """
 
-    __slots__ = ("at", "parts", "phase", "revision", "step")
+    __slots__ = ("at", "failed", "ops", "phase", "revision", "sources", "step", "whole")
 
     def __init__(
         self,
         revision: int,
-        parts: tuple[tuple[Contribution, tuple[Op, ...]], ...],
+        sources: tuple[str, ...],
+        ops: tuple[JournalOp, ...],
+        *,
         phase: Phase | None,
         step: int,
+        whole: tuple[JournalOp, ...] | None = None,
+        failed: frozenset[str] = frozenset(),
     ) -> None:
         self.revision = revision
-        self.parts = parts
+        self.sources = sources
+        self.ops = ops
+        self.whole = whole
+        self.failed = failed
         self.phase = phase
         self.step = step
         self.at = time.time()
@@ -79,6 +90,7 @@ class LiveState:
         "_snapshot",
         "_staged_from",
         "_touched",
+        "_writer",
         "phase",
         "step",
     )
@@ -98,6 +110,7 @@ class LiveState:
         self._history: list[Snapshot] = []
         self._touched: set[str] | None = None
         self._journal: list[PendingCommit] | None = None
+        self._writer: OpWriter | None = None
         self._compact: Callable[[list[PendingCommit]], None] | None = None
         self._compact_at = 0
         self._noted_ops = 0  # ops held by the noted commits
@@ -157,17 +170,18 @@ class LiveState:
 
     def keep_journal(
         self,
+        writer: OpWriter,
         *,
         compact: Callable[[list[PendingCommit]], None] | None = None,
         compact_at: int = 64,
     ) -> None:
-        """From now on, note every commit that moves the revision (`pending_commits`). With
-        `compact`, the noted commits are handed to it (to be made records) and forgotten
-        once they hold `compact_at` ops, so that the references they hold do not pile up
-        between saves. (Counting ops rather than commits keeps few objects alive long
-        enough for the garbage collector to move them to an older generation.)"""
+        """From now on, journal every commit that moves the revision (`pending_commits`),
+        its ops written by `writer` as they are applied. With `compact`, the journaled
+        commits are handed to it (to be made records) and forgotten once they hold
+        `compact_at` ops."""
         if self._journal is None:
             self._journal = []
+        self._writer = writer
         self._compact = compact
         self._compact_at = compact_at
 
@@ -189,7 +203,7 @@ class LiveState:
         """Forget the oldest `count` noted commits: a save has made them durable."""
         if self._journal:
             del self._journal[:count]
-            self._noted_ops = sum(len(ops) for p in self._journal for _, ops in p.parts)
+            self._noted_ops = sum(len(p.ops) for p in self._journal)
 
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(snapshot)` after every commit that moved the revision."""
@@ -233,6 +247,7 @@ class LiveState:
             fork._touched = set()
         if self._journal is not None:
             fork._journal = []
+            fork._writer = self._writer
         fork.phase, fork.step = self.phase, self.step
         return fork
 
@@ -270,20 +285,29 @@ class LiveState:
         viewed: set[Any] = set()  # touched keys whose Vector items are copied as read
         views: list[tuple[ItemCopies, str, str | None]] = []  # handed to apply, to check
         checked: list[KeyBinding] = []  # touched keys that copy items or validate
-        # What the journal records is what was applied: the ops as they were now, even if
-        # someone changes the command later.
-        parts: list[tuple[Contribution, tuple[Op, ...]]] | None = (
-            None if self._journal is None else []
-        )
+        # The journal writes each op as it is applied (`_records`), so that nothing of the
+        # command need be held until the save, and later changes to the command change
+        # nothing.
+        writer = self._writer if self._journal is not None else None
+        journaled: list[JournalOp] = []
+        whole: list[JournalOp] | None = None
+        failed: set[str] = set()
+        sources: list[str] = []
+        routes = writer.routes if writer is not None else {}
         noted = 0
         for contribution in contributions:
             patch = contribution.command.patch
             if patch.base_revision is not None and patch.base_revision != revision:
                 raise RevisionConflict(patch.base_revision, revision)
-            applied: Sequence[Op] = patch.ops
-            if parts is not None and applied:
-                applied = tuple(applied)
-                parts.append((contribution, applied))
+            applied = patch.ops
+            if writer is not None and applied:
+                source = contribution.source
+                if source is None:  # a hook's: "plugin:<id>", made once per plugin
+                    source = writer.hook_sources.get(contribution.origin)
+                    if source is None:
+                        source = contribution.journal_source()
+                        writer.hook_sources[contribution.origin] = source
+                sources.append(source)
                 noted += len(applied)
             for key, update in applied:
                 value = working.get(key, _UNTOUCHED)
@@ -300,6 +324,17 @@ class LiveState:
                         checked.append(binding)
                         if binding.copy_items:
                             viewed.add(key)
+                if writer is not None:
+                    route = routes.get(key)
+                    if type(route) is str and whole is None and update is not CLEAR:
+                        try:  # a key journaled as it is: the common case, inlined
+                            journaled.append(JournalOp(route, "update", encode_update(update)))
+                        except CODEC_ERRORS:
+                            whole = writer.write(key, update, journaled, whole, failed)
+                    elif route != SKIP:
+                        whole = writer.write(key, update, journaled, whole, failed)
+                if value is _UNTOUCHED:
+                    binding = touched[key]
                     if update is CLEAR:
                         working[key] = _MISSING
                         continue
@@ -333,8 +368,18 @@ class LiveState:
         if self._touched is not None:
             self._touched.update(changes)
         journal = self._journal
-        if parts is not None and journal is not None:
-            journal.append(PendingCommit(snapshot.revision, tuple(parts), self.phase, self.step))
+        if journal is not None:
+            journal.append(
+                PendingCommit(
+                    snapshot.revision,
+                    tuple(sources),
+                    tuple(journaled),
+                    phase=self.phase,
+                    step=self.step,
+                    whole=None if whole is None else tuple(whole),
+                    failed=frozenset(failed) if failed else _NO_KEYS,
+                )
+            )
         self._snapshot = snapshot
         if self._listeners:
             self._notify(snapshot)

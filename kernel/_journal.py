@@ -1,12 +1,12 @@
 """The journal: every commit that moved a thread's revision, as a durable record.
 
-Every change goes through one commit path, so the commands a commit applied *are* the
-history: keeping them is enough to tell who changed what, to rebuild any earlier state and
-to check that replaying them still gives the state that was saved. A commit only notes a
-`PendingCommit` (references to what it applied, no encoding), so the phase loop pays next
-to nothing for the journal; a checkpoint turns the pending commits into `CommitRecord`s,
-encoding each op's update once, and the ThreadStore appends them in the same transaction as
-the rest of the save. A checkpoint therefore costs what changed, not what is held.
+Every change goes through one commit path, so the ops a commit applied *are* the history:
+keeping them is enough to tell who changed what, to rebuild any earlier state and to check
+that replaying them still gives the state that was saved. The live state writes each op as
+a `JournalOp` while it applies it and notes a `PendingCommit` (`_records`, `_commit`); this
+module dates and labels those as `CommitRecord`s for the run's thread, and turns records
+into the bytes a ThreadStore appends in the same transaction as the rest of the save. A
+checkpoint therefore costs what changed, not what is held.
 
 An op is journaled as its update (`"update"`, replayed with the key's `apply`) or as
 `"clear"`. A persistent thread key whose declared update type cannot be encoded is refused
@@ -20,18 +20,15 @@ from __future__ import annotations
 import datetime
 import hashlib
 from collections.abc import Iterable
-from typing import Any, Literal
 
 import attrs
 import msgspec
 
-from ._codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
-from ._commands import CLEAR
 from ._commit import PendingCommit
 from ._errors import DecodeFailed
 from ._keys import KeyScope
-from ._phases import Phase
-from ._registry import KeyBinding, KeyRegistry
+from ._records import CommitRecord, JournalOp, OpWriter, as_values
+from ._registry import KeyRegistry
 
 __all__ = [
     "CommitRecord",
@@ -44,43 +41,6 @@ __all__ = [
 ]
 
 _UTC = datetime.UTC
-_update_encoder = msgspec.json.Encoder(enc_hook=enc_hook)
-
-
-class JournalOp(msgspec.Struct, frozen=True, gc=False):
-    """One op of a commit, as applied: the key string, what kind of op, and its bytes.
-
-    `kind` is `"update"` (`update` holds the update as msgspec JSON, replayed with the key's
-    `apply`), `"clear"` (no bytes), or `"value"` (for a key whose update cannot be encoded:
-    `update` holds the key's value right after the commit, or None if that cannot be
-    encoded either).
-    """
-
-    key: str
-    kind: Literal["update", "clear", "value"]
-    update: bytes | None = None
-
-
-class CommitRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One commit that moved a thread's revision: who made it, when, and what it applied.
-
-    `phase` is None for commits made outside a phase (a tool's command, `run.submit`,
-    `kernel.update_state`); `step` counts the STEP_START phases the run had begun (0 before
-    the first). `sources` lists the contributions in merge order: `"plugin:<id>"`,
-    `"action:<key>"`, `"tool:<name>"`, `"submit"` or `"external"`. `ops` are in the order they
-    were applied.
-    """
-
-    thread_id: str
-    revision: int
-    run_id: str | None
-    phase: Phase | None
-    step: int
-    sources: tuple[str, ...]
-    ops: tuple[JournalOp, ...]
-    created_at: datetime.datetime
-    # (gc=False: records hold only strings, bytes and other records, never a cycle, and a
-    # kernel may hold many; the garbage collector need not walk them.)
 
 
 @attrs.frozen
@@ -106,71 +66,21 @@ def records_of(
     run_id: str | None,
     for_store: bool,
 ) -> Journaled:
-    """The pending commits as records.
+    """The pending commits as records of `thread_id` and `run_id`.
 
-    `for_store`: `records` hold only the ops of persistent thread keys, the ones a
-    ThreadStore keeps (run keys start afresh in every run, and a key's scope may differ in
-    the next kernel that reads the thread), and a commit that also wrote `persistent=False`
-    thread keys is whole in `in_memory` too; without a store, the kernel's memory journals
-    every op.
-
-    An op whose update cannot be encoded makes its key's ops in that commit one `"value"`
-    op without bytes, where the last of them was; the key is `unrecorded`, and the save
-    must then write a snapshot, which a load or time travel rebuilds it from.
+    `for_store` says how their ops were written (`OpWriter`): `records` then hold only the
+    ops of persistent thread keys, and a commit that also wrote `persistent=False` thread
+    keys is whole in `in_memory` too. A key some op of which could not be journaled as its
+    update keeps one `"value"` op without bytes in that commit, where its last op was; it is
+    `unrecorded` (if replay is what rebuilds it), and the save must write a snapshot.
     """
-    checks: dict[str, msgspec.json.Decoder[Any]] = {}
-    routes: dict[Any, tuple[KeyBinding, int]] = {}  # key class -> binding, _JOURNAL/...
-    plain: dict[Any, str] = {}  # key class -> key string, for keys journaled as they are
-    hook_sources: dict[str | None, str] = {}
     records: list[CommitRecord] = []
     in_memory: list[CommitRecord] = []
     unrecorded: set[str] = set()
-    encode = _update_encoder.encode
     for commit in pending:
-        sources: list[str] = []
-        ops: list[JournalOp] = []
-        whole: list[JournalOp] | None = None  # for a store: with memory-only ops too
-        failed: set[str] = set()
-        for contribution, applied in commit.parts:
-            source = contribution.source
-            if source is None:  # a hook's: "plugin:<id>", made once per plugin
-                source = hook_sources.get(contribution.origin)
-                if source is None:
-                    source = hook_sources[contribution.origin] = contribution.journal_source()
-            sources.append(source)
-            for key, update in applied:
-                name = plain.get(key)
-                if name is not None and whole is None and update is not CLEAR:
-                    try:  # the common case, inlined
-                        ops.append(JournalOp(name, "update", encode(update)))
-                        continue
-                    except CODEC_ERRORS:
-                        pass
-                route = routes.get(key)
-                if route is None:
-                    route = routes[key] = _route(registry.by_class[key], for_store)
-                    if route[1] == _JOURNAL and route[0].exact[1]:
-                        plain[key] = route[0].name
-                binding, where = route
-                if where == _SKIP:
-                    continue
-                if update is not CLEAR and binding.exact[1]:  # the common case, inlined
-                    try:
-                        op = JournalOp(binding.name, "update", encode(update))
-                    except CODEC_ERRORS:
-                        op = _op(binding, update, failed, checks)
-                else:
-                    op = _op(binding, update, failed, checks)
-                if where == _MEMORY_ONLY:
-                    if whole is None:
-                        whole = list(ops)
-                    whole.append(op)
-                    continue
-                ops.append(op)
-                if whole is not None:
-                    whole.append(op)
+        ops, failed = commit.ops, commit.failed
         if failed:
-            ops = _as_values(ops, failed)
+            ops = as_values(ops, failed)
             # Only a persistent thread key (any thread key without a store) is rebuilt by
             # replay: it needs the snapshot the save writes.
             by_name = registry.by_name
@@ -185,70 +95,15 @@ def records_of(
             run_id=run_id,
             phase=commit.phase,
             step=commit.step,
-            sources=tuple(sources),
-            ops=tuple(ops),
+            sources=commit.sources,
+            ops=ops,
             created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
         )
         records.append(record)
-        if whole is not None:
-            whole_ops = tuple(_as_values(whole, failed) if failed else whole)
-            in_memory.append(msgspec.structs.replace(record, ops=whole_ops))
+        if commit.whole is not None:
+            whole = as_values(commit.whole, failed) if failed else commit.whole
+            in_memory.append(msgspec.structs.replace(record, ops=whole))
     return Journaled(records, frozenset(unrecorded), tuple(in_memory))
-
-
-_JOURNAL, _MEMORY_ONLY, _SKIP = 0, 1, 2
-
-
-def _route(binding: KeyBinding, for_store: bool) -> tuple[KeyBinding, int]:
-    """Where a key's ops go: into the record; for a store, only into the whole record kept
-    in memory (a `persistent=False` thread key); or nowhere (a run key, for a store)."""
-    if for_store and not binding.stored:
-        return binding, (_MEMORY_ONLY if binding.scope is KeyScope.THREAD else _SKIP)
-    return binding, _JOURNAL
-
-
-def _op(
-    binding: KeyBinding,
-    update: Any,
-    failed: set[str],
-    checks: dict[str, msgspec.json.Decoder[Any]],
-) -> JournalOp:
-    """One applied op, encoded; an update that cannot be stored as it is puts its key in
-    `failed` (all of its ops in the commit become one `"value"` op)."""
-    if update is CLEAR:
-        return JournalOp(binding.name, "clear")
-    try:
-        data = _update_encoder.encode(update)
-        if not binding.exact[1] and not _comes_back(binding, data, update, checks):
-            raise ValueError("does not decode back equal")
-        return JournalOp(binding.name, "update", data)
-    except CODEC_ERRORS:
-        failed.add(binding.name)
-        return JournalOp(binding.name, "value")
-
-
-def _comes_back(
-    binding: KeyBinding, data: bytes, update: Any, checks: dict[str, msgspec.json.Decoder[Any]]
-) -> bool:
-    """Whether `data` decodes to an update equal to `update` (a float infinity becomes null,
-    a tuple typed `Any` a list): what replay would apply must be what the commit did."""
-    decoder = checks.get(binding.name)
-    if decoder is None:
-        decoder = checks[binding.name] = msgspec.json.Decoder(
-            binding.update_type, dec_hook=dec_hook
-        )
-    return decodes_back(data, decoder, update)
-
-
-def _as_values(ops: list[JournalOp], failed: set[str]) -> list[JournalOp]:
-    """Each key in `failed` keeps one op, a `"value"` op without bytes, where its last op
-    was (every earlier op of the key in this commit is in that value already)."""
-    last = {op.key: index for index, op in enumerate(ops)}
-    return [
-        op if op.key not in failed else JournalOp(op.key, "value")
-        for index, op in enumerate(ops)
-        if op.key not in failed or last[op.key] == index
-    ]
 
 
 class RunJournal:
@@ -274,6 +129,8 @@ class RunJournal:
         self._run_id = run_id
         self._for_store = for_store
         self.compact_at = compact_at
+        self.writer = OpWriter(registry, for_store=for_store)
+        """How the run's live state writes its ops (`LiveState.keep_journal`)."""
         self._records: list[CommitRecord] = []
         self._unrecorded: set[str] = set()
         self._in_memory: list[CommitRecord] = []

@@ -266,7 +266,8 @@ class Kernel:
                     f"resume or cancel it before updating the thread's state from outside."
                 )
             state = LiveState(keys, values=thread.values, revision=thread.revision)
-            state.keep_journal()
+            journal = self._run_journal(thread_id, None)
+            state.keep_journal(journal.writer)
             if thread.undecodable or thread.stale:
                 state.track_touched()
             state.commit((Contribution(None, command, "external"),))
@@ -277,7 +278,7 @@ class Kernel:
                 revision=state.revision,
                 touched=state.touched_names,
                 cache=EncodeCache(),
-                journaled=self._run_journal(thread_id, None).journaled(state.pending_commits()),
+                journaled=journal.journaled(state.pending_commits()),
             )
             return state.revision
         finally:
@@ -316,7 +317,7 @@ class Kernel:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
         journal = self._run_journal(identity.thread_id, identity.run_id)
-        state.keep_journal(compact=journal.compact, compact_at=journal.compact_at)
+        state.keep_journal(journal.writer, compact=journal.compact, compact_at=journal.compact_at)
         if thread.suspended is not None:
             state.step = thread.suspended.step
         if thread.undecodable or thread.stale:
