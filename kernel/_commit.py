@@ -41,6 +41,7 @@ _IN_PLACE = ValueError(
 )
 _UNTOUCHED: Any = object()
 _NO_KEYS: frozenset[str] = frozenset()
+_NO_ROUTES: dict[Any, str | int] = {}
 
 
 class PendingCommit:
@@ -55,24 +56,14 @@ class PendingCommit:
 
     __slots__ = ("at", "failed", "ops", "phase", "revision", "sources", "step", "whole")
 
-    def __init__(
-        self,
-        revision: int,
-        sources: tuple[str, ...],
-        ops: tuple[JournalOp, ...],
-        *,
-        phase: Phase | None,
-        step: int,
-        whole: tuple[JournalOp, ...] | None = None,
-        failed: frozenset[str] = frozenset(),
-    ) -> None:
+    def __init__(self, revision: int, sources: tuple[str, ...], ops: tuple[JournalOp, ...]) -> None:
         self.revision = revision
         self.sources = sources
         self.ops = ops
-        self.whole = whole
-        self.failed = failed
-        self.phase = phase
-        self.step = step
+        self.whole: tuple[JournalOp, ...] | None = None
+        self.failed = _NO_KEYS
+        self.phase: Phase | None = None
+        self.step = 0
         self.at = time.time()
 
 
@@ -293,7 +284,7 @@ class LiveState:
         whole: list[JournalOp] | None = None
         failed: set[str] = set()
         sources: list[str] = []
-        routes = writer.routes if writer is not None else {}
+        routes = writer.routes if writer is not None else _NO_ROUTES
         noted = 0
         for contribution in contributions:
             patch = contribution.command.patch
@@ -369,17 +360,12 @@ class LiveState:
             self._touched.update(changes)
         journal = self._journal
         if journal is not None:
-            journal.append(
-                PendingCommit(
-                    snapshot.revision,
-                    tuple(sources),
-                    tuple(journaled),
-                    phase=self.phase,
-                    step=self.step,
-                    whole=None if whole is None else tuple(whole),
-                    failed=frozenset(failed) if failed else _NO_KEYS,
-                )
-            )
+            pending = PendingCommit(snapshot.revision, tuple(sources), tuple(journaled))
+            pending.phase, pending.step = self.phase, self.step
+            if whole is not None or failed:
+                pending.whole = None if whole is None else tuple(whole)
+                pending.failed = frozenset(failed)
+            journal.append(pending)
         self._snapshot = snapshot
         if self._listeners:
             self._notify(snapshot)

@@ -85,7 +85,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.commits = self.conflicts = self.effects = self.effects_failed = self.actions = 0
-        self.hooks: list[str] = []
+        self.hooks: tuple[str, ...] = ()  # the round's hooks, then each re-run
 
     def report(self, phase: Phase | None, revision: int) -> PhaseReport:
         return PhaseReport(
@@ -96,7 +96,7 @@ class _Tally:
             effects_dispatched=self.effects,
             effects_failed=self.effects_failed,
             actions_run=self.actions,
-            hooks_run=tuple(self.hooks),
+            hooks_run=self.hooks,
         )
 
 
@@ -204,7 +204,7 @@ class PhaseEngine:
     ) -> None:
         contexts = self._hook_contexts(context, len(hooks))
         phase = context.phase
-        tally.hooks.extend(self._hook_names[phase])
+        tally.hooks += self._hook_names[phase]
         contributions: list[Contribution] = []
         owners: list[Registered] = []
         # One pass calls every hook and keeps the plain commands at once, in registration
@@ -304,7 +304,7 @@ class PhaseEngine:
         for contribution in deferred:
             hook = owner_of[id(contribution)]
             tally.conflicts += 1
-            tally.hooks.append(hook.plugin)
+            tally.hooks += (hook.plugin,)
             rerun_context = msgspec.structs.replace(context, snapshot=staged.snapshot)
             (fresh,) = self._hook_contexts(rerun_context, 1)
             result = await _call_one(hook, fresh)
