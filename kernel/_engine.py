@@ -23,6 +23,7 @@ import inspect
 import logging
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from types import CoroutineType
 from typing import Any
 
 import msgspec
@@ -223,12 +224,7 @@ class PhaseEngine:
                 reraise(hook.plugin, phase, error)
             if result is None:
                 continue
-            if (
-                later == count
-                and type(result) is StateCommand
-                and result.patch.ops
-                and not (result.scheduled_actions or result.effects)
-            ):
+            if later == count and _plain(result):
                 contributions.append(Contribution(hook.plugin, result))  # the common case
                 owners.append(hook)
                 continue
@@ -240,8 +236,14 @@ class PhaseEngine:
             await _settle(hooks, results, waiting, phase)
         dispatches = self._profile is not None  # anything for `_after_commits` to do
         for index in range(later, count):
-            if results[index] is not None:
-                dispatches |= self._keep(hooks[index], results[index], phase, contributions, owners)
+            result = results[index]
+            if result is None:
+                continue
+            if _plain(result):
+                contributions.append(Contribution(hooks[index].plugin, result))
+                owners.append(hooks[index])
+                continue
+            dispatches |= self._keep(hooks[index], result, phase, contributions, owners)
         if len(contributions) < 2:  # nothing to partition
             kept: Sequence[Contribution] = contributions
         else:
@@ -463,6 +465,16 @@ async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
             await profile.apply()
 
 
+def _plain(result: Any) -> bool:
+    """Whether a hook's result is a command with state ops and nothing to check besides:
+    the common case, kept without `checked` or a handler check."""
+    return (
+        type(result) is StateCommand
+        and bool(result.patch.ops)
+        and not (result.scheduled_actions or result.effects)
+    )
+
+
 async def _call_one(hook: Registered, context: PhaseContext) -> Any:
     """Call one hook (a deferred hook's re-run) and await its result if it has to be."""
     try:
@@ -489,12 +501,20 @@ async def _settle(
     # eagerly (Python 3.12+, no task factory) run up to their first suspension as they are
     # made, so the hook kept for the run's task is then the last: either way, the hooks
     # start in registration order.
-    eager = _EAGER and asyncio.get_running_loop().get_task_factory() is None
+    if len(waiting) == 1:
+        (index,) = waiting
+        try:
+            results[index] = await results[index]
+        except Exception as error:
+            reraise(hooks[index].plugin, phase, error)
+        return
+    loop = asyncio.get_running_loop()
+    eager = _EAGER and loop.get_task_factory() is None
     if eager:
         *others, own = waiting
     else:
         own, *others = waiting
-    tasks = [_start(results[index], eager=eager) for index in others]
+    tasks = [_start(loop, results[index], eager) for index in others]
     failures: dict[int, Exception] = {}
     try:
         try:
@@ -517,11 +537,10 @@ async def _settle(
         reraise(hooks[failed_at].plugin, phase, failures[failed_at])
 
 
-def _start(awaitable: Any, *, eager: bool) -> asyncio.Future[Any]:
+def _start(loop: asyncio.AbstractEventLoop, awaitable: Any, eager: bool) -> asyncio.Future[Any]:
     """Run a hook's awaitable concurrently: a task for a coroutine (started eagerly if
     `eager`), anything else wrapped as asyncio does."""
-    if inspect.iscoroutine(awaitable):
-        loop = asyncio.get_running_loop()
+    if isinstance(awaitable, CoroutineType):
         if eager:
             task: asyncio.Future[Any] = asyncio.Task(
                 awaitable,
