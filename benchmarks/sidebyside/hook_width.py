@@ -147,7 +147,7 @@ def langgraph_sample(width: int, is_async: bool, phases: int) -> Callable[[], Me
 
     builder: Any = StateGraph(LangGraphState)
     for index in range(width):
-        builder.add_node(f"hook{index}", _langgraph_node(index, is_async))
+        builder.add_node(f"hook{index}", _peer_node(index, is_async))
         builder.add_edge(START, f"hook{index}")
         builder.add_edge(f"hook{index}", END)
     graph = builder.compile()
@@ -175,7 +175,9 @@ def langgraph_sample(width: int, is_async: bool, phases: int) -> Callable[[], Me
     return (lambda: asyncio.run(run_async())) if is_async else run_sync
 
 
-def _langgraph_node(index: int, is_async: bool) -> Callable[[Any], Any]:
+def _peer_node(index: int, is_async: bool) -> Callable[[Any], Any]:
+    """A node for either peer: both take the state and return the fields' updates."""
+
     def node(state: Any) -> dict[str, Any]:
         return {"count": 1, "log": [index]}
 
@@ -194,7 +196,7 @@ def evofabric_sample(width: int, is_async: bool, phases: int) -> Callable[[], Me
     evofabric_support.prepare()
     builder = GraphBuilder(state_schema=evofabric_support.schema("HookWidthState"))
     for index in range(width):
-        builder.add_node(f"hook{index}", _evofabric_node(index, is_async))
+        builder.add_node(f"hook{index}", _peer_node(index, is_async))
         if index:
             builder.add_edge(f"hook{index - 1}", f"hook{index}")
     builder.set_entry_point("hook0")
@@ -211,16 +213,6 @@ def evofabric_sample(width: int, is_async: bool, phases: int) -> Callable[[], Me
         return metrics(seconds, width, phases)
 
     return lambda: asyncio.run(sample())
-
-
-def _evofabric_node(index: int, is_async: bool) -> Callable[[Any], Any]:
-    def node(state: Any) -> dict[str, Any]:
-        return {"count": 1, "log": [index]}
-
-    async def async_node(state: Any) -> dict[str, Any]:
-        return {"count": 1, "log": [index]}
-
-    return async_node if is_async else node
 
 
 # --- the workload ----------------------------------------------------------------------
