@@ -54,7 +54,17 @@ class PendingCommit:
     be journaled as its update.
     """
 
-    __slots__ = ("at", "failed", "ops", "phase", "revision", "sources", "step", "whole")
+    __slots__ = (
+        "at",
+        "every_op",
+        "failed",
+        "ops",
+        "phase",
+        "revision",
+        "sources",
+        "step",
+        "whole",
+    )
 
     def __init__(self, revision: int, sources: tuple[str, ...], ops: tuple[JournalOp, ...]) -> None:
         self.revision = revision
@@ -64,6 +74,7 @@ class PendingCommit:
         self.failed = _NO_KEYS
         self.phase: Phase | None = None
         self.step = 0
+        self.every_op = False  # every op in `ops`, even those a store does not keep
         self.at = time.time()
 
 
@@ -362,6 +373,8 @@ class LiveState:
         if journal is not None:
             pending = PendingCommit(snapshot.revision, tuple(sources), tuple(journaled))
             pending.phase, pending.step = self.phase, self.step
+            if writer is not None and writer.every_op:
+                pending.every_op = True
             if whole is not None or failed:
                 pending.whole = None if whole is None else tuple(whole)
                 pending.failed = frozenset(failed)

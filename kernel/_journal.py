@@ -78,7 +78,9 @@ def records_of(
     in_memory: list[CommitRecord] = []
     unrecorded: set[str] = set()
     for commit in pending:
-        ops, failed = commit.ops, commit.failed
+        ops, failed, whole = commit.ops, commit.failed, commit.whole
+        if for_store and commit.every_op:  # written whole for a listener: sort them now
+            ops, whole = _for_store(ops, registry)
         if failed:
             ops = as_values(ops, failed)
             # Only a persistent thread key (any thread key without a store) is rebuilt by
@@ -100,10 +102,22 @@ def records_of(
             created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
         )
         records.append(record)
-        if commit.whole is not None:
-            whole = as_values(commit.whole, failed) if failed else commit.whole
+        if whole is not None:
+            whole = as_values(whole, failed) if failed else whole
             in_memory.append(msgspec.structs.replace(record, ops=whole))
     return Journaled(records, frozenset(unrecorded), tuple(in_memory))
+
+
+def _for_store(
+    ops: tuple[JournalOp, ...], registry: KeyRegistry
+) -> tuple[tuple[JournalOp, ...], tuple[JournalOp, ...] | None]:
+    """Every op of a commit, sorted as a store keeps them: the persistent thread keys' ops
+    for the store, and the thread keys' ops for the kernel's memory when some key among them
+    is `persistent=False` (None otherwise). Run keys' ops are in neither."""
+    by_name = registry.by_name
+    stored = tuple(op for op in ops if by_name[op.key].stored)
+    thread = tuple(op for op in ops if by_name[op.key].scope is KeyScope.THREAD)
+    return stored, (thread if len(thread) > len(stored) else None)
 
 
 class RunJournal:

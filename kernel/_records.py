@@ -79,27 +79,36 @@ class OpWriter:
     store keeps (run keys start afresh in every run, and a key's scope may differ in the
     next kernel that reads the thread); a `persistent=False` thread key's ops go into a
     whole record kept in the kernel's memory, beside the stored ones. Without a store, every
-    op is journaled.
+    op is journaled. After `write_every_op()` (a record listener wants every op), every op
+    is written even with a store, and a save sorts them (`_journal.records_of`).
     """
 
-    __slots__ = ("_checks", "_registry", "for_store", "hook_sources", "routes")
+    __slots__ = ("_checks", "_registry", "every_op", "hook_sources", "routes")
 
     def __init__(self, registry: KeyRegistry, *, for_store: bool) -> None:
         self._registry = registry
-        self.for_store = for_store
         self.routes: dict[Any, str | int] = {}
         """Key class -> its key string, for a key journaled as it is (the commit inlines
         those), or `SKIP`, or another route for `write`; filled as keys are first seen."""
         self.hook_sources: dict[str | None, str] = {}
         """A hook's source string (`"plugin:<id>"`) by plugin, made once."""
         self._checks: dict[str, msgspec.json.Decoder[Any]] = {}
+        self.every_op = not for_store
+        """Whether every op is written to the commit's ops (no store, or a listener)."""
+
+    def write_every_op(self) -> None:
+        """From now on write every op, as without a store; commits noted from then on say so
+        (`PendingCommit.every_op`)."""
+        if not self.every_op:
+            self.every_op = True
+            self.routes.clear()
 
     def route(self, key: Any) -> str | int:
         """The key's route, worked out once."""
         found = self.routes.get(key)
         if found is None:
             binding = self._registry.by_class[key]
-            if self.for_store and not binding.stored:
+            if not self.every_op and not binding.stored:
                 found = _WRITE if binding.scope is KeyScope.THREAD else SKIP
             elif binding.exact[1]:
                 found = binding.name
@@ -123,7 +132,7 @@ class OpWriter:
             return whole
         binding = self._registry.by_class[key]
         op = self._op(binding, update, failed)
-        if self.for_store and not binding.stored:  # a `persistent=False` thread key
+        if not self.every_op and not binding.stored:  # a `persistent=False` thread key
             if whole is None:
                 whole = list(ops)
             whole.append(op)

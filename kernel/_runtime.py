@@ -447,6 +447,7 @@ class Run:
         registry = self._kernel.components.keys
         identity = self.identity
         state = self._state
+        self._lease.journal.writer.write_every_op()  # a save sorts them for the store
 
         def on_commit(snapshot: Snapshot) -> None:
             pending = state.noted_commit(snapshot.revision)

@@ -830,3 +830,60 @@ async def test_a_fork_into_an_id_deleted_earlier_holds_nothing_of_the_old_thread
     run = await kernel.start_run("old")
     assert run.snapshot.to_dict() == {"e.total": 7}
     await run.abandon()
+
+
+class Tally(StateKey[int, int]):
+    key = "e.tally"  # a run key
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Both(Plugin):
+    """A persistent thread key, a `persistent=False` thread key and a run key."""
+
+    id = "both"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Total)
+        r.register_key(Notes, StateKeyOptions(persistent=False))
+        r.register_key(Tally)
+
+
+async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_always_kept(
+    store: ThreadStore,
+) -> None:
+    """With a store, a record listener (what `agent.stream` uses) still sees the ops of run
+    keys and `persistent=False` keys; listening changes nothing the store or the kernel's
+    history keeps."""
+
+    async def commit_three(kernel: Kernel, thread: str, heard: list[Any] | None) -> None:
+        run = await kernel.start_run(thread)
+        if heard is not None:
+            run.add_record_listener(heard.append)
+        for step in range(3):
+            await run.submit(
+                StateCommand().update(Total, step).update(Notes, f"n{step}").update(Tally, 1)
+            )
+        await run.finish()
+
+    heard: list[Any] = []
+    listened = Kernel([Both()], thread_store=store)
+    await commit_three(listened, "heard", heard)
+    await commit_three(Kernel([Both()], thread_store=store), "quiet", None)
+    assert [[(op.key, op.update) for op in r.ops] for r in heard] == [
+        [("e.total", b"%d" % step), ("e.notes", b'"n%d"' % step), ("e.tally", b"1")]
+        for step in range(3)
+    ]
+
+    def ops(records: list[Any]) -> list[list[tuple[str, bytes | None]]]:
+        return [[(op.key, op.update) for op in r.ops] for r in records]
+
+    fresh = Kernel([Both()], thread_store=store)
+    assert ops(await fresh.history("heard")) == ops(await fresh.history("quiet"))
+    assert ops(await fresh.history("heard")) == [[("e.total", b"%d" % s)] for s in range(3)]
+    # The kernel that made them keeps the memory-only ops beside the stored ones.
+    assert ops(await listened.history("heard")) == [
+        [("e.total", b"%d" % s), ("e.notes", b'"n%d"' % s)] for s in range(3)
+    ]
