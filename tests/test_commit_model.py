@@ -283,3 +283,46 @@ def test_a_phase_of_vandal_hooks_commits_the_registration_order_result(
             await run.finish()
 
     asyncio.run(scenario())
+
+
+# -- a key written more than once in one commit, beside a Vector of mutable items ----------
+
+
+class Docs(StateKey[Vector[dict[str, int]], dict[str, int]]):
+    """A Vector of mutable items: its items are copied as apply reads them."""
+
+    key = "model.docs"
+
+    @staticmethod
+    def apply(value: Vector[dict[str, int]], update: dict[str, int]) -> Vector[dict[str, int]]:
+        return value.append(update)
+
+
+class Names(StateKey[Vector[str], str | None]):
+    """A Vector of immutable items; None leaves it as it is."""
+
+    key = "model.names"
+
+    @staticmethod
+    def apply(value: Vector[str], update: str | None) -> Vector[str]:
+        return value if update is None else value.append(update)
+
+
+def test_later_ops_of_a_commit_see_their_value_as_it_is() -> None:
+    """Only a Vector of mutable items is handed to apply as a copying view: a second op on
+    an int or on a Vector of strings in the same commit gets the value itself, and what it
+    returns is what the key holds."""
+    state = LiveState(KeyRegistry.of(Docs, Names, Counter))
+    command = (
+        StateCommand()
+        .update(Docs, {"a": 1})
+        .update(Counter, 1)
+        .update(Counter, 1)
+        .update(Names, "x")
+        .update(Names, None)
+    )
+    snapshot = state.commit([Contribution("p", command)])
+    assert snapshot.get(Counter) == 2
+    names = snapshot.get(Names)
+    assert type(names) is Vector and list(names) == ["x"]
+    assert list(snapshot.get(Docs)) == [{"a": 1}]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -148,6 +149,19 @@ async def test_two_hooks_on_one_exclusive_key_both_land() -> None:
     assert report.conflicts == 1
     assert report.commits == 2
     assert report.hooks_run == ("a", "b", "b")
+
+
+async def test_a_round_with_re_runs_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="statekernel"):
+        run, report = await run_once(
+            [
+                keys(Tally),
+                hook_plugin("a", Phase.STEP_START, _increment),
+                hook_plugin("b", Phase.STEP_START, _increment),
+            ]
+        )
+    assert (run.snapshot.get(Tally), report.conflicts) == (2, 1)
+    assert not [r for r in caplog.records if r.name.startswith("statekernel")]
 
 
 async def test_commutative_writes_commit_once_without_conflict() -> None:
@@ -575,6 +589,69 @@ async def test_calls_from_several_tasks_take_turns_and_a_cancelled_caller_drops_
     assert run.snapshot.get(Counter) == 2
     await run.submit(StateCommand().update(Counter, 1))  # the run is free again
     assert run.snapshot.get(Counter) == 3
+
+
+def _held_by_a_hook(hook: Callable[[PhaseContext], Any]) -> Kernel:
+    return Kernel(
+        [
+            FnPlugin(
+                "a",
+                lambda r: (r.register_key(Counter), r.register_phase_hook(Phase.STEP_START, hook)),
+            )
+        ]
+    )
+
+
+async def test_a_caller_cancelled_while_it_waits_lets_nobody_in_before_the_holder_is_done() -> None:
+    release = asyncio.Event()
+
+    async def hook(ctx: PhaseContext) -> StateCommand:
+        await release.wait()
+        return StateCommand().update(Counter, 1)
+
+    run = await _held_by_a_hook(hook).start_run("t")
+    first = asyncio.create_task(run.run_phase(Phase.STEP_START))
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(run.submit(StateCommand().update(Counter, 100)))
+    after = asyncio.create_task(run.submit(StateCommand().update(Counter, 10)))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not after.done() and run.revision == 0  # the phase still holds the run
+    release.set()
+    await first
+    await asyncio.wait_for(after, 5)
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert run.snapshot.get(Counter) == 11 and run.revision == 2
+
+
+async def test_a_caller_cancelled_just_before_its_turn_comes_ends_cancelled() -> None:
+    """The run frees up before the cancelled caller has woken: its turn goes to the next
+    caller, and the cancelled one ends with CancelledError, not another error."""
+    go = asyncio.Event()
+    tasks: dict[str, asyncio.Task[Any]] = {}
+
+    async def hook(ctx: PhaseContext) -> StateCommand:
+        await go.wait()
+        tasks["waiting"].cancel()  # the phase ends, and frees the run, right after this
+        return StateCommand().update(Counter, 1)
+
+    run = await _held_by_a_hook(hook).start_run("t")
+    first = asyncio.create_task(run.run_phase(Phase.STEP_START))
+    await asyncio.sleep(0)
+    tasks["waiting"] = asyncio.create_task(run.submit(StateCommand().update(Counter, 100)))
+    after = asyncio.create_task(run.submit(StateCommand().update(Counter, 10)))
+    await asyncio.sleep(0)
+    go.set()
+    await first
+    await asyncio.wait_for(after, 5)
+    with pytest.raises(asyncio.CancelledError):
+        await tasks["waiting"]
+    assert run.snapshot.get(Counter) == 11
+    await asyncio.wait_for(run.submit(StateCommand().update(Counter, 1)), 5)  # free again
+    assert run.snapshot.get(Counter) == 12
 
 
 # -- async hooks: start order, cancellation, task factories, which error wins ------------------

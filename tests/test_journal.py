@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -564,6 +565,21 @@ async def test_update_state_commits_outside_a_run_and_is_journaled_as_external(
     assert (await kernel.state_at("t", 2)).get(Count) == 6
     assert [r.revision for r in await kernel.history("t")] == [1, 2]
     assert await kernel.update_state("new", StateCommand().update(Mood, "born")) == 1
+
+
+async def test_update_state_with_many_ops_commits_them_all_and_logs_no_error(
+    store: ThreadStore | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernel = Kernel(plugins(), thread_store=store)
+    command = StateCommand()
+    for i in range(70):  # more ops than a run's journal holds before making records
+        command = command.update(Count, 1).update(Log, (str(i),))
+    with caplog.at_level(logging.ERROR, logger="statekernel"):
+        assert await kernel.update_state("t", command) == 1
+    assert not [r for r in caplog.records if r.name.startswith("statekernel")]
+    (record,) = await kernel.history("t")
+    assert len(record.ops) == 140 and record.sources == ("external",)
+    assert (await kernel.state_at("t", 1)).get(Count) == 70
 
 
 # -- verified replay ---------------------------------------------------------------------------

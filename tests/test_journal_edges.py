@@ -276,6 +276,40 @@ async def test_a_non_persistent_key_with_an_unencodable_update_is_journaled_in_m
     assert (await kernel.verify("t")).ok
 
 
+class Tokens(int):
+    """A user's own int subclass: an int to the type check, but not to the codec."""
+
+
+class Tally(StateKey[int, int]):
+    key = "e.tally"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + int(update)
+
+
+async def test_an_update_of_an_int_subclass_that_cannot_be_encoded_is_still_kept(
+    store: ThreadStore,
+) -> None:
+    """An update of a key declared to take ints that cannot be encoded all the same is
+    journaled as a "value" op, and the save writes a snapshot to load the key from."""
+    kernel = Kernel([KeysOf(Tally, Total)], thread_store=store, snapshot_every=1_000)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Tally, 1))
+    await run.submit(StateCommand().update(Tally, Tokens(2)).update(Total, 1))
+    await run.submit(StateCommand().update(Tally, 4))
+    assert run.snapshot.get(Tally) == 7
+    await run.finish()
+    _, second, _ = await kernel.history("t")
+    assert [(op.key, op.kind, op.update) for op in second.ops] == [
+        ("e.tally", "value", None),
+        ("e.total", "update", b"1"),
+    ]
+    assert await read(Kernel([KeysOf(Tally, Total)], thread_store=store), "t", Tally) == 7
+    assert (await Kernel([KeysOf(Tally, Total)], thread_store=store).verify("t")).ok
+
+
 # -- memory held between saves ----------------------------------------------------------------
 
 
@@ -338,6 +372,37 @@ async def test_a_long_stretch_between_saves_holds_records_not_the_updates_themse
     assert (await read(Kernel([KeysOf(Stepped)], thread_store=store), "t", Stepped)).count == 70
     records = await Kernel([KeysOf(Stepped)], thread_store=store).history("t")
     assert [op.update for r in records for op in r.ops] == [b'{"by":1}'] * 70
+
+
+async def test_an_unencodable_update_made_a_record_before_the_save_still_gets_its_snapshot(
+    store: ThreadStore,
+) -> None:
+    """The keys that need a snapshot are remembered across the records made on the way."""
+    kernel = Kernel([KeysOf(Score, Total)], thread_store=store, snapshot_every=1_000)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Score, 10))
+    await run.submit(StateCommand().update(Score, lambda v: v * 2))
+    for _ in range(70):  # past the 64 ops after which pending commits become records
+        await run.submit(StateCommand().update(Total, 1))
+    await run.finish()
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.values != {}  # the snapshot covers the lambda
+    assert await read(Kernel([KeysOf(Score, Total)], thread_store=store), "t", Score) == 20
+    assert await read(Kernel([KeysOf(Score, Total)], thread_store=store), "t", Total) == 70
+
+
+async def test_memory_only_ops_made_records_before_the_save_stay_in_the_history(
+    store: ThreadStore,
+) -> None:
+    kernel = Kernel(
+        [KeysOf(Jot, Total, options=StateKeyOptions(persistent=False))], thread_store=store
+    )
+    run = await kernel.start_run("t")
+    for _ in range(40):  # 80 ops: the first 64 become records before the save
+        await run.submit(StateCommand().update(Jot, 1).update(Total, 1))
+    await run.finish()
+    records = await kernel.history("t")
+    assert [[op.key for op in r.ops] for r in records] == [["e.jot", "e.total"]] * 40
 
 
 # -- values set aside at restore ----------------------------------------------------------------
@@ -832,8 +897,8 @@ async def test_a_fork_into_an_id_deleted_earlier_holds_nothing_of_the_old_thread
     await run.abandon()
 
 
-class Tally(StateKey[int, int]):
-    key = "e.tally"  # a run key
+class RunCount(StateKey[int, int]):
+    key = "e.run_count"  # a run key
 
     @staticmethod
     def apply(value: int, update: int) -> int:
@@ -848,7 +913,7 @@ class Both(Plugin):
     def register(self, r: PluginRegistrar) -> None:
         r.register_key(Total)
         r.register_key(Notes, StateKeyOptions(persistent=False))
-        r.register_key(Tally)
+        r.register_key(RunCount)
 
 
 async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_always_kept(
@@ -864,7 +929,7 @@ async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_alway
             run.add_record_listener(heard.append)
         for step in range(3):
             await run.submit(
-                StateCommand().update(Total, step).update(Notes, f"n{step}").update(Tally, 1)
+                StateCommand().update(Total, step).update(Notes, f"n{step}").update(RunCount, 1)
             )
         await run.finish()
 
@@ -873,7 +938,7 @@ async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_alway
     await commit_three(listened, "heard", heard)
     await commit_three(Kernel([Both()], thread_store=store), "quiet", None)
     assert [[(op.key, op.update) for op in r.ops] for r in heard] == [
-        [("e.total", b"%d" % step), ("e.notes", b'"n%d"' % step), ("e.tally", b"1")]
+        [("e.total", b"%d" % step), ("e.notes", b'"n%d"' % step), ("e.run_count", b"1")]
         for step in range(3)
     ]
 
