@@ -22,9 +22,6 @@ class RunLock:
         self._held = False
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    def locked(self) -> bool:
-        return self._held
-
     def take_now(self) -> bool:
         """Take the lock if it is free (then True), without waiting."""
         if self._held:
