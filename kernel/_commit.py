@@ -43,6 +43,9 @@ _UNTOUCHED: Any = object()
 _NO_KEYS: frozenset[str] = frozenset()
 _NO_ROUTES: dict[Any, str | int] = {}
 
+COMPACT_AT = 64
+"""How many journaled ops the noted commits may hold before they are made records."""
+
 
 class PendingCommit:
     """A commit the live state journaled, to become a `CommitRecord` when it is saved.
@@ -175,7 +178,7 @@ class LiveState:
         writer: OpWriter,
         *,
         compact: Callable[[list[PendingCommit]], None] | None = None,
-        compact_at: int = 64,
+        compact_at: int = COMPACT_AT,
     ) -> None:
         """From now on, journal every commit that moves the revision (`pending_commits`),
         its ops written by `writer` as they are applied. With `compact`, the journaled
@@ -296,7 +299,6 @@ class LiveState:
         failed: set[str] = set()
         sources: list[str] = []
         routes = writer.routes if writer is not None else _NO_ROUTES
-        noted = 0
         for contribution in contributions:
             patch = contribution.command.patch
             if patch.base_revision is not None and patch.base_revision != revision:
@@ -310,7 +312,6 @@ class LiveState:
                         source = contribution.journal_source()
                         writer.hook_sources[contribution.origin] = source
                 sources.append(source)
-                noted += len(applied)
             for key, update in applied:
                 value = working.get(key, _UNTOUCHED)
                 if value is _UNTOUCHED:
@@ -383,7 +384,7 @@ class LiveState:
         if self._listeners:
             self._notify(snapshot)
         if journal is not None:
-            self._noted_ops += noted
+            self._noted_ops += len(journaled)
             if self._noted_ops >= self._compact_at:
                 self._compact_noted()
         return snapshot

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import attrs
 import msgspec
 
-from ._commit import PendingCommit
+from ._commit import COMPACT_AT, PendingCommit
 from ._errors import DecodeFailed
 from ._keys import KeyScope
 from ._records import CommitRecord, JournalOp, OpWriter, as_values
@@ -136,7 +136,7 @@ class RunJournal:
         thread_id: str,
         run_id: str | None,
         for_store: bool,
-        compact_at: int = 64,
+        compact_at: int = COMPACT_AT,
     ) -> None:
         self._registry = registry
         self._thread_id = thread_id
