@@ -8,11 +8,10 @@ type fails right where it is written, and the registry check happens at submissi
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any, Final, TypeVar
 
-from ._declared_types import describe
+from ._declared_types import copy_of, describe
 from ._errors import StateError, StateValidationError
 from ._keys import StateKey, key_info
 from ._specs import Effect, EffectSpec, ScheduledAction, ScheduledActionSpec, spec_info
@@ -164,7 +163,7 @@ def _checked(key: type[StateKey[Any, Any]], update: Any) -> Any:
     if classes is not None and not isinstance(update, classes):
         raise StateValidationError(info.name, describe(info.update_type), update)
     if info.copy_updates:
-        return copy.deepcopy(update)
+        return copy_of(update, info.name, "update")
     return update
 
 
@@ -174,7 +173,9 @@ def _payload(spec: type[Any], payload: Any, expected: type) -> Any:
         raise StateValidationError(
             info.name, describe(info.payload_type), payload, what=f"{info.kind} payload"
         )
-    return copy.deepcopy(payload) if info.copy_payload else payload
+    if info.copy_payload:
+        return copy_of(payload, info.name, f"{info.kind} payload")
+    return payload
 
 
 def _joined_revision(mine: int | None, theirs: int | None) -> int | None:

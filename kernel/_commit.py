@@ -9,7 +9,6 @@ started" and "snapshot published" is ever visible.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,6 +18,7 @@ import immutables
 
 from ._codec import CODEC_ERRORS
 from ._commands import CLEAR, StateCommand
+from ._declared_types import copy_of
 from ._errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
 from ._item_copies import ItemCopies
 from ._keys import StateKey
@@ -135,7 +135,7 @@ class LiveState:
         stored: dict[str, Any] = {}
         for key, value in values.items():
             binding = registry.binding(key)
-            seeded = copy.deepcopy(value) if binding.copy_values else value
+            seeded = copy_of(value, binding.name) if binding.copy_values else value
             if binding.has_validate:
                 try:
                     key.validate(seeded)
@@ -348,7 +348,7 @@ class LiveState:
                         value = ItemCopies(value)
                         views.append((value, binding.name, contribution.origin))
                     elif binding.copy_values:
-                        value = copy.deepcopy(value)
+                        value = copy_of(value, binding.name)
                 elif update is CLEAR:
                     working[key] = _MISSING
                     continue

@@ -15,6 +15,7 @@ corrupt other snapshots.
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import enum
@@ -26,7 +27,9 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import attrs
 import msgspec
 
-from ._errors import InvalidDeclaration
+from ._errors import InvalidDeclaration, StateValidationError, cause_text
+
+V = TypeVar("V")
 
 _ATOMIC_IMMUTABLE: frozenset[Any] = frozenset(
     {int, float, complex, bool, str, bytes, type(None), None, range, type(Ellipsis)}
@@ -236,6 +239,7 @@ def zero_factory(annotation: Any) -> Callable[[], Any] | None:
     if origin is Annotated:
         return zero_factory(get_args(annotation)[0])
     target = origin if origin is not None else annotation
+    target = _CONCRETE.get(target, target)
     if not isinstance(target, type) or issubclass(target, enum.Enum):
         return None
     if typing.is_typeddict(target):
@@ -246,6 +250,42 @@ def zero_factory(annotation: Any) -> Callable[[], Any] | None:
         return None
     return target
 
+
+def copy_of(value: V, key: str, what: str = "value") -> V:
+    """A deep copy of a mutable value of key `key`: how the kernel keeps snapshots frozen.
+
+    A value that cannot be copied (a lock, a client, a socket: anything holding a live
+    resource) is a `StateValidationError` naming the key, instead of whatever `deepcopy`
+    raised from deep inside the value.
+    """
+    try:
+        return copy.deepcopy(value)
+    except Exception as error:
+        raise StateValidationError(
+            key,
+            "a value the kernel can copy",
+            value,
+            what=what,
+            detail=(
+                f"copying it raised {cause_text(error)}. State is copied so that snapshots "
+                f"stay frozen, so a live resource (a lock, a client, a connection) does not "
+                f"belong in it: keep it on the plugin instance or in a closure, and keep "
+                f"plain data in state"
+            ),
+        ) from None
+
+
+_CONCRETE: dict[Any, type] = {
+    collections.abc.Collection: list,
+    collections.abc.Sequence: list,
+    collections.abc.MutableSequence: list,
+    collections.abc.Set: set,
+    collections.abc.MutableSet: set,
+    collections.abc.Mapping: dict,
+    collections.abc.MutableMapping: dict,
+}
+"""Abstract collections start as the concrete class a literal of them makes (as LangGraph
+starts them): `Sequence[str]` as `[]`, `Mapping[str, int]` as `{}`."""
 
 _NOT_SET: Any = object()
 _DEFAULT_FIX = "Set `default = ...` (an immutable value) or `default_factory = callable`."
@@ -269,7 +309,8 @@ def default_maker(declaring: type, value_type: Any) -> Callable[[], Any]:
     mutable = not is_immutable(value_type)
     default = getattr(declaring, "default", _NOT_SET)
     if default is not _NOT_SET:
-        return (lambda: copy.deepcopy(default)) if mutable else (lambda: default)
+        name = getattr(declaring, "key", owner)
+        return (lambda: copy_of(default, name, "default")) if mutable else (lambda: default)
     zero = zero_factory(value_type)
     if zero is None:
         raise InvalidDeclaration(

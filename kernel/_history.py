@@ -12,7 +12,6 @@ head revision.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ import attrs
 import immutables
 import msgspec
 
+from ._declared_types import copy_of
 from ._errors import DecodeFailed, ReplayFailed, StateError, UnknownRevision
 from ._journal import CommitRecord, decode_record, encode_record_bytes
 from ._keys import KeyScope
@@ -167,7 +167,7 @@ class _MemoryJournal:
         # change a mutable value in place, so it gets copies, as a commit would.
         by_name = self._registry.by_name
         copied = {
-            name: copy.deepcopy(value) if _copies(by_name.get(name)) else value
+            name: copy_of(value, name) if _copies(by_name.get(name)) else value
             for name, value in values.items()
         }
         return _Base(newest, copied)

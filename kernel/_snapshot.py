@@ -12,7 +12,6 @@ such keys, so that nothing a hook does to what it read can reach another snapsho
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import weakref
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import immutables
 import msgspec
 
 from ._codec import CODEC_ERRORS, as_json_data, enc_hook
+from ._declared_types import copy_of
 from ._errors import StateError, StateValidationError, _preview
 from ._keys import StateKey
 from ._registry import KeyRegistry
@@ -76,7 +76,7 @@ class Snapshot:
         if value is _MISSING:
             return binding.make_default()  # type: ignore[no-any-return]
         if binding.copy_values:
-            return copy.deepcopy(value)  # type: ignore[no-any-return]
+            return copy_of(value, binding.name)  # type: ignore[no-any-return]
         return value  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
@@ -160,7 +160,7 @@ class Snapshot:
         """Every key that holds a value, by key string (copied like `get`): for display."""
         by_name = self._registry.by_name
         return {
-            name: copy.deepcopy(value) if by_name[name].copy_values else value
+            name: copy_of(value, name) if by_name[name].copy_values else value
             for name, value in sorted(self._values.items())
             if name in by_name
         }

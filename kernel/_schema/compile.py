@@ -8,12 +8,11 @@ the annotation reading they share.
 from __future__ import annotations
 
 import collections.abc
-import copy
 import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast, get_args, get_origin
 
 import attrs
@@ -28,6 +27,7 @@ from .._errors import (
 )
 from .._keys import KeyScope, MergeStrategy, StateKey
 from .._vector import Vector
+from .constraints import Refused, constraint_check
 from .markers import Commutative, Ephemeral, EphemeralScope
 from .reducers import Reducer, StateUpdater, check_reducer, describe_reducer, is_appending
 
@@ -49,6 +49,8 @@ class SchemaField:
     ephemeral: EphemeralScope | None
     held_as: type[list[Any]] | type[tuple[Any, ...]] | None
     _deep: bool = attrs.field(repr=False, eq=False)
+    _refuses: Callable[[Any], None] | None = attrs.field(repr=False, eq=False)
+    """The model's constraints, for a field whose update is its new value (no reducer)."""
 
     def check(self, value: Any) -> None:
         """Check an update all the way down (items of lists, values of dicts, literals).
@@ -56,15 +58,26 @@ class SchemaField:
         The key's own check, at `cmd.update`, stops at the origin class (`list`); a wrong item
         type would otherwise only surface when `view()` validates the whole state, far from the
         hook that wrote it. Nothing is converted (a dict is not a model), since the value is
-        stored as given. O(size of the update).
+        stored as given. O(size of the update). A field without a reducer is also checked
+        against the model's constraints here, as its update is the value it will hold; a
+        reducer field's merged value is checked when it commits (`constraints`).
         """
-        if not self._deep:
-            return
-        problem = mismatch(value, self.annotation, ())
-        if problem is not None:
-            raise StateValidationError(
-                self.key.key, _declared_types.describe(self.annotation), value, detail=problem
-            )
+        if self._deep:
+            problem = mismatch(value, self.annotation, ())
+            if problem is not None:
+                raise StateValidationError(
+                    self.key.key, _declared_types.describe(self.annotation), value, detail=problem
+                )
+        if self._refuses is not None:
+            try:
+                self._refuses(value)
+            except Refused as refused:
+                raise StateValidationError(
+                    self.key.key,
+                    f"{_declared_types.describe(self.annotation)} that the model accepts",
+                    value,
+                    detail=refused.reasons,
+                ) from None
 
     def declared(self, value: Any) -> Any:
         """The held value in the field's declared container (a Vector back to a list)."""
@@ -130,13 +143,19 @@ def typeddict_fields(model: Any) -> list[_Declared]:
         ) from None
     found: list[_Declared] = []
     for name, hint in hints.items():
-        while get_origin(hint) in _REQUIREDNESS:
-            hint = get_args(hint)[0]
-        metadata: tuple[Any, ...] = ()
-        if get_origin(hint) is typing.Annotated:
-            hint, *rest = get_args(hint)
-            metadata = tuple(rest)
-        found.append(_Declared(name, hint, metadata, None, False))
+        # PEP 655 allows both `NotRequired[Annotated[T, ...]]` and `Annotated[NotRequired[T],
+        # ...]` (and nesting of either): peel the layers in whatever order they come.
+        metadata: list[Any] = []
+        while True:
+            origin = get_origin(hint)
+            if origin in _REQUIREDNESS:
+                hint = get_args(hint)[0]
+            elif origin is typing.Annotated:
+                hint, *rest = get_args(hint)
+                metadata.extend(rest)
+            else:
+                break
+        found.append(_Declared(name, hint, tuple(metadata), None, False))
     return found
 
 
@@ -168,6 +187,7 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
     name = f"{prefix}.{spec.name}"
     merge = MergeStrategy.COMMUTATIVE if commutative else MergeStrategy.EXCLUSIVE
     key_scope = KeyScope.RUN if ephemeral == "run" else scope
+    refuses = constraint_check(model, spec.name, annotation, spec.metadata)
 
     def body(namespace: dict[str, Any]) -> None:
         namespace["key"] = name
@@ -176,6 +196,8 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         namespace["default_factory"] = staticmethod(make_default)
         if reducer is not None:
             namespace["apply"] = staticmethod(reducer)
+        if refuses is not None:
+            namespace["validate"] = staticmethod(refuses)
         namespace["__qualname__"] = owner
         namespace["__module__"] = model.__module__
         namespace["__doc__"] = (
@@ -199,6 +221,7 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         ephemeral=ephemeral,
         held_as=held_as,
         deep=get_origin(annotation) is not None,
+        refuses=refuses if reducer is None else None,
     )
 
 
@@ -264,11 +287,16 @@ def _vector_container(annotation: Any) -> type[list[Any]] | type[tuple[Any, ...]
     """`list` or `tuple` if a field of this type may be held as a Vector, else None."""
     origin = get_origin(annotation) or annotation
     args = get_args(annotation)
-    if origin is list:
+    if origin in _LISTS:
         return list
     if origin is tuple and (not args or (len(args) == 2 and args[1] is Ellipsis)):
         return tuple
     return None
+
+
+_LISTS = frozenset({list, collections.abc.Sequence, collections.abc.MutableSequence})
+"""Declared containers held as a Vector under an appending reducer and viewed as a list
+(LangGraph's `Sequence[AnyMessage]` spelling starts, and is read back, as a list)."""
 
 
 def _default_maker(
@@ -303,7 +331,7 @@ def _default_maker(
     if _declared_types.is_immutable(value_type):
         shared = produce()
         return lambda: shared
-    return lambda: copy.deepcopy(produce())
+    return lambda: _declared_types.copy_of(produce(), owner, "default")
 
 
 def _none() -> None:
@@ -343,6 +371,10 @@ def mismatch(value: Any, annotation: Any, path: tuple[Any, ...]) -> str | None:
         return _wrong(value, annotation, path)
     classes = _declared_types.runtime_classes(annotation)
     if classes is not None and not isinstance(value, classes):
+        return _wrong(value, annotation, path)
+    if origin in _NOT_TEXT and isinstance(value, str | bytes):
+        # A string is a sequence of its characters: appended to a Sequence[str] field it
+        # would add one item per character. pydantic refuses it here too.
         return _wrong(value, annotation, path)
     if typing.is_typeddict(origin or annotation):
         hints = _typeddict_hints(origin or annotation)
@@ -392,6 +424,11 @@ _COLLECTIONS = frozenset(
 )
 
 
+_NOT_TEXT = frozenset(
+    {collections.abc.Sequence, collections.abc.Collection, collections.abc.Iterable}
+)
+
+
 @functools.cache
 def _typeddict_hints(cls: type) -> dict[str, Any]:
     try:
@@ -414,20 +451,3 @@ def _wrong(value: Any, annotation: Any, path: tuple[Any, ...]) -> str:
     where = ".".join(map(str, path)) or "top level"
     expected = _declared_types.describe(annotation)
     return f"at {where}: expected {expected}, got {type(value).__name__} {value!r:.60}"
-
-
-BY_NAME: Mapping[str, Any] = (
-    {"by_name": True}
-    if "by_name" in inspect.signature(pydantic.BaseModel.model_validate).parameters
-    else {}
-)
-
-
-def by_validation_name(model: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """Key `values` so that model_validate finds them (pydantic < 2.11 has no by_name)."""
-    if BY_NAME:
-        return values
-    return {
-        (info.alias if isinstance(info.alias, str) else name): values[name]
-        for name, info in model.model_fields.items()
-    }

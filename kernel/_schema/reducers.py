@@ -39,17 +39,19 @@ def append_messages(old: Any, new: Any) -> Any:
     """Append `new` (a list, tuple or Vector of messages, or one message) to `old`, dropping
     each message whose id is already present.
 
-    A message's id is its attribute `id` or, for a mapping, its key `"id"`; a message with no
-    id (None or absent) is always appended. Ids are checked against `old` and against the
-    messages appended before it in the same call, so a batch cannot duplicate itself either.
+    A message's id is its attribute `id` (EvoFabric's messages: `msg_id`) or, for a mapping,
+    its key `"id"` (or `"msg_id"`); a message with no id (None or absent) is always appended.
+    Ids are checked against `old` and against the messages appended before it in the same
+    call, so a batch cannot duplicate itself either.
     The result has `old`'s kind: a Vector stays a Vector (in O(appended) amortised, see
     `_IdIndex`), a tuple a tuple, anything else becomes a list.
     """
     items = new if isinstance(new, list | tuple | Vector) else (new,)
-    if isinstance(old, Vector):
-        seen = _ids_of_vector.get(old)
+    held = held_vector(old)
+    if held is not None:
+        seen = _ids_of_vector.get(held)
         kept, seen = _unseen(items, seen)
-        merged = old.extend(kept)
+        merged = held.extend(kept)
         _ids_of_vector.put(merged, seen)
         return merged
     seen = _index(old)
@@ -59,10 +61,23 @@ def append_messages(old: Any, new: Any) -> Any:
     return [*old, *kept]
 
 
+def held_vector(value: Any) -> Vector[Any] | None:
+    """The Vector a field holds, whether handed in as it is or, for a Vector of mutable items
+    (`list[dict]`), inside the commit's read-only view of it (whose `vector` it is). A
+    reducer reads ids from it without copying, and extends it into the result."""
+    if isinstance(value, Vector):
+        return value
+    inner = getattr(value, "vector", None)
+    return inner if isinstance(inner, Vector) else None
+
+
 def _message_id(message: Any) -> Any:
+    """A message's id: `id`, or EvoFabric's `msg_id` (an attribute, or a mapping's key)."""
     if isinstance(message, Mapping):
-        return message.get("id")
-    return getattr(message, "id", None)
+        found = message.get("id")
+        return message.get("msg_id") if found is None else found
+    found = getattr(message, "id", None)
+    return getattr(message, "msg_id", None) if found is None else found
 
 
 def _index(messages: Iterable[Any]) -> immutables.Map[Any, bool]:
@@ -233,7 +248,8 @@ def describe_reducer(function: Reducer) -> str:
 def _describe(function: Any) -> str:
     module = getattr(function, "__module__", None) or ""
     name = getattr(function, "__qualname__", None) or repr(function)
-    module = module.lstrip("_")  # operator.add lives in `_operator`
+    if module.startswith("_") and not module.startswith("__"):
+        module = module[1:]  # operator.add lives in `_operator`
     return f"{module}.{name}" if module else name
 
 

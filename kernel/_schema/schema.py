@@ -22,15 +22,14 @@ from .._phases import Phase
 from .._plugin import Plugin, PluginRegistrar
 from .._snapshot import COMPILED_MODELS, SCHEMA_ATTRIBUTE
 from .compile import (
-    BY_NAME,
     SchemaField,
-    by_validation_name,
     compile_field,
     is_pydantic_model,
     mismatch,
     pydantic_fields,
     typeddict_fields,
 )
+from .constraints import BY_NAME, by_validation_name
 from .markers import EphemeralScope
 
 if TYPE_CHECKING:
@@ -238,10 +237,18 @@ class StateSchema(Generic[M]):
 
             return run_async
 
-        def run(ctx: PhaseContext) -> StateCommand | None:
-            return self._as_command(node(self.view(ctx.snapshot)), node)
+        def run(ctx: PhaseContext) -> StateCommand | Awaitable[StateCommand | None] | None:
+            result = node(self.view(ctx.snapshot))
+            if inspect.isawaitable(result):  # an object with `async def __call__`, a partial
+                return self._awaited(result, node)
+            return self._as_command(result, node)
 
         return run
+
+    async def _awaited(
+        self, result: Awaitable[Any], node: Callable[..., Any]
+    ) -> StateCommand | None:
+        return self._as_command(await result, node)
 
     def _as_command(self, result: Any, node: Callable[..., Any]) -> StateCommand | None:
         # A node is a hook: the engine's user-code policy applies to what it raises (this

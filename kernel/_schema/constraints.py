@@ -1,0 +1,146 @@
+"""What the model refuses, checked at every write of a field rather than at the next `view()`.
+
+A field the model constrains (`Annotated[int, Field(gt=0)]`, a `@field_validator`, an
+`AfterValidator`) must refuse a bad value when it is written, naming the field, as Jianmu
+does by validating the merged state before the write lands. Left to `view()`, a bad write
+would commit, and from then on every view of the state (so every `schema.hook` node) would
+fail, far from the hook that wrote it.
+
+The check runs as the compiled key's `validate`, so it sees the value after the reducer
+merged the update, and a refusal is a `CommitRejected` that leaves the state unchanged.
+Only fields with something to check get one: a plain `list[Message]` history pays nothing.
+Each check validates the field on its own (a one-field model carrying the field's
+constraints and field validators), so model-wide `@model_validator`s, and field validators
+that read other fields through `info.data`, are left to `view()`. Values are checked, never
+converted: the state stores what was written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, get_args, get_origin
+
+import pydantic
+import pydantic.fields
+
+from .._vector import Vector
+from .markers import Commutative, Ephemeral
+
+Check = Callable[[Any], None]
+
+
+def constraint_check(
+    model: Any, name: str, annotation: Any, metadata: tuple[Any, ...]
+) -> Check | None:
+    """A function raising `ValueError` (with pydantic's reasons) for a value the model
+    refuses for field `name`; None when the field has nothing beyond its type to check (the
+    type itself is checked at `schema.command`)."""
+    theirs = tuple(item for item in metadata if _is_constraint(item))
+    validators = _field_validators(model, name)
+    if not theirs and not validators and not _constrained(annotation):
+        return None
+    validate: Check
+    if hasattr(model, "model_fields"):  # a pydantic model: its own config and validators
+        field_info = model.model_fields[name]
+        make_model: Any = pydantic.create_model  # (its overloads cannot type a field by name)
+        checker: Any = make_model(
+            f"{model.__name__}.{name}",
+            __config__=model.model_config,
+            __validators__=validators,
+            **{name: (field_info.annotation, field_info)},
+        )
+
+        def validate(value: Any) -> None:
+            checker.model_validate(by_validation_name(checker, {name: value}), **BY_NAME)
+
+    else:  # a TypedDict or dataclass field: its type and the constraints annotating it
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
+            typing.Annotated[(annotation, *theirs)] if theirs else annotation,
+            config=pydantic.ConfigDict(arbitrary_types_allowed=True),
+        )
+        validate = adapter.validate_python
+
+    owner = model.__qualname__
+
+    def check(value: Any) -> None:
+        if type(value) is Vector:  # held as a Vector, declared (and validated) as a list
+            value = value.tolist()
+        try:
+            validate(value)
+        except pydantic.ValidationError as error:
+            raise Refused(owner, name, value, reasons(error)) from None
+
+    return check
+
+
+class Refused(ValueError):
+    """A value the model's constraints refuse for one field; `reasons` are pydantic's."""
+
+    def __init__(self, model: str, field: str, value: Any, reasons: str) -> None:
+        self.reasons = reasons
+        super().__init__(f"{model} refuses {value!r:.80} for field {field!r}: {reasons}")
+
+
+BY_NAME: Mapping[str, Any] = (
+    {"by_name": True}
+    if "by_name" in inspect.signature(pydantic.BaseModel.model_validate).parameters
+    else {}
+)
+
+
+def by_validation_name(model: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Key `values` so that model_validate finds them (pydantic < 2.11 has no by_name)."""
+    if BY_NAME:
+        return values
+    return {
+        (info.alias if isinstance(info.alias, str) else name): values[name]
+        for name, info in model.model_fields.items()
+        if name in values
+    }
+
+
+def reasons(error: pydantic.ValidationError) -> str:
+    """pydantic's reasons, one line each, without its links."""
+    parts = []
+    for item in error.errors(include_url=False):
+        location = ".".join(str(part) for part in item["loc"][1:])
+        parts.append(f"{location + ': ' if location else ''}{item['msg']}")
+    return "; ".join(parts)
+
+
+def _is_constraint(item: Any) -> bool:
+    """Whether an `Annotated` item is for pydantic (a constraint, a validator, a `Field`),
+    not for the schema compiler (a reducer, an updater name, a marker)."""
+    if isinstance(item, str | Ephemeral | Commutative):
+        return False
+    if isinstance(item, pydantic.fields.FieldInfo):
+        return bool(item.metadata)  # Field(gt=0) constrains; Field(description=...) does not
+    return not callable(item) or isinstance(item, type)
+
+
+def _constrained(annotation: Any) -> bool:
+    """Whether a constraint sits inside the type (`list[Annotated[int, Gt(0)]]`)."""
+    if get_origin(annotation) is typing.Annotated and any(
+        _is_constraint(item) for item in annotation.__metadata__
+    ):
+        return True
+    return any(_constrained(arg) for arg in get_args(annotation))
+
+
+def _field_validators(model: Any, name: str) -> dict[str, Any]:
+    """The model's `@field_validator`s that apply to `name`, re-declared for a one-field
+    model."""
+    decorators = getattr(model, "__pydantic_decorators__", None)
+    if decorators is None or not hasattr(model, "model_fields"):
+        return {}
+    found: dict[str, Any] = {}
+    for attribute, decorator in decorators.field_validators.items():
+        if name in decorator.info.fields or "*" in decorator.info.fields:
+            function = getattr(decorator.func, "__func__", decorator.func)
+            declare: Any = pydantic.field_validator(
+                name, mode=decorator.info.mode, check_fields=False
+            )
+            found[attribute] = declare(function)
+    return found
