@@ -38,7 +38,7 @@ from ._function_tools import tool
 from ._journal import CommitRecord, JournalOp
 from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
 from ._loop_actions import ExcludeTool, IncludeOnlyTools, SetInferenceOverride
-from ._messages import Message
+from ._messages import REMOVE_ALL_MESSAGES, Message, MessageLike, RemoveMessage, as_message
 from ._model import InferenceRequest, InferenceResponse, ScriptedModel
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
@@ -50,7 +50,8 @@ from ._public import publish
 from ._replay import ReplayReport
 from ._run_result import PendingCall, RunResult
 from ._runtime import Kernel, Run
-from ._schema.markers import Commutative, Ephemeral
+from ._schema.markers import Commutative, Ephemeral, Overwrite
+from ._schema.message_reducers import add_messages, append_messages
 from ._schema.reducers import StateUpdater
 from ._schema.schema import StateSchema
 from ._snapshot import Snapshot
@@ -60,6 +61,7 @@ from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult, ToolSpec
 from ._vector import Vector
 
 __all__ = [
+    "REMOVE_ALL_MESSAGES",
     "Agent",
     "AgentSpec",
     "Block",
@@ -83,8 +85,10 @@ __all__ = [
     "KeyScope",
     "MergeStrategy",
     "Message",
+    "MessageLike",
     "ModelCallFailed",
     "MutationBatch",
+    "Overwrite",
     "PendingCall",
     "Phase",
     "PhaseContext",
@@ -95,6 +99,7 @@ __all__ = [
     "ProfileAccess",
     "ProfileKey",
     "ProfileStore",
+    "RemoveMessage",
     "ReplayFailed",
     "ReplayReport",
     "RevisionConflict",
@@ -131,6 +136,9 @@ __all__ = [
     "UnknownUpdater",
     "Vector",
     "VersionConflict",
+    "add_messages",
+    "append_messages",
+    "as_message",
     "dec_hook",
     "enc_hook",
     "run_status",

@@ -31,7 +31,7 @@ from ._function_tools import spec_of
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
 from ._loop_actions import RequestOverrides, StepRequest
-from ._messages import Message
+from ._messages import ROLE_NAMES, Message, MessageLike, as_message
 from ._model import InferenceRequest, InferenceResponse, Model
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
@@ -217,22 +217,24 @@ class Agent:
     async def run(
         self,
         thread_id: str,
-        messages: Iterable[Message | str] = (),
+        messages: Iterable[MessageLike] | str = (),
         *,
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
     ) -> RunResult:
-        """Append `messages` (a plain string is a user message) and run the loop to its end.
+        """Append `messages` and run the loop to its end. Each message may be a `Message`, a
+        string (a user message), a `("user", "hi")` tuple or an OpenAI-style dict; a lone
+        string or tuple is one message.
 
         A second call on a thread this agent is running waits for its turn."""
-        incoming = tuple(_as_message(m) for m in messages)
+        incoming = _incoming(messages)
         options = _RunOptions(parent_thread_id, tuple(active_hook_filter))
         return await self._start(thread_id, incoming, options, sink=None)
 
     def stream(
         self,
         thread_id: str,
-        messages: Iterable[Message | str] = (),
+        messages: Iterable[MessageLike] | str = (),
         *,
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
@@ -246,7 +248,7 @@ class Agent:
         committed, saved, and RUN_END ran. Close it promptly with
         `contextlib.aclosing(agent.stream(...))`.
         """
-        incoming = tuple(_as_message(m) for m in messages)
+        incoming = _incoming(messages)
         options = _RunOptions(parent_thread_id, tuple(active_hook_filter))
         return _stream(lambda sink: self._start(thread_id, incoming, options, sink=sink))
 
@@ -1037,9 +1039,13 @@ def _pending(call: ToolCall, ticket: str) -> PendingCall:
     return PendingCall(call.id, call.name, thaw(call.arguments), ticket)
 
 
-def _as_message(message: Message | str) -> Message:
-    if isinstance(message, Message):
-        return message
-    if isinstance(message, str):
-        return Message("user", message)
-    raise TypeError(f"messages must be kernel.Message objects or strings, got {message!r}")
+def _incoming(messages: Iterable[MessageLike] | str) -> tuple[Message, ...]:
+    """What a run is given, as Messages: one string is one user message, and each item may
+    be spelled any way `as_message` takes."""
+    if isinstance(messages, str) or (isinstance(messages, tuple) and _is_one_message(messages)):
+        return (as_message(messages, "agent input"),)
+    return tuple(as_message(m, "agent input") for m in messages)
+
+
+def _is_one_message(value: tuple[Any, ...]) -> bool:
+    return len(value) == 2 and all(isinstance(p, str) for p in value) and value[0] in ROLE_NAMES

@@ -1,11 +1,19 @@
-"""Conversation messages: what the model reads and what tools answer with."""
+"""Conversation messages: what the model reads and what tools answer with.
+
+Users hand messages in in several spellings: a plain string, a `("user", "hi")` tuple, an
+OpenAI-style dict. `as_message` turns each into a `Message` at the boundary where input
+arrives (the Agent facade, schema commands), once, so that everything past it holds one
+type; anything else is refused there with the spellings that work.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
+from ._errors import StateValidationError
 from ._tools import ToolCall
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -28,3 +36,119 @@ class Message(msgspec.Struct, frozen=True):
     is_error: bool = False
     id: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+
+
+REMOVE_ALL_MESSAGES: Final = "__remove_all__"
+"""`RemoveMessage(REMOVE_ALL_MESSAGES)` in an `add_messages` update drops the whole history
+before the messages that follow it (LangGraph's spelling, to trim or summarise)."""
+
+
+class RemoveMessage(NamedTuple):
+    """In an `add_messages` update: remove the message with this id from the history.
+
+    A tuple, so that it journals as a two-item array beside the messages of an update (a
+    history of `Message` structs can hold no second record type). Removing an id the
+    history does not hold is refused, as LangGraph refuses it.
+    """
+
+    id: str
+
+
+MessageLike = Message | str | tuple[str, str] | Mapping[str, Any]
+"""What `as_message` turns into a Message."""
+
+_ROLES: Mapping[str, Role] = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+    "developer": "system",
+    "tool": "tool",
+}
+ROLE_NAMES = frozenset(_ROLES)
+"""Every spelling of a role that `as_message` takes."""
+
+_EXPECTED = (
+    'a Message, a string (a user message), a (role, content) tuple such as ("user", "hi"), '
+    'or an OpenAI-style dict such as {"role": "user", "content": "hi"}'
+)
+
+
+def as_message(value: Any, where: str) -> Message:
+    """`value` as a Message; `StateValidationError` naming `where` for anything else.
+
+    Roles may be spelled as OpenAI (`developer` for system) or LangChain (`human`, `ai`)
+    spell them. A dict may carry `id`, `tool_call_id` and OpenAI's `tool_calls` (their
+    arguments a JSON string or a dict); content given as a list of text parts is joined.
+    """
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, str):
+        return Message("user", value)
+    if isinstance(value, tuple) and len(value) == 2 and not isinstance(value, RemoveMessage):
+        role, content = value
+        if isinstance(role, str) and role in _ROLES and isinstance(content, str):
+            return Message(_ROLES[role], content)
+    if isinstance(value, Mapping):
+        return _from_mapping(value, where)
+    raise StateValidationError(where, _EXPECTED, value, what="message")
+
+
+def _from_mapping(value: Mapping[str, Any], where: str) -> Message:
+    role = value.get("role")
+    if not isinstance(role, str) or role not in _ROLES:
+        raise StateValidationError(
+            where,
+            _EXPECTED,
+            value,
+            what="message",
+            detail=f"its role must be one of {', '.join(_ROLES)}",
+        )
+    content = _text_of(value.get("content"), value, where)
+    try:
+        calls = tuple(_tool_call(call) for call in value.get("tool_calls") or ())
+    except (KeyError, TypeError, ValueError, msgspec.DecodeError) as error:
+        raise StateValidationError(
+            where,
+            _EXPECTED,
+            value,
+            what="message",
+            detail=f"its tool_calls must be OpenAI-style tool calls ({error})",
+        ) from None
+    return Message(
+        _ROLES[role],
+        content,
+        tool_call_id=value.get("tool_call_id"),
+        is_error=bool(value.get("is_error", False)),
+        id=value.get("id"),
+        tool_calls=calls,
+    )
+
+
+def _text_of(content: Any, value: Mapping[str, Any], where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, Mapping) and isinstance(part.get("text"), str) for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    raise StateValidationError(
+        where,
+        _EXPECTED,
+        value,
+        what="message",
+        detail="its content must be a string or a list of text parts ({'text': ...})",
+    )
+
+
+def _tool_call(call: Mapping[str, Any]) -> ToolCall:
+    function = call.get("function", call)
+    arguments = function.get("arguments") or {}
+    if isinstance(arguments, str | bytes):
+        arguments = msgspec.json.decode(arguments)
+    if not isinstance(arguments, Mapping):
+        raise ValueError(f"arguments must be an object, got {arguments!r}")
+    return ToolCall(str(call["id"]), str(function["name"]), dict(arguments))

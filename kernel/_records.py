@@ -9,7 +9,9 @@ update that does not encode) goes through `OpWriter.write`. No command, update o
 held after the commit, and the journal later only dates and labels what was written here
 (`CommitRecord`, made by `_journal.records_of`).
 
-An op that cannot be journaled as its update is written as a `"value"` op without bytes,
+An `Overwrite` (a schema field's value replaced whole) is written as a `"value"` op holding
+that value, which replay sets as it is. An op that cannot be journaled as its update is
+written as a `"value"` op without bytes,
 and its key is `failed` for that commit: all of the key's ops in the commit then become one
 such op (`as_values`), and the save writes a snapshot to rebuild the key from.
 """
@@ -26,6 +28,7 @@ from ._commands import CLEAR
 from ._keys import KeyScope
 from ._phases import Phase
 from ._registry import KeyBinding, KeyRegistry
+from ._schema.markers import Overwrite
 
 encode_update = msgspec.json.Encoder(enc_hook=enc_hook).encode
 """An update as a JournalOp holds it: msgspec JSON."""
@@ -35,9 +38,9 @@ class JournalOp(msgspec.Struct, frozen=True, gc=False):
     """One op of a commit, as applied: the key string, what kind of op, and its bytes.
 
     `kind` is `"update"` (`update` holds the update as msgspec JSON, replayed with the key's
-    `apply`), `"clear"` (no bytes), or `"value"` (for a key whose update cannot be encoded:
-    `update` holds the key's value right after the commit, or None if that cannot be
-    encoded either).
+    `apply`), `"clear"` (no bytes), or `"value"` (an `Overwrite`, whose new value `update`
+    holds, set as it is on replay; or, with `update` None, an update that cannot be encoded,
+    for which the save writes a snapshot instead).
     """
 
     key: str
@@ -148,6 +151,10 @@ class OpWriter:
         if update is CLEAR:
             return JournalOp(binding.name, "clear")
         try:
+            if type(update) is Overwrite:  # the new value, whole: journaled as that value
+                if not binding.exact[0]:
+                    raise ValueError("the value may not decode back equal")
+                return JournalOp(binding.name, "value", encode_update(update.value))
             data = encode_update(update)
             if not binding.exact[1] and not self._comes_back(binding, data, update):
                 raise ValueError("does not decode back equal")

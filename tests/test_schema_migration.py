@@ -7,9 +7,11 @@ fixed for them.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any, NotRequired, TypedDict
 
 import attrs
@@ -17,17 +19,30 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from statekernel import (
+    REMOVE_ALL_MESSAGES,
+    Agent,
     CommitRejected,
+    Commutative,
+    InferenceResponse,
     Kernel,
     KeyScope,
+    MergeStrategy,
+    Message,
+    Overwrite,
     Phase,
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    RemoveMessage,
+    ScriptedModel,
     StateCommand,
+    StateError,
     StateSchema,
     StateValidationError,
+    Vector,
+    add_messages,
 )
+from statekernel.stores import SqliteThreadStore
 
 
 def merge_dicts(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
@@ -243,3 +258,315 @@ async def test_an_uncopyable_value_in_a_plain_key_is_refused_from_a_hook_too() -
     with pytest.raises(StateValidationError, match="Resources.lock"):
         await run.run_phase(Phase.STEP_START)
     assert run.snapshot.revision == 0
+
+
+# -- add_messages: LangGraph's message semantics -----------------------------------------
+
+
+class AgentState(TypedDict):
+    """LangGraph's standard spelling, with statekernel's Message for AnyMessage."""
+
+    messages: Annotated[Sequence[Message], add_messages]
+
+
+def contents(schema: StateSchema[Any], snapshot: Any) -> list[tuple[str | None, str]]:
+    return [(m.id, m.content) for m in schema.view(snapshot)["messages"]]
+
+
+async def test_add_messages_assigns_ids_replaces_by_id_and_removes() -> None:
+    schema = StateSchema(AgentState)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(messages=[("user", "hi"), Message("assistant", "hello")]))
+    assert contents(schema, run.snapshot) == [("msg-0", "hi"), ("msg-1", "hello")]
+    await run.submit(schema.command(messages=Message("assistant", "HELLO", id="msg-1")))
+    await run.submit(schema.command(messages="and you?"))
+    assert contents(schema, run.snapshot) == [
+        ("msg-0", "hi"),
+        ("msg-1", "HELLO"),  # replaced where it stood
+        ("msg-2", "and you?"),
+    ]
+    await run.submit(schema.command(messages=[RemoveMessage("msg-0")]))
+    assert contents(schema, run.snapshot) == [("msg-1", "HELLO"), ("msg-2", "and you?")]
+    await run.submit(schema.command(messages="more"))  # a new id, never one still held
+    ids = [m for m, _ in contents(schema, run.snapshot)]
+    assert len(set(ids)) == len(ids) == 3
+
+
+async def test_remove_all_keeps_only_what_follows_it() -> None:
+    schema = StateSchema(AgentState)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(messages=["a", "b", "c"]))
+    await run.submit(
+        schema.command(messages=[RemoveMessage(REMOVE_ALL_MESSAGES), ("system", "summary")])
+    )
+    assert contents(schema, run.snapshot) == [("msg-0", "summary")]
+
+
+async def test_removing_an_id_that_is_not_there_fails_the_commit_and_changes_nothing() -> None:
+    schema = StateSchema(AgentState)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(messages=["a"]))
+    before = run.snapshot
+    with pytest.raises(CommitRejected, match="no message with that id"):
+        await run.submit(schema.command(messages=[RemoveMessage("ghost"), "b"]))
+    assert run.snapshot is before
+
+
+def test_add_messages_on_plain_lists_works_like_langgraphs() -> None:
+    merged = add_messages([{"role": "user", "content": "a", "id": "1"}], [{"id": "1", "x": 2}])
+    assert merged == [{"id": "1", "x": 2}]
+    assert add_messages((), ({"content": "x"},)) == ({"content": "x", "id": "msg-0"},)
+    # A replace after a remove of the same id, in one update, keeps the message (LangGraph).
+    kept = add_messages([{"id": "1", "v": 0}], [RemoveMessage("1"), {"id": "1", "v": 1}])
+    assert kept == [{"id": "1", "v": 1}]
+
+
+async def test_a_plain_append_to_a_long_history_shares_it_and_keeps_it_a_vector() -> None:
+    schema = StateSchema(AgentState)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(messages=[f"m{i}" for i in range(2_000)]))
+    before = run.snapshot.get(schema.keys["messages"])
+    await run.submit(schema.command(messages="one more"))
+    after = run.snapshot.get(schema.keys["messages"])
+    assert isinstance(after, Vector) and len(after) == 2_001
+    assert after[:2_000] == before and after[0] is before[0]  # the old messages, not copies
+    assert after[-1].id == "msg-2000"
+
+
+# -- message input, at the schema and at the Agent ---------------------------------------
+
+
+def test_message_input_spellings_become_messages() -> None:
+    schema = StateSchema(AgentState)
+    command = schema.command(
+        messages=[
+            "plain",
+            ("human", "hi"),
+            ("ai", "hello"),
+            {"role": "developer", "content": [{"type": "text", "text": "be brief"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "add", "arguments": '{"a": 1}'},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "2", "tool_call_id": "c1"},
+        ]
+    )
+    ((_, update),) = command.patch.ops
+    assert [(m.role, m.content) for m in update] == [
+        ("user", "plain"),
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("system", "be brief"),
+        ("assistant", ""),
+        ("tool", "2"),
+    ]
+    assert update[4].tool_calls[0].name == "add" and update[4].tool_calls[0].arguments == {"a": 1}
+    assert update[5].tool_call_id == "c1"
+
+
+@pytest.mark.parametrize(
+    "bad", [3, ("robot", "hi"), {"content": "no role"}, {"role": "user", "content": 5}]
+)
+def test_anything_else_is_refused_naming_the_field(bad: Any) -> None:
+    schema = StateSchema(AgentState)
+    with pytest.raises(StateValidationError, match=r"AgentState\.messages.*\(role, content\)"):
+        schema.command(messages=[bad])
+
+
+async def test_the_agent_takes_the_same_spellings() -> None:
+    agent = Agent([], ScriptedModel([InferenceResponse(text="ok")]))
+    result = await agent.run("t", [("user", "hi"), {"role": "user", "content": "there"}])
+    assert [(m.role, m.content) for m in result.messages[:2]] == [("user", "hi"), ("user", "there")]
+    alone = await Agent([], ScriptedModel([InferenceResponse(text="ok")])).run("u", "one string")
+    assert alone.messages[0].content == "one string"
+    with pytest.raises(StateValidationError, match="agent input"):
+        await agent.run("t", [42])  # type: ignore[list-item]
+
+
+# -- LangGraph- and EvoFabric-shaped state through an Agent, saved to SQLite -------------
+
+
+class LangGraphNodes(Plugin):
+    """Two LangGraph-style nodes: one answers with dict and tuple messages, one trims."""
+
+    id = "nodes"
+
+    def __init__(self, schema: StateSchema[Any]) -> None:
+        self.schema = schema
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_phase_hook(Phase.STEP_START, self.schema.hook(self.answer))
+        registrar.register_phase_hook(Phase.STEP_END, self.schema.hook(self.trim))
+
+    @staticmethod
+    def answer(state: dict[str, Any]) -> dict[str, Any]:
+        turn = len(state["messages"])
+        return {"messages": [("user", f"question {turn}"), {"role": "assistant", "content": "ok"}]}
+
+    @staticmethod
+    def trim(state: dict[str, Any]) -> dict[str, Any] | None:
+        old = state["messages"][:-3]
+        return {"messages": [RemoveMessage(m.id) for m in old]} if old else None
+
+
+async def test_a_langgraph_agent_state_runs_unchanged_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    schema = StateSchema(AgentState, prefix="graph", scope=KeyScope.THREAD)
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store:
+        agent = Agent(
+            [schema.plugin, LangGraphNodes(schema)], ScriptedModel([]), thread_store=store
+        )
+        for _ in range(3):
+            result = await agent.run("t1", ["go"])
+            assert result.outcome == "success", result.error
+        held = contents(schema, result.snapshot)
+    assert [text for _, text in held] == ["ok", "question 3", "ok"]  # trimmed to three
+    async with SqliteThreadStore(path) as store:  # a new process, as far as state goes
+        again = Agent(
+            [schema.plugin, LangGraphNodes(schema)], ScriptedModel([]), thread_store=store
+        )
+        kernel = again.kernel
+        restored = await kernel.state_at("t1", result.snapshot.revision)
+        assert contents(schema, restored) == held
+        report = await kernel.verify("t1")
+        assert report.ok and not report.detail, report  # rebuilt from the journal alone
+        kinds = {
+            op.kind
+            for record in await kernel.history("t1")
+            for op in record.ops
+            if op.key.startswith("graph.")
+        }
+        assert kinds == {"update"}  # removals journal as updates, replayed by add_messages
+        fourth = await again.run("t1", ["go"])  # the restored history goes on growing
+        after = contents(schema, fourth.snapshot)
+        assert [text for _, text in after] == ["ok", "question 3", "ok"]
+        assert after[0] == held[-1] and not {i for i, _ in after[1:]} & {i for i, _ in held}
+
+
+class EvoFabricState(TypedDict):
+    messages: Annotated[list[StateMessage], "append_messages"]
+    user_name: Annotated[str, "overwrite"]
+
+
+class EvoNodes(Plugin):
+    id = "evo-nodes"
+
+    def __init__(self, schema: StateSchema[Any]) -> None:
+        self.schema = schema
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_phase_hook(Phase.STEP_START, self.schema.hook(self.node))
+
+    @staticmethod
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        turn = len(state["messages"])
+        repeated = state["messages"][-1:]  # EvoFabric resends history; its ids keep it out
+        fresh = StateMessage("assistant", f"turn {turn}", msg_id=f"evo-{turn}")
+        return {"messages": [*repeated, fresh], "user_name": "ada"}
+
+
+async def test_an_evofabric_schema_runs_unchanged_and_survives_a_restart(tmp_path: Path) -> None:
+    schema = StateSchema(EvoFabricState, prefix="evo", scope=KeyScope.THREAD)
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store:
+        agent = Agent([schema.plugin, EvoNodes(schema)], ScriptedModel([]), thread_store=store)
+        for _ in range(2):
+            result = await agent.run("t1", ["go"])
+            assert result.outcome == "success", result.error
+    state = schema.view(result.snapshot)
+    assert [m.msg_id for m in state["messages"]] == ["evo-0", "evo-1"]
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel([schema.plugin], thread_store=store)
+        restored = schema.view(await kernel.state_at("t1", result.snapshot.revision))
+        assert restored == state and restored["user_name"] == "ada"
+
+
+# -- node results, Overwrite, dataclass schemas -------------------------------------------
+
+
+class Tally(BaseModel):
+    count: Annotated[int, operator.add] = 0
+    log: Annotated[list[str], operator.add] = []
+    title: str = "untitled"
+
+
+async def test_a_node_may_return_a_model_instance_and_only_its_set_fields_apply() -> None:
+    schema = StateSchema(Tally)
+
+    def node(state: Tally) -> Tally:
+        return Tally(count=2, log=["x"])  # title was not set: it stays
+
+    run = await run_of(schema.plugin, NodePlugin(schema.hook(node)))
+    await run.submit(schema.command(title="kept"))
+    await run.run_phase(Phase.STEP_START)
+    await run.run_phase(Phase.STEP_START)
+    assert schema.view(run.snapshot) == Tally(count=4, log=["x", "x"], title="kept")
+
+
+async def test_overwrite_replaces_a_reducer_field_and_replays_as_a_replace(
+    tmp_path: Path,
+) -> None:
+    schema = StateSchema(Tally, scope=KeyScope.THREAD)
+
+    def node(state: Tally) -> dict[str, Any]:
+        return {"count": Overwrite(10), "log": Overwrite(["fresh"])}
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel([schema.plugin, NodePlugin(schema.hook(node))], thread_store=store)
+        run = await kernel.start_run("t1")
+        await run.submit(schema.command(count=3, log=["a", "b"]))
+        await run.run_phase(Phase.STEP_START)
+        await run.submit(schema.command(count=1, log=["c"]))
+        assert schema.view(run.snapshot) == Tally(count=11, log=["fresh", "c"])
+        await run.finish()
+        replayed = await kernel.state_at("t1", run.snapshot.revision - 1)
+        assert schema.view(replayed) == Tally(count=10, log=["fresh"])
+        report = await kernel.verify("t1")
+        assert report.ok and not report.detail, report
+    with pytest.raises(StateValidationError, match="Tally.count"):
+        schema.command(count=Overwrite("ten"))
+
+
+@dataclasses.dataclass
+class Trip:
+    stops: Annotated[list[str], operator.add] = dataclasses.field(default_factory=list)
+    miles: Annotated[int, operator.add, Commutative()] = 0
+    driver: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.miles < 0:
+            raise ValueError("miles cannot be negative")
+
+
+async def test_a_dataclass_schema_compiles_runs_and_views_as_the_dataclass() -> None:
+    schema = StateSchema(Trip)
+    assert schema.fields["miles"].merge is MergeStrategy.COMMUTATIVE
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(stops=["a"], miles=3))
+    await run.submit(schema.command(stops=["b"], miles=4, driver="ada"))
+    assert schema.view(run.snapshot) == Trip(stops=["a", "b"], miles=7, driver="ada")
+    with pytest.raises(StateValidationError, match="Trip.driver"):
+        schema.command(driver=3)
+    await run.submit(schema.command(miles=-10))
+    with pytest.raises(StateError, match="miles cannot be negative"):
+        schema.view(run.snapshot)  # __post_init__ is the model's own check, run by view()
+
+
+def test_a_dataclass_node_result_applies_every_field() -> None:
+    schema = StateSchema(Trip)
+    command = schema._as_command(
+        Trip(stops=["x"], miles=1), node=test_a_dataclass_node_result_applies_every_field
+    )
+    assert command is not None
+    assert [key for key, _ in command.patch.ops] == [
+        schema.keys[n] for n in ("stops", "miles", "driver")
+    ]

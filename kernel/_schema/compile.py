@@ -8,6 +8,7 @@ the annotation reading they share.
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import functools
 import inspect
 import types
@@ -20,15 +21,18 @@ import pydantic
 from pydantic_core import PydanticUndefined
 
 from .. import _declared_types
+from .._commands import StateCommand
 from .._errors import (
     InvalidDeclaration,
     StateValidationError,
     UnknownUpdater,
 )
 from .._keys import KeyScope, MergeStrategy, StateKey
+from .._messages import ROLE_NAMES, Message, RemoveMessage, as_message
 from .._vector import Vector
 from .constraints import Refused, constraint_check
-from .markers import Commutative, Ephemeral, EphemeralScope
+from .markers import Commutative, Ephemeral, EphemeralScope, Overwrite
+from .message_reducers import add_messages, append_messages
 from .reducers import Reducer, StateUpdater, check_reducer, describe_reducer, is_appending
 
 
@@ -48,9 +52,50 @@ class SchemaField:
     merge: MergeStrategy
     ephemeral: EphemeralScope | None
     held_as: type[list[Any]] | type[tuple[Any, ...]] | None
+    update_annotation: Any = attrs.field(repr=False, eq=False)
+    """What an update must be: the declared type, except under `add_messages`, whose
+    updates are lists of messages and `RemoveMessage`s."""
     _deep: bool = attrs.field(repr=False, eq=False)
     _refuses: Callable[[Any], None] | None = attrs.field(repr=False, eq=False)
     """The model's constraints, for a field whose update is its new value (no reducer)."""
+    _messages: bool = attrs.field(repr=False, eq=False)
+    """The field's reducer is a message reducer: one message is an update too."""
+    _coerces: bool = attrs.field(repr=False, eq=False)
+    """The field holds `Message`s: strings, (role, content) tuples and dicts become ones."""
+
+    def prepare(self, value: Any) -> Any:
+        """An update as a user writes it, as the key takes it: one message in a list, input
+        spellings as Messages (`as_message`), a tuple where the field is a tuple."""
+        if self._messages and (
+            not isinstance(value, list | tuple | Vector)
+            or isinstance(value, RemoveMessage)
+            or (self._coerces and _is_role_pair(value))
+        ):
+            value = [value]
+        if self._coerces and isinstance(value, list | tuple | Vector):
+            where = self.key.key
+            value = [m if isinstance(m, RemoveMessage) else as_message(m, where) for m in value]
+            if get_origin(self.update_annotation) is tuple:
+                value = tuple(value)
+        return value
+
+    def overwrite(self, command: StateCommand, value: Any) -> None:
+        """Write `Overwrite(value)`: the value, checked as the field's type, replaces the
+        field's value whatever its reducer (the op carries the marker to `apply`)."""
+        if self._coerces and isinstance(value, list | tuple | Vector):
+            value = [as_message(m, self.key.key) for m in value]
+        if self.held_as is not None and isinstance(value, tuple | Vector):
+            value = list(value)
+        if get_origin(self.annotation) is not None:
+            problem = mismatch(value, self.annotation, ())
+            if problem is not None:
+                raise StateValidationError(
+                    self.key.key, _declared_types.describe(self.annotation), value, detail=problem
+                )
+        command.update(self.key, value)  # type-checked and copied as any update
+        if self.reducer is not None:
+            ops = command.patch.ops
+            ops[-1] = (self.key, Overwrite(ops[-1][1]))
 
     def check(self, value: Any) -> None:
         """Check an update all the way down (items of lists, values of dicts, literals).
@@ -63,10 +108,13 @@ class SchemaField:
         reducer field's merged value is checked when it commits (`constraints`).
         """
         if self._deep:
-            problem = mismatch(value, self.annotation, ())
+            problem = mismatch(value, self.update_annotation, ())
             if problem is not None:
                 raise StateValidationError(
-                    self.key.key, _declared_types.describe(self.annotation), value, detail=problem
+                    self.key.key,
+                    _declared_types.describe(self.update_annotation),
+                    value,
+                    detail=problem,
                 )
         if self._refuses is not None:
             try:
@@ -132,15 +180,42 @@ def pydantic_fields(model: Any) -> list[_Declared]:
     return found
 
 
-def typeddict_fields(model: Any) -> list[_Declared]:
+def dataclass_fields(model: Any) -> list[_Declared]:
+    """A dataclass's fields (plain or pydantic's), their defaults and `Annotated` metadata."""
+    hints = _resolved_hints(model)
+    found: list[_Declared] = []
+    for item in dataclasses.fields(model):
+        if not item.init:
+            continue
+        hint = hints.get(item.name, item.type)
+        metadata: tuple[Any, ...] = ()
+        if get_origin(hint) is typing.Annotated:
+            hint, *rest = get_args(hint)
+            metadata = tuple(rest)
+        default: Callable[[], Any] | None = None
+        is_factory = False
+        if item.default_factory is not dataclasses.MISSING:
+            default, is_factory = item.default_factory, True
+        elif item.default is not dataclasses.MISSING:
+            value = item.default
+            default = lambda value=value: value  # noqa: E731 - copied by the caller when mutable
+        found.append(_Declared(item.name, hint, metadata, default, is_factory))
+    return found
+
+
+def _resolved_hints(model: Any) -> dict[str, Any]:
     try:
-        hints = typing.get_type_hints(model, include_extras=True)
+        return typing.get_type_hints(model, include_extras=True)
     except NameError as error:
         raise InvalidDeclaration(
             model.__qualname__,
             f"an annotation cannot be resolved ({error})",
-            "Define the types a TypedDict field refers to at module level, before the schema.",
+            "Define the types a field refers to at module level, before the schema.",
         ) from None
+
+
+def typeddict_fields(model: Any) -> list[_Declared]:
+    hints = _resolved_hints(model)
     found: list[_Declared] = []
     for name, hint in hints.items():
         # PEP 655 allows both `NotRequired[Annotated[T, ...]]` and `Annotated[NotRequired[T],
@@ -183,6 +258,10 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
     if held_as is not None:
         args = get_args(annotation)
         value_type = cast(Any, Vector)[args[0] if args else Any]
+    update_type: Any = annotation
+    item = _item_type(annotation)
+    if reducer is add_messages:
+        update_type = list[item | RemoveMessage]  # type: ignore[valid-type]
     make_default = _default_maker(owner, spec, annotation, value_type, held_as is not None)
     name = f"{prefix}.{spec.name}"
     merge = MergeStrategy.COMMUTATIVE if commutative else MergeStrategy.EXCLUSIVE
@@ -195,7 +274,7 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         namespace["scope"] = key_scope
         namespace["default_factory"] = staticmethod(make_default)
         if reducer is not None:
-            namespace["apply"] = staticmethod(reducer)
+            namespace["apply"] = staticmethod(_overwritable(reducer, held_as is not None))
         if refuses is not None:
             namespace["validate"] = staticmethod(refuses)
         namespace["__qualname__"] = owner
@@ -204,7 +283,7 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
             f"Field {spec.name!r} of {model.__qualname__}, compiled by StateSchema."
         )
 
-    base = cast(Any, StateKey)[value_type, annotation]
+    base = cast(Any, StateKey)[value_type, update_type]
     key = cast(type[StateKey[Any, Any]], types.new_class(spec.name, (base,), exec_body=body))
     if key.__statekernel_key__ is None:
         raise InvalidDeclaration(
@@ -220,8 +299,44 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         merge=merge,
         ephemeral=ephemeral,
         held_as=held_as,
-        deep=get_origin(annotation) is not None,
+        update_annotation=update_type,
+        deep=get_origin(update_type) is not None,
         refuses=refuses if reducer is None else None,
+        messages=reducer is add_messages or reducer is append_messages,
+        coerces=isinstance(item, type) and issubclass(item, Message),
+    )
+
+
+def _overwritable(reducer: Reducer, as_vector: bool) -> Reducer:
+    """The field's `apply`: the reducer, except for an `Overwrite`, whose value replaces the
+    field's (`schema.command` writes one; it journals as the value it leaves)."""
+
+    def apply(old: Any, new: Any) -> Any:
+        if type(new) is Overwrite:
+            return Vector(new.value) if as_vector else new.value
+        return reducer(old, new)
+
+    apply.__qualname__ = apply.__name__ = getattr(reducer, "__name__", "apply")
+    apply.__wrapped__ = reducer  # type: ignore[attr-defined]
+    return apply
+
+
+def _item_type(annotation: Any) -> Any:
+    """The item type of a list-like declared type (`list[Message]` -> `Message`), else Any."""
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin in _LISTS or origin is Vector or (origin is tuple and len(args) == 2):
+        return args[0] if args else Any
+    return Any
+
+
+def _is_role_pair(value: Any) -> bool:
+    """A `("user", "hi")` tuple: one message, not a sequence of two."""
+    return (
+        type(value) is tuple
+        and len(value) == 2
+        and all(isinstance(part, str) for part in value)
+        and value[0] in ROLE_NAMES
     )
 
 

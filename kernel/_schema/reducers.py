@@ -16,13 +16,11 @@ from __future__ import annotations
 import inspect
 import operator
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-import immutables
-
 from .._errors import InvalidDeclaration, UnknownUpdater
-from .._vector import Vector
+from .message_reducers import add_messages, append_messages
 
 Reducer = Callable[[Any, Any], Any]
 """`(old, new) -> merged`: pure, returns the field's new value."""
@@ -35,113 +33,7 @@ def overwrite(old: Any, new: Any) -> Any:
     return new
 
 
-def append_messages(old: Any, new: Any) -> Any:
-    """Append `new` (a list, tuple or Vector of messages, or one message) to `old`, dropping
-    each message whose id is already present.
-
-    A message's id is its attribute `id` (EvoFabric's messages: `msg_id`) or, for a mapping,
-    its key `"id"` (or `"msg_id"`); a message with no id (None or absent) is always appended.
-    Ids are checked against `old` and against the messages appended before it in the same
-    call, so a batch cannot duplicate itself either.
-    The result has `old`'s kind: a Vector stays a Vector (in O(appended) amortised, see
-    `_IdIndex`), a tuple a tuple, anything else becomes a list.
-    """
-    items = new if isinstance(new, list | tuple | Vector) else (new,)
-    held = held_vector(old)
-    if held is not None:
-        seen = _ids_of_vector.get(held)
-        kept, seen = _unseen(items, seen)
-        merged = held.extend(kept)
-        _ids_of_vector.put(merged, seen)
-        return merged
-    seen = _index(old)
-    kept, _ = _unseen(items, seen)
-    if isinstance(old, tuple):
-        return (*old, *kept)
-    return [*old, *kept]
-
-
-def held_vector(value: Any) -> Vector[Any] | None:
-    """The Vector a field holds, whether handed in as it is or, for a Vector of mutable items
-    (`list[dict]`), inside the commit's read-only view of it (whose `vector` it is). A
-    reducer reads ids from it without copying, and extends it into the result."""
-    if isinstance(value, Vector):
-        return value
-    inner = getattr(value, "vector", None)
-    return inner if isinstance(inner, Vector) else None
-
-
-def _message_id(message: Any) -> Any:
-    """A message's id: `id`, or EvoFabric's `msg_id` (an attribute, or a mapping's key)."""
-    if isinstance(message, Mapping):
-        found = message.get("id")
-        return message.get("msg_id") if found is None else found
-    found = getattr(message, "id", None)
-    return getattr(message, "msg_id", None) if found is None else found
-
-
-def _index(messages: Iterable[Any]) -> immutables.Map[Any, bool]:
-    ids = immutables.Map[Any, bool]().mutate()
-    for message in messages:
-        found = _message_id(message)
-        if found is not None:
-            ids[found] = True
-    return ids.finish()
-
-
-def _unseen(
-    items: Sequence[Any], seen: immutables.Map[Any, bool]
-) -> tuple[list[Any], immutables.Map[Any, bool]]:
-    kept: list[Any] = []
-    ids = seen.mutate()
-    for message in items:
-        found = _message_id(message)
-        if found is None:
-            kept.append(message)
-        elif found not in ids:
-            ids[found] = True
-            kept.append(message)
-    return kept, ids.finish()
-
-
-class _IdIndex:
-    """The message ids held by recently produced Vectors, so a de-duplicating append costs
-    O(appended) instead of a scan of the whole history.
-
-    A Vector is immutable, so the ids it holds are a fixed fact about that object: caching
-    them by identity cannot change any result, only skip recomputing it. Each entry keeps its
-    Vector alive (so `id()` cannot be reused while cached) and holds a persistent map, so the
-    index of a history and of the history-plus-one-message share almost all their storage. A
-    miss (a Vector never produced here, or evicted) rebuilds the index in one O(n) pass. The
-    bound keeps memory flat; the most recent histories are the ones appended to next.
-    """
-
-    __slots__ = ("_entries", "_limit", "_lock")
-
-    def __init__(self, limit: int) -> None:
-        self._entries: dict[int, tuple[Vector[Any], immutables.Map[Any, bool]]] = {}
-        self._limit = limit
-        self._lock = threading.Lock()
-
-    def get(self, vector: Vector[Any]) -> immutables.Map[Any, bool]:
-        with self._lock:
-            entry = self._entries.get(id(vector))
-        if entry is not None and entry[0] is vector:
-            return entry[1]
-        return _index(vector)
-
-    def put(self, vector: Vector[Any], ids: immutables.Map[Any, bool]) -> None:
-        with self._lock:
-            entries = self._entries
-            entries.pop(id(vector), None)
-            entries[id(vector)] = (vector, ids)
-            while len(entries) > self._limit:
-                del entries[next(iter(entries))]
-
-
-_ids_of_vector = _IdIndex(limit=256)
-
-_APPENDING: frozenset[Any] = frozenset({operator.add, append_messages})
+_APPENDING: frozenset[Any] = frozenset({operator.add, append_messages, add_messages})
 
 
 def is_appending(reducer: Reducer) -> bool:
@@ -161,7 +53,8 @@ class StateUpdater:
     class Scores(BaseModel):
         best: Annotated[int, "max"] = 0
     ```
-    `"overwrite"` and `"append_messages"` are built in. A name can be registered once per
+    `"overwrite"`, `"append_messages"` (EvoFabric's) and `"add_messages"` (LangGraph's) are
+    built in. A name can be registered once per
     process; a schema naming an unknown updater is an `InvalidDeclaration` listing the names
     that exist.
     """
@@ -255,3 +148,4 @@ def _describe(function: Any) -> str:
 
 StateUpdater.register("overwrite")(overwrite)
 StateUpdater.register("append_messages")(append_messages)
+StateUpdater.register("add_messages")(add_messages)

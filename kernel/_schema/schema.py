@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,13 +25,14 @@ from .._snapshot import COMPILED_MODELS, SCHEMA_ATTRIBUTE
 from .compile import (
     SchemaField,
     compile_field,
+    dataclass_fields,
     is_pydantic_model,
     mismatch,
     pydantic_fields,
     typeddict_fields,
 )
 from .constraints import BY_NAME, by_validation_name
-from .markers import EphemeralScope
+from .markers import EphemeralScope, Overwrite
 
 if TYPE_CHECKING:
     from .._context import PhaseContext
@@ -119,11 +121,14 @@ class StateSchema(Generic[M]):
         persistent: bool = True,
     ) -> None:
         is_pydantic = is_pydantic_model(model)
-        if not is_pydantic and not typing.is_typeddict(model):
+        is_dataclass = isinstance(model, type) and dataclasses.is_dataclass(model)
+        if not is_pydantic and not is_dataclass and not typing.is_typeddict(model):
             raise InvalidDeclaration(
                 f"StateSchema({model!r})",
-                "the state must be declared as a pydantic BaseModel subclass or a TypedDict",
-                "Declare `class MyState(BaseModel): ...` or `class MyState(TypedDict): ...`.",
+                "the state must be declared as a pydantic BaseModel subclass, a dataclass or a "
+                "TypedDict",
+                "Declare `class MyState(BaseModel): ...`, `@dataclass class MyState: ...` or "
+                "`class MyState(TypedDict): ...`.",
             )
         owner = model.__qualname__
         prefix = model.__name__ if prefix is None else prefix
@@ -140,7 +145,12 @@ class StateSchema(Generic[M]):
                 f"scope must be a KeyScope, got {scope!r}",
                 "Use KeyScope.RUN or KeyScope.THREAD.",
             )
-        declared = pydantic_fields(model) if is_pydantic else typeddict_fields(model)
+        if is_pydantic:
+            declared = pydantic_fields(model)
+        elif is_dataclass:
+            declared = dataclass_fields(model)
+        else:
+            declared = typeddict_fields(model)
         if not declared:
             raise InvalidDeclaration(
                 owner, "declares no fields", "Add at least one annotated field to the class."
@@ -190,6 +200,10 @@ class StateSchema(Generic[M]):
                 field = self.fields.get(name)
                 if field is None:
                     raise UnknownSchemaField(self.model.__qualname__, name, self.fields)
+                if type(value) is Overwrite:
+                    field.overwrite(command, value.value)
+                    continue
+                value = field.prepare(value)
                 command.update(field.key, value)
                 field.check(value)
         return command
@@ -208,10 +222,15 @@ class StateSchema(Generic[M]):
                 return cast(M, model.model_validate(by_validation_name(model, values), **BY_NAME))
             except pydantic.ValidationError as error:
                 raise self._invalid(snapshot, str(error)) from error
-        for name, value in values.items():  # a TypedDict: checked here, as nothing else will
+        for name, value in values.items():  # checked here, as nothing else will
             problem = mismatch(value, self.fields[name].annotation, (name,))
             if problem is not None:
                 raise self._invalid(snapshot, problem)
+        if dataclasses.is_dataclass(self.model):
+            try:
+                return self.model(**values)
+            except Exception as error:  # a __post_init__ that refuses, a pydantic dataclass
+                raise self._invalid(snapshot, f"{type(error).__name__}: {error}") from error
         return cast(M, values)
 
     def _invalid(self, snapshot: Snapshot, problem: str) -> StateError:
@@ -257,10 +276,21 @@ class StateSchema(Generic[M]):
             return result
         if isinstance(result, Mapping):
             return self.command(result)
+        if isinstance(result, self.model):
+            return self.command(self._updates_of(result))
         raise TypeError(
             f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r} must return "
-            f"a dict of field updates, a StateCommand or None, got {result!r}"
+            f"a dict of field updates, an instance of {self.model.__qualname__}, a StateCommand "
+            f"or None, got {result!r}"
         )
+
+    def _updates_of(self, instance: Any) -> dict[str, Any]:
+        """A model instance as a partial update: a pydantic model's fields that were set
+        (`model_fields_set`: `ChatState(turns=1)` updates `turns` only), every field of a
+        dataclass. Each goes through its reducer, as in a dict."""
+        if self._is_pydantic:
+            return {name: getattr(instance, name) for name in instance.model_fields_set}
+        return {name: getattr(instance, name) for name in self.fields}
 
     def __repr__(self) -> str:
         fields = ", ".join(self.fields)
