@@ -74,3 +74,13 @@ def test_the_history_example_travels_forks_and_verifies(tmp_path: Path) -> None:
     assert "notes right after revision" in output and "('buy milk',)" in output
     assert "the fork 'errands-draft' starts from: ('buy milk',)" in output
     assert "verify: ok=True" in output
+
+
+def test_the_migrating_example_runs_three_frameworks_state_and_restores_it(
+    tmp_path: Path,
+) -> None:
+    output = run_example("migrating.py", tmp_path)
+    assert "LangGraph messages: [('msg-2', 'question 1'), ('msg-3', 'ok')]" in output
+    assert "EvoFabric state:    steps=['step', 'step'] user_name='ada'" in output
+    assert "Jianmu state:       rounds=2 done=True" in output
+    assert "restored from SQLite, journal verified: True" in output

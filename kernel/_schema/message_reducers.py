@@ -82,11 +82,13 @@ def add_messages(old: Any, new: Any) -> Any:
 
 def message_id(message: Any) -> Any:
     """A message's id: `id`, or EvoFabric's `msg_id` (an attribute, or a mapping's key)."""
+    found = getattr(message, "id", None)  # a record: the common case, and the quick one
+    if found is not None:
+        return found
     if isinstance(message, Mapping):
         found = message.get("id")
         return message.get("msg_id") if found is None else found
-    found = getattr(message, "id", None)
-    return getattr(message, "msg_id", None) if found is None else found
+    return getattr(message, "msg_id", None)
 
 
 def held_vector(value: Any) -> Vector[Any] | None:
@@ -137,10 +139,11 @@ def _appended(history: Vector[Any], positions: Positions, items: list[Any]) -> V
 
 
 def _rewritten(history: Vector[Any], positions: Positions, items: list[Any]) -> Vector[Any]:
-    """The history after replaces and removes: O(n), as LangGraph does it (a replace after
-    a remove of the same id, in one update, keeps the message)."""
+    """The history after replaces and removes, as LangGraph does them (a replace after a
+    remove of the same id, in one update, keeps the message): O(n) list work, plus an O(n)
+    re-index only when something was removed (a replace moves no message)."""
     merged = history.tolist()
-    ids = dict(positions.items())
+    ids = positions.mutate()
     removed: set[Any] = set()
     for message in items:
         if isinstance(message, RemoveMessage):
@@ -162,9 +165,18 @@ def _rewritten(history: Vector[Any], positions: Positions, items: list[Any]) -> 
         if found is not None:
             ids[found] = len(merged)
         merged.append(message)
-    if removed:
-        merged = [message for message in merged if message_id(message) not in removed]
-    result = Vector(merged)
+    if not removed:
+        result = Vector(merged)
+        _ids_of_vector.put(result, ids.finish())
+        return result
+    gone = sorted(ids[found] for found in removed)
+    kept: list[Any] = []
+    start = 0
+    for position in gone:
+        kept.extend(merged[start:position])
+        start = position + 1
+    kept.extend(merged[start:])
+    result = Vector(kept)
     _ids_of_vector.put(result, _index(result))
     return result
 
@@ -222,12 +234,12 @@ def _like(old: Any, merged: Vector[Any]) -> Any:
 
 
 def _index(messages: Iterable[Any]) -> Positions:
-    ids = immutables.Map[Any, int]().mutate()
+    ids: dict[Any, int] = {}
     for position, message in enumerate(messages):
         found = message_id(message)
         if found is not None and found not in ids:
             ids[found] = position
-    return ids.finish()
+    return immutables.Map(ids)
 
 
 class _IdIndex:
@@ -239,7 +251,8 @@ class _IdIndex:
     Vector alive (so `id()` cannot be reused while cached) and holds a persistent map, so the
     index of a history and of the history-plus-one-message share almost all their storage. A
     miss (a Vector never produced here, or evicted) rebuilds the index in one O(n) pass. The
-    bound keeps memory flat; the most recent histories are the ones appended to next.
+    bound keeps memory flat, evicting the entry used longest ago: the histories in use (the
+    live one, a snapshot a fork or re-run starts from) stay.
     """
 
     __slots__ = ("_entries", "_limit", "_lock")
@@ -250,11 +263,16 @@ class _IdIndex:
         self._lock = threading.Lock()
 
     def get(self, vector: Vector[Any]) -> Positions:
+        """The ids `vector` holds; a hit becomes the most recent entry, and a miss is
+        indexed (O(n)) and kept, so a history read again is not indexed again."""
         with self._lock:
-            entry = self._entries.get(id(vector))
-        if entry is not None and entry[0] is vector:
-            return entry[1]
-        return _index(vector)
+            entry = self._entries.pop(id(vector), None)
+            if entry is not None and entry[0] is vector:
+                self._entries[id(vector)] = entry
+                return entry[1]
+        ids = _index(vector)
+        self.put(vector, ids)
+        return ids
 
     def put(self, vector: Vector[Any], ids: Positions) -> None:
         with self._lock:
