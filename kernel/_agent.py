@@ -31,7 +31,7 @@ from ._function_tools import spec_of
 from ._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from ._loop_actions import HANDLERS as LOOP_ACTIONS
 from ._loop_actions import RequestOverrides, StepRequest
-from ._messages import ROLE_NAMES, Message, MessageLike, as_message
+from ._messages import Message, MessageLike, as_message, is_one_message
 from ._model import InferenceRequest, InferenceResponse, Model
 from ._phases import Phase
 from ._plugin import Plugin, PluginRegistrar
@@ -217,14 +217,14 @@ class Agent:
     async def run(
         self,
         thread_id: str,
-        messages: Iterable[MessageLike] | str = (),
+        messages: Iterable[MessageLike] | MessageLike = (),
         *,
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
     ) -> RunResult:
         """Append `messages` and run the loop to its end. Each message may be a `Message`, a
-        string (a user message), a `("user", "hi")` tuple or an OpenAI-style dict; a lone
-        string or tuple is one message.
+        string (a user message), a `("user", "hi")` tuple or an OpenAI-style dict; one of
+        these alone is one message.
 
         A second call on a thread this agent is running waits for its turn."""
         incoming = _incoming(messages)
@@ -234,7 +234,7 @@ class Agent:
     def stream(
         self,
         thread_id: str,
-        messages: Iterable[MessageLike] | str = (),
+        messages: Iterable[MessageLike] | MessageLike = (),
         *,
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
@@ -1039,13 +1039,11 @@ def _pending(call: ToolCall, ticket: str) -> PendingCall:
     return PendingCall(call.id, call.name, thaw(call.arguments), ticket)
 
 
-def _incoming(messages: Iterable[MessageLike] | str) -> tuple[Message, ...]:
-    """What a run is given, as Messages: one string is one user message, and each item may
-    be spelled any way `as_message` takes."""
-    if isinstance(messages, str) or (isinstance(messages, tuple) and _is_one_message(messages)):
+def _incoming(messages: Iterable[MessageLike] | MessageLike) -> tuple[Message, ...]:
+    """What a run is given, as Messages: one message (a string, a `(role, content)` tuple, a
+    dict, a Message) or an iterable of them, each spelled any way `as_message` takes."""
+    if is_one_message(messages):
         return (as_message(messages, "agent input"),)
+    if not isinstance(messages, Iterable):
+        return (as_message(messages, "agent input"),)  # refused, with the spellings that work
     return tuple(as_message(m, "agent input") for m in messages)
-
-
-def _is_one_message(value: tuple[Any, ...]) -> bool:
-    return len(value) == 2 and all(isinstance(p, str) for p in value) and value[0] in ROLE_NAMES

@@ -260,6 +260,14 @@ def copy_of(value: V, key: str, what: str = "value") -> V:
     """
     try:
         return copy.deepcopy(value)
+    except RecursionError:
+        raise StateValidationError(
+            key,
+            "a value the kernel can copy",
+            value,
+            what=what,
+            detail="it is nested too deeply to copy; keep state values shallower",
+        ) from None
     except Exception as error:
         raise StateValidationError(
             key,

@@ -66,9 +66,6 @@ _ROLES: Mapping[str, Role] = {
     "developer": "system",
     "tool": "tool",
 }
-ROLE_NAMES = frozenset(_ROLES)
-"""Every spelling of a role that `as_message` takes."""
-
 _EXPECTED = (
     'a Message, a string (a user message), a (role, content) tuple such as ("user", "hi"), '
     'or an OpenAI-style dict such as {"role": "user", "content": "hi"}'
@@ -86,13 +83,32 @@ def as_message(value: Any, where: str) -> Message:
         return value
     if isinstance(value, str):
         return Message("user", value)
-    if isinstance(value, tuple) and len(value) == 2 and not isinstance(value, RemoveMessage):
+    if is_role_pair(value):
         role, content = value
-        if isinstance(role, str) and role in _ROLES and isinstance(content, str):
-            return Message(_ROLES[role], content)
+        if role not in _ROLES:
+            raise StateValidationError(
+                where,
+                _EXPECTED,
+                value,
+                what="message",
+                detail=f"its role must be one of {', '.join(_ROLES)}",
+            )
+        return Message(_ROLES[role], content)
     if isinstance(value, Mapping):
         return _from_mapping(value, where)
     raise StateValidationError(where, _EXPECTED, value, what="message")
+
+
+def is_role_pair(value: Any) -> bool:
+    """A `(role, content)` tuple of two strings: one message, not a sequence of two (as
+    LangGraph reads a tuple)."""
+    return type(value) is tuple and len(value) == 2 and all(isinstance(part, str) for part in value)
+
+
+def is_one_message(value: Any) -> bool:
+    """Whether `value`, where messages are expected, is one message rather than several: a
+    string, a `(role, content)` tuple, a mapping or a Message."""
+    return isinstance(value, str | Message | Mapping) or is_role_pair(value)
 
 
 def _from_mapping(value: Mapping[str, Any], where: str) -> Message:
@@ -106,9 +122,18 @@ def _from_mapping(value: Mapping[str, Any], where: str) -> Message:
             detail=f"its role must be one of {', '.join(_ROLES)}",
         )
     content = _text_of(value.get("content"), value, where)
+    for name in ("id", "tool_call_id"):
+        if not isinstance(value.get(name), str | None):
+            raise StateValidationError(
+                where, _EXPECTED, value, what="message", detail=f"its {name} must be a string"
+            )
+    if not isinstance(value.get("is_error", False), bool):
+        raise StateValidationError(
+            where, _EXPECTED, value, what="message", detail="its is_error must be True or False"
+        )
     try:
         calls = tuple(_tool_call(call) for call in value.get("tool_calls") or ())
-    except (KeyError, TypeError, ValueError, msgspec.DecodeError) as error:
+    except (AttributeError, KeyError, TypeError, ValueError, msgspec.DecodeError) as error:
         raise StateValidationError(
             where,
             _EXPECTED,
@@ -145,7 +170,11 @@ def _text_of(content: Any, value: Mapping[str, Any], where: str) -> str:
 
 
 def _tool_call(call: Mapping[str, Any]) -> ToolCall:
+    if not isinstance(call, Mapping):
+        raise TypeError(f"a tool call must be a dict, got {call!r}")
     function = call.get("function", call)
+    if not isinstance(function, Mapping):
+        raise TypeError(f"a tool call's function must be a dict, got {function!r}")
     arguments = function.get("arguments") or {}
     if isinstance(arguments, str | bytes):
         arguments = msgspec.json.decode(arguments)

@@ -95,7 +95,7 @@ class OpWriter:
         those), or `SKIP`, or another route for `write`; filled as keys are first seen."""
         self.hook_sources: dict[str | None, str] = {}
         """A hook's source string (`"plugin:<id>"`) by plugin, made once."""
-        self._checks: dict[str, msgspec.json.Decoder[Any]] = {}
+        self._checks: dict[tuple[str, int], msgspec.json.Decoder[Any]] = {}
         self.every_op = not for_store
         """Whether every op is written to the commit's ops (no store, or a listener)."""
 
@@ -152,27 +152,29 @@ class OpWriter:
             return JournalOp(binding.name, "clear")
         try:
             if type(update) is Overwrite:  # the new value, whole: journaled as that value
-                if not binding.exact[0]:
-                    raise ValueError("the value may not decode back equal")
-                return JournalOp(binding.name, "value", encode_update(update.value))
+                data = encode_update(update.value)
+                if not binding.exact[0] and not self._comes_back(binding, data, update.value, 0):
+                    raise ValueError("does not decode back equal")
+                return JournalOp(binding.name, "value", data)
             data = encode_update(update)
-            if not binding.exact[1] and not self._comes_back(binding, data, update):
+            if not binding.exact[1] and not self._comes_back(binding, data, update, 1):
                 raise ValueError("does not decode back equal")
             return JournalOp(binding.name, "update", data)
         except CODEC_ERRORS:
             failed.add(binding.name)
             return JournalOp(binding.name, "value")
 
-    def _comes_back(self, binding: KeyBinding, data: bytes, update: Any) -> bool:
-        """Whether `data` decodes to an update equal to `update` (a float infinity becomes
-        null, a tuple typed `Any` a list): what replay would apply must be what the commit
-        did."""
-        decoder = self._checks.get(binding.name)
+    def _comes_back(self, binding: KeyBinding, data: bytes, given: Any, which: int) -> bool:
+        """Whether `data` decodes to an update (`which` 1) or value (0) equal to `given` (a
+        float infinity becomes null, a tuple typed `Any` a list): what replay would apply
+        must be what the commit did."""
+        decoder = self._checks.get((binding.name, which))
         if decoder is None:
-            decoder = self._checks[binding.name] = msgspec.json.Decoder(
-                binding.update_type, dec_hook=dec_hook
+            declared = binding.update_type if which else binding.value_type
+            decoder = self._checks[binding.name, which] = msgspec.json.Decoder(
+                declared, dec_hook=dec_hook
             )
-        return decodes_back(data, decoder, update)
+        return decodes_back(data, decoder, given)
 
 
 def as_values(ops: tuple[JournalOp, ...], failed: frozenset[str]) -> tuple[JournalOp, ...]:

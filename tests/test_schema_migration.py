@@ -10,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 import operator
 import threading
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, ClassVar, NotRequired, TypedDict
 
 import attrs
+import pydantic
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from statekernel import (
     REMOVE_ALL_MESSAGES,
@@ -24,6 +26,7 @@ from statekernel import (
     CommitRejected,
     Commutative,
     InferenceResponse,
+    InvalidDeclaration,
     Kernel,
     KeyScope,
     MergeStrategy,
@@ -41,6 +44,7 @@ from statekernel import (
     StateValidationError,
     Vector,
     add_messages,
+    as_message,
 )
 from statekernel.stores import SqliteThreadStore
 
@@ -570,3 +574,169 @@ def test_a_dataclass_node_result_applies_every_field() -> None:
     assert [key for key, _ in command.patch.ops] == [
         schema.keys[n] for n in ("stops", "miles", "driver")
     ]
+
+
+# -- edges a review found ------------------------------------------------------------------
+
+
+class NeedsTheModel(BaseModel):
+    LIMIT: ClassVar[int] = 3
+    lo: int = 0
+    n: int = 0
+
+    @field_validator("n")
+    @classmethod
+    def at_most_limit(cls, value: int, info: ValidationInfo) -> int:
+        if value > cls.LIMIT or value < info.data["lo"]:
+            raise ValueError(f"n must be between lo and {cls.LIMIT}")
+        return value
+
+
+async def test_a_validator_that_needs_the_whole_model_is_left_to_view() -> None:
+    schema = StateSchema(NeedsTheModel)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(n=2))  # no AttributeError or KeyError from the write
+    assert schema.view(run.snapshot).n == 2
+    await run.submit(schema.command(n=5))
+    with pytest.raises(StateError, match="between lo and 3"):
+        schema.view(run.snapshot)  # the model's own validation, as before
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    tags: Annotated[tuple[str, ...], operator.add, Field(max_length=3)] = ()
+
+
+async def test_a_tuple_held_as_a_vector_is_checked_as_a_tuple() -> None:
+    schema = StateSchema(Strict)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(tags=("a",)))
+    await run.submit(schema.command(tags=Overwrite(("x", "y"))))
+    assert schema.view(run.snapshot).tags == ("x", "y")
+    with pytest.raises(CommitRejected, match="at most 3"):
+        await run.submit(schema.command(tags=("p", "q")))
+
+
+class PlainItem(typing.TypedDict):
+    name: str
+
+
+class Basket(TypedDict):
+    items: Annotated[list[PlainItem], operator.add, Field(max_length=3)]
+
+
+def test_a_constraint_pydantic_cannot_build_here_leaves_the_schema_compiling() -> None:
+    schema = StateSchema(Basket)  # a typing.TypedDict item: pydantic refuses it on 3.11
+    assert schema.command(items=[{"name": "a"}]).patch.ops
+
+
+async def test_overwrite_of_a_message_history_journals_the_value_and_time_travels(
+    tmp_path: Path,
+) -> None:
+    schema = StateSchema(AgentState, scope=KeyScope.THREAD)
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel([schema.plugin], thread_store=store)
+        run = await kernel.start_run("t1")
+        await run.submit(schema.command(messages=["a", "b"]))
+        await run.submit(schema.command(messages=Overwrite([("system", "summary")])))
+        await run.submit(schema.command(messages="c"))
+        await run.finish()
+        middle = await kernel.state_at("t1", run.snapshot.revision - 1)
+        assert [m.content for m in schema.view(middle)["messages"]] == ["summary"]
+        kinds = [op.kind for record in await kernel.history("t1") for op in record.ops]
+        assert kinds == ["update", "value", "update"]
+        report = await kernel.verify("t1")
+        assert report.ok and not report.detail, report
+
+
+class PydanticMessage(BaseModel):
+    content: str
+    id: str | None = None
+
+
+def test_add_messages_over_pydantic_messages_is_refused_with_what_to_use() -> None:
+    class Chat(BaseModel):
+        messages: Annotated[list[PydanticMessage], add_messages] = []
+
+    with pytest.raises(InvalidDeclaration, match="statekernel.Message"):
+        StateSchema(Chat)
+
+
+def test_a_made_id_never_takes_an_id_the_same_update_names() -> None:
+    merged = add_messages(
+        Vector(), [Message("user", "first"), Message("user", "second", id="msg-0")]
+    )
+    assert [m.content for m in merged] == ["first", "second"]
+    assert len({m.id for m in merged}) == 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        ({"role": "user", "content": "x", "id": 5}, "id must be a string"),
+        ({"role": "tool", "content": "x", "tool_call_id": 7}, "tool_call_id must be a string"),
+        ({"role": "tool", "content": "x", "is_error": "no"}, "is_error must be True or False"),
+        ({"role": "assistant", "content": "", "tool_calls": ["call"]}, "tool_calls"),
+        (
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "1", "function": 3}]},
+            "tool_calls",
+        ),
+        (("bot", "hi"), "role must be one of"),
+    ],
+)
+def test_message_fields_of_the_wrong_type_are_refused_at_the_write(bad: Any, reason: str) -> None:
+    with pytest.raises(StateValidationError, match=reason):
+        as_message(bad, "input")
+    with pytest.raises(StateValidationError, match=reason):
+        StateSchema(AgentState).command(messages=[bad] if isinstance(bad, dict) else bad)
+
+
+async def test_one_message_given_alone_is_one_message() -> None:
+    agent = Agent([], ScriptedModel([]))
+    for alone in ({"role": "user", "content": "hi"}, Message("user", "hi"), ("user", "hi")):
+        result = await agent.run(f"t{len(str(alone))}", alone)
+        assert [(m.role, m.content) for m in result.messages[:1]] == [("user", "hi")]
+        assert result.messages[1].role == "assistant"
+    with pytest.raises(StateValidationError, match="agent input"):
+        await agent.run("t", 5)  # type: ignore[arg-type]
+    schema = StateSchema(AgentState)
+    ((_, update),) = schema.command(messages=Overwrite(("user", "hi"))).patch.ops
+    assert [m.content for m in update.value] == ["hi"]
+
+
+@pydantic.dataclasses.dataclass
+class Order:
+    quantity: int = Field(default=1, gt=0)
+    notes: Annotated[list[str], operator.add] = Field(default_factory=list)
+
+
+async def test_a_pydantic_dataclass_keeps_its_field_defaults_and_constraints() -> None:
+    schema = StateSchema(Order)
+    run = await run_of(schema.plugin)
+    assert schema.view(run.snapshot) == Order()
+    with pytest.raises(StateValidationError, match="greater than 0"):
+        schema.command(quantity=0)
+    await run.submit(schema.command(quantity=2, notes=["gift"]))
+    assert schema.view(run.snapshot) == Order(quantity=2, notes=["gift"])
+
+
+class Everything(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    messages: Annotated[list[Message], add_messages] = []
+    title: str = ""
+
+    @field_validator("*")
+    @classmethod
+    def no_secrets(cls, value: Any) -> Any:
+        if value == "secret":
+            raise ValueError("no secrets")
+        return value
+
+
+def test_a_validator_of_every_field_skips_a_history_so_appends_stay_cheap() -> None:
+    schema = StateSchema(Everything)
+    assert not schema.keys["messages"].__statekernel_key__.has_validate
+    with pytest.raises(StateValidationError, match="no secrets"):
+        schema.command(title="secret")

@@ -17,10 +17,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, cast, get_args, get_origin
 
 import attrs
+import msgspec
 import pydantic
 from pydantic_core import PydanticUndefined
 
 from .. import _declared_types
+from .._codec import dec_hook
 from .._commands import StateCommand
 from .._errors import (
     InvalidDeclaration,
@@ -28,7 +30,7 @@ from .._errors import (
     UnknownUpdater,
 )
 from .._keys import KeyScope, MergeStrategy, StateKey
-from .._messages import ROLE_NAMES, Message, RemoveMessage, as_message
+from .._messages import Message, RemoveMessage, as_message, is_role_pair
 from .._vector import Vector
 from .constraints import Refused, constraint_check
 from .markers import Commutative, Ephemeral, EphemeralScope, Overwrite
@@ -69,7 +71,7 @@ class SchemaField:
         if self._messages and (
             not isinstance(value, list | tuple | Vector)
             or isinstance(value, RemoveMessage)
-            or (self._coerces and _is_role_pair(value))
+            or (self._coerces and is_role_pair(value))
         ):
             value = [value]
         if self._coerces and isinstance(value, list | tuple | Vector):
@@ -81,21 +83,27 @@ class SchemaField:
 
     def overwrite(self, command: StateCommand, value: Any) -> None:
         """Write `Overwrite(value)`: the value, checked as the field's type, replaces the
-        field's value whatever its reducer (the op carries the marker to `apply`)."""
-        if self._coerces and isinstance(value, list | tuple | Vector):
-            value = [as_message(m, self.key.key) for m in value]
-        if self.held_as is not None and isinstance(value, tuple | Vector):
-            value = list(value)
+        field's value whatever its reducer (the op carries the marker, holding the value as
+        the field holds it, to `apply`)."""
+        if self._coerces and (isinstance(value, list | tuple | Vector) or is_role_pair(value)):
+            items = [value] if is_role_pair(value) else value
+            value = [as_message(m, self.key.key) for m in items]
+        if self.held_as is not None and isinstance(value, list | tuple | Vector):
+            value = self.held_as(value)  # the container the field declares
         if get_origin(self.annotation) is not None:
             problem = mismatch(value, self.annotation, ())
             if problem is not None:
                 raise StateValidationError(
                     self.key.key, _declared_types.describe(self.annotation), value, detail=problem
                 )
-        command.update(self.key, value)  # type-checked and copied as any update
+        self._check_refused(value)
+        if get_origin(self.update_annotation) is list and isinstance(value, tuple):
+            value = list(value)  # what the key's update type takes, to be checked and copied
+        command.update(self.key, value)
         if self.reducer is not None:
             ops = command.patch.ops
-            ops[-1] = (self.key, Overwrite(ops[-1][1]))
+            written = ops[-1][1]
+            ops[-1] = (self.key, Overwrite(Vector(written) if self.held_as else written))
 
     def check(self, value: Any) -> None:
         """Check an update all the way down (items of lists, values of dicts, literals).
@@ -116,6 +124,10 @@ class SchemaField:
                     value,
                     detail=problem,
                 )
+        self._check_refused(value)
+
+    def _check_refused(self, value: Any) -> None:
+        """The model's constraints on a value the field will hold as it is (no reducer)."""
         if self._refuses is not None:
             try:
                 self._refuses(value)
@@ -154,9 +166,11 @@ def is_pydantic_model(model: Any) -> bool:
     return isinstance(model, type) and issubclass(model, pydantic.BaseModel)
 
 
-def pydantic_fields(model: Any) -> list[_Declared]:
+def pydantic_fields(model: Any, infos: dict[str, Any] | None = None) -> list[_Declared]:
+    """A pydantic model's fields (or `infos`, a pydantic dataclass's), their defaults and
+    metadata."""
     found: list[_Declared] = []
-    for name, info in model.model_fields.items():
+    for name, info in (model.model_fields if infos is None else infos).items():
         default: Callable[[], Any] | None = None
         is_factory = False
         if info.default_factory is not None:
@@ -181,7 +195,11 @@ def pydantic_fields(model: Any) -> list[_Declared]:
 
 
 def dataclass_fields(model: Any) -> list[_Declared]:
-    """A dataclass's fields (plain or pydantic's), their defaults and `Annotated` metadata."""
+    """A dataclass's fields, their defaults and `Annotated` metadata (a pydantic dataclass
+    is read as pydantic reads it: `Field(...)` defaults and constraints)."""
+    infos = getattr(model, "__pydantic_fields__", None)
+    if isinstance(infos, dict):
+        return pydantic_fields(model, infos)
     hints = _resolved_hints(model)
     found: list[_Declared] = []
     for item in dataclasses.fields(model):
@@ -259,14 +277,25 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         args = get_args(annotation)
         value_type = cast(Any, Vector)[args[0] if args else Any]
     update_type: Any = annotation
+    accepted: Any = annotation
     item = _item_type(annotation)
     if reducer is add_messages:
-        update_type = list[item | RemoveMessage]  # type: ignore[valid-type]
+        accepted = update_type = list[item | RemoveMessage]  # type: ignore[valid-type]
+        if not _journals(update_type):
+            raise InvalidDeclaration(
+                owner,
+                f"uses add_messages with messages of type {_declared_types.describe(item)}, "
+                f"which the journal cannot tell apart from a RemoveMessage in an update (msgspec "
+                f"decodes a pydantic model only on its own)",
+                "Declare the messages as statekernel.Message (or a msgspec Struct, a dataclass, "
+                "an attrs class or a dict), or use append_messages, which takes pydantic "
+                "messages.",
+            )
     make_default = _default_maker(owner, spec, annotation, value_type, held_as is not None)
     name = f"{prefix}.{spec.name}"
     merge = MergeStrategy.COMMUTATIVE if commutative else MergeStrategy.EXCLUSIVE
     key_scope = KeyScope.RUN if ephemeral == "run" else scope
-    refuses = constraint_check(model, spec.name, annotation, spec.metadata)
+    refuses = constraint_check(model, spec.name, annotation, spec.metadata, held_as)
 
     def body(namespace: dict[str, Any]) -> None:
         namespace["key"] = name
@@ -274,7 +303,7 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         namespace["scope"] = key_scope
         namespace["default_factory"] = staticmethod(make_default)
         if reducer is not None:
-            namespace["apply"] = staticmethod(_overwritable(reducer, held_as is not None))
+            namespace["apply"] = staticmethod(_overwritable(reducer))
         if refuses is not None:
             namespace["validate"] = staticmethod(refuses)
         namespace["__qualname__"] = owner
@@ -299,26 +328,35 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
         merge=merge,
         ephemeral=ephemeral,
         held_as=held_as,
-        update_annotation=update_type,
-        deep=get_origin(update_type) is not None,
+        update_annotation=accepted,
+        deep=get_origin(accepted) is not None,
         refuses=refuses if reducer is None else None,
         messages=reducer is add_messages or reducer is append_messages,
         coerces=isinstance(item, type) and issubclass(item, Message),
     )
 
 
-def _overwritable(reducer: Reducer, as_vector: bool) -> Reducer:
+def _overwritable(reducer: Reducer) -> Reducer:
     """The field's `apply`: the reducer, except for an `Overwrite`, whose value replaces the
     field's (`schema.command` writes one; it journals as the value it leaves)."""
 
     def apply(old: Any, new: Any) -> Any:
-        if type(new) is Overwrite:
-            return Vector(new.value) if as_vector else new.value
+        if type(new) is Overwrite:  # its value is already held as the field holds it
+            return new.value
         return reducer(old, new)
 
     apply.__qualname__ = apply.__name__ = getattr(reducer, "__name__", "apply")
     apply.__wrapped__ = reducer  # type: ignore[attr-defined]
     return apply
+
+
+def _journals(update_type: Any) -> bool:
+    """Whether msgspec can decode updates of this type (so the journal can replay them)."""
+    try:
+        msgspec.json.Decoder(update_type, dec_hook=dec_hook)
+    except TypeError:
+        return False
+    return True
 
 
 def _item_type(annotation: Any) -> Any:
@@ -328,16 +366,6 @@ def _item_type(annotation: Any) -> Any:
     if origin in _LISTS or origin is Vector or (origin is tuple and len(args) == 2):
         return args[0] if args else Any
     return Any
-
-
-def _is_role_pair(value: Any) -> bool:
-    """A `("user", "hi")` tuple: one message, not a sequence of two."""
-    return (
-        type(value) is tuple
-        and len(value) == 2
-        and all(isinstance(part, str) for part in value)
-        and value[0] in ROLE_NAMES
-    )
 
 
 def _read_metadata(

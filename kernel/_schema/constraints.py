@@ -11,8 +11,9 @@ merged the update, and a refusal is a `CommitRejected` that leaves the state unc
 Only fields with something to check get one: a plain `list[Message]` history pays nothing.
 Each check validates the field on its own (a one-field model carrying the field's
 constraints and field validators), so model-wide `@model_validator`s, and field validators
-that read other fields through `info.data`, are left to `view()`. Values are checked, never
-converted: the state stores what was written.
+that need the rest of the model (other fields through `info.data`, the class's own
+attributes), are left to `view()`: such a validator's error at the write is ignored.
+Values are checked, never converted: the state stores what was written.
 """
 
 from __future__ import annotations
@@ -32,22 +33,48 @@ Check = Callable[[Any], None]
 
 
 def constraint_check(
-    model: Any, name: str, annotation: Any, metadata: tuple[Any, ...]
+    model: Any,
+    name: str,
+    annotation: Any,
+    metadata: tuple[Any, ...],
+    held_as: type[list[Any]] | type[tuple[Any, ...]] | None,
 ) -> Check | None:
-    """A function raising `ValueError` (with pydantic's reasons) for a value the model
-    refuses for field `name`; None when the field has nothing beyond its type to check (the
-    type itself is checked at `schema.command`)."""
+    """A function raising `Refused` (with pydantic's reasons) for a value the model refuses
+    for field `name`; None when the field has nothing beyond its type to check (the type
+    itself is checked at `schema.command`), or when the field cannot be checked alone."""
     theirs = tuple(item for item in metadata if _is_constraint(item))
-    validators = _field_validators(model, name)
+    validators = _field_validators(model, name, whole_field=held_as is None)
     if not theirs and not validators and not _constrained(annotation):
         return None
-    validate: Check
-    if hasattr(model, "model_fields"):  # a pydantic model: its own config and validators
-        field_info = model.model_fields[name]
+    try:
+        validate = _validator(model, name, annotation, theirs, validators)
+    except pydantic.PydanticUserError:
+        return None  # a type pydantic will not validate here (a typing.TypedDict on 3.11)
+    owner = model.__qualname__
+
+    def check(value: Any) -> None:
+        if type(value) is Vector:  # held as a Vector, declared (and validated) as a container
+            value = value.totuple() if held_as is tuple else value.tolist()
+        try:
+            validate(value)
+        except pydantic.ValidationError as error:
+            raise Refused(owner, name, value, reasons(error)) from None
+        except Exception:  # a validator that needs the rest of the model
+            pass  # (other fields through info.data, the class's own attributes): view() runs it
+
+    return check
+
+
+def _validator(
+    model: Any, name: str, annotation: Any, theirs: tuple[Any, ...], validators: dict[str, Any]
+) -> Check:
+    infos = _pydantic_fields(model)
+    if infos is not None:  # pydantic's: the field as declared, the model's config
+        field_info = infos[name]
         make_model: Any = pydantic.create_model  # (its overloads cannot type a field by name)
         checker: Any = make_model(
             f"{model.__name__}.{name}",
-            __config__=model.model_config,
+            __config__=_config_of(model),
             __validators__=validators,
             **{name: (field_info.annotation, field_info)},
         )
@@ -55,24 +82,24 @@ def constraint_check(
         def validate(value: Any) -> None:
             checker.model_validate(by_validation_name(checker, {name: value}), **BY_NAME)
 
-    else:  # a TypedDict or dataclass field: its type and the constraints annotating it
-        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
-            typing.Annotated[(annotation, *theirs)] if theirs else annotation,
-            config=pydantic.ConfigDict(arbitrary_types_allowed=True),
-        )
-        validate = adapter.validate_python
+        return validate
+    # A TypedDict or plain dataclass field: its type and the constraints annotating it.
+    adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(
+        typing.Annotated[(annotation, *theirs)] if theirs else annotation,
+        config=pydantic.ConfigDict(arbitrary_types_allowed=True),
+    )
+    return adapter.validate_python
 
-    owner = model.__qualname__
 
-    def check(value: Any) -> None:
-        if type(value) is Vector:  # held as a Vector, declared (and validated) as a list
-            value = value.tolist()
-        try:
-            validate(value)
-        except pydantic.ValidationError as error:
-            raise Refused(owner, name, value, reasons(error)) from None
+def _pydantic_fields(model: Any) -> dict[str, Any] | None:
+    """A pydantic model's or pydantic dataclass's fields (`FieldInfo`s), else None."""
+    fields = getattr(model, "__pydantic_fields__", None)
+    return fields if isinstance(fields, dict) else None
 
-    return check
+
+def _config_of(model: Any) -> Any:
+    config = getattr(model, "model_config", None)
+    return config if config is not None else getattr(model, "__pydantic_config__", None)
 
 
 class Refused(ValueError):
@@ -80,7 +107,10 @@ class Refused(ValueError):
 
     def __init__(self, model: str, field: str, value: Any, reasons: str) -> None:
         self.reasons = reasons
-        super().__init__(f"{model} refuses {value!r:.80} for field {field!r}: {reasons}")
+        super().__init__(
+            f"{model} refuses {value!r:.80} for field {field!r}: {reasons}. Write a value "
+            f"the model accepts (with a reducer, one whose merged value it accepts)"
+        )
 
 
 BY_NAME: Mapping[str, Any] = (
@@ -129,15 +159,17 @@ def _constrained(annotation: Any) -> bool:
     return any(_constrained(arg) for arg in get_args(annotation))
 
 
-def _field_validators(model: Any, name: str) -> dict[str, Any]:
+def _field_validators(model: Any, name: str, *, whole_field: bool) -> dict[str, Any]:
     """The model's `@field_validator`s that apply to `name`, re-declared for a one-field
-    model."""
+    model. A validator of every field (`"*"`) skips a field held as a Vector: it would
+    make every append to a history O(n); naming the field asks for that explicitly."""
     decorators = getattr(model, "__pydantic_decorators__", None)
-    if decorators is None or not hasattr(model, "model_fields"):
+    if decorators is None or _pydantic_fields(model) is None:
         return {}
     found: dict[str, Any] = {}
     for attribute, decorator in decorators.field_validators.items():
-        if name in decorator.info.fields or "*" in decorator.info.fields:
+        fields = decorator.info.fields
+        if name in fields or ("*" in fields and whole_field):
             function = getattr(decorator.func, "__func__", decorator.func)
             declare: Any = pydantic.field_validator(
                 name, mode=decorator.info.mode, check_fields=False

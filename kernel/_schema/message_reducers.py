@@ -10,7 +10,12 @@ rebuilds the history, in O(n).
 A message's id is its `id` (EvoFabric's messages: `msg_id`), as an attribute or, for a
 mapping, a key. Messages of any kind work: `Message`, dicts, pydantic models, attrs classes
 and dataclasses (a new id is set on a copy); a message of another kind without an id is
-appended and can never be replaced or removed.
+appended and can never be replaced or removed. (A schema field under `add_messages` does
+not take pydantic messages: `_schema.compile` says why.)
+
+The index assumes what the kernel guarantees: a history's messages are never changed in
+place (the commit hands `apply` copies of mutable items). A caller of these functions on its
+own Vectors of dicts must not mutate the dicts either.
 """
 
 from __future__ import annotations
@@ -121,11 +126,12 @@ def _appended(history: Vector[Any], positions: Positions, items: list[Any]) -> V
     """The history with `items` appended, each id-less one given an id: O(appended). A later
     item with an id an earlier one of the same update has replaces it, as with any replace."""
     ids = positions.mutate()
+    named = _named(items)
     kept: list[Any] = []
     for message in items:
         found = message_id(message)
         if found is None:
-            message, found = _with_new_id(message, ids, len(history) + len(kept))
+            message, found = _with_new_id(message, ids, named, len(history) + len(kept))
         earlier = ids.get(found) if found is not None else None
         if earlier is not None and earlier >= len(history):
             kept[earlier - len(history)] = message
@@ -144,19 +150,21 @@ def _rewritten(history: Vector[Any], positions: Positions, items: list[Any]) -> 
     re-index only when something was removed (a replace moves no message)."""
     merged = history.tolist()
     ids = positions.mutate()
+    named = _named(items)
     removed: set[Any] = set()
     for message in items:
         if isinstance(message, RemoveMessage):
             if message.id not in ids:
                 raise ValueError(
                     f"RemoveMessage({message.id!r}): the history holds no message with that "
-                    f"id, so there is nothing to remove"
+                    f"id, so there is nothing to remove. Remove the ids the state holds "
+                    f"(read them from the history you were given)"
                 )
             removed.add(message.id)
             continue
         found = message_id(message)
         if found is None:
-            message, found = _with_new_id(message, ids, len(merged))
+            message, found = _with_new_id(message, ids, named, len(merged))
         at = ids.get(found) if found is not None else None
         if at is not None:
             merged[at] = message
@@ -181,11 +189,16 @@ def _rewritten(history: Vector[Any], positions: Positions, items: list[Any]) -> 
     return result
 
 
-def _with_new_id(message: Any, taken: Any, position: int) -> tuple[Any, Any]:
-    """`message` with an id no message of the history has, made from its position (or, for
-    a kind whose id cannot be set, as it is, still without one)."""
+def _named(items: list[Any]) -> set[Any]:
+    """The ids the messages of an update carry themselves: a made id must not be one."""
+    return {message_id(m) for m in items if not isinstance(m, RemoveMessage)} - {None}
+
+
+def _with_new_id(message: Any, taken: Any, named: set[Any], position: int) -> tuple[Any, Any]:
+    """`message` with an id neither the history nor the update holds, made from its
+    position (or, for a kind whose id cannot be set, as it is, still without one)."""
     candidate, extra = f"msg-{position}", 0
-    while candidate in taken:
+    while candidate in taken or candidate in named:
         extra += 1
         candidate = f"msg-{position}-{extra}"
     changed = _set_id(message, candidate)
@@ -237,8 +250,8 @@ def _index(messages: Iterable[Any]) -> Positions:
     ids: dict[Any, int] = {}
     for position, message in enumerate(messages):
         found = message_id(message)
-        if found is not None and found not in ids:
-            ids[found] = position
+        if found is not None:
+            ids[found] = position  # the last message of an id, as LangGraph finds it
     return immutables.Map(ids)
 
 

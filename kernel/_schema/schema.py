@@ -276,7 +276,7 @@ class StateSchema(Generic[M]):
             return result
         if isinstance(result, Mapping):
             return self.command(result)
-        if isinstance(result, self.model):
+        if not typing.is_typeddict(self.model) and isinstance(result, self.model):
             return self.command(self._updates_of(result))
         raise TypeError(
             f"node {getattr(node, '__qualname__', node)!r} of schema {self.prefix!r} must return "
