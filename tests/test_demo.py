@@ -84,3 +84,10 @@ def test_the_migrating_example_runs_three_frameworks_state_and_restores_it(
     assert "EvoFabric state:    steps=['step', 'step'] user_name='ada'" in output
     assert "Jianmu state:       rounds=2 done=True" in output
     assert "restored from SQLite, journal verified: True" in output
+
+
+def test_the_profile_owner_example_lists_and_forgets_one_owner(tmp_path: Path) -> None:
+    output = run_example("profile_owner.py", tmp_path)
+    assert "alice holds: {'prefs': Preferences(tone='warm'), 'quota': 7}" in output
+    assert "after forgetting alice: {}" in output
+    assert "bob still holds: {'prefs': Preferences(tone='brief'), 'quota': 7}" in output

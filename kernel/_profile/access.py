@@ -11,6 +11,7 @@ and tool gates a `ReadOnlyProfileAccess`; both are `ProfileAccess`es, so a hook 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeVar, cast
@@ -150,6 +151,26 @@ class ProfileAccess:
         info, record = self._resolve(key_cls, key)
         return cast(V, await self._update(info, record, fn))
 
+    async def list(self, owner: str) -> dict[type[ProfileKey[Any]], Any]:
+        """Every record `owner` holds (an agent, `"system"`, a scope string), across every
+        registered profile key: key class -> its value, decoded to the key's type. A key
+        `owner` holds no record of is left out (rather than given its default), so the
+        result says what is stored. Keys come in the order of their key strings."""
+        keys = self._registered("list", owner)
+        raws = await asyncio.gather(*(self._raw(key_cls, owner) for key_cls in keys))
+        return {
+            key_cls: self._decode(profile_key_info(key_cls), owner, raw)
+            for key_cls, raw in zip(keys, raws, strict=True)
+            if raw is not _ABSENT
+        }
+
+    async def clear(self, owner: str) -> None:
+        """Remove every record `owner` holds, across every registered profile key; records
+        of other owners stay. Each key's record is deleted as `delete` does it (so a
+        buffered view records the deletes, and a read-only one refuses)."""
+        for key_cls in self._registered("clear", owner):
+            await self.delete(key_cls, owner)
+
     def buffered(self) -> BufferedProfileAccess:
         """A view whose writes are recorded and sent to the store only by `apply()`."""
         view = self._view_as(BufferedProfileAccess)
@@ -176,6 +197,27 @@ class ProfileAccess:
         return view
 
     # -- shared machinery -----------------------------------------------------------------
+
+    def _registered(self, operation: str, owner: str) -> builtins.list[type[ProfileKey[Any]]]:
+        """The registered profile keys, by key string, for an owner-wide operation."""
+        if self._keys is None:
+            raise StateError(
+                f"profile {operation}({owner!r}) goes over every registered profile key, and "
+                f"this ProfileAccess was built without them. Use ctx.profile (or "
+                f"kernel.profile), or build ProfileAccess(store, keys={{K.key: K, ...}})."
+            )
+        if not isinstance(owner, str):
+            raise TypeError(
+                f"the owner for profile {operation} must be a StateScope or a string, got "
+                f"{type(owner).__name__} {owner!r}"
+            )
+        return [self._keys[name] for name in sorted(self._keys)]
+
+    async def _raw(self, key_cls: type[ProfileKey[Any]], owner: str) -> Any:
+        """The stored builtins of `owner`'s record of `key_cls`, or `_ABSENT`."""
+        info, record = self._resolve(key_cls, owner)
+        entry = await self._store_call("get", info, record, self._store.get(info.name, record))
+        return _ABSENT if entry is None else entry.value
 
     def _resolve(self, key_cls: type[ProfileKey[Any]], key: str) -> tuple[ProfileKeyInfo, str]:
         info = profile_key_info(key_cls)
@@ -338,6 +380,13 @@ class BufferedProfileAccess(ProfileAccess):
         info, record = self._resolve(key_cls, key)
         encoded = self._encode(info, record, value)
         self._record(_Op("write", info, record, raw=self._outgoing(encoded)), encoded.value)
+
+    async def _raw(self, key_cls: type[ProfileKey[Any]], owner: str) -> Any:
+        info, record = self._resolve(key_cls, owner)
+        raw = self._overlay.get((info.name, record), _ABSENT)
+        if raw is _DELETED:
+            return _ABSENT
+        return await super()._raw(key_cls, owner) if raw is _ABSENT else raw
 
     async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
         info, record = self._resolve(key_cls, key)
