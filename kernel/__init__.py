@@ -10,6 +10,7 @@ from ._agent import Agent, Decision, run_status
 from ._codec import dec_hook, enc_hook
 from ._commands import MutationBatch, StateCommand
 from ._context import AgentSpec, PhaseContext, RunIdentity
+from ._dead_letters import DeadLetter, DeadLetters
 from ._engine import PhaseReport
 from ._errors import (
     CommitRejected,
@@ -68,6 +69,8 @@ __all__ = [
     "CommitRecord",
     "CommitRejected",
     "Commutative",
+    "DeadLetter",
+    "DeadLetters",
     "Decision",
     "DecodeFailed",
     "DuplicateRegistration",

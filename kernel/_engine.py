@@ -31,7 +31,9 @@ import msgspec
 from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import PhaseContext
+from ._dead_letters import DeadLetters, letter_for, payload_text
 from ._errors import (
+    HookFailed,
     PhaseRunLoopExceeded,
     UnknownActionHandler,
     UnknownEffectHandler,
@@ -435,23 +437,67 @@ class PhaseEngine:
         entry = self._components.actions[action.spec.key]
         (context,) = self._hook_contexts(self._make_context(phase, self._state.snapshot, fields), 1)
         tally.actions += 1
-        result = checked(
-            await call(entry.function, action.payload, context, owner=entry.plugin, phase=phase),
-            (StateCommand,),
-            owner=entry.plugin,
-            phase=phase,
-            what=f"action handler for {action.spec.key!r}",
-            expected="a StateCommand or None",
-        )
-        if result is None:
-            await self._after_commits((), (context,), tally)
+        try:
+            result = checked(
+                await call(
+                    entry.function, action.payload, context, owner=entry.plugin, phase=phase
+                ),
+                (StateCommand,),
+                owner=entry.plugin,
+                phase=phase,
+                what=f"action handler for {action.spec.key!r}",
+                expected="a StateCommand or None",
+            )
+            if result is None:
+                committed: tuple[tuple[tuple[Contribution, ...], Snapshot], ...] = ()
+            else:
+                contribution = Contribution(entry.plugin, result, f"action:{action.spec.key}")
+                self._check_handlers(contribution)
+                before = self._state.revision
+                snapshot = self._state.commit((contribution,))
+                tally.commits += snapshot.revision != before
+                committed = (((contribution,), snapshot),)
+        except Exception as error:
+            if action.spec.on_failure != "dead_letter":
+                raise
+            # Its profile writes go with its command: nothing of a failed action lands.
+            if isinstance(context.profile, BufferedProfileAccess):
+                context.profile.discard()
+            self._dead_letter(phase, action, entry.plugin, error, context, tally)
             return
-        contribution = Contribution(entry.plugin, result, f"action:{action.spec.key}")
-        self._check_handlers(contribution)
-        before = self._state.revision
-        snapshot = self._state.commit((contribution,))
-        tally.commits += snapshot.revision != before
-        await self._after_commits((((contribution,), snapshot),), (context,), tally)
+        await self._after_commits(committed, (context,), tally)
+
+    def _dead_letter(
+        self,
+        phase: Phase,
+        action: ScheduledAction,
+        plugin: str,
+        error: Exception,
+        context: PhaseContext,
+        tally: _Tally,
+    ) -> None:
+        """Commit the failure of an action whose spec keeps failures as dead letters."""
+        key = action.spec.key
+        letter = letter_for(
+            key,
+            action.attempt,
+            payload_text(action.payload),
+            error.cause if isinstance(error, HookFailed) else error,  # what the handler raised
+            phase=phase,
+            revision=self._state.revision + 1,
+            run_id=context.run.run_id,
+        )
+        logger.warning(
+            "action %r (plugin %r) failed in %s; kept as dead letter %r",
+            key,
+            plugin,
+            phase.name,
+            letter.id,
+            exc_info=error,
+        )
+        command = StateCommand().update(DeadLetters, letter)
+        self._state.commit((Contribution(plugin, command, f"action:{key}"),))
+        tally.commits += 1
 
 
 async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:

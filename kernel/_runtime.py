@@ -20,6 +20,7 @@ from ._codec import CODEC_ERRORS, dec_hook, enc_hook
 from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
+from ._dead_letters import DeadLetter, DeadLetters, Retried, letter_for, retried
 from ._engine import PhaseEngine, PhaseReport
 from ._errors import (
     CommitRejected,
@@ -35,13 +36,14 @@ from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
 from ._journal import CommitRecord, RunJournal, records_of
 from ._key_codec import EncodeCache
-from ._keys import RESERVED_PREFIX, KeyScope
+from ._keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, KeyScope
 from ._merge import Contribution
 from ._messages import Message
 from ._phases import Phase, phase_of
 from ._plugin import Components, Plugin
 from ._profile.access import ProfileAccess
 from ._protocols import ProfileStore, ThreadStore
+from ._registry import KeyBinding
 from ._replay import ReplayReport
 from ._run_lock import RunLock
 from ._snapshot import Snapshot
@@ -100,7 +102,9 @@ class Kernel:
             raise ValueError(f"max_phase_rounds must be a positive int, got {max_phase_rounds!r}")
         if restore_errors not in ("raise", "skip"):
             raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
-        self.components = Components.build(plugins)
+        self.components = Components.build(
+            plugins, extra_keys=(KeyBinding.of(DeadLetters, plugin=RESERVED_PLUGIN_ID),)
+        )
         self.profile_store = profile_store
         self.profile: ProfileAccess | None = (
             ProfileAccess(profile_store, keys=self.components.profile_keys)
@@ -176,10 +180,19 @@ class Kernel:
                 parent_run_id=record.parent_run_id,
             )
             agent = AgentSpec(record.agent, record.active_hook_filter)
-            pending = [self._decode_action(a, thread_id) for a in record.actions]
-            return self._make_run(
-                identity, agent, thread, thread.run_values, pending
-            ), record.detail
+            pending: list[tuple[ScheduledAction, str | None]] = []
+            letters: list[tuple[PendingAction, DecodeFailed]] = []
+            for saved in record.actions:
+                try:
+                    pending.append(self._decode_action(saved, thread_id))
+                except DecodeFailed as error:
+                    if self.components.actions[saved.key].spec.on_failure != "dead_letter":
+                        raise
+                    letters.append((saved, error))
+            run = self._make_run(identity, agent, thread, thread.run_values, pending)
+            for saved, failed in letters:
+                run._keep_undecodable(saved, failed)
+            return run, record.detail
         except BaseException:
             self._threads.release(thread_id)
             raise
@@ -295,7 +308,7 @@ class Kernel:
             payload = msgspec.json.decode(saved.payload, type=payload_type, dec_hook=dec_hook)
         except CODEC_ERRORS as error:
             raise DecodeFailed(saved.key, f"{thread_id} (pending action)", error) from error
-        return ScheduledAction(entry.spec, payload), saved.origin
+        return ScheduledAction(entry.spec, payload, attempt=saved.attempt), saved.origin
 
     def _check_filter(self, hook_filter: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [p for p in hook_filter if p not in self.components.plugin_ids]
@@ -501,6 +514,40 @@ class Run:
         async with self._lock:
             return await self._engine.submit(command)
 
+    async def retry(self, letter: DeadLetter | str) -> PhaseReport:
+        """Schedule a dead letter's action again, as its next attempt, and take the letter
+        out of `DeadLetters`, in one commit. The action runs in its phase's convergence loop,
+        as when it was first scheduled; if it fails again, a new letter says so."""
+        wanted = letter if isinstance(letter, str) else letter.id
+        held = {item.id: item for item in self.snapshot.get(DeadLetters)}
+        found = held.get(wanted)
+        if found is None:
+            raise StateError(
+                f"thread {self.identity.thread_id!r} holds no dead letter {wanted!r}; it holds "
+                f"{sorted(held) or 'none'}. Read them with run.snapshot.get(DeadLetters); a "
+                f"letter retried once is gone."
+            )
+        entry = self._kernel.components.actions.get(found.action)
+        if entry is None:
+            raise UnknownActionHandler(found.action, None)
+        command = StateCommand().update(DeadLetters, Retried(found.id))
+        command.scheduled_actions.append(retried(found, entry.spec))
+        return await self.submit(command)
+
+    def _keep_undecodable(self, saved: PendingAction, failed: DecodeFailed) -> None:
+        """Dead-letter a resumed action whose saved payload no longer decodes."""
+        letter = letter_for(
+            saved.key,
+            saved.attempt,
+            bytes(saved.payload).decode(),
+            failed,
+            phase=self._kernel.components.actions[saved.key].spec.phase,
+            revision=self._state.revision + 1,
+            run_id=self.identity.run_id,
+        )
+        command = StateCommand().update(DeadLetters, letter)
+        self._state.commit((Contribution(None, command, f"action:{saved.key}"),))
+
     async def call_tool(
         self,
         tool_call: ToolCall,
@@ -660,7 +707,12 @@ class Run:
 
     def _suspended_record(self, detail: bytes) -> SuspendedRun:
         actions = tuple(
-            PendingAction(action.spec.key, origin, msgspec.Raw(self._cache_encode(action.payload)))
+            PendingAction(
+                action.spec.key,
+                origin,
+                msgspec.Raw(self._cache_encode(action.payload)),
+                attempt=action.attempt,
+            )
             for action, origin in self._engine.pending_actions
         )
         return SuspendedRun(

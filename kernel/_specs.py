@@ -9,7 +9,7 @@ payload type is checked when a command is built.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import attrs
 
@@ -19,6 +19,9 @@ from ._phases import Phase
 from ._token import DeclaredToken, TokenFamily, declared_info
 
 P = TypeVar("P")
+
+FailurePolicy = Literal["raise", "dead_letter"]
+FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("raise", "dead_letter")
 
 
 @attrs.frozen
@@ -79,6 +82,9 @@ class ScheduledActionSpec(_Spec[P]):
 
     _family = _spec_family("action", "ScheduledActionSpec")
     phase: ClassVar[Phase]
+    on_failure: ClassVar[FailurePolicy] = "raise"
+    """What a failure of the handler (or of its command's commit) does: `"raise"` fails the
+    phase with `HookFailed`; `"dead_letter"` commits a `DeadLetter` and goes on."""
 
     @classmethod
     def _check(cls, owner: str) -> None:
@@ -88,6 +94,14 @@ class ScheduledActionSpec(_Spec[P]):
                 owner,
                 f"`phase` must be a kernel.Phase, got {phase!r}",
                 "Set phase = Phase.<the phase whose convergence loop runs this action>.",
+            )
+        if cls.on_failure not in FAILURE_POLICIES:
+            raise InvalidDeclaration(
+                owner,
+                f"`on_failure` must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got "
+                f"{cls.on_failure!r}",
+                'Set on_failure = "dead_letter" to keep failures as dead letters, or leave '
+                "it out to fail the phase.",
             )
 
 
@@ -105,10 +119,12 @@ def spec_info(spec: Any, expected: type[_Spec[Any]]) -> SpecInfo:
 
 @attrs.frozen
 class ScheduledAction:
-    """One scheduled action inside a command: the spec and its payload."""
+    """One scheduled action inside a command: the spec and its payload; `attempt` counts
+    retries of a dead letter (1 for the first run)."""
 
     spec: type[ScheduledActionSpec[Any]]
     payload: Any
+    attempt: int = 1
 
 
 @attrs.frozen

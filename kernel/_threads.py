@@ -56,6 +56,7 @@ class PendingAction(msgspec.Struct, frozen=True):
     key: str
     origin: str | None
     payload: msgspec.Raw
+    attempt: int = 1
 
 
 class SuspendedRun(msgspec.Struct, frozen=True, kw_only=True):

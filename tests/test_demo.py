@@ -91,3 +91,11 @@ def test_the_profile_owner_example_lists_and_forgets_one_owner(tmp_path: Path) -
     assert "alice holds: {'prefs': Preferences(tone='warm'), 'quota': 7}" in output
     assert "after forgetting alice: {}" in output
     assert "bob still holds: {'prefs': Preferences(tone='brief'), 'quota': 7}" in output
+
+
+def test_the_dead_letters_example_keeps_a_failure_and_retries_it(tmp_path: Path) -> None:
+    output = run_example("dead_letters.py", tmp_path)
+    assert "dead letter dl-1: shop.deliver attempt 1" in output
+    assert "error: ConnectionError: courier unreachable" in output
+    assert "after the retry: delivered ('tea',)" in output
+    assert "dead letters left: 0" in output
