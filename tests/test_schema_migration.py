@@ -47,6 +47,7 @@ from statekernel import (
     as_message,
 )
 from statekernel.stores import SqliteThreadStore
+from statekernel.testing import snapshot_of
 
 
 def merge_dicts(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
@@ -655,12 +656,28 @@ class PydanticMessage(BaseModel):
     id: str | None = None
 
 
-def test_add_messages_over_pydantic_messages_is_refused_with_what_to_use() -> None:
-    class Chat(BaseModel):
-        messages: Annotated[list[PydanticMessage], add_messages] = []
+class PydanticChat(BaseModel):
+    messages: Annotated[list[PydanticMessage], add_messages] = []
 
+
+def test_add_messages_over_pydantic_messages_in_a_saved_thread_is_refused_with_what_to_use() -> (
+    None
+):
     with pytest.raises(InvalidDeclaration, match="statekernel.Message"):
-        StateSchema(Chat)
+        StateSchema(PydanticChat, scope=KeyScope.THREAD)
+
+
+async def test_add_messages_over_pydantic_messages_works_where_nothing_is_saved() -> None:
+    for schema in (
+        StateSchema(PydanticChat, prefix="run"),
+        StateSchema(PydanticChat, prefix="memory", scope=KeyScope.THREAD, persistent=False),
+    ):
+        run = await run_of(schema.plugin)
+        await run.submit(schema.command(messages=[PydanticMessage(content="a")]))
+        await run.submit(
+            schema.command(messages=[RemoveMessage("msg-0"), PydanticMessage(content="b")])
+        )
+        assert [m.content for m in schema.view(run.snapshot).messages] == ["b"]
 
 
 def test_a_made_id_never_takes_an_id_the_same_update_names() -> None:
@@ -740,3 +757,87 @@ def test_a_validator_of_every_field_skips_a_history_so_appends_stay_cheap() -> N
     assert not schema.keys["messages"].__statekernel_key__.has_validate
     with pytest.raises(StateValidationError, match="no secrets"):
         schema.command(title="secret")
+
+
+class Capped(BaseModel):
+    LIMIT: ClassVar[int] = 3
+    n: int = 0
+
+    @field_validator("n")
+    @classmethod
+    def at_most_limit(cls, value: int) -> int:
+        if value > cls.LIMIT:
+            raise ValueError(f"n must be at most {cls.LIMIT}")
+        return value
+
+
+class Lookup(BaseModel):
+    colour: str = "red"
+
+    @field_validator("colour")
+    @classmethod
+    def known(cls, value: str) -> str:
+        return {"red": "red", "blue": "blue"}[value]  # a KeyError for anything else
+
+
+async def test_validators_reading_the_class_or_refusing_with_any_error_refuse_at_the_write() -> (
+    None
+):
+    capped, lookup = StateSchema(Capped), StateSchema(Lookup)
+    with pytest.raises(StateValidationError, match="at most 3"):
+        capped.command(n=4)
+    assert capped.command(n=3).patch.ops
+    with pytest.raises(StateValidationError, match="KeyError"):
+        lookup.command(colour="green")
+    run = await run_of(lookup.plugin)
+    await run.submit(StateCommand().update(lookup.keys["colour"], "blue"))
+    with pytest.raises(CommitRejected, match="KeyError"):
+        await run.submit(StateCommand().update(lookup.keys["colour"], "green"))
+
+
+class NeedsAnother(BaseModel):
+    n: int = 0
+
+    @field_validator("n")
+    @classmethod
+    def against_other(cls, value: int, info: ValidationInfo) -> int:
+        if value and info.data["other"] < value:  # `other` is not a field: a KeyError
+            raise ValueError("too big")
+        return value
+
+
+def test_a_view_the_model_refuses_with_any_error_is_a_state_error() -> None:
+    schema = StateSchema(NeedsAnother)  # its validator takes info: left to view()
+    written = snapshot_of(schema.plugin, {schema.keys["n"]: 2})
+    with pytest.raises(StateError, match="KeyError"):
+        schema.view(written)
+
+
+class Rows(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    rows: Annotated[list[dict[str, int]], operator.add, Field(max_length=2)] = []
+
+
+async def test_a_constrained_history_of_mutable_items_is_checked_as_its_list() -> None:
+    schema = StateSchema(Rows)
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(rows=[{"a": 1}]))
+    await run.submit(schema.command(rows=[{"b": 2}]))
+    with pytest.raises(CommitRejected, match="at most 2 items"):
+        await run.submit(schema.command(rows=[{"c": 3}]))
+    assert schema.view(run.snapshot).rows == [{"a": 1}, {"b": 2}]
+
+
+@pydantic.dataclasses.dataclass
+class Labelled:
+    name: str = Field(default="x", alias="label")
+    hidden: int = dataclasses.field(default=0, init=False)
+
+
+async def test_a_pydantic_dataclass_skips_fields_init_does_not_take_and_views_by_alias() -> None:
+    schema = StateSchema(Labelled)
+    assert list(schema.fields) == ["name"]
+    run = await run_of(schema.plugin)
+    await run.submit(schema.command(name="y"))
+    assert schema.view(run.snapshot).name == "y"

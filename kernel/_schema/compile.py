@@ -199,7 +199,8 @@ def dataclass_fields(model: Any) -> list[_Declared]:
     is read as pydantic reads it: `Field(...)` defaults and constraints)."""
     infos = getattr(model, "__pydantic_fields__", None)
     if isinstance(infos, dict):
-        return pydantic_fields(model, infos)
+        taken = {item.name for item in dataclasses.fields(model) if item.init}
+        return pydantic_fields(model, {n: i for n, i in infos.items() if n in taken})
     hints = _resolved_hints(model)
     found: list[_Declared] = []
     for item in dataclasses.fields(model):
@@ -257,7 +258,9 @@ _REQUIREDNESS = frozenset(
 )
 
 
-def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> SchemaField:
+def compile_field(
+    model: Any, prefix: str, scope: KeyScope, spec: _Declared, *, persistent: bool = True
+) -> SchemaField:
     owner = f"{model.__qualname__}.{spec.name}"
     reducer, reducer_name, commutative, ephemeral = _read_metadata(owner, spec.metadata)
     if commutative and reducer is None:
@@ -281,15 +284,17 @@ def compile_field(model: Any, prefix: str, scope: KeyScope, spec: _Declared) -> 
     item = _item_type(annotation)
     if reducer is add_messages:
         accepted = update_type = list[item | RemoveMessage]  # type: ignore[valid-type]
-        if not _journals(update_type):
+        stored = persistent and (KeyScope.RUN if ephemeral == "run" else scope) is KeyScope.THREAD
+        problem = _journal_problem(update_type) if stored else None
+        if problem is not None:
             raise InvalidDeclaration(
                 owner,
                 f"uses add_messages with messages of type {_declared_types.describe(item)}, "
-                f"which the journal cannot tell apart from a RemoveMessage in an update (msgspec "
-                f"decodes a pydantic model only on its own)",
-                "Declare the messages as statekernel.Message (or a msgspec Struct, a dataclass, "
-                "an attrs class or a dict), or use append_messages, which takes pydantic "
-                "messages.",
+                f"and a saved thread journals each update, but msgspec cannot decode a list of "
+                f"these beside RemoveMessage ({problem})",
+                "Declare the messages as one msgspec Struct, dataclass or attrs class (such as "
+                "statekernel.Message), or as dicts; or keep the field out of the thread store "
+                "(persistent=False, or run scope); or use append_messages.",
             )
     make_default = _default_maker(owner, spec, annotation, value_type, held_as is not None)
     name = f"{prefix}.{spec.name}"
@@ -350,13 +355,14 @@ def _overwritable(reducer: Reducer) -> Reducer:
     return apply
 
 
-def _journals(update_type: Any) -> bool:
-    """Whether msgspec can decode updates of this type (so the journal can replay them)."""
+def _journal_problem(update_type: Any) -> str | None:
+    """Why msgspec cannot decode updates of this type (so the journal could not replay
+    them), or None when it can."""
     try:
         msgspec.json.Decoder(update_type, dec_hook=dec_hook)
-    except TypeError:
-        return False
-    return True
+    except TypeError as error:
+        return str(error)
+    return None
 
 
 def _item_type(annotation: Any) -> Any:

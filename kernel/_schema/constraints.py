@@ -19,6 +19,7 @@ Values are checked, never converted: the state stores what was written.
 from __future__ import annotations
 
 import inspect
+import logging
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, get_args, get_origin
@@ -26,10 +27,13 @@ from typing import Any, get_args, get_origin
 import pydantic
 import pydantic.fields
 
-from .._vector import Vector
+from .._errors import cause_text
 from .markers import Commutative, Ephemeral
+from .message_reducers import held_vector
 
 Check = Callable[[Any], None]
+
+logger = logging.getLogger("statekernel")
 
 
 def constraint_check(
@@ -46,21 +50,31 @@ def constraint_check(
     validators = _field_validators(model, name, whole_field=held_as is None)
     if not theirs and not validators and not _constrained(annotation):
         return None
+    owner = model.__qualname__
     try:
         validate = _validator(model, name, annotation, theirs, validators)
-    except pydantic.PydanticUserError:
-        return None  # a type pydantic will not validate here (a typing.TypedDict on 3.11)
-    owner = model.__qualname__
+    except pydantic.PydanticUserError as error:
+        # A type pydantic will not build a validator for on its own here (a typing.TypedDict
+        # on Python < 3.12): the field's type is still checked, its constraints are not.
+        logger.warning(
+            "%s.%s: its constraints cannot be checked at each write (%s); view() checks the "
+            "type only. Use typing_extensions.TypedDict for the items to have them checked.",
+            owner,
+            name,
+            str(error).splitlines()[0],
+        )
+        return None
 
     def check(value: Any) -> None:
-        if type(value) is Vector:  # held as a Vector, declared (and validated) as a container
-            value = value.totuple() if held_as is tuple else value.tolist()
+        held = held_vector(value)  # held as a Vector (or the commit's view of one)
+        if held is not None:
+            value = held.totuple() if held_as is tuple else held.tolist()
         try:
             validate(value)
         except pydantic.ValidationError as error:
             raise Refused(owner, name, value, reasons(error)) from None
-        except Exception:  # a validator that needs the rest of the model
-            pass  # (other fields through info.data, the class's own attributes): view() runs it
+        except Exception as error:  # a validator that refused with another exception
+            raise Refused(owner, name, value, cause_text(error)) from None
 
     return check
 
@@ -72,12 +86,13 @@ def _validator(
     if infos is not None:  # pydantic's: the field as declared, the model's config
         field_info = infos[name]
         make_model: Any = pydantic.create_model  # (its overloads cannot type a field by name)
-        checker: Any = make_model(
+        checker = make_model(
             f"{model.__name__}.{name}",
             __config__=_config_of(model),
             __validators__=validators,
             **{name: (field_info.annotation, field_info)},
         )
+        _lend_attributes(model, checker, infos)
 
         def validate(value: Any) -> None:
             checker.model_validate(by_validation_name(checker, {name: value}), **BY_NAME)
@@ -89,6 +104,38 @@ def _validator(
         config=pydantic.ConfigDict(arbitrary_types_allowed=True),
     )
     return adapter.validate_python
+
+
+def _lend_attributes(model: Any, checker: Any, fields: dict[str, Any]) -> None:
+    """Give the one-field model the class attributes and methods of the model (a ClassVar
+    limit, a helper method) that its validators may read through `cls`."""
+    decorators = getattr(model, "__pydantic_decorators__", None)
+    declared: set[str] = set()  # validators and serializers: the field's are re-declared
+    for group in _DECORATOR_GROUPS:
+        declared.update(getattr(decorators, group, None) or {})
+    for base in reversed(model.__mro__):
+        if base is object or base is pydantic.BaseModel or not hasattr(base, "__dict__"):
+            continue
+        for attribute, value in vars(base).items():
+            if attribute.startswith("__") or attribute in fields or attribute in declared:
+                continue
+            if attribute in checker.__dict__ and not callable(value):
+                continue
+            try:
+                setattr(checker, attribute, value)
+            except (AttributeError, TypeError):  # one pydantic will not let be set
+                continue
+
+
+_DECORATOR_GROUPS = (
+    "validators",
+    "field_validators",
+    "root_validators",
+    "model_validators",
+    "field_serializers",
+    "model_serializers",
+    "computed_fields",
+)
 
 
 def _pydantic_fields(model: Any) -> dict[str, Any] | None:
@@ -128,6 +175,19 @@ def by_validation_name(model: Any, values: dict[str, Any]) -> dict[str, Any]:
         (info.alias if isinstance(info.alias, str) else name): values[name]
         for name, info in model.model_fields.items()
         if name in values
+    }
+
+
+def by_alias(model: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Key `values` as a pydantic dataclass's `__init__` takes them (a field with an alias
+    is passed by its alias); a plain dataclass's as they are."""
+    fields = _pydantic_fields(model)
+    if fields is None:
+        return values
+    return {
+        (info.alias if isinstance(info.alias, str) else name): value
+        for name, value in values.items()
+        if (info := fields.get(name)) is not None
     }
 
 
@@ -171,8 +231,22 @@ def _field_validators(model: Any, name: str, *, whole_field: bool) -> dict[str, 
         fields = decorator.info.fields
         if name in fields or ("*" in fields and whole_field):
             function = getattr(decorator.func, "__func__", decorator.func)
+            if _reads_other_fields(function, decorator.info.mode):
+                continue  # its `info.data` would hold this field alone: view() runs it
             declare: Any = pydantic.field_validator(
                 name, mode=decorator.info.mode, check_fields=False
             )
             found[attribute] = declare(function)
     return found
+
+
+def _reads_other_fields(function: Any, mode: str) -> bool:
+    """Whether a field validator takes pydantic's `info` (so it may read other fields
+    through `info.data`): `(cls, value, info)`, or `(cls, value, handler, info)` in wrap
+    mode."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= (4 if mode == "wrap" else 3)

@@ -17,6 +17,7 @@ from .._errors import (
     InvalidDeclaration,
     StateError,
     UnknownSchemaField,
+    cause_text,
 )
 from .._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey, StateKeyOptions
 from .._phases import Phase
@@ -31,7 +32,7 @@ from .compile import (
     pydantic_fields,
     typeddict_fields,
 )
-from .constraints import BY_NAME, by_validation_name
+from .constraints import BY_NAME, by_alias, by_validation_name
 from .markers import EphemeralScope, Overwrite
 
 if TYPE_CHECKING:
@@ -155,7 +156,10 @@ class StateSchema(Generic[M]):
             raise InvalidDeclaration(
                 owner, "declares no fields", "Add at least one annotated field to the class."
             )
-        fields = {spec.name: compile_field(model, prefix, scope, spec) for spec in declared}
+        fields = {
+            spec.name: compile_field(model, prefix, scope, spec, persistent=persistent)
+            for spec in declared
+        }
         resets: dict[Phase, tuple[type[StateKey[Any, Any]], ...]] = {}
         for ephemeral, phase in _RESET_PHASES.items():
             reset = tuple(f.key for f in fields.values() if f.ephemeral == ephemeral)
@@ -222,13 +226,15 @@ class StateSchema(Generic[M]):
                 return cast(M, model.model_validate(by_validation_name(model, values), **BY_NAME))
             except pydantic.ValidationError as error:
                 raise self._invalid(snapshot, str(error)) from error
+            except Exception as error:  # a validator that refused with another exception
+                raise self._invalid(snapshot, cause_text(error)) from error
         for name, value in values.items():  # checked here, as nothing else will
             problem = mismatch(value, self.fields[name].annotation, (name,))
             if problem is not None:
                 raise self._invalid(snapshot, problem)
         if dataclasses.is_dataclass(self.model):
             try:
-                return self.model(**values)
+                return self.model(**by_alias(self.model, values))
             except Exception as error:  # a __post_init__ that refuses, a pydantic dataclass
                 raise self._invalid(snapshot, f"{type(error).__name__}: {error}") from error
         return cast(M, values)
