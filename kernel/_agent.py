@@ -178,6 +178,7 @@ class Agent:
         name: str = "default",
         max_phase_rounds: int = 16,
         restore_errors: Literal["raise", "skip"] = "raise",
+        unknown_keys: Literal["keep", "refuse"] = "keep",
         snapshot_every: int = SNAPSHOT_EVERY,
         on_phase: PhaseListener | None = None,
     ) -> None:
@@ -191,6 +192,7 @@ class Agent:
             thread_store=thread_store,
             max_phase_rounds=max_phase_rounds,
             restore_errors=restore_errors,
+            unknown_keys=unknown_keys,
             snapshot_every=snapshot_every,
         )
         if system_prompt is not None and not isinstance(system_prompt, str):

@@ -76,6 +76,9 @@ class Kernel:
     every checkpoint; without one they live in this kernel's memory and die with it.
     `restore_errors="skip"` lets a run start when some stored value no longer decodes: that
     key starts from its default and its stored bytes are kept unless the run writes it anew.
+    Stored thread keys that no plugin of this kernel registers are carried over untouched
+    (`unknown_keys="keep"`), so a plugin left out of one kernel finds its keys again in the
+    next; `unknown_keys="refuse"` makes loading such a thread a `StateError` naming them.
 
     Every commit is journaled (`history`, `state_at`, `verify`). A checkpoint appends the
     commits since the last one to the store, and writes a snapshot of the persistent thread
@@ -93,6 +96,7 @@ class Kernel:
         max_phase_rounds: int = 16,
         restore_errors: Literal["raise", "skip"] = "raise",
         snapshot_every: int = SNAPSHOT_EVERY,
+        unknown_keys: Literal["keep", "refuse"] = "keep",
     ) -> None:
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
             raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
@@ -102,6 +106,8 @@ class Kernel:
             raise ValueError(f"max_phase_rounds must be a positive int, got {max_phase_rounds!r}")
         if restore_errors not in ("raise", "skip"):
             raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
+        if unknown_keys not in ("keep", "refuse"):
+            raise ValueError(f"unknown_keys must be 'keep' or 'refuse', got {unknown_keys!r}")
         self.components = Components.build(
             plugins, extra_keys=(KeyBinding.of(DeadLetters, plugin=RESERVED_PLUGIN_ID),)
         )
@@ -118,6 +124,7 @@ class Kernel:
             thread_store,
             skip_undecodable=restore_errors == "skip",
             snapshot_every=snapshot_every,
+            refuse_unknown=unknown_keys == "refuse",
         )
         self._history = ThreadHistory(self._threads, self.components.keys)
 

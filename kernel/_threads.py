@@ -119,8 +119,10 @@ class ThreadKeeper:
         *,
         skip_undecodable: bool,
         snapshot_every: int = SNAPSHOT_EVERY,
+        refuse_unknown: bool = False,
     ) -> None:
         self._registry = registry
+        self._refuse_unknown = refuse_unknown
         self._snapshot_every = snapshot_every
         self._store = store
         self._skip_undecodable = skip_undecodable
@@ -378,6 +380,8 @@ class ThreadKeeper:
                 ),
                 key=thread_id,
             )
+        if self._refuse_unknown:
+            self._check_known(thread_id, restored.foreign, records)
         stale = apply_records(
             registry,
             restored.values,
@@ -420,6 +424,23 @@ class ThreadKeeper:
             vector_bases=bases,
             journal=memory.journal,
         )
+
+    def _check_known(
+        self, thread_id: str, foreign: Mapping[str, bytes], records: list[CommitRecord]
+    ) -> None:
+        """Refuse a thread that holds keys no plugin of this kernel registers (strict)."""
+        by_name = self._registry.by_name
+        unknown = set(foreign) | {
+            op.key for record in records for op in record.ops if op.key not in by_name
+        }
+        if unknown:
+            raise StateError(
+                f"thread {thread_id!r} holds keys no plugin of this kernel registers: "
+                f"{sorted(unknown)}, and this kernel refuses unknown stored keys "
+                f"(unknown_keys='refuse'). Nothing was loaded. Add the plugins that declare "
+                f"them, or load the thread with unknown_keys='keep' (the default), which "
+                f"carries them over untouched."
+            )
 
 
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:

@@ -1,0 +1,100 @@
+"""Plugins that come and go between kernels on one thread store: a plugin left out of one
+kernel finds its thread keys again in the next (carried over untouched), and a kernel can
+refuse threads holding keys it does not know (Awaken's strict unknown-key restore)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from statekernel import (
+    Kernel,
+    KeyScope,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    StateCommand,
+    StateError,
+    StateKey,
+)
+from statekernel.stores import SqliteThreadStore
+
+
+class Notes(StateKey[tuple[str, ...], str]):
+    key = "notes.items"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: tuple[str, ...], update: str) -> tuple[str, ...]:
+        return (*value, update)
+
+
+class Steps(StateKey[int, int]):
+    key = "core.steps"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class NotesPlugin(Plugin):
+    id = "notes"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(Notes)
+        registrar.register_phase_hook(Phase.STEP_START, self.note)
+
+    def note(self, ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Notes, f"step {ctx.snapshot.get(Steps)}")
+
+
+class Core(Plugin):
+    id = "core"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(Steps)
+        registrar.register_phase_hook(Phase.STEP_END, lambda ctx: StateCommand().update(Steps, 1))
+
+
+async def one_run(kernel: Kernel) -> None:
+    run = await kernel.start_run("t1")
+    await run.run_phase(Phase.STEP_START)
+    await run.run_phase(Phase.STEP_END)
+    await run.finish()
+
+
+async def test_a_plugin_left_out_of_one_kernel_finds_its_keys_again_in_the_next(
+    tmp_path: Path,
+) -> None:
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        await one_run(Kernel([Core(), NotesPlugin()], thread_store=store))  # installed
+        await one_run(Kernel([Core()], thread_store=store))  # uninstalled
+        with_notes = Kernel([Core(), NotesPlugin()], thread_store=store)  # reinstalled
+        run = await with_notes.start_run("t1")
+        assert run.snapshot.get(Notes) == ("step 0",)  # as it was, untouched meanwhile
+        assert run.snapshot.get(Steps) == 2  # the other run's work is there too
+        await run.abandon()
+        assert (await with_notes.verify("t1")).ok
+
+
+async def test_a_strict_kernel_refuses_a_thread_with_keys_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        await one_run(Kernel([Core(), NotesPlugin()], thread_store=store))
+        strict = Kernel([Core()], thread_store=store, unknown_keys="refuse")
+        with pytest.raises(StateError, match=r"\['notes.items'\].*unknown_keys='refuse'"):
+            await strict.start_run("t1")
+        knowing = Kernel([Core(), NotesPlugin()], thread_store=store, unknown_keys="refuse")
+        await one_run(knowing)  # it knows every key the thread holds: it loads
+        run = await knowing.start_run("t1")
+        assert run.snapshot.get(Notes) == ("step 0", "step 1")
+        await run.abandon()
+
+
+def test_an_unknown_keys_setting_other_than_keep_or_refuse_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown_keys"):
+        Kernel([Core()], unknown_keys="drop")  # type: ignore[arg-type]
