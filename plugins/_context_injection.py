@@ -54,23 +54,33 @@ from statekernel import (
 
 __all__ = [
     "BANDS",
+    "LIFETIMES",
     "AddContextMessage",
     "Band",
     "ContextEntry",
     "ContextInjection",
     "ContextMessage",
     "ContextMessages",
+    "ContextRunMessages",
     "ContextStep",
     "ContextThrottle",
+    "Lifetime",
     "RemoveContextMessage",
+    "RemoveContextPrefix",
     "ThrottleMark",
     "add_context",
+    "clear_context",
     "remove_context",
+    "remove_context_prefix",
 ]
 
 Band = Literal["system", "session", "conversation", "suffix_system"]
 BANDS: tuple[Band, ...] = ("system", "session", "conversation", "suffix_system")
 """The bands in the order they appear in a request."""
+
+Lifetime = Literal["persistent", "ephemeral"]
+LIFETIMES: tuple[Lifetime, ...] = ("persistent", "ephemeral")
+"""Where a message is kept: in the thread (saved), or for the current run only."""
 
 _RANK: dict[str, int] = {band: rank for rank, band in enumerate(BANDS)}
 _AFTER_HISTORY = _RANK["conversation"]
@@ -81,9 +91,14 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
 
     `key` identifies it: adding a message with a key already stored replaces that message.
     `cooldown_steps=n`: once injected, further adds of this key are ignored for n steps
-    (a reminder scheduled every step then shows up every n steps). `expires_after_steps=n`:
-    the message is placed into the requests of n steps, starting with the step it is
-    injected in, and then removed.
+    (a reminder scheduled every step then shows up every n steps); with
+    `reinject_on_change=True`, an add whose content differs from what was injected goes in
+    anyway and starts the cooldown again. `expires_after_steps=n`: the message is placed
+    into the requests of n steps, starting with the step it is injected in, and then
+    removed. `emit_once=True`: it is placed into exactly one request, the next, and then
+    removed (consumed after emit). `lifetime`: `"persistent"` keeps it in the thread (saved,
+    there in later runs), `"ephemeral"` for the current run only; None takes the plugin's
+    `default_lifetime`.
     """
 
     key: str
@@ -93,6 +108,9 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["system", "user", "assistant"] = "system"
     cooldown_steps: int | None = None
     expires_after_steps: int | None = None
+    emit_once: bool = False
+    lifetime: Lifetime | None = None
+    reinject_on_change: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -102,6 +120,17 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
                 f"ContextMessage {self.key!r}: band must be one of {', '.join(BANDS)}; "
                 f"got {self.band!r}"
             )
+        if self.lifetime is not None and self.lifetime not in LIFETIMES:
+            raise ValueError(
+                f"ContextMessage {self.key!r}: lifetime must be 'persistent', 'ephemeral' or "
+                f"None; got {self.lifetime!r}"
+            )
+        for name in ("emit_once", "reinject_on_change"):
+            if type(getattr(self, name)) is not bool:
+                raise ValueError(
+                    f"ContextMessage {self.key!r}: {name} must be True or False; "
+                    f"got {getattr(self, name)!r}"
+                )
         if self.role not in ("system", "user", "assistant"):
             raise ValueError(
                 f"ContextMessage {self.key!r}: role must be 'system', 'user' or 'assistant'; "
@@ -125,10 +154,12 @@ class ContextEntry(msgspec.Struct, frozen=True):
 
 
 class ThrottleMark(msgspec.Struct, frozen=True):
-    """Adds of `key` are ignored until the context step reaches `until`."""
+    """Adds of `key` are ignored until the context step reaches `until` (unless their
+    content differs from `content`, what was injected, and they ask to be re-injected)."""
 
     key: str
     until: int
+    content: str = ""
 
 
 class _Put(msgspec.Struct, frozen=True, tag=True):
@@ -141,6 +172,14 @@ class _Remove(msgspec.Struct, frozen=True, tag=True):
 
 class _Expire(msgspec.Struct, frozen=True, tag=True):
     now: int
+
+
+class _RemovePrefix(msgspec.Struct, frozen=True, tag=True):
+    prefix: str  # "" removes every message
+
+
+class _Consume(msgspec.Struct, frozen=True, tag=True):
+    keys: frozenset[str]  # emit-once messages placed into a request
 
 
 class _Mark(msgspec.Struct, frozen=True, tag=True):
@@ -156,29 +195,53 @@ def _place(entry: ContextEntry) -> tuple[int, int, str]:
     return (_RANK[message.band], message.order, message.key)
 
 
-class ContextMessages(StateKey[tuple[ContextEntry, ...], _Put | _Remove | _Expire]):
-    """The thread's context messages, kept sorted by (band, order, key).
+_Change = _Put | _Remove | _Expire | _RemovePrefix | _Consume
 
-    Write it with `add_context` / `AddContextMessage` (throttled) and `remove_context` /
-    `RemoveContextMessage`; the update types are internal.
+
+def _changed(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextEntry, ...]:
+    """One store of context messages after one change."""
+    if isinstance(update, _Put):
+        key = update.entry.message.key
+        kept = [entry for entry in value if entry.message.key != key]
+        bisect.insort(kept, update.entry, key=_place)
+        return tuple(kept)
+    if isinstance(update, _Remove | _Consume):
+        return tuple(entry for entry in value if entry.message.key not in update.keys)
+    if isinstance(update, _RemovePrefix):
+        return tuple(entry for entry in value if not entry.message.key.startswith(update.prefix))
+    now = update.now
+    return tuple(entry for entry in value if entry.expires_at is None or entry.expires_at > now)
+
+
+class ContextMessages(StateKey[tuple[ContextEntry, ...], _Change]):
+    """The thread's persistent context messages, kept sorted by (band, order, key).
+
+    Write it with `add_context` / `AddContextMessage` (throttled), `remove_context` /
+    `RemoveContextMessage`, `remove_context_prefix` and `clear_context`; the update types
+    are internal.
     """
 
     key = "context.messages"
     scope = KeyScope.THREAD
 
     @staticmethod
-    def apply(
-        value: tuple[ContextEntry, ...], update: _Put | _Remove | _Expire
-    ) -> tuple[ContextEntry, ...]:
-        if isinstance(update, _Put):
-            key = update.entry.message.key
-            kept = [entry for entry in value if entry.message.key != key]
-            bisect.insort(kept, update.entry, key=_place)
-            return tuple(kept)
-        if isinstance(update, _Remove):
-            return tuple(entry for entry in value if entry.message.key not in update.keys)
-        now = update.now
-        return tuple(entry for entry in value if entry.expires_at is None or entry.expires_at > now)
+    def apply(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextEntry, ...]:
+        return _changed(value, update)
+
+
+class ContextRunMessages(StateKey[tuple[ContextEntry, ...], _Change]):
+    """The run's ephemeral context messages (`lifetime="ephemeral"`): placed like the
+    thread's, gone when the run ends."""
+
+    key = "context.run_messages"
+    scope = KeyScope.RUN
+
+    @staticmethod
+    def apply(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextEntry, ...]:
+        return _changed(value, update)
+
+
+_STORES = (ContextMessages, ContextRunMessages)
 
 
 class ContextThrottle(StateKey[tuple[ThrottleMark, ...], _Mark | _Prune]):
@@ -221,6 +284,13 @@ class RemoveContextMessage(ScheduledActionSpec[str]):
     phase = Phase.BEFORE_INFERENCE
 
 
+class RemoveContextPrefix(ScheduledActionSpec[str]):
+    """Remove every context message whose key starts with this prefix (`""`: all of them)."""
+
+    key = "context.remove_prefix"
+    phase = Phase.BEFORE_INFERENCE
+
+
 def add_context(message: ContextMessage) -> StateCommand:
     """A command that schedules `AddContextMessage(message)`; extend yours with it."""
     return StateCommand().schedule(AddContextMessage, message)
@@ -232,7 +302,31 @@ def remove_context(*keys: str) -> StateCommand:
     Unlike `RemoveContextMessage`, this needs no action round: the removal is part of the
     command it is in. The keys' cooldowns keep running.
     """
-    return StateCommand().update(ContextMessages, _Remove(frozenset(keys)))
+    return _everywhere(_Remove(frozenset(keys)))
+
+
+def remove_context_prefix(prefix: str) -> StateCommand:
+    """A command that removes every message whose key starts with `prefix` when it commits
+    (`remove_context_prefix("tool.")` drops what one family of plugins injected)."""
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(
+            f"remove_context_prefix needs a non-empty prefix, got {prefix!r}; use "
+            f"clear_context() to remove every message"
+        )
+    return _everywhere(_RemovePrefix(prefix))
+
+
+def clear_context() -> StateCommand:
+    """A command that removes every context message, persistent and ephemeral, when it
+    commits. Cooldowns keep running."""
+    return _everywhere(_RemovePrefix(""))
+
+
+def _everywhere(change: _Change) -> StateCommand:
+    command = StateCommand()
+    for store in _STORES:
+        command.update(store, change)
+    return command
 
 
 class ContextInjection(Plugin):
@@ -240,13 +334,23 @@ class ContextInjection(Plugin):
 
     id = "context"
 
+    def __init__(self, *, default_lifetime: Lifetime = "persistent") -> None:
+        if default_lifetime not in LIFETIMES:
+            raise ValueError(
+                f"default_lifetime must be 'persistent' or 'ephemeral', got {default_lifetime!r}"
+            )
+        self.default_lifetime = default_lifetime
+
     def register(self, registrar: PluginRegistrar) -> None:
         registrar.register_key(ContextMessages)
+        registrar.register_key(ContextRunMessages)
         registrar.register_key(ContextThrottle)
         registrar.register_key(ContextStep)
         registrar.register_action(AddContextMessage, self.add)
         registrar.register_action(RemoveContextMessage, self.remove)
+        registrar.register_action(RemoveContextPrefix, self.remove_prefix)
         registrar.register_phase_hook(Phase.STEP_START, self.tick)
+        registrar.register_phase_hook(Phase.AFTER_INFERENCE, self.consume)
         registrar.register_request_transform(self.place)
 
     def add(self, message: ContextMessage, ctx: PhaseContext) -> StateCommand | None:
@@ -254,36 +358,60 @@ class ContextInjection(Plugin):
         snapshot = ctx.snapshot
         now = snapshot.get(ContextStep)
         for mark in snapshot.get(ContextThrottle):
-            if mark.key == message.key and now < mark.until:
+            throttled = mark.key == message.key and now < mark.until
+            changed = message.reinject_on_change and message.content != mark.content
+            if throttled and not changed:
                 return None
         expires = message.expires_after_steps
         entry = ContextEntry(message, now, None if expires is None else now + expires)
-        command = StateCommand().update(ContextMessages, _Put(entry))
+        lifetime = message.lifetime or self.default_lifetime
+        keep, other = (
+            (ContextMessages, ContextRunMessages)
+            if lifetime == "persistent"
+            else (ContextRunMessages, ContextMessages)
+        )
+        command = StateCommand().update(keep, _Put(entry))
+        if any(held.message.key == message.key for held in snapshot.get(other)):
+            command.update(other, _Remove(frozenset((message.key,))))  # one key, one store
         if message.cooldown_steps is not None:
-            command.update(
-                ContextThrottle, _Mark(ThrottleMark(message.key, now + message.cooldown_steps))
-            )
+            mark = ThrottleMark(message.key, now + message.cooldown_steps, message.content)
+            command.update(ContextThrottle, _Mark(mark))
         return command
 
     def remove(self, key: str, ctx: PhaseContext) -> StateCommand | None:
-        if not any(entry.message.key == key for entry in ctx.snapshot.get(ContextMessages)):
+        if not any(entry.message.key == key for entry in _held(ctx.snapshot)):
             return None
         return remove_context(key)
+
+    def remove_prefix(self, prefix: str, ctx: PhaseContext) -> StateCommand | None:
+        if not any(entry.message.key.startswith(prefix) for entry in _held(ctx.snapshot)):
+            return None
+        return _everywhere(_RemovePrefix(prefix))
+
+    def consume(self, ctx: PhaseContext) -> StateCommand | None:
+        """Remove the emit-once messages the request just made held (they were placed)."""
+        command = StateCommand()
+        for store in _STORES:
+            keys = frozenset(e.message.key for e in ctx.snapshot.get(store) if e.message.emit_once)
+            if keys:
+                command.update(store, _Consume(keys))
+        return command if not command.is_empty() else None
 
     def tick(self, ctx: PhaseContext) -> StateCommand:
         """Advance the step clock; drop what expires and cooldowns that ran out at it."""
         snapshot = ctx.snapshot
         now = snapshot.get(ContextStep) + 1
         command = StateCommand().update(ContextStep, 1)
-        if any(_expired(entry, now) for entry in snapshot.get(ContextMessages)):
-            command.update(ContextMessages, _Expire(now))
+        for store in _STORES:
+            if any(_expired(entry, now) for entry in snapshot.get(store)):
+                command.update(store, _Expire(now))
         if any(mark.until <= now for mark in snapshot.get(ContextThrottle)):
             command.update(ContextThrottle, _Prune(now))
         return command
 
     def place(self, request: InferenceRequest, snapshot: Snapshot) -> InferenceRequest:
         """The request with the stored messages placed in their bands."""
-        entries = snapshot.get(ContextMessages)
+        entries = _held(snapshot)
         if not entries:
             return request
         now = snapshot.get(ContextStep)
@@ -292,6 +420,14 @@ class ContextInjection(Plugin):
         return request.replace(
             messages=(*_messages(live[:split]), *request.messages, *_messages(live[split:]))
         )
+
+
+def _held(snapshot: Snapshot) -> list[ContextEntry]:
+    """Every stored message, persistent and ephemeral, in placement order."""
+    thread, run = snapshot.get(ContextMessages), snapshot.get(ContextRunMessages)
+    if not run:
+        return list(thread)
+    return sorted((*thread, *run), key=_place)
 
 
 def _expired(entry: ContextEntry, now: int) -> bool:

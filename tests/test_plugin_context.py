@@ -25,11 +25,15 @@ from statekernel.plugins import (
     ContextInjection,
     ContextMessage,
     ContextMessages,
+    ContextRunMessages,
     ContextStep,
     ContextThrottle,
     RemoveContextMessage,
+    RemoveContextPrefix,
     add_context,
+    clear_context,
     remove_context,
+    remove_context_prefix,
 )
 from statekernel.stores import MemoryThreadStore
 from statekernel.testing import assert_commutative
@@ -243,5 +247,131 @@ def test_the_step_clock_is_commutative() -> None:
     ],
 )
 def test_a_malformed_message_fails_where_it_is_built(fields: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        ContextMessage(**{"key": "k", "content": "c", **fields})
+
+
+# -- lifecycles: emit once, ephemeral, prefix removal, clear-all, re-injection --------------
+
+
+async def test_an_emit_once_message_appears_in_exactly_one_request() -> None:
+    flash = ContextMessage(key="flash", content="one-time notice", emit_once=True)
+    model = ScriptedModel(steps(3))
+    result = await Agent([ContextInjection(), Injector(once(flash))], model, NOOP).run("t", "go")
+    assert seen(model, "one-time notice") == [True, False, False]
+    assert result.snapshot.get(ContextMessages) == ()
+
+
+async def test_ephemeral_messages_last_one_run_and_persistent_ones_carry_over() -> None:
+    def both(ctx: PhaseContext) -> tuple[ContextMessage, ...]:
+        if ctx.snapshot.get(ContextStep) != 1:
+            return ()
+        return (
+            ContextMessage(key="run-only", content="for this run", lifetime="ephemeral"),
+            ContextMessage(key="kept", content="for the thread"),
+        )
+
+    model = ScriptedModel(steps(2))
+    agent = Agent([ContextInjection(), Injector(both)], model, NOOP)
+    first = await agent.run("t", "one")
+    assert seen(model, "for this run") == [True, True]
+    assert [e.message.key for e in first.snapshot.get(ContextRunMessages)] == ["run-only"]
+    model.requests.clear()
+    await agent.run("t", "two")
+    assert seen(model, "for this run") == [False] and seen(model, "for the thread") == [True]
+
+
+async def test_the_plugin_default_lifetime_applies_where_a_message_names_none() -> None:
+    note = ContextMessage(key="note", content="ephemeral by default")
+    model = ScriptedModel()
+    agent = Agent([ContextInjection(default_lifetime="ephemeral"), Injector(once(note))], model)
+    await agent.run("t", "one")
+    await agent.run("t", "two")
+    assert seen(model, "ephemeral by default") == [True, False]
+    with pytest.raises(ValueError, match="default_lifetime"):
+        ContextInjection(default_lifetime="forever")  # type: ignore[arg-type]
+
+
+async def test_removal_by_prefix_and_clear_all_remove_what_they_say() -> None:
+    messages = (
+        ContextMessage(key="tool.search", content="search tips"),
+        ContextMessage(key="tool.shell", content="shell tips", lifetime="ephemeral"),
+        ContextMessage(key="persona", content="be brief"),
+    )
+
+    def drop_tools(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+        return ToolOutput("ok", remove_context_prefix("tool."))
+
+    def clear(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
+        return ToolOutput("ok", clear_context())
+
+    model = ScriptedModel(
+        [
+            InferenceResponse("", (ToolCall("c1", "drop_tools", {}),)),
+            InferenceResponse("", (ToolCall("c2", "clear", {}),)),
+        ]
+    )
+    tools = {"drop_tools": drop_tools, "clear": clear}
+    await Agent([ContextInjection(), Injector(once(*messages))], model, tools).run("t", "go")
+    assert [
+        sorted(c for c in contents(r) if "tips" in c or "brief" in c) for r in model.requests
+    ] == [
+        ["be brief", "search tips", "shell tips"],
+        ["be brief"],
+        [],
+    ]
+    with pytest.raises(ValueError, match="clear_context"):
+        remove_context_prefix("")
+
+
+async def test_the_remove_prefix_action_runs_in_order_with_adds() -> None:
+    def schedule(ctx: PhaseContext) -> StateCommand | None:
+        if ctx.snapshot.get(ContextStep) != 1:
+            return None
+        return (
+            add_context(ContextMessage(key="a.1", content="first"))
+            .schedule(RemoveContextPrefix, "a.")
+            .extend(add_context(ContextMessage(key="a.2", content="second")))
+        )
+
+    class Scheduler(Plugin):
+        id = "scheduler"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_phase_hook(Phase.BEFORE_INFERENCE, schedule)
+
+    model = ScriptedModel()
+    await Agent([ContextInjection(), Scheduler()], model).run("t", "go")
+    assert seen(model, "first") == [False] and seen(model, "second") == [True]
+
+
+@pytest.mark.parametrize("reinject", [False, True])
+async def test_a_changed_throttled_message_is_reinjected_only_when_asked(reinject: bool) -> None:
+    def status(ctx: PhaseContext) -> tuple[ContextMessage, ...]:
+        step = ctx.snapshot.get(ContextStep)
+        content = "build: green" if step < 3 else "build: RED"
+        return (
+            ContextMessage(
+                key="build", content=content, cooldown_steps=10, reinject_on_change=reinject
+            ),
+        )
+
+    model = ScriptedModel(steps(4))
+    await Agent([ContextInjection(), Injector(status)], model, NOOP).run("t", "go")
+    assert seen(model, "build: RED") == ([False, False, True, True] if reinject else [False] * 4)
+    assert seen(model, "build: green") == ([True, True, False, False] if reinject else [True] * 4)
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"lifetime": "forever"}, "lifetime must be"),
+        ({"emit_once": 1}, "emit_once must be True or False"),
+        ({"reinject_on_change": "yes"}, "reinject_on_change must be True or False"),
+    ],
+)
+def test_a_malformed_lifecycle_option_fails_where_it_is_built(
+    fields: dict[str, Any], problem: str
+) -> None:
     with pytest.raises(ValueError, match=problem):
         ContextMessage(**{"key": "k", "content": "c", **fields})

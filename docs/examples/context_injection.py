@@ -3,8 +3,9 @@
 Run: .venv/bin/python docs/examples/context_injection.py
 
 A "guide" plugin schedules context messages; the model (scripted, offline) calls a no-op
-tool for four steps, then a tool that dismisses one message, then answers. Every request the
-model received is printed with each context message labelled by its key.
+tool for four steps, then a tool that dismisses the project's messages by key prefix, then
+answers. A welcome note is emitted once. Every request the model received is printed with
+each context message labelled by its key.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from statekernel.plugins import (
     ContextMessage,
     ContextStep,
     add_context,
-    remove_context,
+    remove_context_prefix,
 )
 
 
@@ -51,7 +52,19 @@ class Guide(Plugin):
             command.extend(
                 add_context(
                     ContextMessage(
-                        key="repo", content="Repo: statekernel, Python 3.11.", band="session"
+                        key="project.repo",
+                        content="Repo: statekernel, Python 3.11.",
+                        band="session",
+                    )
+                )
+            )
+            command.extend(
+                add_context(
+                    ContextMessage(
+                        key="welcome",
+                        content="Welcome back; last session ended green.",
+                        band="conversation",
+                        emit_once=True,  # in the first request only
                     )
                 )
             )
@@ -81,7 +94,7 @@ def noop(arguments: dict[str, Any], ctx: PhaseContext) -> str:
 
 
 def dismiss(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
-    return ToolOutput("dismissed", remove_context(arguments["key"]))
+    return ToolOutput("dismissed", remove_context_prefix(arguments["prefix"]))
 
 
 def call(name: str, **arguments: Any) -> InferenceResponse:
@@ -90,7 +103,11 @@ def call(name: str, **arguments: Any) -> InferenceResponse:
 
 async def main() -> None:
     model = ScriptedModel(
-        [*(call("noop") for _ in range(4)), call("dismiss", key="repo"), InferenceResponse("Done.")]
+        [
+            *(call("noop") for _ in range(4)),
+            call("dismiss", prefix="project."),
+            InferenceResponse("Done."),
+        ]
     )
     agent = Agent([ContextInjection(), Guide()], model, {"noop": noop, "dismiss": dismiss})
     result = await agent.run("thread-1", ["Fix the failing test."])
@@ -106,13 +123,14 @@ async def main() -> None:
             if history:
                 print(f"    ... the thread's history: {history} message(s) ...")
                 history = 0
-            print(f"    {key:<8} {message.content}")
+            print(f"    {key:<12} {message.content}")
     print(f"thread history: {len(result.messages)} messages, none of them context messages")
     assert [m.content for m in model.requests[0].messages][:2] == [
         "You are a careful engineer.",
         "Repo: statekernel, Python 3.11.",
     ]
     assert sum("Reminder" in m.content for r in model.requests for m in r.messages) == 2
+    assert sum("Welcome" in m.content for r in model.requests for m in r.messages) == 1
 
 
 if __name__ == "__main__":
