@@ -85,18 +85,10 @@ def as_message(value: Any, where: str) -> Message:
         return Message("user", value)
     if is_role_pair(value):
         role, content = value
-        if role not in _ROLES:
-            raise StateValidationError(
-                where,
-                _EXPECTED,
-                value,
-                what="message",
-                detail=f"its role must be one of {', '.join(_ROLES)}",
-            )
-        return Message(_ROLES[role], content)
+        return Message(_role(role, value, where), content)
     if isinstance(value, Mapping):
         return _from_mapping(value, where)
-    raise StateValidationError(where, _EXPECTED, value, what="message")
+    raise _refused(where, value)
 
 
 def is_role_pair(value: Any) -> bool:
@@ -112,43 +104,37 @@ def is_one_message(value: Any) -> bool:
 
 
 def _from_mapping(value: Mapping[str, Any], where: str) -> Message:
-    role = value.get("role")
-    if not isinstance(role, str) or role not in _ROLES:
-        raise StateValidationError(
-            where,
-            _EXPECTED,
-            value,
-            what="message",
-            detail=f"its role must be one of {', '.join(_ROLES)}",
-        )
+    role = _role(value.get("role"), value, where)
     content = _text_of(value.get("content"), value, where)
     for name in ("id", "tool_call_id"):
         if not isinstance(value.get(name), str | None):
-            raise StateValidationError(
-                where, _EXPECTED, value, what="message", detail=f"its {name} must be a string"
-            )
+            raise _refused(where, value, f"its {name} must be a string")
     if not isinstance(value.get("is_error", False), bool):
-        raise StateValidationError(
-            where, _EXPECTED, value, what="message", detail="its is_error must be True or False"
-        )
+        raise _refused(where, value, "its is_error must be True or False")
     try:
         calls = tuple(_tool_call(call) for call in value.get("tool_calls") or ())
     except (AttributeError, KeyError, TypeError, ValueError, msgspec.DecodeError) as error:
-        raise StateValidationError(
-            where,
-            _EXPECTED,
-            value,
-            what="message",
-            detail=f"its tool_calls must be OpenAI-style tool calls ({error})",
-        ) from None
+        detail = f"its tool_calls must be OpenAI-style tool calls ({error})"
+        raise _refused(where, value, detail) from None
     return Message(
-        _ROLES[role],
+        role,
         content,
         tool_call_id=value.get("tool_call_id"),
         is_error=bool(value.get("is_error", False)),
         id=value.get("id"),
         tool_calls=calls,
     )
+
+
+def _role(role: Any, value: Any, where: str) -> Role:
+    if not isinstance(role, str) or role not in _ROLES:
+        raise _refused(where, value, f"its role must be one of {', '.join(_ROLES)}")
+    return _ROLES[role]
+
+
+def _refused(where: str, value: Any, detail: str = "") -> StateValidationError:
+    """The error for input `as_message` cannot take, listing the spellings that work."""
+    return StateValidationError(where, _EXPECTED, value, what="message", detail=detail)
 
 
 def _text_of(content: Any, value: Mapping[str, Any], where: str) -> str:
@@ -160,13 +146,7 @@ def _text_of(content: Any, value: Mapping[str, Any], where: str) -> str:
         isinstance(part, Mapping) and isinstance(part.get("text"), str) for part in content
     ):
         return "".join(part["text"] for part in content)
-    raise StateValidationError(
-        where,
-        _EXPECTED,
-        value,
-        what="message",
-        detail="its content must be a string or a list of text parts ({'text': ...})",
-    )
+    raise _refused(where, value, "its content must be a string or a list of text parts")
 
 
 def _tool_call(call: Mapping[str, Any]) -> ToolCall:
