@@ -5,7 +5,10 @@ action whose spec says `on_failure = "dead_letter"` fails alone instead (Awaken'
 `FailedScheduledActions`): the phase goes on, the other actions run, and the failure is
 committed as a `DeadLetter` to the reserved thread key `DeadLetters`. So it is in the
 snapshot (`snapshot.get(DeadLetters)`), in the journal like any commit, and saved with the
-thread: `run.retry(letter)` in this run or any later one schedules the action again.
+thread: `run.retry(letter)` in this run or any later one schedules the action again. The
+letter stays until the retried action has run (in one commit with what it did, or with its
+next letter), so a retry that never reaches its phase, in a run that ends or crashes first,
+loses nothing.
 
 A letter keeps the payload as the JSON the journal would hold, so that it survives a
 restart and a retry decodes it with the spec's payload type as it is declared then. An
@@ -113,4 +116,4 @@ def retried(letter: DeadLetter, spec: type[ScheduledActionSpec[Any]]) -> Schedul
             f"longer decodes as {spec.__qualname__}'s payload ({cause_text(error)}). Schedule "
             f"the action again with a payload of today's type."
         ) from error
-    return ScheduledAction(spec, payload, attempt=letter.attempt + 1)
+    return ScheduledAction(spec, payload, attempt=letter.attempt + 1, retries=letter.id)

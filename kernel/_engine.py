@@ -31,7 +31,7 @@ import msgspec
 from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import PhaseContext
-from ._dead_letters import DeadLetters, letter_for, payload_text
+from ._dead_letters import DeadLetters, Retried, letter_for, payload_text
 from ._errors import (
     HookFailed,
     PhaseRunLoopExceeded,
@@ -448,6 +448,9 @@ class PhaseEngine:
                 what=f"action handler for {action.spec.key!r}",
                 expected="a StateCommand or None",
             )
+            if action.retries is not None:  # a retried dead letter is done with
+                done = StateCommand().update(DeadLetters, Retried(action.retries))
+                result = done if result is None else StateCommand().extend(result).extend(done)
             if result is None:
                 committed: tuple[tuple[tuple[Contribution, ...], Snapshot], ...] = ()
             else:
@@ -496,7 +499,9 @@ class PhaseEngine:
             exc_info=error,
         )
         command = StateCommand().update(DeadLetters, letter)
-        self._state.commit((Contribution(plugin, command, f"action:{key}"),))
+        if action.retries is not None:  # the letter it retried gives way to its next one
+            command.update(DeadLetters, Retried(action.retries))
+        self._state.commit((Contribution(plugin, command, f"dead_letter:{key}"),))
         tally.commits += 1
 
 

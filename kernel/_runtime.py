@@ -20,7 +20,7 @@ from ._codec import CODEC_ERRORS, dec_hook, enc_hook
 from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
-from ._dead_letters import DeadLetter, DeadLetters, Retried, letter_for, retried
+from ._dead_letters import DeadLetter, DeadLetters, letter_for, retried
 from ._engine import PhaseEngine, PhaseReport
 from ._errors import (
     CommitRejected,
@@ -315,7 +315,8 @@ class Kernel:
             payload = msgspec.json.decode(saved.payload, type=payload_type, dec_hook=dec_hook)
         except CODEC_ERRORS as error:
             raise DecodeFailed(saved.key, f"{thread_id} (pending action)", error) from error
-        return ScheduledAction(entry.spec, payload, attempt=saved.attempt), saved.origin
+        action = ScheduledAction(entry.spec, payload, attempt=saved.attempt, retries=saved.retries)
+        return action, saved.origin
 
     def _check_filter(self, hook_filter: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [p for p in hook_filter if p not in self.components.plugin_ids]
@@ -522,24 +523,37 @@ class Run:
             return await self._engine.submit(command)
 
     async def retry(self, letter: DeadLetter | str) -> PhaseReport:
-        """Schedule a dead letter's action again, as its next attempt, and take the letter
-        out of `DeadLetters`, in one commit. The action runs in its phase's convergence loop,
-        as when it was first scheduled; if it fails again, a new letter says so."""
-        wanted = letter if isinstance(letter, str) else letter.id
-        held = {item.id: item for item in self.snapshot.get(DeadLetters)}
-        found = held.get(wanted)
-        if found is None:
-            raise StateError(
-                f"thread {self.identity.thread_id!r} holds no dead letter {wanted!r}; it holds "
-                f"{sorted(held) or 'none'}. Read them with run.snapshot.get(DeadLetters); a "
-                f"letter retried once is gone."
+        """Schedule a dead letter's action again, as its next attempt. It runs in its phase's
+        convergence loop, as when it was first scheduled. The letter stays in `DeadLetters`
+        until then: the action's own commit takes it out, or, if it fails again, replaces
+        it with its next letter. A run that ends before the phase comes keeps the letter."""
+        if not isinstance(letter, DeadLetter | str):
+            raise TypeError(
+                f"run.retry takes a DeadLetter or its id, got {type(letter).__name__} "
+                f"{letter!r}; read them with run.snapshot.get(DeadLetters)"
             )
-        entry = self._kernel.components.actions.get(found.action)
-        if entry is None:
-            raise UnknownActionHandler(found.action, None)
-        command = StateCommand().update(DeadLetters, Retried(found.id))
-        command.scheduled_actions.append(retried(found, entry.spec))
-        return await self.submit(command)
+        wanted = letter if isinstance(letter, str) else letter.id
+        self._check_open()
+        async with self._lock:
+            held = {item.id: item for item in self.snapshot.get(DeadLetters)}
+            found = held.get(wanted)
+            if found is None:
+                raise StateError(
+                    f"thread {self.identity.thread_id!r} holds no dead letter {wanted!r}; it "
+                    f"holds {sorted(held) or 'none'}. Read them with "
+                    f"run.snapshot.get(DeadLetters); a letter whose retry ran is gone."
+                )
+            if any(action.retries == wanted for action, _ in self._engine.pending_actions):
+                raise StateError(
+                    f"dead letter {wanted!r} is already being retried: its action waits for "
+                    f"phase {found.phase.name} of this run."
+                )
+            entry = self._kernel.components.actions.get(found.action)
+            if entry is None:
+                raise UnknownActionHandler(found.action, None)
+            command = StateCommand()
+            command.scheduled_actions.append(retried(found, entry.spec))
+            return await self._engine.submit(command)
 
     def _keep_undecodable(self, saved: PendingAction, failed: DecodeFailed) -> None:
         """Dead-letter a resumed action whose saved payload no longer decodes."""
@@ -553,7 +567,7 @@ class Run:
             run_id=self.identity.run_id,
         )
         command = StateCommand().update(DeadLetters, letter)
-        self._state.commit((Contribution(None, command, f"action:{saved.key}"),))
+        self._state.commit((Contribution(None, command, f"dead_letter:{saved.key}"),))
 
     async def call_tool(
         self,
@@ -719,6 +733,7 @@ class Run:
                 origin,
                 msgspec.Raw(self._cache_encode(action.payload)),
                 attempt=action.attempt,
+                retries=action.retries,
             )
             for action, origin in self._engine.pending_actions
         )

@@ -119,12 +119,14 @@ def spec_info(spec: Any, expected: type[_Spec[Any]]) -> SpecInfo:
 
 @attrs.frozen
 class ScheduledAction:
-    """One scheduled action inside a command: the spec and its payload; `attempt` counts
-    retries of a dead letter (1 for the first run)."""
+    """One scheduled action inside a command: the spec and its payload. A retry of a dead
+    letter also carries the letter's id (`retries`, taken out of the thread's letters when
+    the action runs) and which `attempt` this is (1 for a first run)."""
 
     spec: type[ScheduledActionSpec[Any]]
     payload: Any
     attempt: int = 1
+    retries: str | None = None
 
 
 @attrs.frozen

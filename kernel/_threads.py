@@ -32,7 +32,7 @@ from ._errors import StateError, StoreError
 from ._invoke import through_cancellation
 from ._journal import CommitRecord, Journaled, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
-from ._keys import KeyScope
+from ._keys import RESERVED_PREFIX, KeyScope
 from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyRegistry
 from ._replay import apply_records
@@ -57,6 +57,7 @@ class PendingAction(msgspec.Struct, frozen=True):
     origin: str | None
     payload: msgspec.Raw
     attempt: int = 1
+    retries: str | None = None
 
 
 class SuspendedRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -381,7 +382,7 @@ class ThreadKeeper:
                 key=thread_id,
             )
         if self._refuse_unknown:
-            self._check_known(thread_id, restored.foreign, records)
+            self._check_known(thread_id, restored.foreign, records, stored.run_values)
         stale = apply_records(
             registry,
             restored.values,
@@ -426,21 +427,33 @@ class ThreadKeeper:
         )
 
     def _check_known(
-        self, thread_id: str, foreign: Mapping[str, bytes], records: list[CommitRecord]
+        self,
+        thread_id: str,
+        foreign: Mapping[str, bytes],
+        records: list[CommitRecord],
+        run_values: Mapping[str, bytes] | None,
     ) -> None:
-        """Refuse a thread that holds keys no plugin of this kernel registers (strict)."""
+        """Refuse a thread that holds keys no plugin of this kernel registers (strict): in
+        its snapshot, its journal since, or a suspended run's run keys."""
         by_name = self._registry.by_name
-        unknown = set(foreign) | {
-            op.key for record in records for op in record.ops if op.key not in by_name
-        }
-        if unknown:
-            raise StateError(
-                f"thread {thread_id!r} holds keys no plugin of this kernel registers: "
-                f"{sorted(unknown)}, and this kernel refuses unknown stored keys "
-                f"(unknown_keys='refuse'). Nothing was loaded. Add the plugins that declare "
-                f"them, or load the thread with unknown_keys='keep' (the default), which "
-                f"carries them over untouched."
-            )
+        unknown = {name for name in foreign if name != RUN_COUNT}
+        unknown.update(op.key for record in records for op in record.ops if op.key not in by_name)
+        unknown.update(name for name in run_values or () if name not in by_name)
+        if not unknown:
+            return
+        reserved = sorted(name for name in unknown if name.startswith(RESERVED_PREFIX))
+        hint = (
+            f" Keys {reserved} are the Agent facade's own: load the thread with an Agent."
+            if reserved
+            else ""
+        )
+        raise StateError(
+            f"thread {thread_id!r} holds keys no plugin of this kernel registers: "
+            f"{sorted(unknown)}, and this kernel refuses unknown stored keys "
+            f"(unknown_keys='refuse'). Nothing was loaded. Add the plugins that declare "
+            f"them, or load the thread with unknown_keys='keep' (the default), which carries "
+            f"them over untouched.{hint}"
+        )
 
 
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:

@@ -10,13 +10,13 @@ Each lives in a private module named for it; import them from here.
 
 from ._context_injection import (
     BANDS,
+    LIFETIMES,
     AddContextMessage,
     Band,
     ContextEntry,
     ContextInjection,
     ContextMessage,
     ContextMessages,
-    ContextRunMessages,
     ContextStep,
     ContextThrottle,
     Lifetime,
@@ -42,13 +42,13 @@ from ._team import Team, TeamContext, TeamData, extend_team, render_team, team_s
 
 __all__ = [
     "BANDS",
+    "LIFETIMES",
     "AddContextMessage",
     "Band",
     "ContextEntry",
     "ContextInjection",
     "ContextMessage",
     "ContextMessages",
-    "ContextRunMessages",
     "ContextStep",
     "ContextThrottle",
     "IllegalTransition",

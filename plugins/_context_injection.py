@@ -19,9 +19,11 @@ history itself is never changed: placed messages exist only in the request.
 
 Steps. Cooldowns and expiry count the steps of the thread (every STEP_START, across runs),
 kept in `ContextStep`; the store and the throttle are thread keys, so they carry over to the
-thread's next run too.
+thread's next run too, except what is ephemeral: a RUN_START hook removes the ephemeral
+messages of earlier runs and their cooldowns. An AFTER_INFERENCE hook removes emit-once
+messages once a request held them.
 
-When the actions run. Both actions are declared for BEFORE_INFERENCE, so they run in that
+When the actions run. All three actions are declared for BEFORE_INFERENCE, so they run in that
 phase's convergence loop, after its hooks and before the model is called. Scheduled at
 RUN_START, STEP_START or BEFORE_INFERENCE they take effect in the current step's request;
 scheduled later in a step (AFTER_INFERENCE, tool phases, a tool's command, STEP_END) they
@@ -61,7 +63,6 @@ __all__ = [
     "ContextInjection",
     "ContextMessage",
     "ContextMessages",
-    "ContextRunMessages",
     "ContextStep",
     "ContextThrottle",
     "Lifetime",
@@ -146,20 +147,25 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ContextEntry(msgspec.Struct, frozen=True):
-    """A stored message: when it was injected (context step) and when it expires."""
+    """A stored message: when it was injected (context step), when it expires, and whether
+    it is ephemeral (removed when the next run starts)."""
 
     message: ContextMessage
     added_at: int
     expires_at: int | None = None
+    ephemeral: bool = False
 
 
 class ThrottleMark(msgspec.Struct, frozen=True):
     """Adds of `key` are ignored until the context step reaches `until` (unless their
-    content differs from `content`, what was injected, and they ask to be re-injected)."""
+    content differs from `content`, what was injected, and they ask to be re-injected; a
+    mark saved before marks kept content has None, and never re-injects). The mark of an
+    ephemeral message ends with its run."""
 
     key: str
     until: int
-    content: str = ""
+    content: str | None = None
+    ephemeral: bool = False
 
 
 class _Put(msgspec.Struct, frozen=True, tag=True):
@@ -182,6 +188,10 @@ class _Consume(msgspec.Struct, frozen=True, tag=True):
     keys: frozenset[str]  # emit-once messages placed into a request
 
 
+class _DropEphemeral(msgspec.Struct, frozen=True, tag=True):
+    pass  # a new run: the ephemeral messages (or marks) of earlier runs go
+
+
 class _Mark(msgspec.Struct, frozen=True, tag=True):
     mark: ThrottleMark
 
@@ -195,11 +205,13 @@ def _place(entry: ContextEntry) -> tuple[int, int, str]:
     return (_RANK[message.band], message.order, message.key)
 
 
-_Change = _Put | _Remove | _Expire | _RemovePrefix | _Consume
+_Change = _Put | _Remove | _Expire | _RemovePrefix | _Consume | _DropEphemeral
 
 
 def _changed(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextEntry, ...]:
-    """One store of context messages after one change."""
+    """The stored context messages after one change."""
+    if isinstance(update, _DropEphemeral):
+        return tuple(entry for entry in value if not entry.ephemeral)
     if isinstance(update, _Put):
         key = update.entry.message.key
         kept = [entry for entry in value if entry.message.key != key]
@@ -214,11 +226,12 @@ def _changed(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextE
 
 
 class ContextMessages(StateKey[tuple[ContextEntry, ...], _Change]):
-    """The thread's persistent context messages, kept sorted by (band, order, key).
+    """The thread's context messages, kept sorted by (band, order, key). Ephemeral ones
+    (`ContextEntry.ephemeral`) are removed when the next run starts.
 
     Write it with `add_context` / `AddContextMessage` (throttled), `remove_context` /
-    `RemoveContextMessage`, `remove_context_prefix` and `clear_context`; the update types
-    are internal.
+    `RemoveContextMessage`, `remove_context_prefix` / `RemoveContextPrefix` and
+    `clear_context`; the update types are internal.
     """
 
     key = "context.messages"
@@ -229,29 +242,18 @@ class ContextMessages(StateKey[tuple[ContextEntry, ...], _Change]):
         return _changed(value, update)
 
 
-class ContextRunMessages(StateKey[tuple[ContextEntry, ...], _Change]):
-    """The run's ephemeral context messages (`lifetime="ephemeral"`): placed like the
-    thread's, gone when the run ends."""
-
-    key = "context.run_messages"
-    scope = KeyScope.RUN
-
-    @staticmethod
-    def apply(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextEntry, ...]:
-        return _changed(value, update)
-
-
-_STORES = (ContextMessages, ContextRunMessages)
-
-
-class ContextThrottle(StateKey[tuple[ThrottleMark, ...], _Mark | _Prune]):
+class ContextThrottle(StateKey[tuple[ThrottleMark, ...], _Mark | _Prune | _DropEphemeral]):
     """Keys whose cooldown is running, one mark per key (a new mark replaces the old)."""
 
     key = "context.throttle"
     scope = KeyScope.THREAD
 
     @staticmethod
-    def apply(value: tuple[ThrottleMark, ...], update: _Mark | _Prune) -> tuple[ThrottleMark, ...]:
+    def apply(
+        value: tuple[ThrottleMark, ...], update: _Mark | _Prune | _DropEphemeral
+    ) -> tuple[ThrottleMark, ...]:
+        if isinstance(update, _DropEphemeral):
+            return tuple(mark for mark in value if not mark.ephemeral)
         if isinstance(update, _Prune):
             return tuple(mark for mark in value if mark.until > update.now)
         new = update.mark
@@ -323,10 +325,7 @@ def clear_context() -> StateCommand:
 
 
 def _everywhere(change: _Change) -> StateCommand:
-    command = StateCommand()
-    for store in _STORES:
-        command.update(store, change)
-    return command
+    return StateCommand().update(ContextMessages, change)
 
 
 class ContextInjection(Plugin):
@@ -343,12 +342,12 @@ class ContextInjection(Plugin):
 
     def register(self, registrar: PluginRegistrar) -> None:
         registrar.register_key(ContextMessages)
-        registrar.register_key(ContextRunMessages)
         registrar.register_key(ContextThrottle)
         registrar.register_key(ContextStep)
         registrar.register_action(AddContextMessage, self.add)
         registrar.register_action(RemoveContextMessage, self.remove)
         registrar.register_action(RemoveContextPrefix, self.remove_prefix)
+        registrar.register_phase_hook(Phase.RUN_START, self.start)
         registrar.register_phase_hook(Phase.STEP_START, self.tick)
         registrar.register_phase_hook(Phase.AFTER_INFERENCE, self.consume)
         registrar.register_request_transform(self.place)
@@ -359,59 +358,64 @@ class ContextInjection(Plugin):
         now = snapshot.get(ContextStep)
         for mark in snapshot.get(ContextThrottle):
             throttled = mark.key == message.key and now < mark.until
-            changed = message.reinject_on_change and message.content != mark.content
+            changed = (
+                message.reinject_on_change
+                and mark.content is not None
+                and message.content != mark.content
+            )
             if throttled and not changed:
                 return None
         expires = message.expires_after_steps
-        entry = ContextEntry(message, now, None if expires is None else now + expires)
-        lifetime = message.lifetime or self.default_lifetime
-        keep, other = (
-            (ContextMessages, ContextRunMessages)
-            if lifetime == "persistent"
-            else (ContextRunMessages, ContextMessages)
-        )
-        command = StateCommand().update(keep, _Put(entry))
-        if any(held.message.key == message.key for held in snapshot.get(other)):
-            command.update(other, _Remove(frozenset((message.key,))))  # one key, one store
+        ephemeral = (message.lifetime or self.default_lifetime) == "ephemeral"
+        entry = ContextEntry(message, now, None if expires is None else now + expires, ephemeral)
+        command = StateCommand().update(ContextMessages, _Put(entry))
         if message.cooldown_steps is not None:
-            mark = ThrottleMark(message.key, now + message.cooldown_steps, message.content)
+            until = now + message.cooldown_steps
+            mark = ThrottleMark(message.key, until, message.content, ephemeral)
             command.update(ContextThrottle, _Mark(mark))
         return command
 
     def remove(self, key: str, ctx: PhaseContext) -> StateCommand | None:
-        if not any(entry.message.key == key for entry in _held(ctx.snapshot)):
+        if not any(entry.message.key == key for entry in ctx.snapshot.get(ContextMessages)):
             return None
         return remove_context(key)
 
     def remove_prefix(self, prefix: str, ctx: PhaseContext) -> StateCommand | None:
-        if not any(entry.message.key.startswith(prefix) for entry in _held(ctx.snapshot)):
+        held = ctx.snapshot.get(ContextMessages)
+        if not any(entry.message.key.startswith(prefix) for entry in held):
             return None
         return _everywhere(_RemovePrefix(prefix))
 
+    def start(self, ctx: PhaseContext) -> StateCommand | None:
+        """A new run: the ephemeral messages of earlier runs, and their cooldowns, end."""
+        snapshot = ctx.snapshot
+        command = StateCommand()
+        if any(entry.ephemeral for entry in snapshot.get(ContextMessages)):
+            command.update(ContextMessages, _DropEphemeral())
+        if any(mark.ephemeral for mark in snapshot.get(ContextThrottle)):
+            command.update(ContextThrottle, _DropEphemeral())
+        return command if not command.is_empty() else None
+
     def consume(self, ctx: PhaseContext) -> StateCommand | None:
         """Remove the emit-once messages the request just made held (they were placed)."""
-        command = StateCommand()
-        for store in _STORES:
-            keys = frozenset(e.message.key for e in ctx.snapshot.get(store) if e.message.emit_once)
-            if keys:
-                command.update(store, _Consume(keys))
-        return command if not command.is_empty() else None
+        held = ctx.snapshot.get(ContextMessages)
+        keys = frozenset(entry.message.key for entry in held if entry.message.emit_once)
+        return StateCommand().update(ContextMessages, _Consume(keys)) if keys else None
 
     def tick(self, ctx: PhaseContext) -> StateCommand:
         """Advance the step clock; drop what expires and cooldowns that ran out at it."""
         snapshot = ctx.snapshot
         now = snapshot.get(ContextStep) + 1
         command = StateCommand().update(ContextStep, 1)
-        for store in _STORES:
-            if any(_expired(entry, now) for entry in snapshot.get(store)):
-                command.update(store, _Expire(now))
+        if any(_expired(entry, now) for entry in snapshot.get(ContextMessages)):
+            command.update(ContextMessages, _Expire(now))
         if any(mark.until <= now for mark in snapshot.get(ContextThrottle)):
             command.update(ContextThrottle, _Prune(now))
         return command
 
     def place(self, request: InferenceRequest, snapshot: Snapshot) -> InferenceRequest:
         """The request with the stored messages placed in their bands."""
-        entries = _held(snapshot)
+        entries = snapshot.get(ContextMessages)
         if not entries:
             return request
         now = snapshot.get(ContextStep)
@@ -420,14 +424,6 @@ class ContextInjection(Plugin):
         return request.replace(
             messages=(*_messages(live[:split]), *request.messages, *_messages(live[split:]))
         )
-
-
-def _held(snapshot: Snapshot) -> list[ContextEntry]:
-    """Every stored message, persistent and ephemeral, in placement order."""
-    thread, run = snapshot.get(ContextMessages), snapshot.get(ContextRunMessages)
-    if not run:
-        return list(thread)
-    return sorted((*thread, *run), key=_place)
 
 
 def _expired(entry: ContextEntry, now: int) -> bool:

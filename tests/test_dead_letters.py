@@ -107,10 +107,13 @@ async def test_a_failing_action_is_kept_the_phase_goes_on_and_a_retry_runs_it_on
         assert run.snapshot.get(Delivered) == ()
 
         await run.retry(letter)
-        assert run.snapshot.get(DeadLetters) == ()  # taken out as it is scheduled again
+        assert run.snapshot.get(DeadLetters) == (letter,)  # kept until the retry has run
+        with pytest.raises(StateError, match="already being retried"):
+            await run.retry(letter)
         await run.run_phase(Phase.STEP_END)
         assert shop.deliveries == 2  # once more, not more
         assert run.snapshot.get(Delivered) == ("tea",)
+        assert run.snapshot.get(DeadLetters) == ()  # taken out by the retry's own commit
         await run.run_phase(Phase.STEP_END)
         assert shop.deliveries == 2
         await run.finish()
@@ -122,8 +125,8 @@ async def test_a_failing_action_is_kept_the_phase_goes_on_and_a_retry_runs_it_on
             if op.key == "statekernel.dead_letters"
         ]
         assert ops == [
-            (("action:shop.deliver",), "statekernel.dead_letters"),  # the failure
-            (("submit",), "statekernel.dead_letters"),  # the retry
+            (("dead_letter:shop.deliver",), "statekernel.dead_letters"),  # the failure
+            (("action:shop.deliver",), "statekernel.dead_letters"),  # the retry, with its work
         ]
 
 
@@ -141,10 +144,31 @@ async def test_a_letter_survives_a_restart_and_a_second_failure_counts_its_attem
         (letter,) = run.snapshot.get(DeadLetters)
         await run.retry(letter.id)
         await run.run_phase(Phase.STEP_END)
-        (again,) = run.snapshot.get(DeadLetters)
+        (again,) = run.snapshot.get(DeadLetters)  # the failed retry replaced its letter
         assert again.attempt == 2 and again.id != letter.id
         with pytest.raises(StateError, match="holds no dead letter"):
-            await run.retry(letter.id)  # retried once: gone
+            await run.retry(letter.id)
+        with pytest.raises(TypeError, match="DeadLetter or its id"):
+            await run.retry(3)  # type: ignore[arg-type]
+        await run.finish()
+
+
+async def test_a_retry_whose_phase_never_comes_keeps_its_letter(tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store:
+        shop = Shop(failing=1)
+        kernel = Kernel([shop], thread_store=store)
+        run = await kernel.start_run("t1")
+        await run.run_phase(Phase.STEP_START)
+        await run.run_phase(Phase.STEP_END)
+        (letter,) = run.snapshot.get(DeadLetters)
+        await run.retry(letter)
+        await run.finish()  # STEP_END never came again: the retry is dropped, not the letter
+        run = await kernel.start_run("t1")
+        assert run.snapshot.get(DeadLetters) == (letter,)
+        await run.retry(letter)
+        await run.run_phase(Phase.STEP_END)
+        assert run.snapshot.get(Delivered) == ("tea",) and run.snapshot.get(DeadLetters) == ()
         await run.finish()
 
 

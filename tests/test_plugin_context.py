@@ -9,12 +9,14 @@ import pytest
 
 from statekernel import (
     Agent,
+    AgentSpec,
     InferenceRequest,
     InferenceResponse,
     Phase,
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    RunIdentity,
     ScriptedModel,
     StateCommand,
     ToolCall,
@@ -25,18 +27,18 @@ from statekernel.plugins import (
     ContextInjection,
     ContextMessage,
     ContextMessages,
-    ContextRunMessages,
     ContextStep,
     ContextThrottle,
     RemoveContextMessage,
     RemoveContextPrefix,
+    ThrottleMark,
     add_context,
     clear_context,
     remove_context,
     remove_context_prefix,
 )
 from statekernel.stores import MemoryThreadStore
-from statekernel.testing import assert_commutative
+from statekernel.testing import assert_commutative, snapshot_of
 
 Schedule = Callable[[PhaseContext], Iterable[ContextMessage]]
 
@@ -275,10 +277,47 @@ async def test_ephemeral_messages_last_one_run_and_persistent_ones_carry_over() 
     agent = Agent([ContextInjection(), Injector(both)], model, NOOP)
     first = await agent.run("t", "one")
     assert seen(model, "for this run") == [True, True]
-    assert [e.message.key for e in first.snapshot.get(ContextRunMessages)] == ["run-only"]
+    held = {e.message.key: e.ephemeral for e in first.snapshot.get(ContextMessages)}
+    assert held == {"run-only": True, "kept": False}
     model.requests.clear()
     await agent.run("t", "two")
     assert seen(model, "for this run") == [False] and seen(model, "for the thread") == [True]
+
+
+async def test_an_ephemeral_messages_cooldown_ends_with_its_run() -> None:
+    scratch = ContextMessage(
+        key="scratch", content="scratch notes", lifetime="ephemeral", cooldown_steps=5
+    )
+    model = ScriptedModel()
+    agent = Agent([ContextInjection(), Injector(lambda ctx: (scratch,))], model)
+    await agent.run("t", "one")
+    await agent.run("t", "two")  # a fresh copy each run, not throttled by the last run's
+    assert seen(model, "scratch notes") == [True, True]
+
+
+async def test_removal_commands_work_from_outside_a_run_too() -> None:
+    agent = Agent(
+        [ContextInjection(), Injector(once(ContextMessage(key="k", content="c")))], ScriptedModel()
+    )
+    await agent.run("t", "go")
+    for command in (remove_context("k"), remove_context_prefix("k"), clear_context()):
+        revision = await agent.kernel.update_state("t", command)
+        assert (await agent.kernel.state_at("t", revision)).get(ContextMessages) == ()
+
+
+def test_a_mark_saved_before_marks_kept_content_never_reinjects() -> None:
+    old_mark = ThrottleMark("build", until=50)  # as decoded from a thread saved earlier
+    assert old_mark.content is None
+    plugin = ContextInjection()
+    snapshot = snapshot_of(plugin, {ContextThrottle: (old_mark,), ContextStep: 3})
+    ctx = PhaseContext(
+        phase=Phase.BEFORE_INFERENCE,
+        run=RunIdentity(run_id="r", thread_id="t", agent_id="default"),
+        agent=AgentSpec("default"),
+        snapshot=snapshot,
+    )
+    message = ContextMessage(key="build", content="x", cooldown_steps=5, reinject_on_change=True)
+    assert plugin.add(message, ctx) is None  # throttled: no content to compare with
 
 
 async def test_the_plugin_default_lifetime_applies_where_a_message_names_none() -> None:

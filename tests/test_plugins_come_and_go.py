@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 
 from statekernel import (
+    Agent,
     Kernel,
     KeyScope,
     Phase,
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    ScriptedModel,
     StateCommand,
     StateError,
     StateKey,
@@ -98,3 +100,29 @@ async def test_a_strict_kernel_refuses_a_thread_with_keys_it_does_not_know(
 def test_an_unknown_keys_setting_other_than_keep_or_refuse_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown_keys"):
         Kernel([Core()], unknown_keys="drop")  # type: ignore[arg-type]
+
+
+async def test_a_strict_kernel_checks_a_suspended_runs_run_keys_and_names_agent_keys(
+    tmp_path: Path,
+) -> None:
+    class Scratch(StateKey[int, int]):
+        key = "scratch.count"  # run-scoped
+
+    class ScratchPlugin(Plugin):
+        id = "scratch"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_key(Scratch)
+
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        run = await Kernel([Core(), ScratchPlugin()], thread_store=store).start_run("t1")
+        await run.submit(StateCommand().update(Scratch, 3).update(Steps, 1))
+        await run.suspend(b"later")
+        strict = Kernel([Core()], thread_store=store, unknown_keys="refuse")
+        with pytest.raises(StateError, match=r"\['scratch.count'\]"):
+            await strict.resume_run("t1")
+
+        agent = Agent([], ScriptedModel([]), thread_store=store)
+        await agent.run("t2", "hello")
+        with pytest.raises(StateError, match="the Agent facade's own"):
+            await Kernel([], thread_store=store, unknown_keys="refuse").start_run("t2")
