@@ -36,7 +36,7 @@ from ._history import ThreadHistory
 from ._invoke import call, checked, outcome
 from ._journal import CommitRecord, RunJournal, records_of
 from ._key_codec import EncodeCache
-from ._keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, KeyScope
+from ._keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, KeyScope, StateKey
 from ._merge import Contribution
 from ._messages import Message
 from ._phases import Phase, phase_of
@@ -251,7 +251,13 @@ class Kernel:
         assert before is not None
         await self._history.prune(thread_id, before=before)
 
-    async def update_state(self, thread_id: str, command: StateCommand) -> int:
+    async def update_state(
+        self,
+        thread_id: str,
+        command: StateCommand,
+        *,
+        replacing: Iterable[type[StateKey[Any, Any]]] = (),
+    ) -> int:
         """Commit `command` to the thread's saved state outside any run; returns the new
         revision.
 
@@ -260,9 +266,16 @@ class Kernel:
         (there is no run to dispatch them). A thread with a live or suspended run raises
         `StateError`; so does one another kernel saved since this one loaded it
         (`RevisionConflict`).
+
+        `replacing` names keys whose stored value is replaced, not read: each is cleared
+        first, in the same commit, and its stored bytes need not decode into today's type.
+        This is how a key whose type changed is dropped (`StateCommand()` with
+        `replacing=[K]`) or migrated (read its old value with `read_stored`, write the new
+        one in `command`).
         """
         if not isinstance(command, StateCommand):
             raise TypeError(f"update_state takes a StateCommand, got {command!r}")
+        replaced = tuple(replacing)
         if command.effects or command.scheduled_actions:
             raise StateError(
                 f"update_state commits state ops only, but this command also carries "
@@ -271,15 +284,33 @@ class Kernel:
                 f"Start a run and submit the command there."
             )
         keys = self.components.keys
-        for key, _ in command.patch.ops:
+        for key in (*(key for key, _ in command.patch.ops), *replaced):
             binding = keys.by_class.get(key)
             if binding is not None and binding.scope is not KeyScope.THREAD:
                 raise StateError(
                     f"update_state writes thread keys only, but key {binding.name!r} is "
                     f"run-scoped: run keys start afresh in every run. Nothing was committed."
                 )
-        thread = await self._threads.claim(thread_id)
+        names = {keys.binding(key).name for key in replaced}
+        thread = await self._threads.claim(thread_id, tolerate=bool(names))
         try:
+            by_name = keys.by_name
+            unreadable = {
+                name
+                for name in (thread.undecodable.keys() | thread.stale) - names
+                if name in by_name and by_name[name].stored
+            }
+            if names and unreadable and not self._threads.skip_undecodable:
+                raise StateError(
+                    f"thread {thread_id!r}: keys {sorted(unreadable)} no longer decode either, "
+                    f"and update_state replaces only {sorted(names)}. Nothing was committed; "
+                    f"name them in replacing= too, or fix their declarations."
+                )
+            if replaced:
+                cleared = StateCommand()
+                for key in replaced:
+                    cleared.clear(key)
+                command = cleared.extend(command)
             if thread.suspended is not None:
                 raise StateError(
                     f"thread {thread_id!r} has a suspended run ({thread.suspended.run_id!r}); "
@@ -303,6 +334,15 @@ class Kernel:
             return state.revision
         finally:
             self._threads.release(thread_id)
+
+    async def read_stored(self, thread_id: str, key: type[StateKey[Any, Any]]) -> Any:
+        """The value the thread last saved for `key`'s key string, read with `key`'s
+        declaration, which need not be the one this kernel registers: give the old
+        declaration of a key whose type changed, and this is its old value, typed as it was
+        (its snapshot and journal decoded and replayed with the old types and `apply`).
+        What a migration reads before it writes the new value with
+        `update_state(..., replacing=[NewKey])`. None when the thread holds no value."""
+        return await self._threads.read_as(thread_id, KeyBinding.of(key))
 
     def _decode_action(
         self, saved: PendingAction, thread_id: str

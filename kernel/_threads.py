@@ -34,7 +34,7 @@ from ._journal import CommitRecord, Journaled, decode_record, encode_record_byte
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import RESERVED_PREFIX, KeyScope
 from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
-from ._registry import KeyRegistry
+from ._registry import KeyBinding, KeyRegistry
 from ._replay import apply_records
 from ._thread_snapshots import RUN_COUNT, VectorBase, read_snapshot, write_snapshot
 
@@ -130,11 +130,13 @@ class ThreadKeeper:
         self._threads: dict[str, ThreadMemory] = {}
         self._live: set[str] = set()
 
-    async def claim(self, thread_id: str) -> ThreadMemory:
+    async def claim(self, thread_id: str, *, tolerate: bool = False) -> ThreadMemory:
         """Mark the thread as having a live run and return it as last saved.
 
         Raises `StateError` if it already has one in this kernel. A failed load releases
-        the claim again.
+        the claim again. With `tolerate`, stored bytes that no longer decode are set aside
+        (`undecodable`, `stale`) whatever `skip_undecodable` says, for a caller that will
+        replace them.
         """
         if not isinstance(thread_id, str) or not thread_id:
             raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
@@ -147,12 +149,48 @@ class ThreadKeeper:
         try:
             thread = self._threads.get(thread_id) or ThreadMemory()
             if self._store is not None:
-                thread = await self._load(thread_id, thread)
+                thread = await self._load(thread_id, thread, tolerate=tolerate)
             self._threads[thread_id] = thread
             return thread
         except BaseException:
             self._live.discard(thread_id)
             raise
+
+    async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
+        """The thread's last saved value of `binding`'s key string, decoded and replayed
+        with `binding`'s declaration alone (None when it holds none)."""
+        name = binding.name
+        if self._store is None:
+            memory = self._threads.get(thread_id)
+            return None if memory is None else memory.values.get(name)
+        try:
+            stored = await self._store.load(thread_id)
+        except StateError:
+            raise
+        except Exception as error:
+            raise StoreError("thread load", error, key=thread_id) from error
+        if stored is None:
+            return None
+        registry = KeyRegistry([binding])
+        store: ThreadStore = self._store
+
+        async def fetch(revision: int) -> ThreadSnapshot | None:
+            return await store.snapshot_at(thread_id, revision)
+
+        restored, _ = await read_snapshot(
+            registry,
+            ThreadSnapshot(stored.snapshot_revision, stored.values),
+            fetch,
+            record=thread_id,
+            skip_undecodable=False,
+            exclude=lambda other: other != name,
+        )
+        records = [
+            decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
+            for entry in stored.records
+        ]
+        apply_records(registry, restored.values, records, thread_id=thread_id, from_store=True)
+        return restored.values.get(name)
 
     def count_run(self, thread: ThreadMemory) -> int:
         """Count a new run of `thread` (saved with it); returns its number, from 1."""
@@ -334,9 +372,12 @@ class ThreadKeeper:
             return True
         return thread.bytes_since_snapshot + size >= max(SNAPSHOT_BYTES, thread.snapshot_bytes)
 
-    async def _load(self, thread_id: str, memory: ThreadMemory) -> ThreadMemory:
+    async def _load(
+        self, thread_id: str, memory: ThreadMemory, *, tolerate: bool = False
+    ) -> ThreadMemory:
         """The thread as the store has it, with non-persistent keys from memory."""
         assert self._store is not None
+        skip = self._skip_undecodable or tolerate
         try:
             stored = await self._store.load(thread_id)
         except StateError:
@@ -364,7 +405,7 @@ class ThreadKeeper:
             ThreadSnapshot(stored.snapshot_revision, stored.values),
             fetch,
             record=thread_id,
-            skip_undecodable=self._skip_undecodable,
+            skip_undecodable=skip,
             exclude=lambda name: name == RUN_COUNT,
         )
         records = [
@@ -390,7 +431,7 @@ class ThreadKeeper:
             from_store=True,
             thread_id=thread_id,
             unreadable=(*restored.foreign, *restored.undecodable),
-            skip_undecodable=self._skip_undecodable,
+            skip_undecodable=skip,
             lost=set(),  # unknown until a snapshot, but no reason to hold snapshots back
         )
         values = {**_volatile(registry, memory.values), **restored.values}
@@ -404,7 +445,7 @@ class ThreadKeeper:
                     registry,
                     stored.run_values or {},
                     record=thread_id,
-                    skip_undecodable=self._skip_undecodable,
+                    skip_undecodable=skip,
                     scope=KeyScope.RUN,
                 ).values,
             }
