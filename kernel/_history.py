@@ -28,7 +28,7 @@ from ._registry import KeyRegistry
 from ._replay import ReplayReport, apply_records, hash_of
 from ._snapshot import Snapshot
 from ._thread_snapshots import (
-    RUN_COUNT,
+    RESERVED_VALUES,
     differing_keys,
     read_snapshot,
     referenced_revisions,
@@ -99,7 +99,7 @@ class _StoredJournal:
             self.snapshot,
             record=self._thread_id,
             skip_undecodable=self._skip,
-            exclude=lambda name: name == RUN_COUNT,
+            exclude=lambda name: name in RESERVED_VALUES,
         )
         foreign = {**restored.foreign, **restored.undecodable}
         return _Base(snapshot.revision, restored.values, foreign)

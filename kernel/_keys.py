@@ -55,11 +55,14 @@ class StateKeyOptions:
     """Per-registration overrides of a key's class defaults.
 
     `scope=None` keeps the class's scope. `persistent=False` keeps a thread key in the
-    kernel's memory only, never in a ThreadStore.
+    kernel's memory only, never in a ThreadStore. `retain_on_uninstall=False`: when a kernel
+    without the plugin that registers this thread key saves the thread, the key is dropped
+    rather than carried over untouched, so the plugin, added back later, starts it afresh.
     """
 
     scope: KeyScope | None = None
     persistent: bool = True
+    retain_on_uninstall: bool = True
 
 
 @attrs.frozen

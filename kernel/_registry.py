@@ -36,6 +36,7 @@ class KeyBinding:
     plugin: str | None = None
     stored: bool = False
     """A persistent thread key: the one kind a ThreadStore journals and snapshots."""
+    retain_on_uninstall: bool = True
     exact: tuple[bool, bool] = (True, True)
     """Whether (values, updates) always decode back equal (`_codec.is_exact`); when not,
     each is decoded again before it is stored, and one that comes back different is not."""
@@ -77,6 +78,7 @@ class KeyBinding:
             update_type=info.update_type,
             plugin=plugin,
             stored=scope is KeyScope.THREAD and options.persistent,
+            retain_on_uninstall=options.retain_on_uninstall,
             exact=(is_exact(info.value_type), is_exact(info.update_type)),
         )
 
@@ -106,6 +108,7 @@ class KeyRegistry:
     __slots__ = (
         "by_class",
         "by_name",
+        "dropped_on_uninstall",
         "run_names",
         "stored_names",
         "volatile_run_names",
@@ -130,6 +133,10 @@ class KeyRegistry:
         # Key strings by how a ThreadStore keeps them, so a save looks up only those.
         run = KeyScope.RUN
         self.stored_names = tuple(n for n, b in by_name.items() if b.stored)
+        self.dropped_on_uninstall = frozenset(
+            n for n, b in by_name.items() if b.stored and not b.retain_on_uninstall
+        )
+        """Stored keys a kernel without their plugin drops (`retain_on_uninstall=False`)."""
         self.run_names = tuple(n for n, b in by_name.items() if b.scope is run)
         self.volatile_thread_names = tuple(
             n for n, b in by_name.items() if b.scope is not run and not b.persistent

@@ -32,7 +32,9 @@ from ._registry import KeyBinding, KeyRegistry
 from ._vector import Vector
 
 __all__ = [
+    "DROPPED_ON_UNINSTALL",
     "MAX_CHAIN",
+    "RESERVED_VALUES",
     "RUN_COUNT",
     "VectorBase",
     "differing_keys",
@@ -46,6 +48,11 @@ MAX_CHAIN = 64
 RUN_COUNT = "statekernel.run_count"
 """Where heads saved before the journal kept the thread's run count: in their values, so a
 snapshot read from one must leave it out."""
+DROPPED_ON_UNINSTALL = "statekernel.dropped_on_uninstall"
+"""A snapshot's list of the keys a kernel without their plugin drops (declared with
+`retain_on_uninstall=False`): how a kernel that does not know a key learns it."""
+RESERVED_VALUES = frozenset({RUN_COUNT, DROPPED_ON_UNINSTALL})
+"""Names in a snapshot's values that are the kernel's notes, not keys."""
 _EXTENDS = "statekernel.extends"
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)
 _any = msgspec.json.Decoder()
@@ -273,7 +280,7 @@ def differing_keys(
     history (the value it extends is checked at its own snapshot)."""
     by_name = registry.by_name
     differing: set[str] = set()
-    names = {n for n in snapshot.values if n != RUN_COUNT} | {
+    names = {n for n in snapshot.values if n not in RESERVED_VALUES} | {
         n for n, b in ((n, by_name.get(n)) for n in values) if b is not None and b.stored
     }
     for name in names - ignore:

@@ -30,13 +30,20 @@ import msgspec
 
 from ._errors import StateError, StoreError
 from ._invoke import through_cancellation
-from ._journal import CommitRecord, Journaled, decode_record, encode_record_bytes
+from ._journal import CommitRecord, Journaled, JournalOp, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import RESERVED_PREFIX, KeyScope
 from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
 from ._registry import KeyBinding, KeyRegistry
 from ._replay import apply_records
-from ._thread_snapshots import RUN_COUNT, VectorBase, read_snapshot, write_snapshot
+from ._thread_snapshots import (
+    DROPPED_ON_UNINSTALL,
+    RESERVED_VALUES,
+    RUN_COUNT,
+    VectorBase,
+    read_snapshot,
+    write_snapshot,
+)
 
 __all__ = ["SNAPSHOT_EVERY", "PendingAction", "SuspendedRun", "ThreadKeeper", "ThreadMemory"]
 
@@ -47,6 +54,7 @@ SNAPSHOT_BYTES = 1 << 20
 """...or once they hold as many bytes as the last snapshot (and at least this many): so a
 load replays a bounded tail, and snapshots cost at most about what the records did."""
 _int_decoder = msgspec.json.Decoder(int)
+_names_decoder = msgspec.json.Decoder(list[str])
 
 
 class PendingAction(msgspec.Struct, frozen=True):
@@ -108,6 +116,11 @@ class ThreadMemory:
     snapshot_bytes: int = 0
     stale: frozenset[str] = frozenset()
     vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
+    dropped: frozenset[str] = frozenset()
+    """Keys of an uninstalled plugin that said to drop them: gone from `values` and
+    `foreign`, and gone from the store at the next save that writes a snapshot."""
+    drop_marker: frozenset[str] = frozenset()
+    """The keys the stored snapshot lists as dropped on uninstall."""
 
 
 class ThreadKeeper:
@@ -274,6 +287,15 @@ class ThreadKeeper:
             undecodable = {
                 name: data for name, data in thread.undecodable.items() if name not in touched
             }
+            # Keys dropped on uninstall are cleared by this save's first record, so that the
+            # journal replays to their absence (from any kernel, with or without their
+            # plugin); a snapshot, when one can be written, then forgets their bytes and
+            # carries the list of such keys this kernel declares.
+            marking = bool(thread.dropped) or (thread.drop_marker != registry.dropped_on_uninstall)
+            if thread.dropped and records:
+                clears = tuple(JournalOp(n, "clear") for n in sorted(thread.dropped))
+                first = msgspec.structs.replace(records[0], ops=(*clears, *records[0].ops))
+                records = [first, *records[1:]]
             entries = tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records)
             added = sum(len(entry.data) for entry in entries)
             # A key whose op could not be journaled, or that this run wrote over bytes it
@@ -287,7 +309,7 @@ class ThreadKeeper:
             needed = journaled.unrecorded | rewritten
             blocking = thread.stale - rewritten
             snapshot = None
-            if entries and (needed or self._snapshot_due(thread, len(entries), added)):
+            if entries and (needed or marking or self._snapshot_due(thread, len(entries), added)):
                 if blocking and needed:
                     raise StateError(
                         f"thread {thread_id!r}: keys {sorted(needed)} can only be saved with a "
@@ -302,6 +324,9 @@ class ThreadKeeper:
                         registry, stored, cache, thread.vector_bases, revision
                     )
                     snapshot = {**thread.foreign, **undecodable, **encoded}
+                    if registry.dropped_on_uninstall:
+                        names = sorted(registry.dropped_on_uninstall)
+                        snapshot[DROPPED_ON_UNINSTALL] = msgspec.json.encode(names)
             save = ThreadSave(
                 revision=revision,
                 records=entries,
@@ -328,7 +353,10 @@ class ThreadKeeper:
             thread.saved_position += 1
             thread.journal.extend(journaled.in_memory)
             thread.undecodable = undecodable
+            if entries:
+                thread.dropped = frozenset()  # cleared by a saved record
             if snapshot is not None:
+                thread.drop_marker = registry.dropped_on_uninstall
                 thread.since_snapshot = thread.bytes_since_snapshot = 0
                 thread.snapshot_bytes = sum(len(data) for data in snapshot.values())
                 thread.vector_bases = bases
@@ -406,8 +434,16 @@ class ThreadKeeper:
             fetch,
             record=thread_id,
             skip_undecodable=skip,
-            exclude=lambda name: name == RUN_COUNT,
+            exclude=lambda name: name in RESERVED_VALUES,
         )
+        marker = stored.values.get(DROPPED_ON_UNINSTALL)
+        drop_marker = (
+            frozenset(_names_decoder.decode(marker)) if marker is not None else frozenset()
+        )
+        dropped = frozenset(name for name in drop_marker if name not in registry.by_name)
+        for name in dropped:  # its plugin is gone and said not to keep it
+            restored.foreign.pop(name, None)
+            restored.undecodable.pop(name, None)
         records = [
             decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
             for entry in stored.records
@@ -423,7 +459,7 @@ class ThreadKeeper:
                 key=thread_id,
             )
         if self._refuse_unknown:
-            self._check_known(thread_id, restored.foreign, records, stored.run_values)
+            self._check_known(thread_id, restored.foreign, records, stored.run_values, dropped)
         stale = apply_records(
             registry,
             restored.values,
@@ -462,9 +498,11 @@ class ThreadKeeper:
             since_snapshot=len(records),
             bytes_since_snapshot=sum(len(entry.data) for entry in stored.records),
             snapshot_bytes=sum(len(data) for data in stored.values.values()),
-            stale=frozenset(stale),
+            stale=frozenset(stale) - dropped,
             vector_bases=bases,
             journal=memory.journal,
+            dropped=dropped,
+            drop_marker=drop_marker,
         )
 
     def _check_known(
@@ -473,12 +511,14 @@ class ThreadKeeper:
         foreign: Mapping[str, bytes],
         records: list[CommitRecord],
         run_values: Mapping[str, bytes] | None,
+        dropped: frozenset[str],
     ) -> None:
         """Refuse a thread that holds keys no plugin of this kernel registers (strict): in
         its snapshot, its journal since, or a suspended run's run keys."""
         by_name = self._registry.by_name
-        unknown = {name for name in foreign if name != RUN_COUNT}
+        unknown = {name for name in foreign if name not in RESERVED_VALUES}
         unknown.update(op.key for record in records for op in record.ops if op.key not in by_name)
+        unknown -= dropped  # dropped on uninstall, as their plugin asked: not kept at all
         unknown.update(name for name in run_values or () if name not in by_name)
         if not unknown:
             return

@@ -99,3 +99,11 @@ def test_the_dead_letters_example_keeps_a_failure_and_retries_it(tmp_path: Path)
     assert "error: ConnectionError: courier unreachable" in output
     assert "after the retry: delivered ('tea',)" in output
     assert "dead letters left: 0" in output
+
+
+def test_the_plugins_come_and_go_example_keeps_drops_and_refuses(tmp_path: Path) -> None:
+    output = run_example("plugins_come_and_go.py", tmp_path)
+    assert "notes, carried over while away: ('a note',)" in output
+    assert "drafts, dropped while away:     ()" in output
+    assert "steps taken, by every kernel:   2" in output
+    assert "a strict kernel refuses: thread 'thread-1' holds keys" in output
