@@ -22,7 +22,7 @@ It knows nothing of phases, hooks or the run loop: a `Run` hands it values to sa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -33,7 +33,7 @@ from ._invoke import through_cancellation
 from ._journal import CommitRecord, Journaled, JournalOp, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
 from ._keys import RESERVED_PREFIX, KeyScope
-from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
+from ._protocols import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState, ThreadStore
 from ._registry import KeyBinding, KeyRegistry
 from ._replay import apply_records
 from ._thread_snapshots import (
@@ -176,34 +176,41 @@ class ThreadKeeper:
         if self._store is None:
             memory = self._threads.get(thread_id)
             return None if memory is None else memory.values.get(name)
-        try:
-            stored = await self._store.load(thread_id)
-        except StateError:
-            raise
-        except Exception as error:
-            raise StoreError("thread load", error, key=thread_id) from error
+        stored = await self._loaded(thread_id)
         if stored is None:
             return None
         registry = KeyRegistry([binding])
-        store: ThreadStore = self._store
-
-        async def fetch(revision: int) -> ThreadSnapshot | None:
-            return await store.snapshot_at(thread_id, revision)
-
         restored, _ = await read_snapshot(
             registry,
             ThreadSnapshot(stored.snapshot_revision, stored.values),
-            fetch,
+            self._fetcher(thread_id),
             record=thread_id,
             skip_undecodable=False,
             exclude=lambda other: other != name,
         )
-        records = [
-            decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
-            for entry in stored.records
-        ]
+        records = _records_of(stored, thread_id)
         apply_records(registry, restored.values, records, thread_id=thread_id, from_store=True)
         return restored.values.get(name)
+
+    async def _loaded(self, thread_id: str) -> ThreadState | None:
+        """The thread as the store holds it; a store's own failure is a `StoreError`."""
+        assert self._store is not None
+        try:
+            return await self._store.load(thread_id)
+        except StateError:
+            raise
+        except Exception as error:
+            raise StoreError("thread load", error, key=thread_id) from error
+
+    def _fetcher(self, thread_id: str) -> Callable[[int], Awaitable[ThreadSnapshot | None]]:
+        """How `read_snapshot` fetches the older snapshots a Vector extends."""
+        store = self._store
+        assert store is not None
+
+        async def fetch(revision: int) -> ThreadSnapshot | None:
+            return await store.snapshot_at(thread_id, revision)
+
+        return fetch
 
     def count_run(self, thread: ThreadMemory) -> int:
         """Count a new run of `thread` (saved with it); returns its number, from 1."""
@@ -406,12 +413,7 @@ class ThreadKeeper:
         """The thread as the store has it, with non-persistent keys from memory."""
         assert self._store is not None
         skip = self._skip_undecodable or tolerate
-        try:
-            stored = await self._store.load(thread_id)
-        except StateError:
-            raise
-        except Exception as error:
-            raise StoreError("thread load", error, key=thread_id) from error
+        stored = await self._loaded(thread_id)
         registry = self._registry
         if stored is None and memory.saved_position > 0:
             return ThreadMemory()  # deleted from the store since: a new thread
@@ -423,15 +425,10 @@ class ThreadKeeper:
                 journal=memory.journal,
             )
         runs_raw = stored.values.get(RUN_COUNT)
-        store: ThreadStore = self._store
-
-        async def fetch(revision: int) -> ThreadSnapshot | None:
-            return await store.snapshot_at(thread_id, revision)
-
         restored, bases = await read_snapshot(
             registry,
             ThreadSnapshot(stored.snapshot_revision, stored.values),
-            fetch,
+            self._fetcher(thread_id),
             record=thread_id,
             skip_undecodable=skip,
             exclude=lambda name: name in RESERVED_VALUES,
@@ -444,10 +441,7 @@ class ThreadKeeper:
         for name in dropped:  # its plugin is gone and said not to keep it
             restored.foreign.pop(name, None)
             restored.undecodable.pop(name, None)
-        records = [
-            decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
-            for entry in stored.records
-        ]
+        records = _records_of(stored, thread_id)
         ends_at = records[-1].revision if records else stored.snapshot_revision
         if ends_at != stored.revision:
             raise StoreError(
@@ -535,6 +529,13 @@ class ThreadKeeper:
             f"them, or load the thread with unknown_keys='keep' (the default), which carries "
             f"them over untouched.{hint}"
         )
+
+
+def _records_of(stored: ThreadState, thread_id: str) -> list[CommitRecord]:
+    return [
+        decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
+        for entry in stored.records
+    ]
 
 
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
