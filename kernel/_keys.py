@@ -56,8 +56,10 @@ class StateKeyOptions:
 
     `scope=None` keeps the class's scope. `persistent=False` keeps a thread key in the
     kernel's memory only, never in a ThreadStore. `retain_on_uninstall=False`: when a kernel
-    without the plugin that registers this thread key saves the thread, the key is dropped
-    rather than carried over untouched, so the plugin, added back later, starts it afresh.
+    without the plugin that registers this thread key saves a commit to the thread, the key
+    is dropped rather than carried over untouched, so the plugin, added back later, starts
+    it afresh. (Kernels learn of such keys from the thread's snapshot, which a kernel that
+    registers one writes at its first save that can.)
     """
 
     scope: KeyScope | None = None

@@ -341,7 +341,9 @@ class Kernel:
         declaration of a key whose type changed, and this is its old value, typed as it was
         (its snapshot and journal decoded and replayed with the old types and `apply`).
         What a migration reads before it writes the new value with
-        `update_state(..., replacing=[NewKey])`. None when the thread holds no value."""
+        `update_state(..., replacing=[NewKey])`. None when the thread holds no value.
+        Without a ThreadStore, values live in this kernel's memory, decoded with its own
+        declarations: the value held is returned as it is."""
         return await self._threads.read_as(thread_id, KeyBinding.of(key))
 
     def _decode_action(

@@ -28,7 +28,8 @@ from typing import Any
 import attrs
 import msgspec
 
-from ._errors import StateError, StoreError
+from ._codec import CODEC_ERRORS
+from ._errors import DecodeFailed, StateError, StoreError
 from ._invoke import through_cancellation
 from ._journal import CommitRecord, Journaled, JournalOp, decode_record, encode_record_bytes
 from ._key_codec import EncodeCache, decode_values, encode_scope
@@ -434,9 +435,10 @@ class ThreadKeeper:
             exclude=lambda name: name in RESERVED_VALUES,
         )
         marker = stored.values.get(DROPPED_ON_UNINSTALL)
-        drop_marker = (
-            frozenset(_names_decoder.decode(marker)) if marker is not None else frozenset()
-        )
+        try:
+            drop_marker = frozenset(_names_decoder.decode(marker) if marker is not None else ())
+        except CODEC_ERRORS as error:
+            raise DecodeFailed(DROPPED_ON_UNINSTALL, thread_id, error) from error
         dropped = frozenset(name for name in drop_marker if name not in registry.by_name)
         for name in dropped:  # its plugin is gone and said not to keep it
             restored.foreign.pop(name, None)
