@@ -119,7 +119,8 @@ class ThreadMemory:
     vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
     dropped: frozenset[str] = frozenset()
     """Keys of an uninstalled plugin that said to drop them: gone from `values` and
-    `foreign`, and gone from the store at the next save that writes a snapshot."""
+    `foreign`; the next save's first record clears them in the journal, and the next
+    snapshot leaves their bytes out."""
     drop_marker: frozenset[str] = frozenset()
     """The keys the stored snapshot lists as dropped on uninstall."""
 
