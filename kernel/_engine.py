@@ -31,7 +31,7 @@ import msgspec
 from ._commands import StateCommand
 from ._commit import LiveState
 from ._context import PhaseContext
-from ._dead_letters import DeadLetters, Retried, letter_for, payload_text
+from ._dead_letters import DeadLetter, DeadLetters, Retried, letter_for, payload_text
 from ._errors import (
     HookFailed,
     PhaseRunLoopExceeded,
@@ -498,11 +498,18 @@ class PhaseEngine:
             letter.id,
             exc_info=error,
         )
-        command = StateCommand().update(DeadLetters, letter)
-        if action.retries is not None:  # the letter it retried gives way to its next one
-            command.update(DeadLetters, Retried(action.retries))
-        self._state.commit((Contribution(plugin, command, f"dead_letter:{key}"),))
+        self.keep_dead_letter(letter, plugin, replacing=action.retries)
         tally.commits += 1
+
+    def keep_dead_letter(
+        self, letter: DeadLetter, plugin: str | None, *, replacing: str | None = None
+    ) -> None:
+        """Commit `letter` to `DeadLetters` (in place of letter `replacing`, the one whose
+        retry failed), journaled as `"dead_letter:<action>"`."""
+        command = StateCommand().update(DeadLetters, letter)
+        if replacing is not None:
+            command.update(DeadLetters, Retried(replacing))
+        self._state.commit((Contribution(plugin, command, f"dead_letter:{letter.action}"),))
 
 
 async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:

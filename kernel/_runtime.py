@@ -608,8 +608,7 @@ class Run:
             revision=self._state.revision + 1,
             run_id=self.identity.run_id,
         )
-        command = StateCommand().update(DeadLetters, letter)
-        self._state.commit((Contribution(None, command, f"dead_letter:{saved.key}"),))
+        self._engine.keep_dead_letter(letter, None)
 
     async def call_tool(
         self,
