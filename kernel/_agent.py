@@ -562,6 +562,7 @@ class _Driver:
             await run.run_phase(Phase.BEFORE_INFERENCE, messages=self.history())
             request = await self.request()
             response = await self.infer(request)
+            await self.append(*request.transcript)
             self.emit(ModelResponded(response))
             await self.pace()
             await run.run_phase(Phase.AFTER_INFERENCE, messages=self.history(), response=response)

@@ -21,11 +21,28 @@ from ._tools import ToolCall, ToolSpec
 class InferenceRequest:
     """What the model sees: the thread's messages (the system prompt first, context messages
     already placed by the request transforms), the specs of the tools on offer this step,
-    and model parameters for this step (`SetInferenceOverride`), frozen."""
+    and model parameters for this step (`SetInferenceOverride`), frozen.
+
+    `transcript` is for request transforms whose placed messages users should see too: the
+    Agent appends these messages to the thread's history once the model has answered (before
+    its answer, where the model read them), so they are in `RunResult.messages`, saved and
+    streamed. The model gets `messages` only; a transform that wants a message both read and
+    recorded puts it in both.
+    """
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     params: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
+    transcript: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+
+    @transcript.validator
+    def _messages_only(self, _: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+        for item in value:
+            if not isinstance(item, Message):
+                raise TypeError(
+                    f"InferenceRequest.transcript holds Message objects only, got "
+                    f"{type(item).__name__} {item!r}"
+                )
 
     @property
     def tool_names(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ Each lives in a private module named for it; import them from here.
 from ._context_injection import (
     BANDS,
     LIFETIMES,
+    VISIBILITIES,
     AddContextMessage,
     Band,
     ContextEntry,
@@ -23,6 +24,7 @@ from ._context_injection import (
     RemoveContextMessage,
     RemoveContextPrefix,
     ThrottleMark,
+    Visibility,
     add_context,
     clear_context,
     remove_context,
@@ -43,6 +45,7 @@ from ._team import Team, TeamContext, TeamData, extend_team, render_team, team_s
 __all__ = [
     "BANDS",
     "LIFETIMES",
+    "VISIBILITIES",
     "AddContextMessage",
     "Band",
     "ContextEntry",
@@ -68,6 +71,7 @@ __all__ = [
     "TeamData",
     "ThrottleMark",
     "Transition",
+    "Visibility",
     "add_context",
     "clear_context",
     "extend_team",

@@ -15,13 +15,16 @@ Where messages go (bands, then `order`, then `key` within a band):
 Conversation-band messages go after the whole history, not before the last user message:
 they are then the newest thing the model reads, and they can never land between an
 assistant's tool call and its tool results, which many model APIs refuse. The thread's
-history itself is never changed: placed messages exist only in the request.
+history itself is not changed: placed messages exist only in the request, unless a message
+asks for `visibility="transcript"`; then the first request that holds it hands it to the
+Agent (`InferenceRequest.transcript`) to record in the history, where users see it and the
+model reads it from then on.
 
 Steps. Cooldowns and expiry count the steps of the thread (every STEP_START, across runs),
 kept in `ContextStep`; the store and the throttle are thread keys, so they carry over to the
 thread's next run too, except what is ephemeral: a RUN_START hook removes the ephemeral
 messages of earlier runs and their cooldowns. An AFTER_INFERENCE hook removes emit-once
-messages once a request held them.
+messages once a request held them, and marks the transcript messages it held as recorded.
 
 When the actions run. All three actions are declared for BEFORE_INFERENCE, so they run in that
 phase's convergence loop, after its hooks and before the model is called. Scheduled at
@@ -57,6 +60,7 @@ from statekernel import (
 __all__ = [
     "BANDS",
     "LIFETIMES",
+    "VISIBILITIES",
     "AddContextMessage",
     "Band",
     "ContextEntry",
@@ -69,6 +73,7 @@ __all__ = [
     "RemoveContextMessage",
     "RemoveContextPrefix",
     "ThrottleMark",
+    "Visibility",
     "add_context",
     "clear_context",
     "remove_context",
@@ -82,6 +87,10 @@ BANDS: tuple[Band, ...] = ("system", "session", "conversation", "suffix_system")
 Lifetime = Literal["persistent", "ephemeral"]
 LIFETIMES: tuple[Lifetime, ...] = ("persistent", "ephemeral")
 """Where a message is kept: in the thread (saved), or for the current run only."""
+
+Visibility = Literal["model", "transcript"]
+VISIBILITIES: tuple[Visibility, ...] = ("model", "transcript")
+"""Who sees a message: the model only, or the model and the thread's transcript (history)."""
 
 _RANK: dict[str, int] = {band: rank for rank, band in enumerate(BANDS)}
 _AFTER_HISTORY = _RANK["conversation"]
@@ -100,6 +109,13 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
     removed (consumed after emit). `lifetime`: `"persistent"` keeps it in the thread (saved,
     there in later runs), `"ephemeral"` for the current run only; None takes the plugin's
     `default_lifetime`.
+
+    `visibility="model"` (the default): the message exists only in requests; the thread's
+    history never holds it. `visibility="transcript"`: the first request that holds it also
+    records it in the history (the Agent appends it before the model's answer), so users
+    see it in `RunResult.messages` and the event stream; from then on the model reads it
+    there, at that place, and the band no longer places it. Adding it again with the same
+    role and content records nothing new; a changed content is recorded again.
     """
 
     key: str
@@ -112,6 +128,7 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
     emit_once: bool = False
     lifetime: Lifetime | None = None
     reinject_on_change: bool = False
+    visibility: Visibility = "model"
 
     def __post_init__(self) -> None:
         if not isinstance(self.key, str) or not self.key:
@@ -125,6 +142,11 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(
                 f"ContextMessage {self.key!r}: lifetime must be 'persistent', 'ephemeral' or "
                 f"None; got {self.lifetime!r}"
+            )
+        if self.visibility not in VISIBILITIES:
+            raise ValueError(
+                f"ContextMessage {self.key!r}: visibility must be 'model' or 'transcript'; "
+                f"got {self.visibility!r}"
             )
         for name in ("emit_once", "reinject_on_change"):
             if type(getattr(self, name)) is not bool:
@@ -147,13 +169,15 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ContextEntry(msgspec.Struct, frozen=True):
-    """A stored message: when it was injected (context step), when it expires, and whether
-    it is ephemeral (removed when the next run starts)."""
+    """A stored message: when it was injected (context step), when it expires, whether it
+    is ephemeral (removed when the next run starts), and, for a transcript message, whether
+    the history holds it already (then it is no longer placed)."""
 
     message: ContextMessage
     added_at: int
     expires_at: int | None = None
     ephemeral: bool = False
+    recorded: bool = False
 
 
 class ThrottleMark(msgspec.Struct, frozen=True):
@@ -188,6 +212,10 @@ class _Consume(msgspec.Struct, frozen=True, tag=True):
     keys: frozenset[str]  # emit-once messages placed into a request
 
 
+class _Recorded(msgspec.Struct, frozen=True, tag=True):
+    keys: frozenset[str]  # transcript messages a request held: the history has them now
+
+
 class _DropEphemeral(msgspec.Struct, frozen=True, tag=True):
     pass  # a new run: the ephemeral messages (or marks) of earlier runs go
 
@@ -205,7 +233,7 @@ def _place(entry: ContextEntry) -> tuple[int, int, str]:
     return (_RANK[message.band], message.order, message.key)
 
 
-_Change = _Put | _Remove | _Expire | _RemovePrefix | _Consume | _DropEphemeral
+_Change = _Put | _Remove | _Expire | _RemovePrefix | _Consume | _Recorded | _DropEphemeral
 
 
 def _changed(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextEntry, ...]:
@@ -219,6 +247,13 @@ def _changed(value: tuple[ContextEntry, ...], update: _Change) -> tuple[ContextE
         return tuple(kept)
     if isinstance(update, _Remove | _Consume):
         return tuple(entry for entry in value if entry.message.key not in update.keys)
+    if isinstance(update, _Recorded):
+        return tuple(
+            msgspec.structs.replace(entry, recorded=True)
+            if entry.message.key in update.keys
+            else entry
+            for entry in value
+        )
     if isinstance(update, _RemovePrefix):
         return tuple(entry for entry in value if not entry.message.key.startswith(update.prefix))
     now = update.now
@@ -367,7 +402,10 @@ class ContextInjection(Plugin):
                 return None
         expires = message.expires_after_steps
         ephemeral = (message.lifetime or self.default_lifetime) == "ephemeral"
-        entry = ContextEntry(message, now, None if expires is None else now + expires, ephemeral)
+        recorded = any(_shows(entry, message) for entry in snapshot.get(ContextMessages))
+        entry = ContextEntry(
+            message, now, None if expires is None else now + expires, ephemeral, recorded
+        )
         command = StateCommand().update(ContextMessages, _Put(entry))
         if message.cooldown_steps is not None:
             until = now + message.cooldown_steps
@@ -397,10 +435,18 @@ class ContextInjection(Plugin):
         return command if not command.is_empty() else None
 
     def consume(self, ctx: PhaseContext) -> StateCommand | None:
-        """Remove the emit-once messages the request just made held (they were placed)."""
-        held = ctx.snapshot.get(ContextMessages)
-        keys = frozenset(entry.message.key for entry in held if entry.message.emit_once)
-        return StateCommand().update(ContextMessages, _Consume(keys)) if keys else None
+        """After a request: its transcript messages are in the history now, and its emit-once
+        messages are used up."""
+        snapshot = ctx.snapshot
+        command = StateCommand()
+        recorded = frozenset(entry.message.key for entry in _placed(snapshot) if _to_record(entry))
+        if recorded:
+            command.update(ContextMessages, _Recorded(recorded))
+        held = snapshot.get(ContextMessages)
+        used = frozenset(entry.message.key for entry in held if entry.message.emit_once)
+        if used:
+            command.update(ContextMessages, _Consume(used))
+        return command if not command.is_empty() else None
 
     def tick(self, ctx: PhaseContext) -> StateCommand:
         """Advance the step clock; drop what expires and cooldowns that ran out at it."""
@@ -414,16 +460,47 @@ class ContextInjection(Plugin):
         return command
 
     def place(self, request: InferenceRequest, snapshot: Snapshot) -> InferenceRequest:
-        """The request with the stored messages placed in their bands."""
-        entries = snapshot.get(ContextMessages)
-        if not entries:
+        """The request with the stored messages placed in their bands, and the transcript
+        messages among them also handed to the Agent to record."""
+        live = _placed(snapshot)
+        if not live:
             return request
-        now = snapshot.get(ContextStep)
-        live = [entry for entry in entries if not _expired(entry, now)]
         split = bisect.bisect_left(live, _AFTER_HISTORY, key=lambda e: _RANK[e.message.band])
-        return request.replace(
-            messages=(*_messages(live[:split]), *request.messages, *_messages(live[split:]))
+        record = tuple(
+            Message(entry.message.role, entry.message.content)
+            for entry in live
+            if _to_record(entry)
         )
+        return request.replace(
+            messages=(*_messages(live[:split]), *request.messages, *_messages(live[split:])),
+            transcript=(*request.transcript, *record),
+        )
+
+
+def _placed(snapshot: Snapshot) -> list[ContextEntry]:
+    """The entries a request built from `snapshot` holds: not expired, and not already
+    in the history as transcript messages."""
+    entries = snapshot.get(ContextMessages)
+    if not entries:
+        return []
+    now = snapshot.get(ContextStep)
+    return [entry for entry in entries if not _expired(entry, now) and not entry.recorded]
+
+
+def _to_record(entry: ContextEntry) -> bool:
+    return entry.message.visibility == "transcript" and not entry.recorded
+
+
+def _shows(entry: ContextEntry, message: ContextMessage) -> bool:
+    """Whether the history already holds `message` as `entry`'s recorded transcript copy."""
+    held = entry.message
+    return (
+        entry.recorded
+        and held.key == message.key
+        and held.role == message.role
+        and held.content == message.content
+        and message.visibility == "transcript"
+    )
 
 
 def _expired(entry: ContextEntry, now: int) -> bool:

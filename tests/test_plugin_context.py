@@ -407,6 +407,7 @@ async def test_a_changed_throttled_message_is_reinjected_only_when_asked(reinjec
         ({"lifetime": "forever"}, "lifetime must be"),
         ({"emit_once": 1}, "emit_once must be True or False"),
         ({"reinject_on_change": "yes"}, "reinject_on_change must be True or False"),
+        ({"visibility": "everyone"}, "visibility must be 'model' or 'transcript'"),
     ],
 )
 def test_a_malformed_lifecycle_option_fails_where_it_is_built(
@@ -414,3 +415,89 @@ def test_a_malformed_lifecycle_option_fails_where_it_is_built(
 ) -> None:
     with pytest.raises(ValueError, match=problem):
         ContextMessage(**{"key": "k", "content": "c", **fields})
+
+
+async def test_a_model_only_message_never_reaches_the_transcript() -> None:
+    note = ContextMessage(key="note", content="internal hint", band="conversation")
+    model = ScriptedModel(steps(2))
+    agent = Agent([ContextInjection(), Injector(lambda ctx: (note,))], model, NOOP)
+    result = await agent.run("t", "go")
+    assert seen(model, "internal hint") == [True, True]
+    assert "internal hint" not in [m.content for m in result.messages]
+
+
+async def test_a_transcript_message_is_recorded_once_where_the_model_read_it() -> None:
+    note = ContextMessage(
+        key="note", content="shared hint", band="conversation", role="user", visibility="transcript"
+    )
+    model = ScriptedModel(steps(3))
+    store = MemoryThreadStore()
+    agent = Agent(
+        [ContextInjection(), Injector(lambda ctx: (note,))], model, NOOP, thread_store=store
+    )
+    result = await agent.run("t", "go")
+
+    # Recorded in the history before the answer of the step that first read it, once,
+    # although it is added again every step; the model reads it exactly once per request.
+    assert [(m.role, m.content) for m in result.messages] == [
+        ("user", "go"),
+        ("user", "shared hint"),
+        ("assistant", "working"),
+        ("tool", "ok"),
+        ("assistant", "working"),
+        ("tool", "ok"),
+        ("assistant", "done"),
+    ]
+    assert [contents(r).count("shared hint") for r in model.requests] == [1, 1, 1]
+    assert contents(model.requests[0]) == ["go", "shared hint"]
+    # Saved with the thread: a fresh agent on the same store sees it in the transcript.
+    again = Agent([ContextInjection()], ScriptedModel(), thread_store=store)
+    later = await again.run("t", "more")
+    assert [m.content for m in later.messages].count("shared hint") == 1
+
+
+async def test_a_changed_transcript_message_is_recorded_again() -> None:
+    def status(ctx: PhaseContext) -> tuple[ContextMessage, ...]:
+        step = ctx.snapshot.get(ContextStep)
+        content = "build: green" if step < 3 else "build: RED"
+        return (ContextMessage(key="build", content=content, visibility="transcript"),)
+
+    model = ScriptedModel(steps(4))
+    result = await Agent([ContextInjection(), Injector(status)], model, NOOP).run("t", "go")
+    recorded = [m.content for m in result.messages if m.content.startswith("build")]
+    assert recorded == ["build: green", "build: RED"]
+    # Once recorded, a system-band message is read from the history, not placed again.
+    assert [contents(r).count("build: green") for r in model.requests] == [1, 1, 1, 1]
+    assert [contents(r).count("build: RED") for r in model.requests] == [0, 0, 1, 1]
+
+
+async def test_an_emit_once_transcript_message_is_recorded_and_consumed() -> None:
+    note = ContextMessage(key="n", content="once", emit_once=True, visibility="transcript")
+    model = ScriptedModel(steps(2))
+    result = await Agent([ContextInjection(), Injector(once(note))], model, NOOP).run("t", "go")
+    assert [m.content for m in result.messages].count("once") == 1
+    assert result.snapshot.get(ContextMessages) == ()
+
+
+async def test_a_failed_model_call_records_nothing_and_the_next_request_places_it() -> None:
+    note = ContextMessage(key="n", content="hint", visibility="transcript")
+    calls: list[InferenceRequest] = []
+
+    async def flaky(request: InferenceRequest) -> InferenceResponse:
+        calls.append(request)
+        if len(calls) == 1:
+            raise ConnectionError("model down")
+        return InferenceResponse("ok")
+
+    agent = Agent([ContextInjection(), Injector(once(note))], flaky)
+    failed = await agent.run("t", "go")
+    assert failed.outcome == "failure"
+    assert "hint" not in [m.content for m in failed.messages]
+    result = await agent.run("t", "again")
+    assert "hint" in contents(calls[1])
+    assert [m.content for m in result.messages].count("hint") == 1
+
+
+def test_a_request_transcript_holds_messages_only() -> None:
+    with pytest.raises(TypeError, match="transcript holds Message objects only"):
+        InferenceRequest(messages=(), transcript=("not a message",))  # type: ignore[arg-type]

@@ -4,8 +4,9 @@ Run: .venv/bin/python docs/examples/context_injection.py
 
 A "guide" plugin schedules context messages; the model (scripted, offline) calls a no-op
 tool for four steps, then a tool that dismisses the project's messages by key prefix, then
-answers. A welcome note is emitted once. Every request the model received is printed with
-each context message labelled by its key.
+answers. A welcome note is emitted once; a notice at step 2 is recorded in the thread's
+history too (visibility "transcript"), so the user sees it. Every request the model received
+is printed with each context message labelled by its key.
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ class Guide(Plugin):
                     )
                 )
             )
+        if step == 2:
+            command.extend(
+                add_context(
+                    ContextMessage(
+                        key="notice",
+                        content="CI started a run on this branch.",
+                        band="conversation",
+                        role="user",
+                        visibility="transcript",  # the user sees it in the history too
+                    )
+                )
+            )
         # Asked for at every step; the cooldown lets it through every third step only, and
         # the expiry takes it out of the request again after one step.
         reminder = ContextMessage(
@@ -124,13 +137,15 @@ async def main() -> None:
                 print(f"    ... the thread's history: {history} message(s) ...")
                 history = 0
             print(f"    {key:<12} {message.content}")
-    print(f"thread history: {len(result.messages)} messages, none of them context messages")
+    recorded = [m.content for m in result.messages if m.content.startswith("CI ")]
+    print(f"thread history: {len(result.messages)} messages; context recorded in it: {recorded}")
     assert [m.content for m in model.requests[0].messages][:2] == [
         "You are a careful engineer.",
         "Repo: statekernel, Python 3.11.",
     ]
     assert sum("Reminder" in m.content for r in model.requests for m in r.messages) == 2
     assert sum("Welcome" in m.content for r in model.requests for m in r.messages) == 1
+    assert recorded == ["CI started a run on this branch."]  # once, where the model read it
 
 
 if __name__ == "__main__":
