@@ -24,6 +24,7 @@ import msgspec
 
 from ._codec import as_json_data, enc_hook
 from ._commands import StateCommand
+from ._dead_letters import DeadLetter, DeadLetters
 from ._engine import PhaseReport
 from ._errors import RevisionConflict, StateError, cause_text
 from ._frozen import thaw
@@ -223,14 +224,20 @@ class Agent:
         *,
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
+        retry: Iterable[DeadLetter | str] | DeadLetter | str = (),
     ) -> RunResult:
         """Append `messages` and run the loop to its end. Each message may be a `Message`, a
         string (a user message), a `("user", "hi")` tuple or an OpenAI-style dict; one of
         these alone is one message.
 
+        `retry` names dead letters of the thread (`DeadLetter`s or their ids, one or many;
+        see `dead_letters`) whose actions this run schedules again, before RUN_START: each
+        runs in its phase, as its next attempt. A letter the thread does not hold is a
+        `StateError` before anything runs.
+
         A second call on a thread this agent is running waits for its turn."""
         incoming = _incoming(messages)
-        options = _RunOptions(parent_thread_id, tuple(active_hook_filter))
+        options = _RunOptions(parent_thread_id, tuple(active_hook_filter), _letters(retry))
         return await self._start(thread_id, incoming, options, sink=None)
 
     def stream(
@@ -240,6 +247,7 @@ class Agent:
         *,
         parent_thread_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
+        retry: Iterable[DeadLetter | str] | DeadLetter | str = (),
     ) -> AsyncIterator[Event]:
         """The same run as `run`, as an async iterator of `statekernel.events`, in the order
         things happen, ending with `RunFinished(result)`.
@@ -251,7 +259,7 @@ class Agent:
         `contextlib.aclosing(agent.stream(...))`.
         """
         incoming = _incoming(messages)
-        options = _RunOptions(parent_thread_id, tuple(active_hook_filter))
+        options = _RunOptions(parent_thread_id, tuple(active_hook_filter), _letters(retry))
         return _stream(lambda sink: self._start(thread_id, incoming, options, sink=sink))
 
     async def _start(
@@ -270,6 +278,12 @@ class Agent:
                 parent_thread_id=options.parent_thread_id,
                 active_hook_filter=options.active_hook_filter,
             )
+            try:
+                for letter in options.retry:
+                    await run.retry(letter)
+            except BaseException:
+                await run.abandon()
+                raise
             driver = _Driver(self, run, live, steps=0, sink=sink)
             driver.incoming = incoming
 
@@ -313,6 +327,12 @@ class Agent:
                 return await driver.loop()
 
             return await self._drive(driver, carry_on)
+
+    async def dead_letters(self, thread_id: str) -> tuple[DeadLetter, ...]:
+        """The dead letters the thread last saved (its failed actions waiting for a retry),
+        oldest first; retry them with `agent.run(thread_id, retry=...)`."""
+        held = await self.kernel.read_stored(thread_id, DeadLetters)
+        return () if held is None else tuple(held)
 
     async def pending(self, thread_id: str) -> tuple[PendingCall, ...]:
         """The calls the thread's suspended run waits on, with their tickets; changes nothing.
@@ -857,6 +877,26 @@ def _for_agent_users(conflict: RevisionConflict, thread_id: str) -> RevisionConf
 class _RunOptions:
     parent_thread_id: str | None
     active_hook_filter: tuple[str, ...]
+    retry: tuple[DeadLetter | str, ...] = ()
+
+
+def _letters(retry: Iterable[DeadLetter | str] | DeadLetter | str) -> tuple[DeadLetter | str, ...]:
+    """`retry=` as a tuple: one letter (or id) given alone is one letter."""
+    if isinstance(retry, DeadLetter | str):
+        return (retry,)
+    if not isinstance(retry, Iterable):
+        raise TypeError(
+            f"retry takes DeadLetters or their ids, got {type(retry).__name__} {retry!r}; "
+            f"read them with `await agent.dead_letters(thread_id)`"
+        )
+    letters = tuple(retry)
+    for letter in letters:
+        if not isinstance(letter, DeadLetter | str):
+            raise TypeError(
+                f"retry takes DeadLetters or their ids, got {type(letter).__name__} "
+                f"{letter!r}; read them with `await agent.dead_letters(thread_id)`"
+            )
+    return letters
 
 
 class _CancelRequested(StateError):

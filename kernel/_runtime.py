@@ -583,7 +583,8 @@ class Run:
                 raise StateError(
                     f"thread {self.identity.thread_id!r} holds no dead letter {wanted!r}; it "
                     f"holds {sorted(held) or 'none'}. Read them with "
-                    f"run.snapshot.get(DeadLetters); a letter whose retry ran is gone."
+                    f"run.snapshot.get(DeadLetters) or agent.dead_letters(thread_id); a letter "
+                    f"whose retry ran is gone."
                 )
             if any(action.retries == wanted for action, _ in self._engine.pending_actions):
                 raise StateError(

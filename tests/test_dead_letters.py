@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from statekernel import (
+    Agent,
     CommitRejected,
     DeadLetter,
     DeadLetters,
@@ -21,10 +22,12 @@ from statekernel import (
     Plugin,
     PluginRegistrar,
     ScheduledActionSpec,
+    ScriptedModel,
     StateCommand,
     StateError,
     StateKey,
 )
+from statekernel.events import RunFinished
 from statekernel.stores import SqliteThreadStore
 
 
@@ -261,3 +264,57 @@ async def test_a_saved_action_whose_payload_no_longer_decodes_is_dead_lettered_o
         report = await run.run_phase(Phase.STEP_END)
         assert report.actions_run == 1  # Notify, which decoded, still runs
         await run.finish()
+
+
+class OrderOnce(Shop):
+    """Orders in the first run only; later runs just talk (and may retry)."""
+
+    def order(self, ctx: PhaseContext) -> StateCommand:
+        if ctx.run.run_id.endswith("run-1"):
+            return StateCommand().schedule(Deliver, Order("tea", 2))
+        return StateCommand()
+
+
+async def test_an_agent_lists_its_dead_letters_and_retries_them_in_a_run(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        first = Agent([OrderOnce(failing=1)], ScriptedModel(), thread_store=store)
+        result = await first.run("t", "order tea")
+        assert result.outcome == "success"  # the failed delivery did not fail the run
+        (letter,) = await first.dead_letters("t")
+        assert (letter.action, letter.attempt) == ("shop.deliver", 1)
+
+        # Another agent on the same store (a later process), whose deliveries work.
+        later = Agent([OrderOnce(failing=0)], ScriptedModel(), thread_store=store)
+        assert await later.dead_letters("t") == (letter,)
+        retried = await later.run("t", "any news?", retry=letter.id)
+        assert retried.snapshot.get(Delivered) == ("tea",)
+        assert retried.snapshot.get(DeadLetters) == ()
+        assert await later.dead_letters("t") == ()
+    assert await Agent([], ScriptedModel()).dead_letters("nobody") == ()
+
+
+async def test_an_agent_retry_of_a_letter_the_thread_lacks_runs_nothing(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        agent = Agent([OrderOnce(failing=1)], ScriptedModel(), thread_store=store)
+        await agent.run("t", "order tea")
+        (letter,) = await agent.dead_letters("t")
+        before = await agent.kernel.history("t")
+        with pytest.raises(StateError, match="holds no dead letter 'no-such-letter'"):
+            await agent.run("t", "hello", retry=["no-such-letter"])
+        with pytest.raises(StateError, match="already being retried"):
+            await agent.run("t", "hello", retry=[letter, letter.id])
+        with pytest.raises(TypeError, match="retry takes DeadLetters or their ids"):
+            await agent.run("t", "hello", retry=[42])  # type: ignore[list-item]
+        assert await agent.kernel.history("t") == before  # no run happened, nothing was lost
+        assert await agent.dead_letters("t") == (letter,)
+
+
+async def test_a_streamed_run_retries_too() -> None:
+    shop = OrderOnce(failing=1)
+    agent = Agent([shop], ScriptedModel())
+    await agent.run("t", "order tea")
+    (letter,) = await agent.dead_letters("t")
+    events = [event async for event in agent.stream("t", "again", retry=(letter,))]
+    assert isinstance(events[-1], RunFinished)
+    assert events[-1].result.snapshot.get(Delivered) == ("tea",)
+    assert shop.deliveries == 2

@@ -3,7 +3,8 @@
 A shop schedules a delivery at every step. The courier is down for the first delivery, so
 the action, declared with `on_failure = "dead_letter"`, fails alone: the step completes and
 the letter is saved with the thread. A second process finds the letter and retries it, and
-the delivery goes through.
+the delivery goes through. Then the same through the Agent: `agent.dead_letters(thread)`
+lists what failed, and `agent.run(thread, ..., retry=letters)` retries it within a run.
 
 Run: .venv/bin/python docs/examples/dead_letters.py
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from statekernel import (
+    Agent,
     DeadLetters,
     Kernel,
     KeyScope,
@@ -26,6 +28,7 @@ from statekernel import (
     Plugin,
     PluginRegistrar,
     ScheduledActionSpec,
+    ScriptedModel,
     StateCommand,
     StateKey,
 )
@@ -54,16 +57,17 @@ class Delivered(StateKey[tuple[str, ...], str]):
 class Shop(Plugin):
     id = "shop"
 
-    def __init__(self, courier_up: bool) -> None:
+    def __init__(self, courier_up: bool, *, ordering: bool = True) -> None:
         self.courier_up = courier_up
+        self.ordering = ordering  # whether each step orders tea
 
     def register(self, registrar: PluginRegistrar) -> None:
         registrar.register_key(Delivered)
         registrar.register_phase_hook(Phase.STEP_START, self.order)
         registrar.register_action(Deliver, self.deliver)
 
-    def order(self, ctx: PhaseContext) -> StateCommand:
-        return StateCommand().schedule(Deliver, Order("tea"))
+    def order(self, ctx: PhaseContext) -> StateCommand | None:
+        return StateCommand().schedule(Deliver, Order("tea")) if self.ordering else None
 
     def deliver(self, order: Order, ctx: PhaseContext) -> StateCommand:
         if not self.courier_up:
@@ -91,6 +95,19 @@ async def main() -> None:
             print("after the retry: delivered", run.snapshot.get(Delivered))
             print("dead letters left:", len(run.snapshot.get(DeadLetters)))
             await run.finish()
+
+        async with SqliteThreadStore(path) as store:  # the same, driven by an Agent
+            agent = Agent([Shop(courier_up=False)], ScriptedModel(), thread_store=store)
+            result = await agent.run("t2", "Order tea, please.")
+            letters = await agent.dead_letters("t2")
+            print(f"agent run: {result.outcome}, dead letters {[d.action for d in letters]}")
+        async with SqliteThreadStore(path) as store:
+            shop = Shop(courier_up=True, ordering=False)
+            agent = Agent([shop], ScriptedModel(), thread_store=store)
+            letters = await agent.dead_letters("t2")
+            result = await agent.run("t2", "Any news?", retry=letters)
+            print("agent retry: delivered", result.snapshot.get(Delivered))
+            print("dead letters left:", len(await agent.dead_letters("t2")))
 
 
 if __name__ == "__main__":
