@@ -69,13 +69,21 @@ def apply_records(
     was journaled without bytes is dropped from there on; given `lost`, it goes there
     rather than among the stale keys (this kernel's own key, whose value is simply unknown
     until a snapshot: nothing another kernel could rebuild either).
+
+    An update that a later clear of its key in `records` supersedes is not decoded at all:
+    its value could not survive the clear, and a key whose type changed is migrated exactly
+    so, by a clear (`update_state(..., replacing=[K])`) after updates of the old type.
     """
+    records = list(records)
+    last_clear = _last_clears(records)
     by_name = registry.by_name
     decoders: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}  # one per key and kind
     cannot_read = set(unreadable)
     stale: set[str] = set()
+    position = -1
     for record in records:
         for op in record.ops:
+            position += 1
             name = op.key
             binding = by_name.get(name)
             if lost is not None and name in lost:
@@ -91,6 +99,8 @@ def apply_records(
             if op.kind == "clear":
                 values.pop(name, None)
                 continue
+            if position < last_clear.get(name, -1):
+                continue  # cleared later on: whatever it did is gone by then
             if op.update is None:  # never recorded: lost from here until a snapshot
                 values.pop(name, None)
                 cannot_read.add(name)
@@ -128,6 +138,18 @@ def apply_records(
 
 
 _MISSING: Any = object()
+
+
+def _last_clears(records: list[CommitRecord]) -> dict[str, int]:
+    """Where each key's last clear is, counting the ops of `records` in order."""
+    found: dict[str, int] = {}
+    position = -1
+    for record in records:
+        for op in record.ops:
+            position += 1
+            if op.kind == "clear":
+                found[op.key] = position
+    return found
 
 
 def _decoded(

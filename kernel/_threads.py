@@ -22,7 +22,7 @@ It knows nothing of phases, hooks or the run loop: a `Run` hands it values to sa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -315,7 +315,12 @@ class ThreadKeeper:
                 for name in touched & (thread.stale | thread.undecodable.keys())
                 if (binding := by_name.get(name)) is not None and binding.stored
             }
-            needed = journaled.unrecorded | rewritten
+            # A key this save clears needs no snapshot for the bytes it could not read when
+            # those were journal ops only: replay skips updates a later clear supersedes.
+            superseded = (
+                (rewritten & _cleared(records)) - thread.undecodable.keys() if rewritten else set()
+            )
+            needed = journaled.unrecorded | (rewritten - superseded)
             blocking = thread.stale - rewritten
             snapshot = None
             if entries and (needed or marking or self._snapshot_due(thread, len(entries), added)):
@@ -364,6 +369,7 @@ class ThreadKeeper:
             thread.undecodable = undecodable
             if entries:
                 thread.dropped = frozenset()  # cleared by a saved record
+                thread.stale -= superseded
             if snapshot is not None:
                 thread.drop_marker = registry.dropped_on_uninstall
                 thread.since_snapshot = thread.bytes_since_snapshot = 0
@@ -532,6 +538,11 @@ class ThreadKeeper:
             f"them, or load the thread with unknown_keys='keep' (the default), which carries "
             f"them over untouched.{hint}"
         )
+
+
+def _cleared(records: Iterable[CommitRecord]) -> set[str]:
+    """The keys these records clear."""
+    return {op.key for record in records for op in record.ops if op.kind == "clear"}
 
 
 def _records_of(stored: ThreadState, thread_id: str) -> list[CommitRecord]:

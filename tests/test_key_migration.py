@@ -139,3 +139,47 @@ async def test_read_stored_replays_the_journal_with_the_old_apply(tmp_path: Path
             await kernel.update_state("t1", StateCommand().update(Tally, 3))
         assert await kernel.read_stored("t1", Tally) == 15
         assert await Kernel([plugin(Tally)]).read_stored("t1", Tally) is None  # no store
+
+
+class Note(StateKey[str, str]):
+    key = "other.note"
+    scope = KeyScope.THREAD
+
+
+def other() -> Plugin:
+    class Other(Plugin):
+        id = "other"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_key(Note)
+
+    return Other()
+
+
+async def test_a_key_only_in_the_journal_is_replaced_beside_another_plugins_records(
+    tmp_path: Path,
+) -> None:
+    # The thread has no snapshot yet, so both keys live in the journal alone; the migrating
+    # kernel lacks the other plugin, so it cannot write a snapshot (it would hide the note).
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        v1 = Kernel([plugin(ProfileV1), other()], thread_store=store, snapshot_every=1000)
+        await v1.update_state(
+            "t1", StateCommand().update(ProfileV1, NameV1("Ada Lovelace")).update(Note, "hi")
+        )
+        v2 = Kernel([plugin(ProfileV2)], thread_store=store, snapshot_every=1000)
+        old = await v2.read_stored("t1", ProfileV1)
+        first, last = old.full_name.split(" ", 1)
+        await v2.update_state(
+            "t1", StateCommand().update(ProfileV2, NameV2(first, last)), replacing=[ProfileV2]
+        )
+        assert await store.snapshot_at("t1", 10) is None  # still journal only
+        run = await v2.start_run("t1")  # today's type reads it: the old update is superseded
+        assert run.snapshot.get(ProfileV2) == NameV2("Ada", "Lovelace")
+        await run.submit(StateCommand().update(ProfileV2, NameV2("Ada", "King")))
+        await run.finish()  # and the thread goes on saving
+        both = Kernel([plugin(ProfileV2), other()], thread_store=store)
+        run = await both.start_run("t1")
+        assert run.snapshot.get(ProfileV2) == NameV2("Ada", "King")
+        assert run.snapshot.get(Note) == "hi"
+        await run.abandon()
+        assert (await both.verify("t1")).ok
