@@ -586,6 +586,13 @@ class Run:
                     f"run.snapshot.get(DeadLetters) or agent.dead_letters(thread_id); a letter "
                     f"whose retry ran is gone."
                 )
+            if isinstance(letter, DeadLetter) and letter != found:
+                raise StateError(
+                    f"the dead letter given (action {letter.action!r}, run {letter.run_id!r}) "
+                    f"is not thread {self.identity.thread_id!r}'s letter {wanted!r} (action "
+                    f"{found.action!r}, run {found.run_id!r}): it was read from another thread. "
+                    f"Retry a letter on the thread that holds it."
+                )
             if any(action.retries == wanted for action, _ in self._engine.pending_actions):
                 raise StateError(
                     f"dead letter {wanted!r} is already being retried: its action waits for "

@@ -114,8 +114,9 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
     history never holds it. `visibility="transcript"`: the first request that holds it also
     records it in the history (the Agent appends it before the model's answer), so users
     see it in `RunResult.messages` and the event stream; from then on the model reads it
-    there, at that place, and the band no longer places it. Adding it again with the same
-    role and content records nothing new; a changed content is recorded again.
+    there, at that place, and the band no longer places it. Adding it again with the role
+    and content of the newest copy of its key in the history records nothing new (also
+    after it expired or was removed); a changed content is recorded again.
     """
 
     key: str
@@ -402,7 +403,10 @@ class ContextInjection(Plugin):
                 return None
         expires = message.expires_after_steps
         ephemeral = (message.lifetime or self.default_lifetime) == "ephemeral"
-        recorded = any(_shows(entry, message) for entry in snapshot.get(ContextMessages))
+        recorded = message.visibility == "transcript" and (
+            any(_shows(entry, message) for entry in snapshot.get(ContextMessages))
+            or _in_history(message, ctx.messages)
+        )
         entry = ContextEntry(
             message, now, None if expires is None else now + expires, ephemeral, recorded
         )
@@ -425,11 +429,21 @@ class ContextInjection(Plugin):
         return _everywhere(_RemovePrefix(prefix))
 
     def start(self, ctx: PhaseContext) -> StateCommand | None:
-        """A new run: the ephemeral messages of earlier runs, and their cooldowns, end."""
+        """A new run: the ephemeral messages of earlier runs, and their cooldowns, end; and
+        transcript messages the history holds count as recorded (a run that ended between
+        recording one and marking it, cancelled or failed, left it unmarked)."""
         snapshot = ctx.snapshot
         command = StateCommand()
-        if any(entry.ephemeral for entry in snapshot.get(ContextMessages)):
+        held = snapshot.get(ContextMessages)
+        if any(entry.ephemeral for entry in held):
             command.update(ContextMessages, _DropEphemeral())
+        recorded = frozenset(
+            entry.message.key
+            for entry in held
+            if _to_record(entry) and _in_history(entry.message, ctx.messages)
+        )
+        if recorded:
+            command.update(ContextMessages, _Recorded(recorded))
         if any(mark.ephemeral for mark in snapshot.get(ContextThrottle)):
             command.update(ContextThrottle, _DropEphemeral())
         return command if not command.is_empty() else None
@@ -466,8 +480,9 @@ class ContextInjection(Plugin):
         if not live:
             return request
         split = bisect.bisect_left(live, _AFTER_HISTORY, key=lambda e: _RANK[e.message.band])
+        now = snapshot.get(ContextStep)
         record = tuple(
-            Message(entry.message.role, entry.message.content)
+            Message(entry.message.role, entry.message.content, id=_recorded_id(entry, now))
             for entry in live
             if _to_record(entry)
         )
@@ -501,6 +516,25 @@ def _shows(entry: ContextEntry, message: ContextMessage) -> bool:
         and held.content == message.content
         and message.visibility == "transcript"
     )
+
+
+def _recorded_id(entry: ContextEntry, now: int) -> str:
+    """The id of a transcript message's copy in the history: its key and the step."""
+    return f"{_RECORDED}{entry.message.key}@{now}"
+
+
+def _in_history(message: ContextMessage, history: tuple[Message, ...]) -> bool:
+    """Whether the newest copy of `message`'s key in the history says what it says."""
+    for held in reversed(history):
+        ident = held.id
+        if ident is not None and ident.startswith(_RECORDED):
+            key, at, step = ident.removeprefix(_RECORDED).rpartition("@")
+            if at and step.isdigit() and key == message.key:
+                return held.role == message.role and held.content == message.content
+    return False
+
+
+_RECORDED = "context:"
 
 
 def _expired(entry: ContextEntry, now: int) -> bool:

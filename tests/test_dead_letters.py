@@ -318,3 +318,17 @@ async def test_a_streamed_run_retries_too() -> None:
     assert isinstance(events[-1], RunFinished)
     assert events[-1].result.snapshot.get(Delivered) == ("tea",)
     assert shop.deliveries == 2
+
+
+async def test_a_letter_read_from_another_thread_is_refused_not_mistaken() -> None:
+    agent = Agent([OrderOnce(failing=2)], ScriptedModel())
+    await agent.run("a", "order tea")
+    await agent.run("b", "order tea")
+    (from_a,) = await agent.dead_letters("a")
+    (from_b,) = await agent.dead_letters("b")
+    assert from_a.id == from_b.id  # ids are unique within a thread only
+    with pytest.raises(StateError, match="read from another thread"):
+        await agent.run("b", "retry a's", retry=from_a)
+    assert await agent.dead_letters("b") == (from_b,)  # nothing ran
+    retried = await agent.run("b", "retry b's", retry=from_a.id)  # an id is the thread's own
+    assert retried.snapshot.get(DeadLetters) == ()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
 import pytest
 
 from statekernel import (
@@ -22,6 +24,7 @@ from statekernel import (
     ToolCall,
     ToolOutput,
 )
+from statekernel.events import ModelResponded
 from statekernel.plugins import (
     AddContextMessage,
     ContextInjection,
@@ -501,3 +504,54 @@ async def test_a_failed_model_call_records_nothing_and_the_next_request_places_i
 def test_a_request_transcript_holds_messages_only() -> None:
     with pytest.raises(TypeError, match="transcript holds Message objects only"):
         InferenceRequest(messages=(), transcript=("not a message",))  # type: ignore[arg-type]
+
+
+HANDOFF = ContextMessage(
+    key="handoff", content="Billing took over.", band="conversation", visibility="transcript"
+)
+
+
+async def test_a_run_cancelled_after_recording_does_not_record_it_twice() -> None:
+    model = ScriptedModel()
+    agent = Agent([ContextInjection(), Injector(lambda ctx: (HANDOFF,))], model)
+    async with contextlib.aclosing(agent.stream("t", "hi")) as events:
+        async for event in events:
+            if isinstance(event, ModelResponded):
+                break  # cancels the run before AFTER_INFERENCE notes the recording
+    result = await agent.run("t", "again")
+    assert [m.content for m in result.messages].count("Billing took over.") == 1
+    assert contents(model.requests[-1]).count("Billing took over.") == 1
+
+
+async def test_a_failed_after_inference_hook_does_not_make_it_recorded_twice() -> None:
+    class FailsOnce(Plugin):
+        id = "fails_once"
+        failed = False
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_phase_hook(Phase.AFTER_INFERENCE, self.hook)
+
+        def hook(self, ctx: PhaseContext) -> None:
+            if not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise RuntimeError("flaky hook")
+
+    model = ScriptedModel()
+    plugins = [ContextInjection(), Injector(lambda ctx: (HANDOFF,)), FailsOnce()]
+    agent = Agent(plugins, model)
+    assert (await agent.run("t", "hi")).outcome == "failure"
+    result = await agent.run("t", "again")
+    assert [m.content for m in result.messages].count("Billing took over.") == 1
+    assert contents(model.requests[-1]).count("Billing took over.") == 1
+
+
+async def test_an_unchanged_transcript_message_is_not_recorded_again_after_it_expired() -> None:
+    note = msgspec.structs.replace(HANDOFF, expires_after_steps=1, lifetime="ephemeral")
+    model = ScriptedModel(steps(4))
+    agent = Agent([ContextInjection(), Injector(lambda ctx: (note,))], model, NOOP)
+    result = await agent.run("t", "go")
+    again = await agent.run("t", "more")  # a new run: the ephemeral entry ended
+    assert [m.content for m in result.messages].count("Billing took over.") == 1
+    assert [m.content for m in again.messages].count("Billing took over.") == 1
+    (copy,) = [m for m in again.messages if m.content == "Billing took over."]
+    assert copy.id == "context:handoff@1"
