@@ -315,13 +315,17 @@ class ThreadKeeper:
                 for name in touched & (thread.stale | thread.undecodable.keys())
                 if (binding := by_name.get(name)) is not None and binding.stored
             }
-            # A key this save clears needs no snapshot for the bytes it could not read when
-            # those were journal ops only: replay skips updates a later clear supersedes.
+            blocking = thread.stale - rewritten
+            # Where other records block a snapshot, a key this save clears needs none for the
+            # bytes it could not read when those were journal ops only: replay skips updates
+            # a later clear supersedes. (Otherwise the snapshot is written: it lets `prune`
+            # drop the old records, and older kernels read the thread.)
             superseded = (
-                (rewritten & _cleared(records)) - thread.undecodable.keys() if rewritten else set()
+                (rewritten & _cleared(records)) - thread.undecodable.keys()
+                if rewritten and blocking
+                else set()
             )
             needed = journaled.unrecorded | (rewritten - superseded)
-            blocking = thread.stale - rewritten
             snapshot = None
             if entries and (needed or marking or self._snapshot_due(thread, len(entries), added)):
                 if blocking and needed:

@@ -84,6 +84,7 @@ async def test_a_changed_key_is_read_as_stored_and_migrated_in_one_commit(tmp_pa
         revision = await v2.update_state(
             "t1", StateCommand().update(ProfileV2, NameV2(first, last)), replacing=[ProfileV2]
         )
+        assert await store.snapshot_at("t1", revision) is not None  # old records prunable
         run = await v2.start_run("t1")
         assert run.snapshot.get(ProfileV2) == NameV2("Ada", "Lovelace")
         assert run.snapshot.get(Visits) == 2 and run.snapshot.revision == revision
