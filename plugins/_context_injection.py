@@ -93,6 +93,7 @@ VISIBILITIES: tuple[Visibility, ...] = ("model", "transcript")
 """Who sees a message: the model only, or the model and the thread's transcript (history)."""
 
 _RANK: dict[str, int] = {band: rank for rank, band in enumerate(BANDS)}
+_ID_PREFIX = "context:"  # of placed messages, and of transcript copies (`<key>@<step>`)
 _AFTER_HISTORY = _RANK["conversation"]
 
 
@@ -514,27 +515,23 @@ def _shows(entry: ContextEntry, message: ContextMessage) -> bool:
         and held.key == message.key
         and held.role == message.role
         and held.content == message.content
-        and message.visibility == "transcript"
     )
 
 
 def _recorded_id(entry: ContextEntry, now: int) -> str:
     """The id of a transcript message's copy in the history: its key and the step."""
-    return f"{_RECORDED}{entry.message.key}@{now}"
+    return f"{_ID_PREFIX}{entry.message.key}@{now}"
 
 
 def _in_history(message: ContextMessage, history: tuple[Message, ...]) -> bool:
     """Whether the newest copy of `message`'s key in the history says what it says."""
     for held in reversed(history):
         ident = held.id
-        if ident is not None and ident.startswith(_RECORDED):
-            key, at, step = ident.removeprefix(_RECORDED).rpartition("@")
+        if ident is not None and ident.startswith(_ID_PREFIX):
+            key, at, step = ident.removeprefix(_ID_PREFIX).rpartition("@")
             if at and step.isdigit() and key == message.key:
                 return held.role == message.role and held.content == message.content
     return False
-
-
-_RECORDED = "context:"
 
 
 def _expired(entry: ContextEntry, now: int) -> bool:
@@ -543,6 +540,6 @@ def _expired(entry: ContextEntry, now: int) -> bool:
 
 def _messages(entries: Iterable[ContextEntry]) -> tuple[Message, ...]:
     return tuple(
-        Message(entry.message.role, entry.message.content, id=f"context:{entry.message.key}")
+        Message(entry.message.role, entry.message.content, id=f"{_ID_PREFIX}{entry.message.key}")
         for entry in entries
     )
