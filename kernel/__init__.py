@@ -6,12 +6,16 @@ commit path, the key registry, merge partitions, profile views) is in `statekern
 for store authors and tests; every other module is private and may change.
 """
 
-from ._agent import Agent, Decision, run_status
-from ._codec import dec_hook, enc_hook
-from ._commands import MutationBatch, StateCommand
-from ._context import AgentSpec, PhaseContext, RunIdentity
-from ._dead_letters import DeadLetter, DeadLetters
-from ._engine import PhaseReport
+from ._agents.agent import Agent, Decision, run_status
+from ._agents.function_tools import tool
+from ._agents.run_result import PendingCall, RunResult
+from ._durable.journal import CommitRecord, JournalOp
+from ._durable.replay import ReplayReport
+from ._durable.store import ThreadStore
+from ._engine.context import AgentSpec, PhaseContext, RunIdentity
+from ._engine.phase_engine import PhaseReport
+from ._engine.plugin import Plugin, PluginRegistrar
+from ._engine.snapshot import Snapshot
 from ._errors import (
     CommitRejected,
     DecodeFailed,
@@ -35,31 +39,28 @@ from ._errors import (
     UnknownUpdater,
     VersionConflict,
 )
-from ._function_tools import tool
-from ._journal import CommitRecord, JournalOp
-from ._keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
-from ._loop_actions import ExcludeTool, IncludeOnlyTools, SetInferenceOverride
-from ._messages import REMOVE_ALL_MESSAGES, Message, MessageLike, RemoveMessage, as_message
-from ._model import InferenceRequest, InferenceResponse, ScriptedModel
-from ._phases import Phase
-from ._plugin import Plugin, PluginRegistrar
+from ._host.runtime import Kernel, Run
 from ._profile.access import ProfileAccess
 from ._profile.keys import ProfileKey
 from ._profile.scope import StateScope
-from ._protocols import ProfileStore, ThreadStore
+from ._profile.store import ProfileStore
 from ._public import publish
-from ._replay import ReplayReport
-from ._run_result import PendingCall, RunResult
-from ._runtime import Kernel, Run
-from ._schema.markers import Commutative, Ephemeral, Overwrite
+from ._schema.markers import Commutative, Ephemeral
 from ._schema.message_reducers import add_messages, append_messages
 from ._schema.reducers import StateUpdater
 from ._schema.schema import StateSchema
-from ._snapshot import Snapshot
-from ._specs import EffectSpec, ScheduledActionSpec
-from ._toolgate import Block, SetResult, Suspend
-from ._tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult, ToolSpec
-from ._vector import Vector
+from ._values.codec import dec_hook, enc_hook
+from ._values.commands import MutationBatch, Overwrite, StateCommand
+from ._values.dead_letters import DeadLetter, DeadLetters
+from ._values.keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions
+from ._values.loop_actions import ExcludeTool, IncludeOnlyTools, SetInferenceOverride
+from ._values.messages import REMOVE_ALL_MESSAGES, Message, MessageLike, RemoveMessage, as_message
+from ._values.model import InferenceRequest, InferenceResponse, ScriptedModel
+from ._values.phases import Phase
+from ._values.specs import EffectSpec, ScheduledActionSpec
+from ._values.toolgate import Block, SetResult, Suspend
+from ._values.tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult, ToolSpec
+from ._values.vector import Vector
 
 __all__ = [
     "REMOVE_ALL_MESSAGES",

@@ -18,13 +18,13 @@ from typing import Any
 
 import msgspec
 
-from ._engine import PhaseReport
-from ._journal import CommitRecord
-from ._model import InferenceResponse
-from ._phases import Phase
+from ._agents.run_result import RunResult
+from ._durable.journal import CommitRecord
+from ._engine.phase_engine import PhaseReport
 from ._public import publish
-from ._run_result import RunResult
-from ._tools import ToolCall, ToolCallStatus
+from ._values.model import InferenceResponse
+from ._values.phases import Phase
+from ._values.tools import ToolCall, ToolCallStatus
 
 __all__ = [
     "Committed",

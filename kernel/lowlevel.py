@@ -6,27 +6,24 @@ are stable, but using them means taking on what `Run` otherwise does for you: a 
 commits patches and nothing else, and a `partition` only decides what may commit together.
 """
 
-from ._codec import CODEC_ERRORS
-from ._commands import CLEAR
-from ._commit import LiveState
-from ._keys import key_info
-from ._merge import Contribution, Partition, partition
+from ._durable.store import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from ._engine.commit import LiveState
+from ._engine.merge import Contribution, Partition, partition
+from ._engine.registry import KeyBinding, KeyRegistry
 from ._profile.access import BufferedProfileAccess, ReadOnlyProfileAccess
 from ._profile.keys import profile_key_info
-from ._protocols import (
+from ._profile.store import (
     DEFAULT_MAX_VALUE_BYTES,
     AcceptsEncodedValues,
     EncodedValue,
     Entry,
-    JournalEntry,
     SupportsAtomicUpdate,
-    ThreadSave,
-    ThreadSnapshot,
-    ThreadState,
     encode_record,
 )
 from ._public import publish
-from ._registry import KeyBinding, KeyRegistry
+from ._values.codec import CODEC_ERRORS
+from ._values.commands import CLEAR
+from ._values.keys import key_info
 
 __all__ = [
     "CLEAR",

@@ -19,8 +19,6 @@ from typing import Any, NoReturn, TypeVar, cast
 import attrs
 import msgspec
 
-from .. import _declared_types
-from .._codec import CODEC_ERRORS, dec_hook, enc_hook
 from .._errors import (
     DecodeFailed,
     StateError,
@@ -29,7 +27,10 @@ from .._errors import (
     UnknownProfileKey,
     VersionConflict,
 )
-from .._protocols import (
+from .._values import declared_types as _declared_types
+from .._values.codec import CODEC_ERRORS, dec_hook, enc_hook
+from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
+from .store import (
     DEFAULT_MAX_VALUE_BYTES,
     EncodedValue,
     Entry,
@@ -39,7 +40,6 @@ from .._protocols import (
     check_size,
     encode_json,
 )
-from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
 
 __all__ = [
     "DEFAULT_MAX_UPDATE_ATTEMPTS",

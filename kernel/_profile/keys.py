@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 
-from .. import _declared_types
-from .._token import DeclaredToken, TokenFamily, declared_info
+from .._values import declared_types as _declared_types
+from .._values.token import DeclaredToken, TokenFamily, declared_info
 
 __all__ = ["ProfileKey", "ProfileKeyInfo", "profile_key_info"]
 

@@ -21,19 +21,15 @@ import msgspec
 import pydantic
 from pydantic_core import PydanticUndefined
 
-from .. import _declared_types
-from .._codec import dec_hook
-from .._commands import StateCommand
-from .._errors import (
-    InvalidDeclaration,
-    StateValidationError,
-    UnknownUpdater,
-)
-from .._keys import KeyScope, MergeStrategy, StateKey
-from .._messages import Message, RemoveMessage, as_message, is_role_pair
-from .._vector import Vector
+from .._errors import InvalidDeclaration, StateValidationError, UnknownUpdater
+from .._values import declared_types as _declared_types
+from .._values.codec import dec_hook
+from .._values.commands import Overwrite, StateCommand
+from .._values.keys import KeyScope, MergeStrategy, StateKey
+from .._values.messages import Message, RemoveMessage, as_message, is_role_pair
+from .._values.vector import Vector
 from .constraints import Refused, constraint_check
-from .markers import Commutative, Ephemeral, EphemeralScope, Overwrite
+from .markers import Commutative, Ephemeral, EphemeralScope
 from .message_reducers import add_messages, append_messages
 from .reducers import Reducer, StateUpdater, check_reducer, describe_reducer, is_appending
 

@@ -1,9 +1,10 @@
-"""The field markers a schema class carries in `Annotated` (`Ephemeral`, `Commutative`), and
-`Overwrite`, the marker an update carries."""
+"""The field markers a schema class carries in `Annotated`: `Ephemeral` and `Commutative`.
+
+(`Overwrite`, the marker an update carries, is a command value: `_values.commands`.)"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
@@ -43,25 +44,3 @@ class Commutative:
     only when it is true (`statekernel.testing.assert_commutative(schema.keys[name], ...)` checks);
     a field without a reducer (overwrite) can never be commutative.
     """
-
-
-class Overwrite:
-    """Update marker: replace a reducer field's value instead of merging into it.
-
-    `schema.command(messages=Overwrite([summary]))`, or inside a node's partial dict, as in
-    LangGraph. The value is checked against the field's type like any update; the commit
-    journals the value it leaves (not the marker), so replay and history see a replace.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"Overwrite({self.value!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is Overwrite and other.value == self.value
-
-    __hash__ = None  # type: ignore[assignment]

@@ -29,8 +29,8 @@ import attrs
 import immutables
 import msgspec
 
-from .._messages import REMOVE_ALL_MESSAGES, RemoveMessage
-from .._vector import Vector
+from .._values.messages import REMOVE_ALL_MESSAGES, RemoveMessage
+from .._values.vector import Vector
 
 Positions = immutables.Map[Any, int]
 """A history's ids, each with the position of its message."""

@@ -12,17 +12,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 import attrs
 import pydantic
 
-from .._commands import StateCommand
-from .._errors import (
-    InvalidDeclaration,
-    StateError,
-    UnknownSchemaField,
-    cause_text,
-)
-from .._keys import RESERVED_PLUGIN_ID, KeyScope, StateKey, StateKeyOptions
-from .._phases import Phase
-from .._plugin import Plugin, PluginRegistrar
-from .._snapshot import COMPILED_MODELS, SCHEMA_ATTRIBUTE
+from .._engine.plugin import Plugin, PluginRegistrar
+from .._engine.snapshot import COMPILED_MODELS, SCHEMA_ATTRIBUTE
+from .._errors import InvalidDeclaration, StateError, UnknownSchemaField, cause_text
+from .._values.commands import Overwrite, StateCommand
+from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey, StateKeyOptions
+from .._values.phases import Phase
 from .compile import (
     SchemaField,
     compile_field,
@@ -33,11 +28,11 @@ from .compile import (
     typeddict_fields,
 )
 from .constraints import BY_NAME, by_alias, by_validation_name
-from .markers import EphemeralScope, Overwrite
+from .markers import EphemeralScope
 
 if TYPE_CHECKING:
-    from .._context import PhaseContext
-    from .._snapshot import Snapshot
+    from .._engine.context import PhaseContext
+    from .._engine.snapshot import Snapshot
 
 M = TypeVar("M")
 

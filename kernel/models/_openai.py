@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ModelCallFailed
-from .._frozen import thaw
-from .._messages import Message
-from .._model import InferenceRequest, InferenceResponse
-from .._tools import ToolCall, ToolSpec
+from .._values.frozen import thaw
+from .._values.messages import Message
+from .._values.model import InferenceRequest, InferenceResponse
+from .._values.tools import ToolCall, ToolSpec
 
 if TYPE_CHECKING:
     import openai

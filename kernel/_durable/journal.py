@@ -1,0 +1,214 @@
+"""The journal: every commit that moved a thread's revision, as a durable record.
+
+Every change goes through one commit path, so the ops a commit applied *are* the history:
+keeping them is enough to tell who changed what, to rebuild any earlier state and to check
+that replaying them still gives the state that was saved. The live state writes each op as
+a `JournalOp` while it applies it and notes a `PendingCommit` (`_records`, `_commit`); this
+module dates and labels those as `CommitRecord`s for the run's thread, and turns records
+into the bytes a ThreadStore appends in the same transaction as the rest of the save. A
+checkpoint therefore costs what changed, not what is held.
+
+An op is journaled as its update (`"update"`, replayed with the key's `apply`) or as
+`"clear"`. A persistent thread key whose declared update type cannot be encoded is refused
+at registration; an update that still cannot be encoded (a value of a type declared `Any`)
+is journaled as a `"value"` op without bytes, and the save then writes a snapshot, so that
+a load never needs the op.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections.abc import Iterable
+
+import attrs
+import msgspec
+
+from .._engine.commit import COMPACT_AT, PendingCommit
+from .._engine.records import CommitRecord, JournalOp, OpWriter, as_values
+from .._engine.registry import KeyRegistry
+from .._errors import DecodeFailed
+from .._values.keys import KeyScope
+
+__all__ = [
+    "CommitRecord",
+    "JournalOp",
+    "Journaled",
+    "RunJournal",
+    "decode_record",
+    "encode_record_bytes",
+    "records_of",
+]
+
+_UTC = datetime.UTC
+
+
+@attrs.frozen
+class Journaled:
+    """Records made from pending commits, and the keys some op of which could not be
+    journaled as an update (they need a snapshot to be rebuilt from).
+
+    For a store, `records` hold the ops of persistent thread keys; `in_memory` holds, for
+    the commits that also wrote `persistent=False` thread keys, the whole record, which the
+    kernel keeps in its memory (those keys are journaled in memory only).
+    """
+
+    records: list[CommitRecord]
+    unrecorded: frozenset[str]
+    in_memory: tuple[CommitRecord, ...] = ()
+
+
+def records_of(
+    pending: Iterable[PendingCommit],
+    registry: KeyRegistry,
+    *,
+    thread_id: str,
+    run_id: str | None,
+    for_store: bool,
+) -> Journaled:
+    """The pending commits as records of `thread_id` and `run_id`.
+
+    `for_store` says how their ops were written (`OpWriter`): `records` then hold only the
+    ops of persistent thread keys, and a commit that also wrote `persistent=False` thread
+    keys is whole in `in_memory` too. A key some op of which could not be journaled as its
+    update keeps one `"value"` op without bytes in that commit, where its last op was; it is
+    `unrecorded` (if replay is what rebuilds it), and the save must write a snapshot.
+    """
+    records: list[CommitRecord] = []
+    in_memory: list[CommitRecord] = []
+    unrecorded: set[str] = set()
+    for commit in pending:
+        ops, failed, whole = commit.ops, commit.failed, commit.whole
+        if for_store and commit.every_op:  # written whole for a listener: sort them now
+            ops, whole = _for_store(ops, registry)
+        if failed:
+            ops = as_values(ops, failed)
+            # Only a persistent thread key (any thread key without a store) is rebuilt by
+            # replay: it needs the snapshot the save writes.
+            by_name = registry.by_name
+            unrecorded.update(
+                n
+                for n in failed
+                if by_name[n].scope is KeyScope.THREAD and (by_name[n].stored or not for_store)
+            )
+        record = CommitRecord(
+            thread_id=thread_id,
+            revision=commit.revision,
+            run_id=run_id,
+            phase=commit.phase,
+            step=commit.step,
+            sources=commit.sources,
+            ops=ops,
+            created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
+        )
+        records.append(record)
+        if whole is not None:
+            whole = as_values(whole, failed) if failed else whole
+            in_memory.append(msgspec.structs.replace(record, ops=whole))
+    return Journaled(records, frozenset(unrecorded), tuple(in_memory))
+
+
+def _for_store(
+    ops: tuple[JournalOp, ...], registry: KeyRegistry
+) -> tuple[tuple[JournalOp, ...], tuple[JournalOp, ...] | None]:
+    """Every op of a commit, sorted as a store keeps them: the persistent thread keys' ops
+    for the store, and the thread keys' ops for the kernel's memory when some key among them
+    is `persistent=False` (None otherwise). Run keys' ops are in neither."""
+    by_name = registry.by_name
+    stored = tuple(op for op in ops if by_name[op.key].stored)
+    thread = tuple(op for op in ops if by_name[op.key].scope is KeyScope.THREAD)
+    return stored, (thread if len(thread) > len(stored) else None)
+
+
+class RunJournal:
+    """The commits of one run since its last save, on their way to the journal.
+
+    The newest are pending commits (references, noted by the live state); once they hold
+    `compact_at` ops, those are made records at once. A long stretch between saves
+    then holds compact records, not every command and update, and the save encodes the
+    same records it would have anyway.
+    """
+
+    def __init__(
+        self,
+        registry: KeyRegistry,
+        *,
+        thread_id: str,
+        run_id: str | None,
+        for_store: bool,
+        compact_at: int = COMPACT_AT,
+    ) -> None:
+        self._registry = registry
+        self._thread_id = thread_id
+        self._run_id = run_id
+        self._for_store = for_store
+        self.compact_at = compact_at
+        self.writer = OpWriter(registry, for_store=for_store)
+        """How the run's live state writes its ops (`LiveState.keep_journal`)."""
+        self._records: list[CommitRecord] = []
+        self._unrecorded: set[str] = set()
+        self._in_memory: list[CommitRecord] = []
+
+    def compact(self, pending: Iterable[PendingCommit]) -> None:
+        journaled = self._made(pending)
+        self._records.extend(journaled.records)
+        self._unrecorded.update(journaled.unrecorded)
+        self._in_memory.extend(journaled.in_memory)
+
+    def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
+        """Everything since the last save: the records made so far, then `pending`."""
+        fresh = self._made(pending)
+        if not self._records and not self._in_memory:
+            return fresh
+        return Journaled(
+            [*self._records, *fresh.records],
+            frozenset(self._unrecorded | fresh.unrecorded),
+            (*self._in_memory, *fresh.in_memory),
+        )
+
+    def saved(self) -> None:
+        """The last `journaled()` is durable: forget it."""
+        self._records.clear()
+        self._unrecorded.clear()
+        self._in_memory.clear()
+
+    def _made(self, pending: Iterable[PendingCommit]) -> Journaled:
+        return records_of(
+            pending,
+            self._registry,
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            for_store=self._for_store,
+        )
+
+
+_record_encoder = msgspec.msgpack.Encoder()
+_record_decoder = msgspec.msgpack.Decoder(CommitRecord)
+
+
+_DIGEST_SIZE = 8
+
+
+def encode_record_bytes(record: CommitRecord) -> bytes:
+    """The record as a store keeps it: a digest of the body, then the body (MessagePack;
+    the update bytes inside are JSON). The digest makes a record changed on disk fail to
+    load, naming its revision, instead of being replayed into a state nobody committed."""
+    body = _record_encoder.encode(record)
+    return hashlib.blake2b(body, digest_size=_DIGEST_SIZE).digest() + body
+
+
+def decode_record(data: bytes, *, thread_id: str, revision: int | None = None) -> CommitRecord:
+    """A stored record back; bytes that were changed or do not decode raise `DecodeFailed`
+    naming the thread and the revision (also as its `revision` attribute)."""
+    where = thread_id if revision is None else f"{thread_id} (revision {revision})"
+    digest, body = data[:_DIGEST_SIZE], data[_DIGEST_SIZE:]
+    try:
+        if hashlib.blake2b(body, digest_size=_DIGEST_SIZE).digest() != digest:
+            raise msgspec.DecodeError("the record's bytes do not match its digest: changed")
+        record = _record_decoder.decode(body)
+    except msgspec.MsgspecError as error:
+        raise DecodeFailed("commit record", where, error, revision=revision) from error
+    if revision is not None and record.revision != revision:
+        mismatch = ValueError(f"it says revision {record.revision}")
+        raise DecodeFailed("commit record", where, mismatch, revision=revision)
+    return record

@@ -1,0 +1,74 @@
+"""The pure merge step: how one phase's commands become commits.
+
+Hooks of a phase all read one snapshot, so two writes to one EXCLUSIVE key cannot both be
+right: the second was computed without seeing the first. `partition` walks the commands in
+registration order and keeps each one whose exclusive keys do not overlap what is already
+kept; the rest are deferred, to be re-run alone on a fresh snapshot. Ops on COMMUTATIVE keys
+never conflict: they claim nothing here, so every command that carries them is kept, and the
+commit (`LiveState.commit`) applies the kept commands' ops in registration order. The result
+therefore does not depend on which hook finished first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import msgspec
+
+from .._values.commands import StateCommand
+from .._values.keys import MergeStrategy
+
+
+class Contribution(msgspec.Struct, frozen=True):
+    """One command and who produced it (a plugin id; None for a direct submission).
+
+    `source` is what the journal records as its origin when it is not a phase hook's
+    (`"action:<key>"`, `"tool:<name>"`, `"submit"`, `"external"`); a hook's is
+    `"plugin:<id>"`, worked out only when a checkpoint writes the record. (A frozen
+    msgspec Struct: one is built for every command, and it builds in a tenth of the time
+    of an attrs class.)
+    """
+
+    origin: str | None
+    command: StateCommand
+    source: str | None = None
+
+    def journal_source(self) -> str:
+        if self.source is not None:
+            return self.source
+        return "submit" if self.origin is None else f"plugin:{self.origin}"
+
+
+@attrs.frozen
+class Partition:
+    """The commands that can commit together, and those that must re-run afterwards."""
+
+    kept: tuple[Contribution, ...]
+    deferred: tuple[Contribution, ...]
+
+
+def partition(contributions: Sequence[Contribution]) -> Partition:
+    """Greedily keep, in the given order, each command compatible with those already kept."""
+    if len(contributions) < 2:
+        return Partition(tuple(contributions), ())
+    kept: list[Contribution] = []
+    deferred: list[Contribution] = []
+    claimed: set[str] = set()
+    exclusive = MergeStrategy.EXCLUSIVE
+    for contribution in contributions:
+        mine: list[str] | None = None
+        for key, _ in contribution.command.patch.ops:
+            if key.merge is exclusive:
+                if mine is None:
+                    mine = [key.key]
+                else:
+                    mine.append(key.key)
+        if mine is None:
+            kept.append(contribution)
+        elif claimed.isdisjoint(mine):
+            claimed.update(mine)
+            kept.append(contribution)
+        else:
+            deferred.append(contribution)
+    return Partition(tuple(kept), tuple(deferred))

@@ -1,0 +1,621 @@
+"""The phase engine: gather, merge, commit, effects, actions -- one phase at a time.
+
+Running a phase:
+
+1. Gather: every active hook of the phase runs against the same snapshot (sync hooks are
+   called in place, async hooks concurrently). Each returns a StateCommand or None.
+2. Merge in registration order. Commands that write disjoint EXCLUSIVE keys commit together
+   (COMMUTATIVE ops concatenated); a command that overlaps one already kept is deferred and
+   its hook re-run alone on a fresh snapshot. A gather round is atomic: its commits are
+   staged and published together, so a failure anywhere in it commits nothing.
+3. Effects of each committed command go to their handlers with the post-commit snapshot.
+   A failing handler is logged and counted, never fatal.
+4. Scheduled actions due in this phase run, each on a fresh snapshot, each committing its
+   own command, round after round until none are left (or `max_phase_rounds` is exceeded).
+
+Tool commands and direct submissions go through the same commit path (`submit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import CoroutineType
+from typing import Any
+
+import msgspec
+
+from .._errors import HookFailed, PhaseRunLoopExceeded, UnknownActionHandler, UnknownEffectHandler
+from .._profile.access import BufferedProfileAccess, ProfileAccess
+from .._values.commands import StateCommand
+from .._values.dead_letters import DeadLetter, DeadLetters, Retried, letter_for, payload_text
+from .._values.phases import Phase
+from .._values.specs import ScheduledAction
+from .._values.toolgate import Block, GateDecision, SetResult, Suspend, decide
+from .commit import LiveState
+from .context import PhaseContext
+from .invoke import call, checked, outcome, reraise
+from .merge import Contribution, partition
+from .plugin import Components, Registered
+from .snapshot import Snapshot
+
+logger = logging.getLogger("statekernel")
+
+ContextFactory = Callable[[Phase, Snapshot, Mapping[str, Any]], PhaseContext]
+"""Builds the context a hook sees for a phase, a snapshot and the phase's fields."""
+
+
+class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
+    """What one phase (or one submission, `phase=None`) did.
+
+    `commits` counts commits that moved the revision; `conflicts` counts hooks deferred and
+    re-run because of an EXCLUSIVE overlap; `effects_dispatched` counts effects handed to
+    handlers, of which `effects_failed` raised; `actions_run` counts action handler calls;
+    `hooks_run` names the plugin of each hook call, re-runs included, in order.
+
+    (A frozen msgspec Struct, like PhaseContext: one is built for every phase.)
+    """
+
+    phase: Phase | None
+    revision: int
+    commits: int = 0
+    conflicts: int = 0
+    effects_dispatched: int = 0
+    effects_failed: int = 0
+    actions_run: int = 0
+    hooks_run: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        name = self.phase.name if self.phase is not None else "submit"
+        hooks = ", ".join(self.hooks_run) or "none"
+        return (
+            f"{name}: revision {self.revision}, {self.commits} commit(s), "
+            f"{self.conflicts} conflict(s), {self.effects_dispatched} effect(s) "
+            f"({self.effects_failed} failed), {self.actions_run} action(s); hooks run: {hooks}"
+        )
+
+
+class _Tally:
+    __slots__ = ("actions", "commits", "conflicts", "effects", "effects_failed", "hooks")
+
+    def __init__(self) -> None:
+        self.commits = self.conflicts = self.effects = self.effects_failed = self.actions = 0
+        self.hooks: tuple[str, ...] = ()  # the round's hooks, then each re-run
+
+    def report(self, phase: Phase | None, revision: int) -> PhaseReport:
+        return PhaseReport(
+            phase=phase,
+            revision=revision,
+            commits=self.commits,
+            conflicts=self.conflicts,
+            effects_dispatched=self.effects,
+            effects_failed=self.effects_failed,
+            actions_run=self.actions,
+            hooks_run=self.hooks,
+        )
+
+
+class PhaseEngine:
+    """Runs the phases of one run against its live state.
+
+    It owns the queue of scheduled actions waiting for a later phase. It is not reentrant:
+    the run serialises calls into it.
+    """
+
+    def __init__(
+        self,
+        components: Components,
+        state: LiveState,
+        make_context: ContextFactory,
+        *,
+        allows: Callable[[str], bool],
+        max_phase_rounds: int = 16,
+        profile: ProfileAccess | None = None,
+    ) -> None:
+        self._components = components
+        self._profile = profile
+        self._state = state
+        self._make_context = make_context
+        self._allows = allows
+        self._max_rounds = max_phase_rounds
+        self._pending: list[tuple[ScheduledAction, str | None]] = []
+        self._active: dict[Phase, tuple[Registered, ...]] = {}
+        self._hook_names: dict[Phase, tuple[str, ...]] = {}
+
+    @property
+    def pending_actions(self) -> tuple[tuple[ScheduledAction, str | None], ...]:
+        """Actions scheduled for a phase that has not run yet, with who scheduled them."""
+        return tuple(self._pending)
+
+    def restore_pending(self, pending: Sequence[tuple[ScheduledAction, str | None]]) -> None:
+        """Put back actions saved with a suspended run, ahead of anything scheduled since."""
+        self._pending[:0] = list(pending)
+
+    def active_hooks(self, phase: Phase) -> tuple[Registered, ...]:
+        hooks = self._active.get(phase)
+        if hooks is None:
+            hooks = tuple(h for h in self._components.hooks[phase] if self._allows(h.plugin))
+            self._active[phase] = hooks
+            self._hook_names[phase] = tuple(hook.plugin for hook in hooks)
+        return hooks
+
+    async def run_phase(self, phase: Phase, fields: Mapping[str, Any]) -> PhaseReport:
+        state = self._state
+        state.phase = phase
+        hooks = self._active.get(phase)
+        if hooks is None:
+            hooks = self.active_hooks(phase)
+        tally = _Tally()
+        if hooks:
+            context = self._make_context(phase, state.snapshot, fields)
+            await self._gather_round(hooks, context, tally)
+        if self._pending:
+            await self._run_actions(phase, fields, tally)
+        return tally.report(phase, state.revision)
+
+    async def submit(
+        self, command: StateCommand, origin: str | None = None, *, source: str = "submit"
+    ) -> PhaseReport:
+        """Commit one command from outside a hook (a tool's, a caller's), through the same path.
+
+        `source` is what the journal records it as (`"submit"`, `"tool:<name>"`)."""
+        if not isinstance(command, StateCommand):
+            raise TypeError(f"submit takes a StateCommand, got {command!r}")
+        tally = _Tally()
+        self._state.phase = None
+        contribution = Contribution(origin, command, source)
+        self._check_handlers(contribution)
+        before = self._state.revision
+        snapshot = self._state.commit((contribution,))
+        tally.commits += snapshot.revision != before
+        await self._after_commit((contribution,), snapshot, tally)
+        return tally.report(None, self._state.revision)
+
+    async def tool_gate(self, fields: Mapping[str, Any]) -> tuple[GateDecision | None, PhaseReport]:
+        """Run the TOOL_GATE phase, then every active gate on the resulting snapshot."""
+        report = await self.run_phase(Phase.TOOL_GATE, fields)
+        context = self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
+        if self._profile is not None:
+            context = msgspec.structs.replace(context, profile=self._profile.read_only())
+        answers: list[tuple[str, GateDecision | None]] = []
+        for gate in self._components.gates:
+            if not self._allows(gate.plugin):
+                continue
+            answer = checked(
+                await call(gate.function, context, owner=gate.plugin, phase=Phase.TOOL_GATE),
+                (Block, Suspend, SetResult),
+                owner=gate.plugin,
+                phase=Phase.TOOL_GATE,
+                what="a tool gate",
+                expected="Block, Suspend, SetResult or None",
+            )
+            answers.append((gate.plugin, answer))
+        return decide(answers), report
+
+    # -- gather and merge ------------------------------------------------------------
+
+    async def _gather_round(
+        self, hooks: Sequence[Registered], context: PhaseContext, tally: _Tally
+    ) -> None:
+        contexts = self._hook_contexts(context, len(hooks))
+        phase = context.phase
+        tally.hooks += self._hook_names[phase]
+        contributions: list[Contribution] = []
+        owners: list[Registered] = []
+        # One pass calls every hook and keeps the plain commands at once, in registration
+        # order. From the first result that is anything else (an awaitable, a command with
+        # actions or effects to check, a wrong type), results are kept once every hook has
+        # been called and awaited, so a hook's error still outranks an earlier result's.
+        count = len(hooks)
+        results: list[Any] = [None] * count
+        waiting: list[int] = []
+        later = count  # the index from which results wait for the second pass
+        for index, hook in enumerate(hooks):
+            try:
+                result = hook.function(contexts[index])
+            except Exception as error:
+                _close_unawaited(results, waiting)
+                reraise(hook.plugin, phase, error)
+            if result is None:
+                continue
+            if later == count and _plain(result):
+                contributions.append(Contribution(hook.plugin, result))  # the common case
+                owners.append(hook)
+                continue
+            results[index] = result
+            later = min(later, index)
+            if type(result) is not StateCommand and (hook.is_async or inspect.isawaitable(result)):
+                waiting.append(index)
+        if waiting:
+            await _settle(hooks, results, waiting, phase)
+        dispatches = self._profile is not None  # anything for `_after_commits` to do
+        for index in range(later, count):
+            result = results[index]
+            if result is None:
+                continue
+            if _plain(result):
+                contributions.append(Contribution(hooks[index].plugin, result))
+                owners.append(hooks[index])
+                continue
+            dispatches |= self._keep(hooks[index], result, phase, contributions, owners)
+        if len(contributions) < 2:  # nothing to partition
+            kept: Sequence[Contribution] = contributions
+        else:
+            split = partition(contributions)
+            if split.deferred:
+                owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
+                deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
+                kept_contexts = [
+                    ctx
+                    for hook, ctx in zip(hooks, contexts, strict=True)
+                    if id(hook) not in deferred_hooks
+                ]
+                await self._settle_conflicts(
+                    split.kept, split.deferred, owner_of, context, kept_contexts, tally
+                )
+                return
+            kept = split.kept
+        done: list[tuple[Sequence[Contribution], Snapshot]] = []
+        if kept:
+            before = self._state.revision
+            snapshot = self._state.commit(kept)
+            tally.commits += snapshot.revision != before
+            done.append((kept, snapshot))
+        if dispatches:
+            await self._after_commits(done, contexts, tally)
+
+    def _hook_contexts(self, context: PhaseContext, count: int) -> list[PhaseContext]:
+        """One context per hook: each hook gets its own profile buffer, so the writes of a
+        hook that is deferred or fails can be dropped without touching anyone else's."""
+        if self._profile is None:
+            return [context] * count
+        c = context  # built directly: replace() costs more, per hook
+        return [
+            PhaseContext(
+                c.phase,
+                c.run,
+                c.agent,
+                c.snapshot,
+                c.messages,
+                self._profile.buffered(),
+                c.tool_call,
+                c.response,
+                c.tool_result,
+            )
+            for _ in range(count)
+        ]
+
+    async def _settle_conflicts(
+        self,
+        kept: Sequence[Contribution],
+        deferred: Sequence[Contribution],
+        owner_of: Mapping[int, Registered],
+        context: PhaseContext,
+        kept_contexts: Sequence[PhaseContext],
+        tally: _Tally,
+    ) -> None:
+        staged = self._state.stage()
+        done: list[tuple[Sequence[Contribution], Snapshot]] = [(kept, staged.commit(kept))]
+        rerun_contexts: list[PhaseContext] = []
+        for contribution in deferred:
+            hook = owner_of[id(contribution)]
+            tally.conflicts += 1
+            tally.hooks += (hook.plugin,)
+            rerun_context = msgspec.structs.replace(context, snapshot=staged.snapshot)
+            (fresh,) = self._hook_contexts(rerun_context, 1)
+            result = await _call_one(hook, fresh)
+            rerun_contexts.append(fresh)
+            rerun = self._contribution(hook, result, context.phase)
+            if rerun is not None:
+                self._check_handlers(rerun)
+                done.append(((rerun,), staged.commit((rerun,))))
+        published = self._state.publish(staged)
+        tally.commits += published
+        await self._after_commits(done, [*kept_contexts, *rerun_contexts], tally)
+
+    def _keep(
+        self,
+        hook: Registered,
+        result: Any,
+        phase: Phase,
+        contributions: list[Contribution],
+        owners: list[Registered],
+    ) -> bool:
+        """Keep a hook's command for the merge (checking its handlers); whether it carries
+        anything to dispatch after the commit."""
+        contribution = self._contribution(hook, result, phase)
+        if contribution is None:
+            return False
+        contributions.append(contribution)
+        owners.append(hook)
+        command = contribution.command
+        if command.scheduled_actions or command.effects:
+            self._check_handlers(contribution)
+            return True
+        return False
+
+    def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
+        """The hook's result as a contribution; None for nothing to commit or dispatch."""
+        if type(result) is StateCommand and result.patch.ops:  # the common case, first
+            return Contribution(hook.plugin, result)
+        command = checked(
+            result,
+            (StateCommand,),
+            owner=hook.plugin,
+            phase=phase,
+            what="a phase hook",
+            expected="a StateCommand or None",
+        )
+        if command is None or command.is_empty():
+            return None
+        return Contribution(hook.plugin, command)
+
+    def _check_handlers(self, contribution: Contribution) -> None:
+        command = contribution.command
+        if not (command.scheduled_actions or command.effects):
+            return
+        for action in command.scheduled_actions:
+            entry = self._components.actions.get(action.spec.key)
+            if entry is None or entry.spec is not action.spec:
+                raise UnknownActionHandler(action.spec.key, contribution.origin)
+        for effect in command.effects:
+            entry = self._components.effects.get(effect.spec.key)
+            if entry is None or entry.spec is not effect.spec:
+                raise UnknownEffectHandler(effect.spec.key, contribution.origin)
+
+    # -- after a commit: effects and actions --------------------------------------------
+
+    async def _after_commits(
+        self,
+        done: Sequence[tuple[Sequence[Contribution], Snapshot]],
+        contexts: Sequence[PhaseContext],
+        tally: _Tally,
+    ) -> None:
+        """After commits: the hooks' profile writes, then effects and actions.
+
+        Effects and actions go out even when a profile write fails (`StoreError` is raised
+        after them): the commits stand, so nothing their commands asked for may be dropped.
+        """
+        try:
+            if self._profile is not None:
+                await _apply_profile_writes(contexts)
+        finally:
+            for contributions, snapshot in done:
+                await self._after_commit(contributions, snapshot, tally)
+
+    async def _after_commit(
+        self, contributions: Sequence[Contribution], snapshot: Snapshot, tally: _Tally
+    ) -> None:
+        for contribution in contributions:
+            command = contribution.command
+            for action in command.scheduled_actions:
+                self._pending.append((action, contribution.origin))
+            for effect in command.effects:
+                entry = self._components.effects[effect.spec.key]
+                tally.effects += 1
+                try:
+                    await outcome(entry.function, effect.payload, snapshot)
+                except Exception:
+                    # Effects are terminal: the commit stands, so a failure is logged and
+                    # counted, never raised (the one exception to the user-code policy).
+                    tally.effects_failed += 1
+                    logger.exception(
+                        "effect handler for %r (plugin %r) failed; the commit stands",
+                        effect.spec.key,
+                        entry.plugin,
+                    )
+
+    async def _run_actions(self, phase: Phase, fields: Mapping[str, Any], tally: _Tally) -> None:
+        if not self._pending:
+            return
+        rounds = 0
+        while any(action.spec.phase is phase for action, _ in self._pending):
+            due = [item for item in self._pending if item[0].spec.phase is phase]
+            self._pending = [item for item in self._pending if item[0].spec.phase is not phase]
+            if rounds >= self._max_rounds:
+                names = tuple(dict.fromkeys(action.spec.key for action, _ in due))
+                raise PhaseRunLoopExceeded(phase, rounds, names)
+            rounds += 1
+            for index, (action, _origin) in enumerate(due):
+                try:
+                    await self._run_action(phase, action, fields, tally)
+                except BaseException:
+                    self._pending[:0] = due[index + 1 :]  # the failure drops no other action
+                    raise
+
+    async def _run_action(
+        self, phase: Phase, action: ScheduledAction, fields: Mapping[str, Any], tally: _Tally
+    ) -> None:
+        entry = self._components.actions[action.spec.key]
+        (context,) = self._hook_contexts(self._make_context(phase, self._state.snapshot, fields), 1)
+        tally.actions += 1
+        try:
+            result = checked(
+                await call(
+                    entry.function, action.payload, context, owner=entry.plugin, phase=phase
+                ),
+                (StateCommand,),
+                owner=entry.plugin,
+                phase=phase,
+                what=f"action handler for {action.spec.key!r}",
+                expected="a StateCommand or None",
+            )
+            if action.retries is not None:  # a retried dead letter is done with
+                done = StateCommand().update(DeadLetters, Retried(action.retries))
+                result = done if result is None else StateCommand().extend(result).extend(done)
+            if result is None:
+                committed: tuple[tuple[tuple[Contribution, ...], Snapshot], ...] = ()
+            else:
+                contribution = Contribution(entry.plugin, result, f"action:{action.spec.key}")
+                self._check_handlers(contribution)
+                before = self._state.revision
+                snapshot = self._state.commit((contribution,))
+                tally.commits += snapshot.revision != before
+                committed = (((contribution,), snapshot),)
+        except Exception as error:
+            if action.spec.on_failure != "dead_letter":
+                raise
+            # Its profile writes go with its command: nothing of a failed action lands.
+            if isinstance(context.profile, BufferedProfileAccess):
+                context.profile.discard()
+            self._dead_letter(phase, action, entry.plugin, error, context, tally)
+            return
+        await self._after_commits(committed, (context,), tally)
+
+    def _dead_letter(
+        self,
+        phase: Phase,
+        action: ScheduledAction,
+        plugin: str,
+        error: Exception,
+        context: PhaseContext,
+        tally: _Tally,
+    ) -> None:
+        """Commit the failure of an action whose spec keeps failures as dead letters."""
+        key = action.spec.key
+        letter = letter_for(
+            key,
+            action.attempt,
+            payload_text(action.payload),
+            error.cause if isinstance(error, HookFailed) else error,  # what the handler raised
+            phase=phase,
+            revision=self._state.revision + 1,
+            run_id=context.run.run_id,
+        )
+        logger.warning(
+            "action %r (plugin %r) failed in %s; kept as dead letter %r",
+            key,
+            plugin,
+            phase.name,
+            letter.id,
+            exc_info=error,
+        )
+        self.keep_dead_letter(letter, plugin, replacing=action.retries)
+        tally.commits += 1
+
+    def keep_dead_letter(
+        self, letter: DeadLetter, plugin: str | None, *, replacing: str | None = None
+    ) -> None:
+        """Commit `letter` to `DeadLetters` (in place of letter `replacing`, the one whose
+        retry failed), journaled as `"dead_letter:<action>"`."""
+        command = StateCommand().update(DeadLetters, letter)
+        if replacing is not None:
+            command.update(DeadLetters, Retried(replacing))
+        self._state.commit((Contribution(plugin, command, f"dead_letter:{letter.action}"),))
+
+
+async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
+    """Send each hook's buffered profile writes to the store, in registration order.
+
+    Called only after the hooks' commands committed: writes travel with the command.
+    """
+    for context in contexts:
+        profile = context.profile
+        if isinstance(profile, BufferedProfileAccess) and not profile.is_empty():
+            await profile.apply()
+
+
+def _plain(result: Any) -> bool:
+    """Whether a hook's result is a command with state ops and nothing to check besides:
+    the common case, kept without `checked` or a handler check."""
+    return (
+        type(result) is StateCommand
+        and bool(result.patch.ops)
+        and not (result.scheduled_actions or result.effects)
+    )
+
+
+async def _call_one(hook: Registered, context: PhaseContext) -> Any:
+    """Call one hook (a deferred hook's re-run) and await its result if it has to be."""
+    try:
+        result = hook.function(context)
+        waits = hook.is_async or inspect.isawaitable(result)
+        if result is not None and type(result) is not StateCommand and waits:
+            result = await result
+    except Exception as error:
+        reraise(hook.plugin, context.phase, error)
+    return result
+
+
+async def _settle(
+    hooks: Sequence[Registered], results: list[Any], waiting: Sequence[int], phase: str
+) -> None:
+    """Await the hooks' awaitables in `results` concurrently, in place.
+
+    If several hooks fail, the first in registration order is reported, so the error does
+    not depend on timing either.
+    """
+    # One awaitable runs in the run's own task (a lone one needs no task), the others each
+    # in a task of its own, started before it, so that they all run concurrently; each is
+    # awaited in turn, which costs about half of what `gather` does. Tasks that start
+    # eagerly (Python 3.12+, no task factory) run up to their first suspension as they are
+    # made, so the hook kept for the run's task is then the last: either way, the hooks
+    # start in registration order.
+    if len(waiting) == 1:
+        (index,) = waiting
+        try:
+            results[index] = await results[index]
+        except Exception as error:
+            reraise(hooks[index].plugin, phase, error)
+        return
+    loop = asyncio.get_running_loop()
+    eager = _EAGER and loop.get_task_factory() is None
+    if eager:
+        *others, own = waiting
+    else:
+        own, *others = waiting
+    tasks = [_start(loop, results[index], eager) for index in others]
+    failures: dict[int, Exception] = {}
+    try:
+        try:
+            results[own] = await results[own]
+        except Exception as error:
+            failures[own] = error
+        for index, task in zip(others, tasks, strict=True):
+            try:
+                results[index] = await task
+            except Exception as error:
+                failures[index] = error
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        # Like gather: no hook runs on past its phase, and every task's outcome is taken.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    if failures:
+        failed_at = min(failures)
+        reraise(hooks[failed_at].plugin, phase, failures[failed_at])
+
+
+def _start(loop: asyncio.AbstractEventLoop, awaitable: Any, eager: bool) -> asyncio.Future[Any]:
+    """Run a hook's awaitable concurrently: a task for a coroutine (started eagerly if
+    `eager`), anything else wrapped as asyncio does."""
+    if isinstance(awaitable, CoroutineType):
+        if eager:
+            task: asyncio.Future[Any] = asyncio.Task(
+                awaitable,
+                loop=loop,
+                eager_start=True,  # type: ignore[call-arg,unused-ignore]
+            )
+            return task
+        return loop.create_task(awaitable)
+    future: asyncio.Future[Any] = asyncio.ensure_future(awaitable)
+    return future
+
+
+_EAGER = sys.version_info >= (3, 12)
+"""Whether tasks can run their first step at creation (`eager_start`, Python 3.12+). On
+3.11 a hook's coroutine cannot start in the run's own task and then move to a task of its
+own: `asyncio.timeout`, task groups and anyio would stay bound to the run's task. (One
+awaited to its end in the run's task is fine, as any awaited coroutine is.)"""
+
+
+def _close_unawaited(results: list[Any], waiting: list[int]) -> None:
+    """Close coroutines that will never be awaited because an earlier hook failed."""
+    for index in waiting:
+        close = getattr(results[index], "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,223 @@
+"""The profile store protocol: what the kernel asks of wherever shared and profile state lives.
+
+The kernel defines it and never imports an implementation: `statekernel.stores` implements it
+(memory, SQLite), and so can anyone. A store sees only encoded values and versions; it never
+needs to know a key's type, so a value whose type changed since it was saved is found out when
+the kernel decodes it, and the error can name the key.
+
+A `ProfileStore` keeps JSON-compatible records by `(namespace, key)` for shared and profile
+state; `set(..., expected_version=n)` is a compare-and-set. `SupportsAtomicUpdate` is the
+optional read-modify-write in one step. `encode_record` is the one JSON-and-size check a
+profile value passes before any store sees it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import attrs
+import msgspec
+
+from .._errors import StateValidationError, StoreError
+from .._values.codec import CODEC_ERRORS
+
+__all__ = [
+    "DEFAULT_MAX_VALUE_BYTES",
+    "AcceptsEncodedValues",
+    "EncodedValue",
+    "Entry",
+    "ProfileStore",
+    "SupportsAtomicUpdate",
+    "accepts_encoded_values",
+    "check_size",
+    "encode_json",
+    "encode_record",
+]
+
+DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
+"""Largest value, measured as encoded JSON, that a ProfileAccess or store accepts (16 MiB).
+
+A profile record is read whole on every access; anything bigger belongs in a file or blob
+store, with a reference kept here."""
+
+
+# -- profile records -------------------------------------------------------------------------
+
+
+class Entry(msgspec.Struct, frozen=True):
+    """One stored record as a store returns it: the value is JSON-compatible builtins.
+
+    `version` is 1 when the record is created and grows by one per write; `updated_at` is
+    the time of the last write in seconds since the epoch. A msgspec Struct rather than an
+    attrs class because it is a stored record, and because every get and set builds one:
+    a Struct is built several times faster.
+    """
+
+    namespace: str
+    key: str
+    value: Any
+    version: int
+    updated_at: float
+
+
+@runtime_checkable
+class ProfileStore(Protocol):
+    """Async storage of JSON-compatible records by `(namespace, key)`.
+
+    `set(..., expected_version=n)` is a compare-and-set: it writes only if the record's
+    version is `n` (`0`: the record must not exist) and raises `VersionConflict` otherwise;
+    without it the last write wins. `list` returns records sorted by key whose key starts
+    with `prefix` taken literally (no wildcards). Stores connect lazily on first use, close
+    with `await store.close()` and work as `async with store:`.
+    """
+
+    async def get(self, namespace: str, key: str) -> Entry | None:
+        """The record, or None when absent."""
+        ...
+
+    async def set(
+        self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
+    ) -> Entry:
+        """Write the record; returns it with its new version."""
+        ...
+
+    async def delete(self, namespace: str, key: str) -> None:
+        """Remove the record (a no-op when absent)."""
+        ...
+
+    async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
+        """Records of `namespace` whose key starts with `prefix`, sorted by key."""
+        ...
+
+    async def clear(self, namespace: str) -> None:
+        """Remove every record of `namespace`."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> ProfileStore: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class SupportsAtomicUpdate(Protocol):
+    """A ProfileStore that can also read-modify-write one record atomically.
+
+    Optional: `ProfileAccess.update` uses it when the store has it, and falls back to
+    compare-and-set retries otherwise. Under contention compare-and-set makes losers retry,
+    and a writer that keeps losing to others (several processes hammering one counter) can
+    run out of attempts; a store that holds its write lock from the read to the write never
+    makes anyone retry. `fn` gets the current entry (None when absent) and returns the new
+    value; it may run on the store's own thread while the lock is held, so it must be pure
+    and quick. Exceptions from `fn` propagate unchanged and nothing is written.
+    """
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
+        """Set the record to `fn(current entry or None)` atomically; returns the new entry."""
+        ...
+
+
+@attrs.frozen(slots=True)
+class EncodedValue:
+    """A profile value already encoded and checked: its JSON builtins and their JSON bytes.
+
+    `ProfileAccess` encodes each write once, to check its type, that it reads back and its
+    size, and hands a store that `AcceptsEncodedValues` this pair instead of the builtins,
+    so the store writes the bytes as they are instead of encoding them again.
+    """
+
+    value: Any
+    data: bytes
+
+
+@runtime_checkable
+class AcceptsEncodedValues(Protocol):
+    """A ProfileStore whose `set`, and the function of whose `update`, may also pass an
+    `EncodedValue` (both bundled stores do). A store says so with a class attribute
+    `accepts_encoded_values = True` and reads the pair with `encode_record`. A subclass of
+    such a store that overrides `set` or `update` receives the pair too, or sets the
+    attribute back to False."""
+
+    accepts_encoded_values: ClassVar[bool]
+
+
+def accepts_encoded_values(store: object) -> bool:
+    """Whether `store` says it takes `EncodedValue`s (the attribute set, and set to True)."""
+    return getattr(type(store), "accepts_encoded_values", False) is True
+
+
+_JSON_BUILTINS = "JSON-compatible builtins (dict, list, str, int, float, bool, None)"
+
+
+def encode_record(
+    namespace: str,
+    key: str,
+    value: Any,
+    max_bytes: int,
+    *,
+    operation: str = "set",
+    limit: str = "the store's limit",
+) -> EncodedValue:
+    """A record's value as JSON within `max_bytes`, refused before anything is written.
+
+    The one place a profile value becomes bytes: `ProfileAccess` uses it for every write
+    (in its two steps, `encode_json` and `check_size`, with its type check between them) and
+    stores call it on what they are given. An `EncodedValue` is not encoded again; only its
+    size is compared with this limit. `operation` and `limit` word the size error for the
+    caller.
+    """
+    encoded = encode_json(namespace, key, value)
+    check_size(namespace, key, encoded, max_bytes, operation=operation, limit=limit)
+    return encoded
+
+
+def encode_json(
+    namespace: str,
+    key: str,
+    value: Any,
+    *,
+    expected: str = _JSON_BUILTINS,
+    what: str = "profile store value",
+) -> EncodedValue:
+    """`value` with its JSON; a value that is not JSON raises `StateValidationError` naming
+    the namespace and record (`expected` says what was declared)."""
+    if isinstance(value, EncodedValue):
+        return value
+    try:
+        return EncodedValue(value, msgspec.json.encode(value))
+    except CODEC_ERRORS as exc:
+        raise StateValidationError(
+            namespace, expected, value, what=f"{what} (record {key!r})", detail=str(exc)
+        ) from exc
+
+
+def check_size(
+    namespace: str,
+    key: str,
+    encoded: EncodedValue,
+    max_bytes: int,
+    *,
+    operation: str = "set",
+    limit: str = "the store's limit",
+) -> None:
+    """Raise `StoreError` naming the record when its JSON is longer than `max_bytes`."""
+    size = len(encoded.data)
+    if size > max_bytes:
+        raise StoreError(
+            f"{operation} of record {key!r}",
+            ValueError(
+                f"the value encodes to {size:,} bytes of JSON, above {limit} of "
+                f"{max_bytes:,}; nothing was written. Keep large data in a file or blob store "
+                f"and record a reference, or raise max_value_bytes"
+            ),
+            key=namespace,
+        )

@@ -1,0 +1,87 @@
+"""The model boundary: the request a model gets, the response it gives, and a scripted model.
+
+A model is any async callable `(InferenceRequest) -> InferenceResponse`. The kernel never
+talks to a network itself; `ScriptedModel` plays back fixed responses so tests and the demo
+run offline and deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .frozen import freeze
+from .messages import Message
+from .tools import ToolCall, ToolSpec
+
+
+@attrs.frozen
+class InferenceRequest:
+    """What the model sees: the thread's messages (the system prompt first, context messages
+    already placed by the request transforms), the specs of the tools on offer this step,
+    and model parameters for this step (`SetInferenceOverride`), frozen.
+
+    `transcript` is for request transforms whose placed messages users should see too: the
+    Agent appends these messages to the thread's history once the model has answered (before
+    its answer, where the model read them), so they are in `RunResult.messages`, saved and
+    streamed. The model gets `messages` only; a transform that wants a message both read and
+    recorded puts it in both.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    params: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
+    transcript: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+
+    @transcript.validator
+    def _messages_only(self, _: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+        for item in value:
+            if not isinstance(item, Message):
+                raise TypeError(
+                    f"InferenceRequest.transcript holds Message objects only, got "
+                    f"{type(item).__name__} {item!r}"
+                )
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.tools)
+
+    def replace(self, **changes: Any) -> InferenceRequest:
+        """A copy with some fields changed: transforms use it so fields added later survive."""
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
+class InferenceResponse:
+    """What the model answers: text, and the tool calls it wants made (none: it is done)."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+Model = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+
+
+class ScriptedModel:
+    """Returns the given responses in order, then `InferenceResponse(text="done")` forever.
+
+    Every request it was sent is kept in `requests`, so tests can check what the model saw.
+    """
+
+    def __init__(self, responses: Iterable[InferenceResponse] = ()) -> None:
+        self._responses = list(responses)
+        for response in self._responses:
+            if not isinstance(response, InferenceResponse):
+                raise TypeError(f"ScriptedModel takes InferenceResponse objects, got {response!r}")
+        self._next = 0
+        self.requests: list[InferenceRequest] = []
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        self.requests.append(request)
+        if self._next < len(self._responses):
+            response = self._responses[self._next]
+            self._next += 1
+            return response
+        return InferenceResponse(text="done")

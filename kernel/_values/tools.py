@@ -1,0 +1,199 @@
+"""Tool calls as the kernel sees them: what a tool offers, the call, what a tool returns,
+and how the call ended."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+import msgspec
+
+from .codec import CODEC_ERRORS, as_json_data, enc_hook
+from .commands import StateCommand
+from .frozen import FrozenDict, freeze, thaw
+
+
+def _frozen_arguments(arguments: Mapping[str, Any]) -> FrozenDict:
+    """A private, deeply frozen copy: every hook of a tool call sees the same call object,
+    so none of them may change the arguments the others check or the tool receives."""
+    if isinstance(arguments, FrozenDict):
+        return arguments
+    if not isinstance(arguments, Mapping):
+        raise TypeError(f"tool call arguments must be a mapping, got {arguments!r}")
+    frozen: FrozenDict = freeze(thaw(dict(arguments)))
+    return frozen
+
+
+def _frozen_schema(parameters: Mapping[str, Any]) -> FrozenDict:
+    if not isinstance(parameters, Mapping):
+        raise TypeError(
+            f"ToolSpec.parameters must be a JSON Schema object (a mapping such as "
+            f'{{"type": "object", "properties": {{...}}}}), got {parameters!r}'
+        )
+    return _frozen_arguments(parameters)
+
+
+@attrs.frozen
+class ToolSpec:
+    """What a model is told about one tool: its name, what it does, and its arguments as a
+    JSON Schema object (`{"type": "object", "properties": ...}`). `statekernel.tool` builds
+    one from a function; a plain callable tool gets `{"type": "object"}`."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = attrs.field(
+        factory=lambda: {"type": "object"}, converter=_frozen_schema
+    )
+    __statekernel_frozen__: ClassVar[bool] = True
+
+
+@attrs.frozen
+class ToolCall:
+    """One tool call the model asked for. `arguments` is deeply frozen (nested dicts and
+    lists too: changing them raises `TypeError`); the tool itself gets a fresh, mutable copy."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_arguments)
+    __statekernel_frozen__: ClassVar[bool] = True  # the arguments are frozen all the way
+
+    def __attrs_post_init__(self) -> None:
+        # A call decoded from storage bypasses the converter; it is frozen all the same.
+        if not isinstance(self.arguments, FrozenDict):
+            object.__setattr__(self, "arguments", _frozen_arguments(self.arguments))
+
+    def __copy__(self) -> ToolCall:
+        return self  # frozen all the way: a copy would be the same
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolCall:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ToolCall, (self.id, self.name, thaw(self.arguments)))
+
+
+@attrs.frozen
+class ToolOutput:
+    """What a tool may return: its result plus a command to commit with it.
+
+    The command goes through the same commit path as any hook's; if it is rejected, the
+    call fails with the rejection reason and state is untouched.
+    """
+
+    result: Any
+    command: StateCommand | None = None
+
+
+class ToolCallStatus(enum.Enum):
+    """Where a tool call is in its life; a run's status is derived from its calls'."""
+
+    NEW = "new"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    RESUMING = "resuming"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ToolResult:
+    """How one call ended: its result, the error the model sees, or the ticket it waits on.
+
+    `result` is deeply frozen like a call's arguments (dicts, lists and sets in it; other
+    objects are kept as they are), and `text`, what the model is shown, is made from it
+    when the result is made: no hook that sees the result later can change what the model
+    reads. A tool that raised has its exception in `exception` (the model sees
+    `"ExceptionType: message"` as `error`). Frozen; equal when call, status, result, error
+    and ticket are.
+    """
+
+    # A plain slotted class rather than an attrs one: msgspec encodes attrs classes field
+    # by field, and a result that is not JSON must encode (in an event) as its text.
+    __slots__ = ("call", "error", "exception", "result", "status", "text", "ticket")
+    call: ToolCall
+    status: ToolCallStatus
+    result: Any
+    error: str | None
+    ticket: Any
+    exception: BaseException | None
+    text: str
+
+    def __init__(
+        self,
+        call: ToolCall,
+        status: ToolCallStatus,
+        result: Any = None,
+        error: str | None = None,
+        ticket: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "call", call)
+        put(self, "status", status)
+        put(self, "result", freeze(result))
+        put(self, "error", error)
+        put(self, "ticket", ticket)
+        put(self, "exception", exception)
+        put(self, "text", (error or "") if self.is_error else _as_text(self.result))
+
+    @property
+    def is_error(self) -> bool:
+        return self.status is ToolCallStatus.FAILED or self.status is ToolCallStatus.CANCELLED
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.call, self.status, self.result, self.error, self.ticket)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not ToolResult:
+            return NotImplemented
+        return self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]  # results are often dicts
+
+    def __copy__(self) -> ToolResult:
+        return self  # frozen: a copy would be the same
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolResult:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            ToolResult,
+            (self.call, self.status, thaw(self.result), self.error, self.ticket, self.exception),
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a ToolResult is frozen (cannot set {name!r})")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a ToolResult is frozen (cannot delete {name!r})")
+
+    def __repr__(self) -> str:
+        shown = f", error={self.error!r}" if self.error is not None else ""
+        return (
+            f"ToolResult(call={self.call!r}, status={self.status}, result={self.result!r}{shown})"
+        )
+
+    def __statekernel_encode__(self) -> dict[str, Any]:
+        """How `enc_hook` encodes a result (in an event, a `RunResult`): a result that is
+        not JSON-shaped data appears as its text, what the model was shown."""
+        return {
+            "call": self.call,
+            "status": self.status,
+            "result": as_json_data(self.result, self.text),
+            "error": self.error,
+            "ticket": as_json_data(self.ticket, repr(self.ticket)),
+            "exception": self.exception,
+            "text": self.text,
+        }
+
+
+def _as_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    try:
+        return msgspec.json.encode(result, enc_hook=enc_hook).decode()
+    except CODEC_ERRORS:
+        return repr(result)
