@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import attrs
 import msgspec
 
-from .._engine.commit import COMPACT_AT, PendingCommit
+from .._engine.commit import PendingCommit
 from .._engine.records import CommitRecord, JournalOp, OpWriter, as_values
 from .._engine.registry import KeyRegistry
 from .._errors import DecodeFailed
@@ -121,13 +121,9 @@ def _for_store(
 
 
 class RunJournal:
-    """The commits of one run since its last save, on their way to the journal.
-
-    The newest are pending commits (references, noted by the live state); once they hold
-    `compact_at` ops, those are made records at once. A long stretch between saves
-    then holds compact records, not every command and update, and the save encodes the
-    same records it would have anyway.
-    """
+    """How one run's commits reach the journal: the `writer` its live state writes each op
+    with as the commit applies it, and the records a save makes of the commits noted since
+    the last one (dated and labelled with the run's thread and id)."""
 
     def __init__(
         self,
@@ -136,43 +132,16 @@ class RunJournal:
         thread_id: str,
         run_id: str | None,
         for_store: bool,
-        compact_at: int = COMPACT_AT,
     ) -> None:
         self._registry = registry
         self._thread_id = thread_id
         self._run_id = run_id
         self._for_store = for_store
-        self.compact_at = compact_at
         self.writer = OpWriter(registry, for_store=for_store)
         """How the run's live state writes its ops (`LiveState.keep_journal`)."""
-        self._records: list[CommitRecord] = []
-        self._unrecorded: set[str] = set()
-        self._in_memory: list[CommitRecord] = []
-
-    def compact(self, pending: Iterable[PendingCommit]) -> None:
-        journaled = self._made(pending)
-        self._records.extend(journaled.records)
-        self._unrecorded.update(journaled.unrecorded)
-        self._in_memory.extend(journaled.in_memory)
 
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
-        """Everything since the last save: the records made so far, then `pending`."""
-        fresh = self._made(pending)
-        if not self._records and not self._in_memory:
-            return fresh
-        return Journaled(
-            [*self._records, *fresh.records],
-            frozenset(self._unrecorded | fresh.unrecorded),
-            (*self._in_memory, *fresh.in_memory),
-        )
-
-    def saved(self) -> None:
-        """The last `journaled()` is durable: forget it."""
-        self._records.clear()
-        self._unrecorded.clear()
-        self._in_memory.clear()
-
-    def _made(self, pending: Iterable[PendingCommit]) -> Journaled:
+        """The commits noted since the last save, as records."""
         return records_of(
             pending,
             self._registry,

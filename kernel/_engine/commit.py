@@ -43,9 +43,6 @@ _UNTOUCHED: Any = object()
 _NO_KEYS: frozenset[str] = frozenset()
 _NO_ROUTES: dict[Any, str | int] = {}
 
-COMPACT_AT = 64
-"""How many journaled ops the noted commits may hold before they are made records."""
-
 
 class PendingCommit:
     """A commit the live state journaled, to become a `CommitRecord` when it is saved.
@@ -85,12 +82,9 @@ class LiveState:
     """Current state of one run: an O(1) `snapshot`, and an atomic `commit`."""
 
     __slots__ = (
-        "_compact",
-        "_compact_at",
         "_history",
         "_journal",
         "_listeners",
-        "_noted_ops",
         "_registry",
         "_snapshot",
         "_staged_from",
@@ -116,9 +110,6 @@ class LiveState:
         self._touched: set[str] | None = None
         self._journal: list[PendingCommit] | None = None
         self._writer: OpWriter | None = None
-        self._compact: Callable[[list[PendingCommit]], None] | None = None
-        self._compact_at = 0
-        self._noted_ops = 0  # ops held by the noted commits
         # What the journal records with each commit; the run keeps them current.
         self.phase: Phase | None = None
         self.step = 0
@@ -173,22 +164,13 @@ class LiveState:
         """Key strings written or cleared since `track_touched()` (empty if never called)."""
         return frozenset(self._touched or ())
 
-    def keep_journal(
-        self,
-        writer: OpWriter,
-        *,
-        compact: Callable[[list[PendingCommit]], None] | None = None,
-        compact_at: int = COMPACT_AT,
-    ) -> None:
+    def keep_journal(self, writer: OpWriter) -> None:
         """From now on, journal every commit that moves the revision (`pending_commits`),
-        its ops written by `writer` as they are applied. With `compact`, the journaled
-        commits are handed to it (to be made records) and forgotten once they hold
-        `compact_at` ops."""
+        its ops written by `writer` as they are applied. A noted commit holds only those
+        small encoded ops, so a long stretch between saves keeps nothing of the commands."""
         if self._journal is None:
             self._journal = []
         self._writer = writer
-        self._compact = compact
-        self._compact_at = compact_at
 
     def pending_commits(self) -> tuple[PendingCommit, ...]:
         """The commits noted and not yet saved, oldest first."""
@@ -208,7 +190,6 @@ class LiveState:
         """Forget the oldest `count` noted commits: a save has made them durable."""
         if self._journal:
             del self._journal[:count]
-            self._noted_ops = sum(len(p.ops) for p in self._journal)
 
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(snapshot)` after every commit that moved the revision."""
@@ -267,15 +248,12 @@ class LiveState:
         if fork._journal:  # likewise for the journal; noted before the listeners are told
             assert self._journal is not None
             self._journal.extend(fork._journal)
-            self._noted_ops += fork._noted_ops
         for snapshot in fork._history:
             self._snapshot = snapshot
             self._notify(snapshot)
         if fork._touched:  # a fork tracks touched keys only when this state does
             assert self._touched is not None
             self._touched.update(fork._touched)
-        if fork._journal and self._noted_ops >= self._compact_at:
-            self._compact_noted()
         return len(fork._history)
 
     def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
@@ -383,24 +361,7 @@ class LiveState:
         self._snapshot = snapshot
         if self._listeners:
             self._notify(snapshot)
-        if journal is not None:
-            self._noted_ops += len(journaled)
-            if self._noted_ops >= self._compact_at:
-                self._compact_noted()
         return snapshot
-
-    def _compact_noted(self) -> None:
-        """Hand the noted commits to `compact` (they hold `compact_at` ops by now)."""
-        journal = self._journal
-        if self._compact is None or journal is None:
-            return
-        try:
-            self._compact(journal[:])
-        except Exception:  # the commit stands; the commits stay noted, for the save
-            logger.exception("compacting the journal failed at revision %d", self.revision)
-            return
-        journal.clear()
-        self._noted_ops = 0
 
     @staticmethod
     def _check(

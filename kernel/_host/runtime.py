@@ -387,7 +387,7 @@ class Kernel:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
         journal = self._run_journal(identity.thread_id, identity.run_id)
-        state.keep_journal(journal.writer, compact=journal.compact, compact_at=journal.compact_at)
+        state.keep_journal(journal.writer)
         if thread.suspended is not None:
             state.step = thread.suspended.step
         if thread.undecodable or thread.stale:
@@ -421,7 +421,6 @@ class _Lease:
 
         def saved() -> None:  # durable now (and only once the save succeeded)
             state.forget_commits(len(pending))
-            self.journal.saved()
             self.saves += 1
 
         await self.keeper.save(
