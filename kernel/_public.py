@@ -1,6 +1,6 @@
 """Presenting objects from private modules under the public path users import them by.
 
-The kernel lives in private modules (`statekernel._commit`, ...) so that their layout can
+The kernel lives in private modules (`statekernel._engine.commit`, ...) so that their layout can
 change freely; what a user sees in a repr, a traceback or `help()` should still be the name
 they wrote (`statekernel.StateKey`), as httpx and Trio do it.
 
@@ -18,11 +18,15 @@ and are not affected.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Iterable, Mapping
-from typing import Any
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["publish"]
+__all__ = ["publish", "renamed"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def publish(public_module: str, namespace: Mapping[str, Any], names: Iterable[str]) -> None:
@@ -38,3 +42,34 @@ def publish(public_module: str, namespace: Mapping[str, Any], names: Iterable[st
         if isinstance(obj, type) and "__annotations__" in vars(obj):
             obj.__annotations__ = inspect.get_annotations(obj, eval_str=True)
         obj.__module__ = public_module
+
+
+def renamed(new: F, old_name: str, *, until: str) -> F:
+    """`new` under the name it had before, for one more release: each call warns with a
+    `DeprecationWarning` naming the new name, then does exactly what `new` does. Works for
+    functions and methods alike (assign it in the class body)."""
+    owner = new.__qualname__.rpartition(".")[0]
+    old = f"{owner}.{old_name}" if owner else old_name
+    message = (
+        f"{old} is deprecated and will be removed in statekernel {until}; "
+        f"use {new.__qualname__} instead (same arguments, same behaviour)"
+    )
+
+    if inspect.iscoroutinefunction(new):
+
+        @functools.wraps(new)
+        async def alias(*args: Any, **kwargs: Any) -> Any:
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            return await new(*args, **kwargs)
+
+    else:
+
+        @functools.wraps(new)
+        def alias(*args: Any, **kwargs: Any) -> Any:
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            return new(*args, **kwargs)
+
+    alias.__name__ = old_name
+    alias.__qualname__ = old
+    alias.__doc__ = f"Deprecated alias of `{new.__name__}` (removed in {until})."
+    return alias  # type: ignore[return-value]

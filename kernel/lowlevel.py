@@ -18,6 +18,7 @@ from ._profile.store import (
     EncodedValue,
     Entry,
     SupportsAtomicUpdate,
+    encode_entry,
     encode_record,
 )
 from ._public import publish
@@ -44,6 +45,7 @@ __all__ = [
     "ThreadSave",
     "ThreadSnapshot",
     "ThreadState",
+    "encode_entry",
     "encode_record",
     "key_info",
     "partition",

@@ -23,7 +23,7 @@ from statekernel.lowlevel import (
     ThreadSave,
     ThreadSnapshot,
     ThreadState,
-    encode_record,
+    encode_entry,
 )
 
 from ._closing import ClosingStore
@@ -73,7 +73,7 @@ class MemoryProfileStore(ClosingStore):
     ) -> Entry:
         namespace, key = check_names(namespace, key)
         expected = check_expected_version(expected_version)
-        encoded = encode_record(namespace, key, value, self._max_value_bytes)
+        encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         table = self._records.setdefault(namespace, {})
         old = table.get(key)
         check_expected(namespace, key, expected, None if old is None else old.version)
@@ -82,12 +82,12 @@ class MemoryProfileStore(ClosingStore):
         return Entry(namespace, key, encoded.value, record.version, record.updated_at)
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
-        """Set the record to `fn(current entry or None)` in one step (no await between)."""
+        """Set the entry to `fn(current entry or None)` in one step (no await between)."""
         namespace, key = check_names(namespace, key)
         table = self._records.setdefault(namespace, {})
         old = table.get(key)
         value = fn(None if old is None else _entry(namespace, key, old))
-        encoded = encode_record(namespace, key, value, self._max_value_bytes)
+        encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         record = _Record(encoded.data, 1 if old is None else old.version + 1, time.time())
         table[key] = record
         return Entry(namespace, key, encoded.value, record.version, record.updated_at)
@@ -107,7 +107,7 @@ class MemoryProfileStore(ClosingStore):
         self._records.pop(namespace, None)
 
     async def close(self) -> None:
-        """Nothing to release; the records stay until the store is dropped."""
+        """Nothing to release; the entries stay until the store is dropped."""
 
 
 def _entry(namespace: str, key: str, record: _Record) -> Entry:
@@ -123,7 +123,7 @@ class _Thread:
     snapshots: dict[int, bytes] = attrs.field(factory=dict)
 
     def after(self, since: int, until: int | None = None) -> list[JournalEntry]:
-        """The records with `since < revision <= until`, found by bisection."""
+        """The entries with `since < revision <= until`, found by bisection."""
         start = bisect.bisect_right(self.records, since, key=_revision)
         stop = (
             len(self.records)

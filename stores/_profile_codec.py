@@ -1,10 +1,10 @@
-"""What every ProfileStore does to a record, whatever it keeps it in.
+"""What every ProfileStore does to an entry, whatever it keeps it in.
 
 Every backend holds a value as msgspec JSON, the memory store included, so that the backends
 behave alike: a value that is not JSON-compatible is refused when it is set (not when some
 other process reads it), a tuple reads back as a list everywhere, a caller mutating its value
 after `set` changes nothing stored, and the size limit is measured on the same bytes. The
-encoding itself is `statekernel.lowlevel.encode_record`, the one the kernel's ProfileAccess
+encoding itself is `statekernel.lowlevel.encode_entry`, the one the kernel's ProfileAccess
 uses, so a value it already encoded (an `EncodedValue`) is written without encoding it again.
 """
 
@@ -46,8 +46,8 @@ def decode_value(namespace: str, key: str, data: bytes | str) -> Any:
 def check_expected(namespace: str, key: str, expected: int | None, current: int | None) -> None:
     """Raise VersionConflict unless a write expecting `expected` may replace `current`.
 
-    `expected` None: last write wins. `0`: the record must not exist. `n`: it must be at
-    version `n` (versions start at 1, so an existing record never matches 0).
+    `expected` None: last write wins. `0`: the entry must not exist. `n`: it must be at
+    version `n` (versions start at 1, so an existing entry never matches 0).
     """
     if expected is None:
         return

@@ -1,9 +1,9 @@
-"""The SQLite ProfileStore: shared and profile records in one table of a SQLite file.
+"""The SQLite ProfileStore: shared and profile entries in one table of a SQLite file.
 
 Safe for many tasks and several processes on one file (see `_sqlite_connection` for the
 locking, group commit and durability story). A value is stored as JSON text, so the rows
 can be read with any SQLite tool; a row whose text is no longer JSON fails with
-`DecodeFailed` for that record only. Compare-and-set checks the version inside the same
+`DecodeFailed` for that entry only. Compare-and-set checks the version inside the same
 transaction that writes.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import attrs
 
 from statekernel import StoreError, VersionConflict
-from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_record
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
 
 from ._closing import ClosingStore
 from ._profile_codec import (
@@ -109,13 +109,13 @@ class SqliteProfileStore(ClosingStore):
     ) -> Entry:
         namespace, key = check_names(namespace, key)
         expected = check_expected_version(expected_version)
-        encoded = encode_record(namespace, key, value, self._max_value_bytes)
+        encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         data = encoded.data.decode()
         version, updated_at = await self._db.submit(_Set(namespace, key, data, expected))
         return Entry(namespace, key, encoded.value, version, updated_at)
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
-        """Set the record to `fn(current entry or None)` in one write transaction.
+        """Set the entry to `fn(current entry or None)` in one write transaction.
 
         `fn` runs on the connection's thread while the write lock is held, so no other
         task or process can write between the read and the write: it must be pure and
@@ -168,7 +168,7 @@ class _Get:
         return row
 
     def error(self, cause: BaseException) -> BaseException:
-        return StoreError(f"get of record {self.key!r}", cause, key=self.namespace)
+        return StoreError(f"get of entry {self.key!r}", cause, key=self.namespace)
 
 
 @attrs.frozen
@@ -202,7 +202,7 @@ class _Set:
                 updates.append((op.data, current + 1, now, op.namespace, op.key))
             versions[record] = version = 1 if current is None else current + 1
             outcomes.append((version, now))
-        # Every insert precedes every update of its record (a record is inserted at most
+        # Every insert precedes every update of its entry (an entry is inserted at most
         # once in a batch of sets), and updates keep their order: the same end state.
         conn.executemany(_INSERT, inserts)
         conn.executemany(_UPDATE, updates)
@@ -220,7 +220,7 @@ class _Set:
         return current + 1, now
 
     def error(self, cause: BaseException) -> BaseException:
-        return StoreError(f"set of record {self.key!r}", cause, key=self.namespace)
+        return StoreError(f"set of entry {self.key!r}", cause, key=self.namespace)
 
 
 @attrs.frozen
@@ -237,7 +237,7 @@ class _Update:
         old = None
         if row is not None:
             old = Entry(namespace, key, decode_value(namespace, key, row[0]), row[1], row[2])
-        encoded = encode_record(namespace, key, self.fn(old), self.max_bytes)
+        encoded = encode_entry(namespace, key, self.fn(old), self.max_bytes)
         value, data = encoded.value, encoded.data.decode()
         now = time.time()
         if old is None:
@@ -248,7 +248,7 @@ class _Update:
 
     def error(self, cause: BaseException) -> BaseException:
         if isinstance(cause, sqlite3.Error):
-            return StoreError(f"update of record {self.key!r}", cause, key=self.namespace)
+            return StoreError(f"update of entry {self.key!r}", cause, key=self.namespace)
         return cause  # the function's own exception, unchanged
 
 
@@ -262,7 +262,7 @@ class _Delete:
         conn.execute(_DELETE, (self.namespace, self.key))
 
     def error(self, cause: BaseException) -> BaseException:
-        return StoreError(f"delete of record {self.key!r}", cause, key=self.namespace)
+        return StoreError(f"delete of entry {self.key!r}", cause, key=self.namespace)
 
 
 @attrs.frozen
@@ -301,7 +301,7 @@ _LOOKUP_CHUNK = 500  # bound variables per statement: far below SQLite's limit (
 def _lookup(
     conn: sqlite3.Connection, select: str, ops: Sequence[_Get] | Sequence[_Set]
 ) -> dict[tuple[str, str], tuple[Any, ...]]:
-    """`select` (which yields the key first) for every record the ops name, in one query per
+    """`select` (which yields the key first) for every entry the ops name, in one query per
     namespace and chunk of keys; the rest of each row by (namespace, key)."""
     keys_by_namespace: dict[str, dict[str, None]] = {}
     for op in ops:

@@ -181,7 +181,7 @@ async def test_every_commit_that_moves_the_revision_is_one_record_with_its_sourc
     await run.run_phase(Phase.STEP_END)
     await run.submit(StateCommand().update(Mood, "calm"))
     tool = lambda args, ctx: ToolOutput("done", StateCommand().update(Log, ("tool",)))  # noqa: E731
-    await run.call_tool(ToolCall("call-1", "writer"), tool)
+    await run.handle_tool_call(ToolCall("call-1", "writer"), tool)
     await run.submit(StateCommand())  # moves nothing: no record
     await run.finish()
     records = await kernel.history("t")

@@ -306,7 +306,9 @@ async def play_with_plugins(
         for number, (uses_tool, checkpoint) in enumerate(steps):
             await run.run_phase(Phase.STEP_START)
             if uses_tool:
-                await run.call_tool(ToolCall(f"call-{number}", "adjust", {"n": number}), tool)
+                await run.handle_tool_call(
+                    ToolCall(f"call-{number}", "adjust", {"n": number}), tool
+                )
             await run.run_phase(Phase.STEP_END)
             if checkpoint:
                 await run.checkpoint()

@@ -426,7 +426,7 @@ async def test_a_failing_foreign_store_surfaces_as_store_error_naming_the_key() 
             raise ConnectionError("backend down")
 
     access = ProfileAccess(Broken(MemoryProfileStore()))
-    with pytest.raises(StoreError, match=r"get of record 'x'.*backend down") as caught:
+    with pytest.raises(StoreError, match=r"get of entry 'x'.*backend down") as caught:
         await access.read(Visits, "x")
     assert caught.value.key == "visits"
     assert isinstance(caught.value.cause, ConnectionError)
@@ -455,7 +455,7 @@ async def test_a_value_that_cannot_be_stored_is_refused_naming_the_key(value: An
     access = ProfileAccess(store)
     with pytest.raises(
         StateValidationError,
-        match=r"'test.anything'.*record 'alice'|record 'alice'.*'test.anything'",
+        match=r"'test.anything'.*entry 'alice'|entry 'alice'.*'test.anything'",
     ) as caught:
         await access.write(Anything, "alice", value)
     assert caught.value.key == "test.anything"

@@ -81,7 +81,7 @@ async def test_clear_removes_one_owners_records_and_nothing_of_another(kernel: K
     for owner in ("alice", "bob"):
         await profile.write(Quota, owner, 1)
         await profile.write(Notes, owner, [owner])
-    await profile.clear("alice")
+    await profile.forget("alice")
     assert await profile.list("alice") == {}
     assert await profile.read(Quota, "alice") == 100  # the default again
     assert await profile.list("bob") == {Quota: 1, Notes: ["bob"]}
@@ -102,7 +102,7 @@ class Forget(Plugin):
         assert ctx.profile is not None
         await ctx.profile.write(Quota, "alice", 5)
         self.seen.append(await ctx.profile.list("alice"))  # its own write, buffered
-        await ctx.profile.clear("alice")
+        await ctx.profile.forget("alice")
         self.seen.append(await ctx.profile.list("alice"))
         return None
 
@@ -124,7 +124,7 @@ async def test_a_read_only_view_refuses_clear_and_lists_fine(kernel: Kernel) -> 
     gate_view = profile.read_only("tool gates must not write")
     assert await gate_view.list("alice") == {Quota: 3}
     with pytest.raises(StateError, match="tool gates must not write"):
-        await gate_view.clear("alice")
+        await gate_view.forget("alice")
     assert await profile.list("alice") == {Quota: 3}
 
 
@@ -137,4 +137,4 @@ async def test_without_registered_keys_owner_wide_access_says_what_to_do(tmp_pat
         await keyed.write(Quota, "alice", 2)
         assert await keyed.list("alice") == {Quota: 2}
         with pytest.raises(TypeError, match="StateScope or a string"):
-            await keyed.clear(3)  # type: ignore[arg-type]
+            await keyed.forget(3)  # type: ignore[arg-type]

@@ -337,10 +337,10 @@ def _nested(depth: int) -> Any:
     return value
 
 
-async def test_values_nested_past_the_stack_are_refused_naming_the_record(
+async def test_values_nested_past_the_stack_are_refused_naming_the_entry(
     store: ProfileStore,
 ) -> None:
-    with pytest.raises(StateValidationError, match=r"record 'deep'") as caught:
+    with pytest.raises(StateValidationError, match=r"entry 'deep'") as caught:
         await store.set("ns", "deep", _nested(100_000))
     assert caught.value.key == "ns"
     assert await store.get("ns", "deep") is None

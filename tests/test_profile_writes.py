@@ -31,7 +31,7 @@ from statekernel import (
     ToolCall,
     ToolOutput,
 )
-from statekernel.lowlevel import EncodedValue, encode_record
+from statekernel.lowlevel import EncodedValue, encode_entry
 from statekernel.stores import MemoryProfileStore
 
 
@@ -390,10 +390,10 @@ async def test_an_encoded_value_still_meets_the_stores_own_limit() -> None:
 
 
 async def test_encode_record_refuses_what_is_not_json_and_passes_encoded_pairs() -> None:
-    pair = encode_record("ns", "k", {"a": [1]}, 100)
+    pair = encode_entry("ns", "k", {"a": [1]}, 100)
     assert pair == EncodedValue({"a": [1]}, b'{"a":[1]}')
-    assert encode_record("ns", "k", pair, 100) is pair
+    assert encode_entry("ns", "k", pair, 100) is pair
     with pytest.raises(StoreError, match="above the store's limit of 5"):
-        encode_record("ns", "k", pair, 5)
+        encode_entry("ns", "k", pair, 5)
     with pytest.raises(StateValidationError, match="JSON-compatible"):
-        encode_record("ns", "k", {1j}, 100)
+        encode_entry("ns", "k", {1j}, 100)

@@ -58,7 +58,7 @@ async def test_a_tool_cannot_change_what_later_hooks_see() -> None:
         return "ok"
 
     run = await Kernel([Watch()]).start_run("t")
-    await run.call_tool(ToolCall("c", "greedy", {"tags": ["x"]}), greedy)
+    await run.handle_tool_call(ToolCall("c", "greedy", {"tags": ["x"]}), greedy)
     assert seen == [{"tags": ["x"]}]
 
 

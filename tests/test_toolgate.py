@@ -133,7 +133,7 @@ async def test_a_tool_command_commits_through_the_same_path() -> None:
         assert ctx.phase is Phase.BEFORE_TOOL_EXECUTE
         return ToolOutput(f"added {arguments['n']}", StateCommand().update(Counter, arguments["n"]))
 
-    result = await run.call_tool(ToolCall("c", "add", {"n": 3}), tool)
+    result = await run.handle_tool_call(ToolCall("c", "add", {"n": 3}), tool)
     assert result.status is ToolCallStatus.SUCCEEDED and result.result == "added 3"
     assert run.snapshot.get(Counter) == 3
 
@@ -145,7 +145,7 @@ async def test_a_rejected_tool_command_fails_the_call_and_leaves_state_untouched
     def tool(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
         return ToolOutput("ok", StateCommand().update(Counter, 10).update(Positive, -1))
 
-    result = await run.call_tool(ToolCall("c", "bad", {}), tool)
+    result = await run.handle_tool_call(ToolCall("c", "bad", {}), tool)
     assert result.status is ToolCallStatus.FAILED and result.is_error
     assert result.error is not None and "must stay >= 0" in result.error
     assert run.snapshot.get(Counter) == 1 and run.revision == 1
@@ -154,18 +154,20 @@ async def test_a_rejected_tool_command_fails_the_call_and_leaves_state_untouched
 async def test_block_fails_only_the_call_and_the_tool_never_runs() -> None:
     run = await Kernel([Tools()]).start_run("t")
     ran: list[str] = []
-    result = await run.call_tool(ToolCall("c", "forbidden", {}), lambda a, c: ran.append("x"))
+    result = await run.handle_tool_call(
+        ToolCall("c", "forbidden", {}), lambda a, c: ran.append("x")
+    )
     assert result.status is ToolCallStatus.FAILED and result.error == "forbidden needs review first"
     assert ran == []
-    ok = await run.call_tool(ToolCall("d", "fine", {}), lambda a, c: "fine result")
+    ok = await run.handle_tool_call(ToolCall("d", "fine", {}), lambda a, c: "fine result")
     assert ok.result == "fine result"
 
 
 async def test_set_result_skips_the_tool_and_suspend_reports_the_ticket() -> None:
     run = await Kernel([Tools()]).start_run("t")
-    cached = await run.call_tool(ToolCall("c", "cached", {}), lambda a, c: 1 / 0)
+    cached = await run.handle_tool_call(ToolCall("c", "cached", {}), lambda a, c: 1 / 0)
     assert cached.status is ToolCallStatus.SUCCEEDED and cached.result == "from cache"
-    asked = await run.call_tool(ToolCall("d", "ask", {}), lambda a, c: 1 / 0)
+    asked = await run.handle_tool_call(ToolCall("d", "ask", {}), lambda a, c: 1 / 0)
     assert asked.status is ToolCallStatus.SUSPENDED and asked.ticket == {"question": "ok?"}
 
 
@@ -175,7 +177,7 @@ async def test_a_raising_tool_becomes_a_tool_error() -> None:
     async def broken(arguments: dict[str, Any], ctx: PhaseContext) -> None:
         raise LookupError("no such document")
 
-    result = await run.call_tool(ToolCall("c", "lookup", {}), broken)
+    result = await run.handle_tool_call(ToolCall("c", "lookup", {}), broken)
     assert (
         result.status is ToolCallStatus.FAILED and result.error == "LookupError: no such document"
     )

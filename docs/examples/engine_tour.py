@@ -183,7 +183,7 @@ async def main() -> None:
         (ToolCall("call-2", "review"), review),
         (ToolCall("call-3", "publish"), publish),
     ):
-        result = await run.call_tool(call, tool)
+        result = await run.handle_tool_call(call, tool)
         outcome = result.error if result.is_error else result.result
         print(f"\ntool {call.name} -> {result.status.value}: {outcome!r}")
 

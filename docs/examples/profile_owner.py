@@ -1,4 +1,4 @@
-"""Everything one owner holds in the profile store, across every profile key: list, clear.
+"""Everything one owner holds in the profile store, across every profile key: list, forget.
 
 Two users have preferences and a quota in a SQLite profile store. We list what alice holds,
 forget her from inside a hook (the deletes apply when the hook's command commits), and
@@ -45,7 +45,7 @@ class Forget(Plugin):
 
     async def forget(self, ctx: PhaseContext) -> None:
         assert ctx.profile is not None
-        await ctx.profile.clear(ctx.agent.name)
+        await ctx.profile.forget(ctx.agent.name)
 
 
 def names(records: dict[type[ProfileKey[Any]], Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ descriptions. A call whose arguments do not fit is a tool error the model sees, 
 argument, never a crash of the run.
 
 A decorated tool is still a tool in the kernel's own convention, `tool(arguments, ctx)`, so
-it fits anywhere a plain tool does (`Agent(tools=...)`, `run.call_tool`, the stage
+it fits anywhere a plain tool does (`Agent(tools=...)`, `run.handle_tool_call`, the stage
 workflow's wrappers); the function itself stays at `.function`.
 """
 

@@ -47,6 +47,7 @@ from .._errors import (
 )
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
+from .._public import renamed
 from .._values.codec import CODEC_ERRORS, dec_hook, enc_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, letter_for, retried
@@ -65,9 +66,11 @@ _WRITES_HERE = (
 )
 
 PhaseListener = Callable[["Run", PhaseReport], Awaitable[None] | None]
-PhaseStartListener = Callable[["Run", Phase], Awaitable[None] | None]
 """Called after each phase of a run with the run and the phase's report; an async listener
 is awaited before the phase returns."""
+PhaseStartListener = Callable[["Run", Phase], Awaitable[None] | None]
+"""Called as each phase of a run starts, with the run and the phase, before its hooks; an
+async listener is awaited first."""
 
 Tool = Callable[..., Any]
 """`(arguments: dict, ctx: PhaseContext) -> ToolOutput | value`, sync or async."""
@@ -624,7 +627,7 @@ class Run:
         )
         self._engine.keep_dead_letter(letter, None)
 
-    async def call_tool(
+    async def handle_tool_call(
         self,
         tool_call: ToolCall,
         tool: Tool,
@@ -634,7 +637,7 @@ class Run:
         on_run: Callable[[], None] | None = None,
     ) -> ToolResult:
         """Take one tool call through its whole life: gate, BEFORE_TOOL_EXECUTE, the tool,
-        its command, AFTER_TOOL_EXECUTE.
+        its command, AFTER_TOOL_EXECUTE. (`execute_tool` is the middle part: the tool run.)
 
         A Block, a tool that raises, or a rejected tool command fail only this call: the
         result carries the reason for the model, and state is untouched by the failure.
@@ -660,6 +663,8 @@ class Run:
         )
         return result
 
+    call_tool = renamed(handle_tool_call, "call_tool", until="0.2.0")
+
     async def execute_tool(
         self,
         tool_call: ToolCall,
@@ -669,7 +674,7 @@ class Run:
         on_run: Callable[[], None] | None = None,
     ) -> ToolResult:
         """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context (`on_run()` right
-        before it), then commit the tool's command. Used by `call_tool`, and by a resume
+        before it), then commit the tool's command. Used by `handle_tool_call`, and by a resume
         that skips the gate."""
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
         profile = self._kernel.profile

@@ -1,8 +1,8 @@
-"""`ProfileAccess` and its views: typed, async access to records in a `ProfileStore`.
+"""`ProfileAccess` and its views: typed, async access to entries in a `ProfileStore`.
 
 Typing happens here, not in the store: a value is checked against its key's declared type
-*before* anything is written (what was written can always be read back), and a stored record
-that no longer fits its declaration fails with `DecodeFailed` for that record only. Hooks get
+*before* anything is written (what was written can always be read back), and a stored entry
+that no longer fits its declaration fails with `DecodeFailed` for that entry only. Hooks get
 a `BufferedProfileAccess` (writes recorded, applied once after the hook's command commits)
 and tool gates a `ReadOnlyProfileAccess`; both are `ProfileAccess`es, so a hook author types
 `ctx.profile` as `ProfileAccess` whatever the engine gave.
@@ -27,6 +27,7 @@ from .._errors import (
     UnknownProfileKey,
     VersionConflict,
 )
+from .._public import renamed
 from .._values import declared_types as _declared_types
 from .._values.codec import CODEC_ERRORS, dec_hook, enc_hook
 from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
@@ -70,7 +71,7 @@ _View = TypeVar("_View", bound="ProfileAccess")
 
 
 class ProfileAccess:
-    """Typed, async access to shared and profile records: what hooks see as `ctx.profile`.
+    """Typed, async access to shared and profile entries: what hooks see as `ctx.profile`.
 
     Build one on any `ProfileStore`. `keys`, when given (the kernel passes the profile keys
     its plugins registered), is checked on every call, so a key nobody registered fails with
@@ -121,24 +122,24 @@ class ProfileAccess:
     # -- the hook-facing API ---------------------------------------------------------------
 
     async def read(self, key_cls: type[ProfileKey[V]], key: str) -> V:
-        """The record's value, or the key's default when the record does not exist."""
+        """The entry's value, or the key's default when the entry does not exist."""
         info, record = self._resolve(key_cls, key)
         entry = await self._store_call("get", info, record, self._store.get(info.name, record))
         return cast(V, self._decode(info, record, _ABSENT if entry is None else entry.value))
 
     async def write(self, key_cls: type[ProfileKey[V]], key: str, value: V) -> None:
-        """Replace the record's value (last write wins)."""
+        """Replace the entry's value (last write wins)."""
         info, record = self._resolve(key_cls, key)
         outgoing = self._outgoing(self._encode(info, record, value))
         await self._store_call("set", info, record, self._store.set(info.name, record, outgoing))
 
     async def delete(self, key_cls: type[ProfileKey[Any]], key: str) -> None:
-        """Remove the record; it reads as the default again. A no-op when absent."""
+        """Remove the entry; it reads as the default again. A no-op when absent."""
         info, record = self._resolve(key_cls, key)
         await self._store_call("delete", info, record, self._store.delete(info.name, record))
 
     async def update(self, key_cls: type[ProfileKey[V]], key: str, fn: Callable[[V], V]) -> V:
-        """Set the record to `fn(current value)` without losing concurrent writes.
+        """Set the entry to `fn(current value)` without losing concurrent writes.
 
         `fn` gets the current value (the default when absent) and must be pure: it may run
         more than once, and on another thread. With a store that `SupportsAtomicUpdate`
@@ -152,9 +153,9 @@ class ProfileAccess:
         return cast(V, await self._update(info, record, fn))
 
     async def list(self, owner: str) -> dict[type[ProfileKey[Any]], Any]:
-        """Every record `owner` holds (an agent, `"system"`, a scope string), across every
+        """Every entry `owner` holds (an agent, `"system"`, a scope string), across every
         registered profile key: key class -> its value, decoded to the key's type. A key
-        `owner` holds no record of is left out (rather than given its default), so the
+        `owner` holds no entry of is left out (rather than given its default), so the
         result says what is stored. Keys come in the order of their key strings."""
         keys = self._registered("list", owner)
         raws = await asyncio.gather(*(self._raw(key_cls, owner) for key_cls in keys))
@@ -164,12 +165,15 @@ class ProfileAccess:
             if raw is not _ABSENT
         }
 
-    async def clear(self, owner: str) -> None:
-        """Remove every record `owner` holds, across every registered profile key; records
-        of other owners stay. Each key's record is deleted as `delete` does it (so a
-        buffered view records the deletes, and a read-only one refuses)."""
-        for key_cls in self._registered("clear", owner):
+    async def forget(self, owner: str) -> None:
+        """Remove every entry `owner` holds, across every registered profile key; entries
+        of other owners stay. Each key's entry is deleted as `delete` does it (so a
+        buffered view entries the deletes, and a read-only one refuses). Named apart from
+        `ProfileStore.clear(namespace)`, which empties one namespace of every owner."""
+        for key_cls in self._registered("forget", owner):
             await self.delete(key_cls, owner)
+
+    clear = renamed(forget, "clear", until="0.2.0")
 
     def buffered(self) -> BufferedProfileAccess:
         """A view whose writes are recorded and sent to the store only by `apply()`."""
@@ -214,7 +218,7 @@ class ProfileAccess:
         return [self._keys[name] for name in sorted(self._keys)]
 
     async def _raw(self, key_cls: type[ProfileKey[Any]], owner: str) -> Any:
-        """The stored builtins of `owner`'s record of `key_cls`, or `_ABSENT`."""
+        """The stored builtins of `owner`'s entry of `key_cls`, or `_ABSENT`."""
         info, record = self._resolve(key_cls, owner)
         entry = await self._store_call("get", info, record, self._store.get(info.name, record))
         return _ABSENT if entry is None else entry.value
@@ -225,7 +229,7 @@ class ProfileAccess:
             raise UnknownProfileKey(info.name, tuple(self._keys))
         if not isinstance(key, str):
             raise TypeError(
-                f"the record key for profile key {info.name!r} must be a StateScope or a "
+                f"the entry key for profile key {info.name!r} must be a StateScope or a "
                 f"string, got {type(key).__name__} {key!r}"
             )
         return info, str(key)
@@ -234,7 +238,7 @@ class ProfileAccess:
         """Check `value` against the key's type, that it reads back, and the size limit,
         encoding it once; the result is what goes to the store (see `_outgoing`)."""
         expected = _declared_types.describe(info.value_type)
-        what = f"profile value (record {record!r})"
+        what = f"profile value (entry {record!r})"
         if info.classes is not None and not isinstance(value, info.classes):
             raise StateValidationError(info.name, expected, value, what=what)
         try:
@@ -323,7 +327,7 @@ class ProfileAccess:
             # are; anything else is the store failing.
             if (failed and exc is failed[-1]) or isinstance(exc, StateError):
                 raise
-            raise StoreError(f"update of record {record!r}", exc, key=info.name) from exc
+            raise StoreError(f"update of entry {record!r}", exc, key=info.name) from exc
         return produced[0]
 
     async def _store_call(
@@ -336,7 +340,7 @@ class ProfileAccess:
         except StateError:
             raise
         except Exception as exc:
-            raise StoreError(f"{operation} of record {record!r}", exc, key=info.name) from exc
+            raise StoreError(f"{operation} of entry {record!r}", exc, key=info.name) from exc
 
 
 _ABSENT: Any = object()
@@ -408,7 +412,7 @@ class BufferedProfileAccess(ProfileAccess):
 
         The buffer is emptied first, so applying twice never writes twice. If an operation
         fails, the ones before it stand, the rest are dropped, and `StoreError` naming the
-        key and record is raised (its `cause` is what failed: the store, a `VersionConflict`
+        key and entry is raised (its `cause` is what failed: the store, a `VersionConflict`
         after every retry, or an update function that refused the value at apply time).
         """
         ops, self._ops, self._overlay = self._ops, [], {}
@@ -427,7 +431,7 @@ class BufferedProfileAccess(ProfileAccess):
                 if isinstance(exc, StoreError) and exc.key == name:
                     raise
                 raise StoreError(
-                    f"apply of buffered {op.kind} of record {record!r}", exc, key=name
+                    f"apply of buffered {op.kind} of entry {record!r}", exc, key=name
                 ) from exc
 
     def discard(self) -> None:
@@ -462,7 +466,7 @@ class ReadOnlyProfileAccess(ProfileAccess):
     def _refuse(self, operation: str, key_cls: type[ProfileKey[Any]], key: str) -> NoReturn:
         info, record = self._resolve(key_cls, key)
         raise StateError(
-            f"{self._reason}: {operation} of profile key {info.name!r} (record {record!r}) "
+            f"{self._reason}: {operation} of profile key {info.name!r} (entry {record!r}) "
             f"refused. Write from a phase hook (e.g. BEFORE_TOOL_EXECUTE) instead: its profile "
             f"writes are buffered and applied once, when its command commits."
         )

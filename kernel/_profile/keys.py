@@ -1,4 +1,4 @@
-"""`ProfileKey`: the declaration of a shared or profile record (namespace and value type)."""
+"""`ProfileKey`: the declaration of a shared or profile entry (namespace and value type)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ class ProfileKeyInfo:
 
 
 class ProfileKey(DeclaredToken, Generic[V]):
-    """Base class of shared/profile record types: subclass as `ProfileKey[Value]`.
+    """Base class of shared/profile entry types: subclass as `ProfileKey[Value]`.
 
     Set `key` (the namespace string in the store) and optionally `default` (immutable) or
-    `default_factory`; otherwise a missing record reads as `Value()`, and a type without a
+    `default_factory`; otherwise a missing entry reads as `Value()`, and a type without a
     zero value must declare a default (checked when the class is created). The class itself
     is the token: `await ctx.profile.read(TeamContext, scope)`. A subclass without `key`, or
     with an unbound type variable, is an abstract base for other keys.

@@ -1,4 +1,4 @@
-"""`StateScope`: the key strings every agent agrees on for shared records."""
+"""`StateScope`: the key strings every agent agrees on for shared entries."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ class StateScope(str):
     It *is* the string (a `str` subclass): `StateScope.parent_thread("p1") == "parent_thread::p1"`,
     it hashes alike, and any plain string works wherever a scope does. The constructors only
     spare agents from spelling the convention by hand, which is how two agents that mean the
-    same record end up with different strings.
+    same entry end up with different strings.
     """
 
     __slots__ = ()
 
     @classmethod
     def global_(cls) -> StateScope:
-        """One record shared by every agent and thread."""
+        """One entry shared by every agent and thread."""
         return cls("global")
 
     @classmethod

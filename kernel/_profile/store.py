@@ -5,9 +5,9 @@ The kernel defines it and never imports an implementation: `statekernel.stores` 
 needs to know a key's type, so a value whose type changed since it was saved is found out when
 the kernel decodes it, and the error can name the key.
 
-A `ProfileStore` keeps JSON-compatible records by `(namespace, key)` for shared and profile
+A `ProfileStore` keeps JSON-compatible entries by `(namespace, key)` for shared and profile
 state; `set(..., expected_version=n)` is a compare-and-set. `SupportsAtomicUpdate` is the
-optional read-modify-write in one step. `encode_record` is the one JSON-and-size check a
+optional read-modify-write in one step. `encode_entry` is the one JSON-and-size check a
 profile value passes before any store sees it.
 """
 
@@ -22,6 +22,7 @@ import attrs
 import msgspec
 
 from .._errors import StateValidationError, StoreError
+from .._public import renamed
 from .._values.codec import CODEC_ERRORS
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "SupportsAtomicUpdate",
     "accepts_encoded_values",
     "check_size",
+    "encode_entry",
     "encode_json",
     "encode_record",
 ]
@@ -40,19 +42,19 @@ __all__ = [
 DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
 """Largest value, measured as encoded JSON, that a ProfileAccess or store accepts (16 MiB).
 
-A profile record is read whole on every access; anything bigger belongs in a file or blob
+A profile entry is read whole on every access; anything bigger belongs in a file or blob
 store, with a reference kept here."""
 
 
-# -- profile records -------------------------------------------------------------------------
+# -- profile entries -------------------------------------------------------------------------
 
 
 class Entry(msgspec.Struct, frozen=True):
-    """One stored record as a store returns it: the value is JSON-compatible builtins.
+    """One stored entry as a store returns it: the value is JSON-compatible builtins.
 
-    `version` is 1 when the record is created and grows by one per write; `updated_at` is
+    `version` is 1 when the entry is created and grows by one per write; `updated_at` is
     the time of the last write in seconds since the epoch. A msgspec Struct rather than an
-    attrs class because it is a stored record, and because every get and set builds one:
+    attrs class because it is a stored entry, and because every get and set builds one:
     a Struct is built several times faster.
     """
 
@@ -65,27 +67,27 @@ class Entry(msgspec.Struct, frozen=True):
 
 @runtime_checkable
 class ProfileStore(Protocol):
-    """Async storage of JSON-compatible records by `(namespace, key)`.
+    """Async storage of JSON-compatible entries by `(namespace, key)`.
 
-    `set(..., expected_version=n)` is a compare-and-set: it writes only if the record's
-    version is `n` (`0`: the record must not exist) and raises `VersionConflict` otherwise;
-    without it the last write wins. `list` returns records sorted by key whose key starts
+    `set(..., expected_version=n)` is a compare-and-set: it writes only if the entry's
+    version is `n` (`0`: the entry must not exist) and raises `VersionConflict` otherwise;
+    without it the last write wins. `list` returns entries sorted by key whose key starts
     with `prefix` taken literally (no wildcards). Stores connect lazily on first use, close
     with `await store.close()` and work as `async with store:`.
     """
 
     async def get(self, namespace: str, key: str) -> Entry | None:
-        """The record, or None when absent."""
+        """The entry, or None when absent."""
         ...
 
     async def set(
         self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
     ) -> Entry:
-        """Write the record; returns it with its new version."""
+        """Write the entry; returns it with its new version."""
         ...
 
     async def delete(self, namespace: str, key: str) -> None:
-        """Remove the record (a no-op when absent)."""
+        """Remove the entry (a no-op when absent)."""
         ...
 
     async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
@@ -93,7 +95,7 @@ class ProfileStore(Protocol):
         ...
 
     async def clear(self, namespace: str) -> None:
-        """Remove every record of `namespace`."""
+        """Remove every entry of `namespace`."""
         ...
 
     async def close(self) -> None: ...
@@ -110,7 +112,7 @@ class ProfileStore(Protocol):
 
 @runtime_checkable
 class SupportsAtomicUpdate(Protocol):
-    """A ProfileStore that can also read-modify-write one record atomically.
+    """A ProfileStore that can also read-modify-write one entry atomically.
 
     Optional: `ProfileAccess.update` uses it when the store has it, and falls back to
     compare-and-set retries otherwise. Under contention compare-and-set makes losers retry,
@@ -122,7 +124,7 @@ class SupportsAtomicUpdate(Protocol):
     """
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
-        """Set the record to `fn(current entry or None)` atomically; returns the new entry."""
+        """Set the entry to `fn(current entry or None)` atomically; returns the new entry."""
         ...
 
 
@@ -143,7 +145,7 @@ class EncodedValue:
 class AcceptsEncodedValues(Protocol):
     """A ProfileStore whose `set`, and the function of whose `update`, may also pass an
     `EncodedValue` (both bundled stores do). A store says so with a class attribute
-    `accepts_encoded_values = True` and reads the pair with `encode_record`. A subclass of
+    `accepts_encoded_values = True` and reads the pair with `encode_entry`. A subclass of
     such a store that overrides `set` or `update` receives the pair too, or sets the
     attribute back to False."""
 
@@ -158,7 +160,7 @@ def accepts_encoded_values(store: object) -> bool:
 _JSON_BUILTINS = "JSON-compatible builtins (dict, list, str, int, float, bool, None)"
 
 
-def encode_record(
+def encode_entry(
     namespace: str,
     key: str,
     value: Any,
@@ -167,7 +169,7 @@ def encode_record(
     operation: str = "set",
     limit: str = "the store's limit",
 ) -> EncodedValue:
-    """A record's value as JSON within `max_bytes`, refused before anything is written.
+    """An entry's value as JSON within `max_bytes`, refused before anything is written.
 
     The one place a profile value becomes bytes: `ProfileAccess` uses it for every write
     (in its two steps, `encode_json` and `check_size`, with its type check between them) and
@@ -180,6 +182,9 @@ def encode_record(
     return encoded
 
 
+encode_record = renamed(encode_entry, "encode_record", until="0.2.0")
+
+
 def encode_json(
     namespace: str,
     key: str,
@@ -189,14 +194,14 @@ def encode_json(
     what: str = "profile store value",
 ) -> EncodedValue:
     """`value` with its JSON; a value that is not JSON raises `StateValidationError` naming
-    the namespace and record (`expected` says what was declared)."""
+    the namespace and entry (`expected` says what was declared)."""
     if isinstance(value, EncodedValue):
         return value
     try:
         return EncodedValue(value, msgspec.json.encode(value))
     except CODEC_ERRORS as exc:
         raise StateValidationError(
-            namespace, expected, value, what=f"{what} (record {key!r})", detail=str(exc)
+            namespace, expected, value, what=f"{what} (entry {key!r})", detail=str(exc)
         ) from exc
 
 
@@ -209,11 +214,11 @@ def check_size(
     operation: str = "set",
     limit: str = "the store's limit",
 ) -> None:
-    """Raise `StoreError` naming the record when its JSON is longer than `max_bytes`."""
+    """Raise `StoreError` naming the entry when its JSON is longer than `max_bytes`."""
     size = len(encoded.data)
     if size > max_bytes:
         raise StoreError(
-            f"{operation} of record {key!r}",
+            f"{operation} of entry {key!r}",
             ValueError(
                 f"the value encodes to {size:,} bytes of JSON, above {limit} of "
                 f"{max_bytes:,}; nothing was written. Keep large data in a file or blob store "
