@@ -25,17 +25,13 @@ import msgspec
 from .._durable.store import ThreadStore
 from .._durable.threads import SNAPSHOT_EVERY
 from .._engine.phase_engine import PhaseReport
-from .._engine.plugin import Plugin, PluginRegistrar
-from .._engine.snapshot import Snapshot
+from .._engine.plugin import Plugin
 from .._errors import RevisionConflict, StateError, cause_text
 from .._host.runtime import Kernel, PhaseListener, Run, Tool
 from .._profile.store import ProfileStore
-from .._values.codec import as_json_data, enc_hook
+from .._values.codec import as_json_data
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters
-from .._values.frozen import thaw
-from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
-from .._values.loop_actions import HANDLERS as LOOP_ACTIONS
 from .._values.loop_actions import RequestOverrides, StepRequest
 from .._values.messages import Message, MessageLike, as_message, is_one_message
 from .._values.model import InferenceRequest, InferenceResponse, Model
@@ -53,108 +49,18 @@ from ..events import (
     ToolCallEnded,
     ToolCallStarted,
 )
+from .facade_state import CallState, FacadeState, History, ToolCalls
 from .function_tools import spec_of
 from .run_result import Outcome, PendingCall, RunResult
+from .suspension import INTERRUPTED, NOT_STARTED, Decision, Suspension
+from .suspension import pending as _pending
 
 logger = logging.getLogger("statekernel")
-
-
-class CallState(msgspec.Struct, frozen=True):
-    """Where one tool call of the run stands."""
-
-    id: str
-    name: str
-    status: ToolCallStatus
-    error: str | None = None
-
-
-class History(StateKey[Vector[Message], tuple[Message, ...]]):
-    """The thread's whole message history (a thread key: it survives across runs)."""
-
-    key = "statekernel.messages"
-    scope = KeyScope.THREAD
-
-    @staticmethod
-    def apply(value: Vector[Message], update: tuple[Message, ...]) -> Vector[Message]:
-        return value.extend(update)
-
-
-class ToolCalls(StateKey[tuple[CallState, ...], CallState]):
-    """The life of each tool call of this run; an update replaces the call's entry by id."""
-
-    key = "statekernel.tool_calls"
-
-    @staticmethod
-    def apply(value: tuple[CallState, ...], update: CallState) -> tuple[CallState, ...]:
-        for index, call in enumerate(value):
-            if call.id == update.id:
-                return (*value[:index], update, *value[index + 1 :])
-        return (*value, update)
-
-
-def run_status(snapshot: Snapshot) -> Literal["running", "waiting", "done"]:
-    """The run's status, derived from its tool calls: any Running (or Resuming) → running;
-    else any Suspended → waiting; else the step's calls are done."""
-    statuses = {call.status for call in snapshot.get(ToolCalls)}
-    if statuses & {ToolCallStatus.RUNNING, ToolCallStatus.RESUMING}:
-        return "running"
-    if ToolCallStatus.SUSPENDED in statuses:
-        return "waiting"
-    return "done"
-
-
-class _Facade(Plugin):
-    id = RESERVED_PLUGIN_ID
-
-    def register(self, registrar: PluginRegistrar) -> None:
-        registrar.register_key(History)
-        registrar.register_key(ToolCalls)
-        registrar.register_key(StepRequest)
-        for action, handler in LOOP_ACTIONS.items():
-            registrar.register_action(action, handler)
-
-
-INTERRUPTED = "interrupted"
-"""The ticket of a call that was running when its process died: its outcome is unknown."""
-
-NOT_STARTED = "not started"
-"""The ticket of a call the model asked for alongside an interrupted one, never started."""
 
 
 def is_idempotent(tool: Tool) -> bool:
     """Whether `tool` says it may safely run twice (`tool.idempotent = True`)."""
     return getattr(tool, "idempotent", False) is True
-
-
-class _Suspension(msgspec.Struct, frozen=True):
-    step: int
-    pending: tuple[PendingCall, ...]
-    offered: tuple[str, ...] | None = None  # the tools the step offered (None: all)
-
-
-@attrs.frozen
-class Decision:
-    """An outside decision on a suspended call; build it with the class methods."""
-
-    kind: Literal["approve", "deny", "result"]
-    arguments: dict[str, Any] | None = None
-    reason: str = ""
-    value: Any = None
-
-    @classmethod
-    def approve(cls, arguments: dict[str, Any] | None = None) -> Decision:
-        """Run the tool, with `arguments` replacing the original ones if given."""
-        return cls("approve", arguments=arguments)
-
-    @classmethod
-    def deny(cls, reason: str) -> Decision:
-        """Fail the call; the model sees `reason` as the tool's error."""
-        return cls("deny", reason=reason)
-
-    @classmethod
-    def result(cls, value: Any) -> Decision:
-        """Skip the tool and use `value` as its result."""
-        return cls("result", value=value)
 
 
 class Agent:
@@ -189,7 +95,7 @@ class Agent:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         self.kernel = Kernel(
-            [_Facade(), *plugins],
+            [FacadeState(), *plugins],
             profile_store=profile_store,
             thread_store=thread_store,
             max_phase_rounds=max_phase_rounds,
@@ -304,7 +210,7 @@ class Agent:
             )
         async with self._turns.turn(thread_id) as live:
             run, detail = await self.kernel.resume_run(thread_id)
-            suspension = msgspec.json.decode(detail, type=_Suspension)
+            suspension = Suspension.decode(detail)
             call = next((p for p in suspension.pending if p.id == call_id), None)
             if call is None:
                 await run.abandon()
@@ -346,7 +252,7 @@ class Agent:
         async with self._turns.turn(thread_id):
             run, detail = await self.kernel.resume_run(thread_id)
             await run.abandon()
-            return msgspec.json.decode(detail, type=_Suspension).pending
+            return Suspension.decode(detail).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
         """Cancel the thread's run: a run in progress in this agent stops at its next safe
@@ -370,7 +276,7 @@ class Agent:
                 # That run ended before it began (a suspended thread, say): see below.
         async with self._turns.turn(thread_id) as live:
             run, detail = await self.kernel.resume_run(thread_id)
-            suspension = msgspec.json.decode(detail, type=_Suspension)
+            suspension = Suspension.decode(detail)
             driver = _Driver(self, run, live, steps=suspension.step, sink=None)
 
             async def cancel_pending() -> RunResult:
@@ -457,7 +363,7 @@ class _Driver:
         if self.sink is not None:
             self.sink.emit(event)
 
-    def resumed(self, suspension: _Suspension) -> None:
+    def resumed(self, suspension: Suspension) -> None:
         """Carry on a suspended step: the tools it offered, and the calls it has yet to
         answer."""
         if suspension.offered is not None:
@@ -832,8 +738,7 @@ class _Driver:
         await self.run.finish(messages=self.history())
 
     def _suspension(self, pending: tuple[PendingCall, ...]) -> bytes:
-        suspension = _Suspension(self.steps, pending, tuple(sorted(self.offered)))
-        return msgspec.json.encode(suspension, enc_hook=enc_hook)
+        return Suspension(self.steps, pending, tuple(sorted(self.offered))).encode()
 
     def _result(
         self,
@@ -1077,10 +982,6 @@ def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str,
         if not callable(tool):
             raise TypeError(f"tool {name!r} must be callable (arguments, ctx), got {tool!r}")
     return named
-
-
-def _pending(call: ToolCall, ticket: str) -> PendingCall:
-    return PendingCall(call.id, call.name, thaw(call.arguments), ticket)
 
 
 def _incoming(messages: Iterable[MessageLike] | MessageLike) -> tuple[Message, ...]:
