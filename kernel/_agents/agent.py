@@ -13,7 +13,6 @@ message history (a thread key) and the life of each tool call of the run (a run 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -24,7 +23,6 @@ import msgspec
 
 from .._durable.store import ThreadStore
 from .._durable.threads import SNAPSHOT_EVERY
-from .._engine.phase_engine import PhaseReport
 from .._engine.plugin import Plugin
 from .._errors import RevisionConflict, StateError, cause_text
 from .._host.runtime import Kernel, PhaseListener, Run, Tool
@@ -39,21 +37,20 @@ from .._values.phases import Phase
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from .._values.vector import Vector
 from ..events import (
-    Committed,
     Event,
     ModelResponded,
-    PhaseEnded,
-    PhaseStarted,
-    RunFinished,
     TextDelta,
     ToolCallEnded,
     ToolCallStarted,
 )
+from .event_stream import stream
 from .facade_state import CallState, FacadeState, History, ToolCalls
 from .function_tools import spec_of
+from .run_control import CancelRequested, RunControl
 from .run_result import Outcome, PendingCall, RunResult
 from .suspension import INTERRUPTED, NOT_STARTED, Decision, Suspension
 from .suspension import pending as _pending
+from .turns import Turns
 
 logger = logging.getLogger("statekernel")
 
@@ -109,7 +106,7 @@ class Agent:
         self.tools: dict[str, Tool] = _named_tools(tools)
         self.system_prompt = system_prompt
         self._specs: dict[str, tuple[Tool, ToolSpec]] = {}
-        self._turns = _Turns()
+        self._turns = Turns()
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
@@ -145,7 +142,7 @@ class Agent:
         A second call on a thread this agent is running waits for its turn."""
         incoming = _incoming(messages)
         options = _RunOptions(parent_thread_id, tuple(active_hook_filter), _letters(retry))
-        return await self._start(thread_id, incoming, options, sink=None)
+        return await self._start(thread_id, incoming, options, RunControl())
 
     def stream(
         self,
@@ -167,18 +164,16 @@ class Agent:
         """
         incoming = _incoming(messages)
         options = _RunOptions(parent_thread_id, tuple(active_hook_filter), _letters(retry))
-        return _stream(lambda sink: self._start(thread_id, incoming, options, sink=sink))
+        return stream(lambda control: self._start(thread_id, incoming, options, control))
 
     async def _start(
         self,
         thread_id: str,
         incoming: tuple[Message, ...],
         options: _RunOptions,
-        *,
-        sink: _EventSink | None,
+        control: RunControl,
     ) -> RunResult:
-        consumer = sink.consumer if sink is not None else None
-        async with self._turns.turn(thread_id, consumer=consumer) as live:
+        async with self._turns.turn(thread_id, control):
             run = await self.kernel.start_run(
                 thread_id,
                 agent=self.name,
@@ -191,7 +186,7 @@ class Agent:
             except BaseException:
                 await run.abandon()
                 raise
-            driver = _Driver(self, run, live, steps=0, sink=sink)
+            driver = _Driver(self, run, control, steps=0)
             driver.incoming = incoming
 
             async def begin() -> RunResult:
@@ -208,7 +203,7 @@ class Agent:
                 f"decision must be Decision.approve(...), Decision.deny(...) or "
                 f"Decision.result(...), got {decision!r}"
             )
-        async with self._turns.turn(thread_id) as live:
+        async with self._turns.turn(thread_id) as control:
             run, detail = await self.kernel.resume_run(thread_id)
             suspension = Suspension.decode(detail)
             call = next((p for p in suspension.pending if p.id == call_id), None)
@@ -219,7 +214,7 @@ class Agent:
                     f"thread {thread_id!r} has no suspended call {call_id!r}; the calls "
                     f"waiting for a decision are {waiting}. Nothing was changed."
                 )
-            driver = _Driver(self, run, live, steps=suspension.step, sink=None)
+            driver = _Driver(self, run, control, steps=suspension.step)
             driver.resumed(suspension)
 
             async def carry_on() -> RunResult:
@@ -268,16 +263,14 @@ class Agent:
                     f"tool or hook of it): the run stops at its next safe point, but it cannot "
                     f"be waited for from inside. Return from the tool or hook instead."
                 )
-            try:
-                return await asyncio.shield(live.finished)  # one impatient caller cancels none
-            except asyncio.CancelledError:
-                if not live.finished.cancelled():
-                    raise
-                # That run ended before it began (a suspended thread, say): see below.
-        async with self._turns.turn(thread_id) as live:
+            ended = await live.ended()
+            if ended is not None:
+                return ended
+            # That run ended before it began (a suspended thread, say): see below.
+        async with self._turns.turn(thread_id) as control:
             run, detail = await self.kernel.resume_run(thread_id)
             suspension = Suspension.decode(detail)
-            driver = _Driver(self, run, live, steps=suspension.step, sink=None)
+            driver = _Driver(self, run, control, steps=suspension.step)
 
             async def cancel_pending() -> RunResult:
                 for pending in suspension.pending:
@@ -295,7 +288,7 @@ class Agent:
         try:
             try:
                 result = await body()
-            except _CancelRequested:
+            except CancelRequested:
                 result = await driver.cancelled()
             except RevisionConflict as conflict:
                 result = await driver.fail(_for_agent_users(conflict, thread_id))
@@ -309,59 +302,35 @@ class Agent:
             while not cleanup.done():
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(cleanup)
-            driver.conclude(cleanup.result())
+            driver.control.conclude(cleanup.result())
             raise
         except BaseException:
             # KeyboardInterrupt, SystemExit: nothing more may run, but the thread is let go
             # (as last saved), so that this agent can run it again.
             await driver.run.abandon()
             raise
-        driver.conclude(result)
+        driver.control.conclude(result)
         return result
 
 
 class _Driver:
-    """The loop for one run: owns the step count, the message bookkeeping, the events of a
-    streamed run, and the safe points where a cancel request stops it."""
+    """The loop for one run: owns the step count and the message bookkeeping; its control
+    (`RunControl`) holds the events of a streamed run and the cancel request."""
 
-    def __init__(
-        self, agent: Agent, run: Run, live: _Live, *, steps: int, sink: _EventSink | None
-    ) -> None:
+    def __init__(self, agent: Agent, run: Run, control: RunControl, *, steps: int) -> None:
         self.agent = agent
         self.run = run
         if agent.on_phase is not None:
             run.add_phase_listener(agent.on_phase)
+        control.watch(run)
         self.steps = steps
         self.offered: frozenset[str] = frozenset(agent.tools)
         self.results: list[ToolResult] = []
         self.unanswered: dict[str, ToolCall] = {}  # calls in the history without a result
         self.running: str | None = None  # the id of the call whose tool is running
         self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
-        self.live = live
-        self._cancel = live.cancel
-        self.stopping = False
+        self.control = control
         self.incoming: tuple[Message, ...] = ()  # what `run` was given: unsaved until a save
-        self.sink = sink
-        if sink is not None:
-            sink.started = True
-            sink.on_close = live.request_cancel
-            live.wake = sink.wake
-            run.add_phase_start_listener(lambda run, phase: sink.emit(PhaseStarted(phase)))
-            run.add_record_listener(lambda record: sink.emit(Committed(record)))
-            run.add_phase_listener(self._phase_ended)
-
-    async def _phase_ended(self, run: Run, report: PhaseReport) -> None:
-        """Keep pace with the consumer at every phase end, but stop only at the driver's
-        own safe points: a phase may end in the middle of a tool call, whose result must
-        still be recorded."""
-        assert self.sink is not None
-        self.sink.emit(PhaseEnded(report))
-        if not self.stopping:
-            await self.sink.drain(self._cancel)
-
-    def emit(self, event: Event) -> None:
-        if self.sink is not None:
-            self.sink.emit(event)
 
     def resumed(self, suspension: Suspension) -> None:
         """Carry on a suspended step: the tools it offered, and the calls it has yet to
@@ -370,59 +339,22 @@ class _Driver:
             self.offered = frozenset(suspension.offered)
         self.unanswered = {p.id: ToolCall(p.id, p.name, p.arguments) for p in suspension.pending}
 
-    async def pace(self) -> None:
-        """A safe point: wait until the consumer of a stream took the events so far, then
-        stop here if a cancel was requested (or the consumer left)."""
-        if self.stopping:
-            return  # the run is ending already: RUN_END must run
-        if self.sink is not None:
-            await self.sink.drain(self._cancel)
-        if self._cancel.is_set():
-            raise _CancelRequested
-
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Call the model (streaming its text deltas as events, if it streams); a cancel
         request abandons the call."""
         model = self.agent.model
         streams = getattr(model, "streams", False) is True
-        live = self.live
-        current = asyncio.current_task()
-        # No task of its own: a cancel request cancels this task while (and only while) it
-        # waits for the model, and that one cancellation is taken back here as a stop.
-        live.in_model = current
-        try:
-            response = await (self._streamed(model, request) if streams else model(request))
-        except BaseException as error:
-            live.in_model = None
-            if not self._took_back(current):
-                raise  # not from a cancel request: a failure, or cancelled from outside
-            if not isinstance(error, Exception | asyncio.CancelledError):
-                raise  # KeyboardInterrupt and the like go on
-            raise _CancelRequested from None  # however the model reacted to it
-        live.in_model = None
-        if self._took_back(current) or self._cancel.is_set():
-            raise _CancelRequested  # asked while the answer arrived: it is not used
+        answer: Awaitable[Any] = self._streamed(model, request) if streams else model(request)
+        response = await self.control.abandonable(answer)
         if not isinstance(response, InferenceResponse):
             raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
         return response
-
-    def _took_back(self, current: asyncio.Task[Any] | None) -> bool:
-        """Take back the cancellation a cancel request sent into the model call, if it
-        did. Returns whether it did and nothing else cancelled this task meanwhile (then
-        that cancellation must go on: `CancelledError` is raised)."""
-        live = self.live
-        if not live.model_cancelled:
-            return False
-        live.model_cancelled = False
-        if current is not None and current.uncancel() > 0:
-            raise asyncio.CancelledError  # an outside cancellation (a timeout) came too
-        return True
 
     async def _streamed(self, model: Any, request: InferenceRequest) -> Any:
         response: Any = None
         async for chunk in model.stream(request):
             if isinstance(chunk, str):
-                self.emit(TextDelta(chunk))
+                self.control.emit(TextDelta(chunk))
             else:
                 response = chunk
         return response
@@ -430,7 +362,7 @@ class _Driver:
     async def cancelled(self) -> RunResult:
         """End the run as cancelled: each call in the history that has no result yet gets a
         Cancelled one (so the history stays one a model API accepts), then RUN_END."""
-        self.stopping = True
+        self.control.end()
         if self.run.finished:
             return self._result("cancelled")
         try:
@@ -457,12 +389,6 @@ class _Driver:
             error = running if call.id == self.running else idle
             await self.record(ToolResult(call, status, error=error))
 
-    def conclude(self, result: RunResult) -> None:
-        """The run is over: the stream's last event, and the answer to `agent.cancel`."""
-        if not self.live.finished.done():
-            self.emit(RunFinished(result))
-            self.live.finished.set_result(result)
-
     def history(self) -> tuple[Message, ...]:
         current = self.run.snapshot.get(History)
         if current is not self._seen[0]:
@@ -484,14 +410,14 @@ class _Driver:
         run = self.run
         while self.steps < self.agent.max_steps:
             self.steps += 1
-            await self.pace()
+            await self.control.safe_point()
             await run.run_phase(Phase.STEP_START, messages=self.history())
             await run.run_phase(Phase.BEFORE_INFERENCE, messages=self.history())
             request = await self.request()
             response = await self.infer(request)
             await self.append(*request.transcript)
-            self.emit(ModelResponded(response))
-            await self.pace()
+            self.control.emit(ModelResponded(response))
+            await self.control.safe_point()
             await run.run_phase(Phase.AFTER_INFERENCE, messages=self.history(), response=response)
             await self.append(Message("assistant", response.text, tool_calls=response.tool_calls))
             self.unanswered = {call.id: call for call in response.tool_calls}
@@ -530,8 +456,8 @@ class _Driver:
         await self.run.submit(command)
         pending: list[PendingCall] = []
         for index, call in enumerate(calls):
-            await self.pace()
-            self.emit(ToolCallStarted(call))
+            await self.control.safe_point()
+            self.control.emit(ToolCallStarted(call))
             tool = self.agent.tools.get(call.name)
             if tool is None or call.name not in self.offered:
                 available = ", ".join(sorted(self.offered)) or "none"
@@ -565,7 +491,7 @@ class _Driver:
             if not is_idempotent(tool):
                 marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
 
-        await self.pace()  # the last point to stop before the call's gates and tool
+        await self.control.safe_point()  # the last point to stop before the call's gates and tool
         result = await self.run.call_tool(
             call,
             tool,
@@ -576,7 +502,7 @@ class _Driver:
         self.running = None
         if result.status is ToolCallStatus.SUSPENDED:
             await self._mark(call, ToolCallStatus.SUSPENDED)
-            self.emit(ToolCallEnded(call, ToolCallStatus.SUSPENDED))
+            self.control.emit(ToolCallEnded(call, ToolCallStatus.SUSPENDED))
             return _pending(call, result.ticket)
         await self.record(result)
         if marked:
@@ -608,7 +534,7 @@ class _Driver:
                     call, ToolCallStatus.FAILED, error=f"{known} tool {call.name!r}"
                 )
             else:
-                await self.pace()  # the last point to stop before the tool's phases
+                await self.control.safe_point()  # the last point to stop before the tool's phases
                 if not is_idempotent(tool):
                     marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
                 result = await self.run.execute_tool(
@@ -635,7 +561,7 @@ class _Driver:
             tool = self.agent.tools.get(call.name)
             unknown = call.ticket in (INTERRUPTED, NOT_STARTED)
             if unknown and tool is not None and is_idempotent(tool):
-                await self.pace()
+                await self.control.safe_point()
                 waiting.remove(call)
                 still = await self.settle(call, Decision.approve(), tuple(waiting))
                 if still is not None:
@@ -658,9 +584,9 @@ class _Driver:
             id=f"{self.run.identity.run_id}:m{base}",
         )
         await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
-        if self.sink is not None:
+        if self.control.streamed:
             shown = as_json_data(result.result, result.text)  # an event always encodes
-            self.sink.emit(
+            self.control.emit(
                 ToolCallEnded(call, result.status, shown, result.error, result.exception)
             )
 
@@ -693,13 +619,12 @@ class _Driver:
         await self.run.checkpoint()
 
     async def end(self, outcome: Outcome) -> RunResult:
-        self.stopping = True
+        self.control.end()
         await self._finish()
         return self._result(outcome)
 
     async def suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
-        if self._cancel.is_set() and not self.stopping:
-            raise _CancelRequested  # asked to stop: end the run rather than wait on it
+        self.control.stop_if_requested()  # asked to stop: end the run rather than wait on it
         detail = self._suspension(pending)
         await self.run.suspend(detail)
         return self._result("suspended", pending=pending)
@@ -707,7 +632,7 @@ class _Driver:
     async def fail(self, error: BaseException) -> RunResult:
         """RUN_END still runs, best effort, and the last committed state is checkpointed."""
         logger.info("run %r failed: %s", self.run.identity.run_id, error)
-        self.stopping = True
+        self.control.end()
         if not self.run.finished:
             try:
                 reason = f"the run failed ({cause_text(error)})"
@@ -803,159 +728,6 @@ def _letters(retry: Iterable[DeadLetter | str] | DeadLetter | str) -> tuple[Dead
                 f"{letter!r}; read them with `await agent.dead_letters(thread_id)`"
             )
     return letters
-
-
-class _CancelRequested(StateError):
-    """Raised at a safe point of a run whose cancel was requested; the Agent ends the run.
-    (A StateError, so that it passes through the phase listener that raises it unchanged.)"""
-
-
-class _Live:
-    """A thread's run in this agent, from the moment it has its turn: the task it runs in
-    (and the task reading its stream), how to stop it, and how it ended."""
-
-    def __init__(self, task: asyncio.Task[Any] | None, consumer: asyncio.Task[Any] | None) -> None:
-        self.tasks = {t for t in (task, consumer) if t is not None}
-        self.task = task
-        self.cancel = asyncio.Event()
-        self.finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
-        self.wake: Callable[[], None] | None = None
-        self.in_model: asyncio.Task[Any] | None = None  # the task waiting for the model
-        self.model_cancelled = False
-
-    def request_cancel(self) -> None:
-        self.cancel.set()
-        if self.wake is not None:
-            self.wake()
-        if self.in_model is not None and not self.model_cancelled:
-            self.model_cancelled = True  # abandon the model call in flight
-            self.in_model.cancel()
-
-
-@attrs.define
-class _Slot:
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    users: int = 0
-    live: _Live | None = None
-
-
-class _Turns:
-    """One run at a time per thread in this agent: the next waits for its turn."""
-
-    def __init__(self) -> None:
-        self._slots: dict[str, _Slot] = {}
-
-    def live(self, thread_id: str) -> _Live | None:
-        slot = self._slots.get(thread_id)
-        return None if slot is None else slot.live
-
-    @contextlib.asynccontextmanager
-    async def turn(
-        self, thread_id: str, *, consumer: asyncio.Task[Any] | None = None
-    ) -> AsyncIterator[_Live]:
-        """Wait for the thread's turn, then hold it as its live run. Raises `StateError` at
-        once where waiting would wait forever: the live run waits for this very task (a
-        tool or hook of its own, or the loop reading its stream)."""
-        current = asyncio.current_task()
-        slot = self._slots.get(thread_id)
-        if slot is not None and slot.live is not None and {current, consumer} & slot.live.tasks:
-            raise StateError(
-                f"thread {thread_id!r} has a run in progress that waits for this very task (a "
-                f"tool or hook of that run, or the loop reading its agent.stream), so waiting "
-                f"for its turn would wait forever. Let that run end (or close its stream) "
-                f"first, or use another thread (agent.run(other_thread_id, ..., "
-                f"parent_thread_id={thread_id!r}))."
-            )
-        if slot is None:
-            slot = self._slots[thread_id] = _Slot()
-        slot.users += 1
-        try:
-            async with slot.lock:
-                live = slot.live = _Live(current, consumer)
-                try:
-                    yield live
-                finally:
-                    slot.live = None
-                    if not live.finished.done():
-                        live.finished.cancel()  # it never ran: nothing to report
-        finally:
-            slot.users -= 1
-            if slot.users == 0:
-                del self._slots[thread_id]
-
-
-class _EventSink:
-    """The events of one streamed run on their way to its consumer, and how far the
-    consumer has got: the run waits (`drain`) until the consumer took them all."""
-
-    def __init__(self) -> None:
-        self._events: collections.deque[Event] = collections.deque()
-        self._ready = asyncio.Event()  # events are waiting, or the run ended
-        self._changed = asyncio.Event()  # the consumer waits, left, or a cancel came
-        self._waiting = False
-        self.ended = False
-        self.closed = False
-        self.started = False  # the run has its turn and has begun
-        self.consumer: asyncio.Task[Any] | None = None  # the task reading the events
-        self.on_close: Callable[[], None] | None = None
-
-    def emit(self, event: Event) -> None:
-        if not self.closed:
-            self._events.append(event)
-            self._ready.set()
-
-    def end(self) -> None:
-        self.ended = True
-        self._ready.set()
-
-    def wake(self) -> None:
-        self._changed.set()
-
-    def close(self) -> None:
-        """The consumer left: the run stops at its next safe point."""
-        self.closed = True
-        self._events.clear()
-        if self.on_close is not None:
-            self.on_close()
-        self._changed.set()
-
-    async def drain(self, cancel: asyncio.Event) -> None:
-        while not (self.closed or cancel.is_set() or (self._waiting and not self._events)):
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def next(self) -> Event | None:
-        """The next event, or None once the run ended and every event was taken."""
-        while not self._events:
-            if self.ended:
-                return None
-            self._waiting = True
-            self._changed.set()
-            self._ready.clear()
-            await self._ready.wait()
-        self._waiting = False
-        return self._events.popleft()
-
-
-async def _stream(start: Callable[[_EventSink], Awaitable[RunResult]]) -> AsyncIterator[Event]:
-    sink = _EventSink()
-    sink.consumer = asyncio.current_task()
-    task = asyncio.ensure_future(start(sink))
-    task.add_done_callback(lambda done: sink.end())
-    try:
-        while (event := await sink.next()) is not None:
-            yield event
-        task.result()  # an error the run raised (not a failure: those end in RunFinished)
-    finally:
-        if not task.done():
-            sink.close()
-            if not sink.started:  # still waiting for its turn: nothing to end cleanly
-                task.cancel()
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise  # the consumer itself is cancelled: the run ends on its own
 
 
 def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:
