@@ -6,9 +6,11 @@ commit path, the key registry, merge partitions, profile views) is in `statekern
 for store authors and tests; every other module is private and may change.
 """
 
-from ._agents.agent import Agent, Decision, run_status
+from ._agents.agent import Agent
+from ._agents.facade_state import run_status
 from ._agents.function_tools import tool
 from ._agents.run_result import PendingCall, RunResult
+from ._agents.suspension import Decision
 from ._durable.journal import CommitRecord, JournalOp
 from ._durable.replay import ReplayReport
 from ._durable.store import ThreadStore

@@ -6,155 +6,43 @@ call TOOL_GATE → BEFORE_TOOL_EXECUTE → tool → AFTER_TOOL_EXECUTE → STEP_
 with a checkpoint at every STEP_END, suspension when a gate says Suspend, and `resume` from
 any process that shares the ThreadStore. Defaults are sensible; every part can be overridden.
 
-The facade keeps its own state in keys under the reserved prefix `statekernel.`: the thread's
-message history (a thread key) and the life of each tool call of the run (a run key).
+This module is the facade only: what each public method promises, and which parts it puts
+together. The loop of a run is `run_loop.py`, a tool call's life `tool_calls.py`, one run per
+thread at a time `turns.py`, stopping a run `run_control.py`, and streaming `event_stream.py`.
+The facade keeps its own state in keys under the reserved prefix `statekernel.`
+(`facade_state.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
-import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Literal
 
 import attrs
-import msgspec
 
 from .._durable.store import ThreadStore
 from .._durable.threads import SNAPSHOT_EVERY
-from .._engine.phase_engine import PhaseReport
-from .._engine.plugin import Plugin, PluginRegistrar
-from .._engine.snapshot import Snapshot
-from .._errors import RevisionConflict, StateError, cause_text
-from .._host.runtime import Kernel, PhaseListener, Run, Tool
+from .._engine.plugin import Plugin
+from .._errors import StateError
+from .._host.runtime import Kernel, PhaseListener, Tool
 from .._profile.store import ProfileStore
-from .._values.codec import as_json_data, enc_hook
-from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters
-from .._values.frozen import thaw
-from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
-from .._values.loop_actions import HANDLERS as LOOP_ACTIONS
-from .._values.loop_actions import RequestOverrides, StepRequest
-from .._values.messages import Message, MessageLike, as_message, is_one_message
-from .._values.model import InferenceRequest, InferenceResponse, Model
-from .._values.phases import Phase
-from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
-from .._values.vector import Vector
-from ..events import (
-    Committed,
-    Event,
-    ModelResponded,
-    PhaseEnded,
-    PhaseStarted,
-    RunFinished,
-    TextDelta,
-    ToolCallEnded,
-    ToolCallStarted,
-)
+from .._values.messages import MessageLike
+from .._values.model import Model
+from .._values.tools import ToolSpec
+from ..events import Event
+from .event_stream import stream
+from .facade_state import FacadeState
 from .function_tools import spec_of
-from .run_result import Outcome, PendingCall, RunResult
+from .run_control import RunControl
+from .run_input import RunInput
+from .run_loop import RunLoop
+from .run_result import PendingCall, RunResult
+from .suspension import Decision, Suspension
+from .turns import Turns
 
-logger = logging.getLogger("statekernel")
-
-
-class CallState(msgspec.Struct, frozen=True):
-    """Where one tool call of the run stands."""
-
-    id: str
-    name: str
-    status: ToolCallStatus
-    error: str | None = None
-
-
-class History(StateKey[Vector[Message], tuple[Message, ...]]):
-    """The thread's whole message history (a thread key: it survives across runs)."""
-
-    key = "statekernel.messages"
-    scope = KeyScope.THREAD
-
-    @staticmethod
-    def apply(value: Vector[Message], update: tuple[Message, ...]) -> Vector[Message]:
-        return value.extend(update)
-
-
-class ToolCalls(StateKey[tuple[CallState, ...], CallState]):
-    """The life of each tool call of this run; an update replaces the call's entry by id."""
-
-    key = "statekernel.tool_calls"
-
-    @staticmethod
-    def apply(value: tuple[CallState, ...], update: CallState) -> tuple[CallState, ...]:
-        for index, call in enumerate(value):
-            if call.id == update.id:
-                return (*value[:index], update, *value[index + 1 :])
-        return (*value, update)
-
-
-def run_status(snapshot: Snapshot) -> Literal["running", "waiting", "done"]:
-    """The run's status, derived from its tool calls: any Running (or Resuming) → running;
-    else any Suspended → waiting; else the step's calls are done."""
-    statuses = {call.status for call in snapshot.get(ToolCalls)}
-    if statuses & {ToolCallStatus.RUNNING, ToolCallStatus.RESUMING}:
-        return "running"
-    if ToolCallStatus.SUSPENDED in statuses:
-        return "waiting"
-    return "done"
-
-
-class _Facade(Plugin):
-    id = RESERVED_PLUGIN_ID
-
-    def register(self, registrar: PluginRegistrar) -> None:
-        registrar.register_key(History)
-        registrar.register_key(ToolCalls)
-        registrar.register_key(StepRequest)
-        for action, handler in LOOP_ACTIONS.items():
-            registrar.register_action(action, handler)
-
-
-INTERRUPTED = "interrupted"
-"""The ticket of a call that was running when its process died: its outcome is unknown."""
-
-NOT_STARTED = "not started"
-"""The ticket of a call the model asked for alongside an interrupted one, never started."""
-
-
-def is_idempotent(tool: Tool) -> bool:
-    """Whether `tool` says it may safely run twice (`tool.idempotent = True`)."""
-    return getattr(tool, "idempotent", False) is True
-
-
-class _Suspension(msgspec.Struct, frozen=True):
-    step: int
-    pending: tuple[PendingCall, ...]
-    offered: tuple[str, ...] | None = None  # the tools the step offered (None: all)
-
-
-@attrs.frozen
-class Decision:
-    """An outside decision on a suspended call; build it with the class methods."""
-
-    kind: Literal["approve", "deny", "result"]
-    arguments: dict[str, Any] | None = None
-    reason: str = ""
-    value: Any = None
-
-    @classmethod
-    def approve(cls, arguments: dict[str, Any] | None = None) -> Decision:
-        """Run the tool, with `arguments` replacing the original ones if given."""
-        return cls("approve", arguments=arguments)
-
-    @classmethod
-    def deny(cls, reason: str) -> Decision:
-        """Fail the call; the model sees `reason` as the tool's error."""
-        return cls("deny", reason=reason)
-
-    @classmethod
-    def result(cls, value: Any) -> Decision:
-        """Skip the tool and use `value` as its result."""
-        return cls("result", value=value)
+__all__ = ["Agent"]
 
 
 class Agent:
@@ -189,7 +77,7 @@ class Agent:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         self.kernel = Kernel(
-            [_Facade(), *plugins],
+            [FacadeState(), *plugins],
             profile_store=profile_store,
             thread_store=thread_store,
             max_phase_rounds=max_phase_rounds,
@@ -202,8 +90,8 @@ class Agent:
         self.model = model
         self.tools: dict[str, Tool] = _named_tools(tools)
         self.system_prompt = system_prompt
-        self._specs: dict[str, tuple[Tool, ToolSpec]] = {}
-        self._turns = _Turns()
+        self._specs: dict[str, _KnownSpec] = {}
+        self._turns = Turns()
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
@@ -213,9 +101,9 @@ class Agent:
         specs = []
         for name, tool in self.tools.items():
             known = self._specs.get(name)
-            if known is None or known[0] is not tool:
-                known = self._specs[name] = (tool, spec_of(name, tool))
-            specs.append(known[1])
+            if known is None or known.tool is not tool:
+                known = self._specs[name] = _KnownSpec(tool, spec_of(name, tool))
+            specs.append(known.spec)
         return tuple(specs)
 
     async def run(
@@ -237,9 +125,8 @@ class Agent:
         `StateError` before anything runs.
 
         A second call on a thread this agent is running waits for its turn."""
-        incoming = _incoming(messages)
-        options = _RunOptions(parent_thread_id, tuple(active_hook_filter), _letters(retry))
-        return await self._start(thread_id, incoming, options, sink=None)
+        given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
+        return await self._start(thread_id, given, RunControl())
 
     def stream(
         self,
@@ -259,41 +146,25 @@ class Agent:
         committed, saved, and RUN_END ran. Close it promptly with
         `contextlib.aclosing(agent.stream(...))`.
         """
-        incoming = _incoming(messages)
-        options = _RunOptions(parent_thread_id, tuple(active_hook_filter), _letters(retry))
-        return _stream(lambda sink: self._start(thread_id, incoming, options, sink=sink))
+        given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
+        return stream(lambda control: self._start(thread_id, given, control))
 
-    async def _start(
-        self,
-        thread_id: str,
-        incoming: tuple[Message, ...],
-        options: _RunOptions,
-        *,
-        sink: _EventSink | None,
-    ) -> RunResult:
-        consumer = sink.consumer if sink is not None else None
-        async with self._turns.turn(thread_id, consumer=consumer) as live:
+    async def _start(self, thread_id: str, given: RunInput, control: RunControl) -> RunResult:
+        async with self._turns.turn(thread_id, control):
             run = await self.kernel.start_run(
                 thread_id,
                 agent=self.name,
-                parent_thread_id=options.parent_thread_id,
-                active_hook_filter=options.active_hook_filter,
+                parent_thread_id=given.parent_thread_id,
+                active_hook_filter=given.active_hook_filter,
             )
             try:
-                for letter in options.retry:
+                for letter in given.retry:
                     await run.retry(letter)
             except BaseException:
                 await run.abandon()
                 raise
-            driver = _Driver(self, run, live, steps=0, sink=sink)
-            driver.incoming = incoming
-
-            async def begin() -> RunResult:
-                await driver.append(*incoming)
-                await run.run_phase(Phase.RUN_START, messages=driver.history())
-                return await driver.loop()
-
-            return await self._drive(driver, begin)
+            loop = RunLoop(self, run, control, incoming=given.messages)
+            return await loop.drive(loop.begin)
 
     async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:
         """Continue a suspended run with an outside `decision` on its call `call_id`."""
@@ -302,9 +173,9 @@ class Agent:
                 f"decision must be Decision.approve(...), Decision.deny(...) or "
                 f"Decision.result(...), got {decision!r}"
             )
-        async with self._turns.turn(thread_id) as live:
+        async with self._turns.turn(thread_id) as control:
             run, detail = await self.kernel.resume_run(thread_id)
-            suspension = msgspec.json.decode(detail, type=_Suspension)
+            suspension = Suspension.decode(detail)
             call = next((p for p in suspension.pending if p.id == call_id), None)
             if call is None:
                 await run.abandon()
@@ -313,21 +184,8 @@ class Agent:
                     f"thread {thread_id!r} has no suspended call {call_id!r}; the calls "
                     f"waiting for a decision are {waiting}. Nothing was changed."
                 )
-            driver = _Driver(self, run, live, steps=suspension.step, sink=None)
-            driver.resumed(suspension)
-
-            async def carry_on() -> RunResult:
-                remaining = tuple(p for p in suspension.pending if p.id != call_id)
-                still = await driver.settle(call, decision, remaining)
-                if still is not None:
-                    remaining = (still, *remaining)
-                remaining = await driver.rerun_idempotent(remaining)
-                if remaining:
-                    return await driver.suspend(remaining)
-                await driver.end_step()
-                return await driver.loop()
-
-            return await self._drive(driver, carry_on)
+            loop = RunLoop(self, run, control, step=suspension.step)
+            return await loop.drive(lambda: loop.carry_on(suspension, call, decision))
 
     async def dead_letters(self, thread_id: str) -> tuple[DeadLetter, ...]:
         """The dead letters the thread last saved (its failed actions waiting for a retry),
@@ -346,7 +204,7 @@ class Agent:
         async with self._turns.turn(thread_id):
             run, detail = await self.kernel.resume_run(thread_id)
             await run.abandon()
-            return msgspec.json.decode(detail, type=_Suspension).pending
+            return Suspension.decode(detail).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
         """Cancel the thread's run: a run in progress in this agent stops at its next safe
@@ -362,695 +220,23 @@ class Agent:
                     f"tool or hook of it): the run stops at its next safe point, but it cannot "
                     f"be waited for from inside. Return from the tool or hook instead."
                 )
-            try:
-                return await asyncio.shield(live.finished)  # one impatient caller cancels none
-            except asyncio.CancelledError:
-                if not live.finished.cancelled():
-                    raise
-                # That run ended before it began (a suspended thread, say): see below.
-        async with self._turns.turn(thread_id) as live:
+            ended = await live.ended()
+            if ended is not None:
+                return ended
+            # That run ended before it began (a suspended thread, say): see below.
+        async with self._turns.turn(thread_id) as control:
             run, detail = await self.kernel.resume_run(thread_id)
-            suspension = msgspec.json.decode(detail, type=_Suspension)
-            driver = _Driver(self, run, live, steps=suspension.step, sink=None)
-
-            async def cancel_pending() -> RunResult:
-                for pending in suspension.pending:
-                    call = ToolCall(pending.id, pending.name, dict(pending.arguments))
-                    result = ToolResult(call, ToolCallStatus.CANCELLED, error="cancelled")
-                    await driver.record(result)
-                return await driver.end("cancelled")
-
-            return await self._drive(driver, cancel_pending)
-
-    async def _drive(self, driver: _Driver, body: Callable[[], Awaitable[RunResult]]) -> RunResult:
-        """Run `body` as this thread's live run: a failure, a cancel request and an outside
-        cancellation each end the run cleanly (RUN_END, the last committed state saved)."""
-        thread_id = driver.run.identity.thread_id
-        try:
-            try:
-                result = await body()
-            except _CancelRequested:
-                result = await driver.cancelled()
-            except RevisionConflict as conflict:
-                result = await driver.fail(_for_agent_users(conflict, thread_id))
-            except Exception as error:
-                result = await driver.fail(error)
-        except asyncio.CancelledError:
-            # Cancelled from outside (a task.cancel(), a server dropping the request): end
-            # the run cleanly all the same, even if cancelled again meanwhile, then let the
-            # cancellation go on. The thread's turn is held until then.
-            cleanup = asyncio.ensure_future(driver.cancelled())
-            while not cleanup.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(cleanup)
-            driver.conclude(cleanup.result())
-            raise
-        except BaseException:
-            # KeyboardInterrupt, SystemExit: nothing more may run, but the thread is let go
-            # (as last saved), so that this agent can run it again.
-            await driver.run.abandon()
-            raise
-        driver.conclude(result)
-        return result
-
-
-class _Driver:
-    """The loop for one run: owns the step count, the message bookkeeping, the events of a
-    streamed run, and the safe points where a cancel request stops it."""
-
-    def __init__(
-        self, agent: Agent, run: Run, live: _Live, *, steps: int, sink: _EventSink | None
-    ) -> None:
-        self.agent = agent
-        self.run = run
-        if agent.on_phase is not None:
-            run.add_phase_listener(agent.on_phase)
-        self.steps = steps
-        self.offered: frozenset[str] = frozenset(agent.tools)
-        self.results: list[ToolResult] = []
-        self.unanswered: dict[str, ToolCall] = {}  # calls in the history without a result
-        self.running: str | None = None  # the id of the call whose tool is running
-        self._seen: tuple[Vector[Message] | None, tuple[Message, ...]] = (None, ())
-        self.live = live
-        self._cancel = live.cancel
-        self.stopping = False
-        self.incoming: tuple[Message, ...] = ()  # what `run` was given: unsaved until a save
-        self.sink = sink
-        if sink is not None:
-            sink.started = True
-            sink.on_close = live.request_cancel
-            live.wake = sink.wake
-            run.add_phase_start_listener(lambda run, phase: sink.emit(PhaseStarted(phase)))
-            run.add_record_listener(lambda record: sink.emit(Committed(record)))
-            run.add_phase_listener(self._phase_ended)
-
-    async def _phase_ended(self, run: Run, report: PhaseReport) -> None:
-        """Keep pace with the consumer at every phase end, but stop only at the driver's
-        own safe points: a phase may end in the middle of a tool call, whose result must
-        still be recorded."""
-        assert self.sink is not None
-        self.sink.emit(PhaseEnded(report))
-        if not self.stopping:
-            await self.sink.drain(self._cancel)
-
-    def emit(self, event: Event) -> None:
-        if self.sink is not None:
-            self.sink.emit(event)
-
-    def resumed(self, suspension: _Suspension) -> None:
-        """Carry on a suspended step: the tools it offered, and the calls it has yet to
-        answer."""
-        if suspension.offered is not None:
-            self.offered = frozenset(suspension.offered)
-        self.unanswered = {p.id: ToolCall(p.id, p.name, p.arguments) for p in suspension.pending}
-
-    async def pace(self) -> None:
-        """A safe point: wait until the consumer of a stream took the events so far, then
-        stop here if a cancel was requested (or the consumer left)."""
-        if self.stopping:
-            return  # the run is ending already: RUN_END must run
-        if self.sink is not None:
-            await self.sink.drain(self._cancel)
-        if self._cancel.is_set():
-            raise _CancelRequested
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Call the model (streaming its text deltas as events, if it streams); a cancel
-        request abandons the call."""
-        model = self.agent.model
-        streams = getattr(model, "streams", False) is True
-        live = self.live
-        current = asyncio.current_task()
-        # No task of its own: a cancel request cancels this task while (and only while) it
-        # waits for the model, and that one cancellation is taken back here as a stop.
-        live.in_model = current
-        try:
-            response = await (self._streamed(model, request) if streams else model(request))
-        except BaseException as error:
-            live.in_model = None
-            if not self._took_back(current):
-                raise  # not from a cancel request: a failure, or cancelled from outside
-            if not isinstance(error, Exception | asyncio.CancelledError):
-                raise  # KeyboardInterrupt and the like go on
-            raise _CancelRequested from None  # however the model reacted to it
-        live.in_model = None
-        if self._took_back(current) or self._cancel.is_set():
-            raise _CancelRequested  # asked while the answer arrived: it is not used
-        if not isinstance(response, InferenceResponse):
-            raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
-        return response
-
-    def _took_back(self, current: asyncio.Task[Any] | None) -> bool:
-        """Take back the cancellation a cancel request sent into the model call, if it
-        did. Returns whether it did and nothing else cancelled this task meanwhile (then
-        that cancellation must go on: `CancelledError` is raised)."""
-        live = self.live
-        if not live.model_cancelled:
-            return False
-        live.model_cancelled = False
-        if current is not None and current.uncancel() > 0:
-            raise asyncio.CancelledError  # an outside cancellation (a timeout) came too
-        return True
-
-    async def _streamed(self, model: Any, request: InferenceRequest) -> Any:
-        response: Any = None
-        async for chunk in model.stream(request):
-            if isinstance(chunk, str):
-                self.emit(TextDelta(chunk))
-            else:
-                response = chunk
-        return response
-
-    async def cancelled(self) -> RunResult:
-        """End the run as cancelled: each call in the history that has no result yet gets a
-        Cancelled one (so the history stays one a model API accepts), then RUN_END."""
-        self.stopping = True
-        if self.run.finished:
-            return self._result("cancelled")
-        try:
-            running = "cancelled while the tool ran: it may have had effects"
-            await self.answer_unanswered(ToolCallStatus.CANCELLED, "cancelled", running)
-            await self._finish()
-        except Exception as error:
-            logger.warning(
-                "run %r: ending it as cancelled failed: %s", self.run.identity.run_id, error
-            )
-            if not self.run.finished:
-                await self.run.abandon()
-            return self._result("cancelled", error=error)
-        return self._result("cancelled")
-
-    def _runs(self, call: ToolCall) -> None:
-        self.running = call.id  # left set if the call is cut short: see answer_unanswered
-
-    async def answer_unanswered(self, status: ToolCallStatus, idle: str, running: str) -> None:
-        """Give each call in the history that has no result yet one, so that the history
-        stays one a model API accepts: `status` with the text `idle`, or `running` for the
-        call whose tool was allowed to run when the run stopped (it may have had effects)."""
-        for call in list(self.unanswered.values()):
-            error = running if call.id == self.running else idle
-            await self.record(ToolResult(call, status, error=error))
-
-    def conclude(self, result: RunResult) -> None:
-        """The run is over: the stream's last event, and the answer to `agent.cancel`."""
-        if not self.live.finished.done():
-            self.emit(RunFinished(result))
-            self.live.finished.set_result(result)
-
-    def history(self) -> tuple[Message, ...]:
-        current = self.run.snapshot.get(History)
-        if current is not self._seen[0]:
-            self._seen = (current, current.totuple())
-        return self._seen[1]
-
-    async def append(self, *messages: Message) -> None:
-        if not messages:
-            return
-        base = len(self.run.snapshot.get(History))
-        prefix = self.run.identity.run_id
-        stamped = tuple(
-            m if m.id is not None else msgspec.structs.replace(m, id=f"{prefix}:m{base + i}")
-            for i, m in enumerate(messages)
-        )
-        await self.run.submit(StateCommand().update(History, stamped))
-
-    async def loop(self) -> RunResult:
-        run = self.run
-        while self.steps < self.agent.max_steps:
-            self.steps += 1
-            await self.pace()
-            await run.run_phase(Phase.STEP_START, messages=self.history())
-            await run.run_phase(Phase.BEFORE_INFERENCE, messages=self.history())
-            request = await self.request()
-            response = await self.infer(request)
-            await self.append(*request.transcript)
-            self.emit(ModelResponded(response))
-            await self.pace()
-            await run.run_phase(Phase.AFTER_INFERENCE, messages=self.history(), response=response)
-            await self.append(Message("assistant", response.text, tool_calls=response.tool_calls))
-            self.unanswered = {call.id: call for call in response.tool_calls}
-            if not response.tool_calls:
-                await self.end_step()
-                return await self.end("success")
-            pending = await self.call_tools(response.tool_calls)
-            if pending:
-                return await self.suspend(pending)
-            await self.end_step()
-        raise StateError(
-            f"max_steps ({self.agent.max_steps}) reached without a final answer; raise "
-            f"max_steps or check why the model keeps calling tools."
-        )
-
-    async def request(self) -> InferenceRequest:
-        """This step's request: the tools on offer and the model parameters as the step's
-        loop actions left them (then cleared: they hold for this step only), shaped by the
-        request transforms, with the system prompt first."""
-        overrides = self.run.snapshot.get(StepRequest)
-        if overrides != _NO_OVERRIDES:
-            await self.run.submit(StateCommand().clear(StepRequest))
-        specs = tuple(s for s in self.agent.tool_specs() if overrides.offers(s.name))
-        self.offered = frozenset(spec.name for spec in specs)
-        request = InferenceRequest(self.history(), specs, overrides.params)
-        request = await self.run.shape_request(request)
-        if self.agent.system_prompt is not None:
-            system = Message("system", self.agent.system_prompt)
-            request = request.replace(messages=(system, *request.messages))
-        return request  # type: ignore[no-any-return]
-
-    async def call_tools(self, calls: tuple[ToolCall, ...]) -> tuple[PendingCall, ...]:
-        command = StateCommand()
-        for call in calls:
-            command.update(ToolCalls, CallState(call.id, call.name, ToolCallStatus.NEW))
-        await self.run.submit(command)
-        pending: list[PendingCall] = []
-        for index, call in enumerate(calls):
-            await self.pace()
-            self.emit(ToolCallStarted(call))
-            tool = self.agent.tools.get(call.name)
-            if tool is None or call.name not in self.offered:
-                available = ", ".join(sorted(self.offered)) or "none"
-                known = "not offered in this step" if tool is not None else "unknown"
-                error = f"{known} tool {call.name!r}; available tools: {available}"
-                await self.record(ToolResult(call, ToolCallStatus.FAILED, error=error))
-                continue
-            await self._mark(call, ToolCallStatus.RUNNING)
-            later = tuple(_pending(c, NOT_STARTED) for c in calls[index + 1 :])
-            still = await self._run_call(call, tool, tuple(pending), later)
-            if still is not None:
-                pending.append(still)
-        return tuple(pending)
-
-    async def _run_call(
-        self,
-        call: ToolCall,
-        tool: Tool,
-        waiting: tuple[PendingCall, ...],
-        later: tuple[PendingCall, ...] = (),
-    ) -> PendingCall | None:
-        """One call through its gate and, if allowed, the tool; returns it as pending if
-        a gate suspended it. A non-idempotent tool is saved as in flight just before it
-        runs, and its outcome is saved right after it is recorded, so that no crash can
-        make a finished call look interrupted either. `waiting` and `later` are the other
-        calls of the step, saved with it."""
-        marked = False
-
-        async def before_execute() -> None:
-            nonlocal marked
-            if not is_idempotent(tool):
-                marked = await self._in_flight((*waiting, _pending(call, INTERRUPTED), *later))
-
-        await self.pace()  # the last point to stop before the call's gates and tool
-        result = await self.run.call_tool(
-            call,
-            tool,
-            messages=self.history(),
-            before_execute=before_execute,
-            on_run=lambda: self._runs(call),
-        )
-        self.running = None
-        if result.status is ToolCallStatus.SUSPENDED:
-            await self._mark(call, ToolCallStatus.SUSPENDED)
-            self.emit(ToolCallEnded(call, ToolCallStatus.SUSPENDED))
-            return _pending(call, result.ticket)
-        await self.record(result)
-        if marked:
-            await self._settled((*waiting, *later))
-        return None
-
-    async def settle(
-        self, pending: PendingCall, decision: Decision, waiting: tuple[PendingCall, ...] = ()
-    ) -> PendingCall | None:
-        """Carry out an outside decision on a suspended call; `waiting` are the other calls
-        still suspended, saved with the in-flight mark so that a crash loses none of them.
-
-        A call that never started goes through its gates like any call (they never judged
-        it), so it may come back suspended by one: then it is returned, still pending."""
-        call = ToolCall(pending.id, pending.name, dict(pending.arguments))
-        await self._mark(call, ToolCallStatus.RESUMING)
-        marked = False
-        if decision.kind == "approve":
-            if decision.arguments is not None:
-                call = ToolCall(call.id, call.name, dict(decision.arguments))
-            tool = self.agent.tools.get(call.name)
-            if tool is not None and call.name not in self.offered:
-                tool = None  # its step did not offer it (a loop action): it does not run
-            if tool is not None and pending.ticket == NOT_STARTED:
-                return await self._run_call(call, tool, waiting)
-            if tool is None:
-                known = "not offered in this step" if call.name in self.agent.tools else "unknown"
-                result = ToolResult(
-                    call, ToolCallStatus.FAILED, error=f"{known} tool {call.name!r}"
-                )
-            else:
-                await self.pace()  # the last point to stop before the tool's phases
-                if not is_idempotent(tool):
-                    marked = await self._in_flight((_pending(call, INTERRUPTED), *waiting))
-                result = await self.run.execute_tool(
-                    call, tool, messages=self.history(), on_run=lambda: self._runs(call)
-                )
-                self.running = None
-        elif decision.kind == "deny":
-            result = ToolResult(call, ToolCallStatus.FAILED, error=decision.reason)
-        else:
-            result = ToolResult(call, ToolCallStatus.SUCCEEDED, result=decision.value)
-        await self.run.run_phase(
-            Phase.AFTER_TOOL_EXECUTE, tool_call=call, tool_result=result, messages=self.history()
-        )
-        await self.record(result)
-        if marked:
-            await self._settled(waiting)
-        return None
-
-    async def rerun_idempotent(self, pending: tuple[PendingCall, ...]) -> tuple[PendingCall, ...]:
-        """Run again, by themselves, the calls a crash interrupted (or kept from starting)
-        whose tools are idempotent; returns the calls still waiting for a decision."""
-        waiting = list(pending)
-        for call in pending:
-            tool = self.agent.tools.get(call.name)
-            unknown = call.ticket in (INTERRUPTED, NOT_STARTED)
-            if unknown and tool is not None and is_idempotent(tool):
-                await self.pace()
-                waiting.remove(call)
-                still = await self.settle(call, Decision.approve(), tuple(waiting))
-                if still is not None:
-                    waiting.append(still)
-        return tuple(waiting)
-
-    async def record(self, result: ToolResult) -> None:
-        """The call's final state, and its result or error as a tool message."""
-        call = result.call
-        self.results.append(result)
-        self.unanswered.pop(call.id, None)
-        state = CallState(call.id, call.name, result.status, result.error)
-        content = result.text
-        base = len(self.run.snapshot.get(History))
-        message = Message(
-            "tool",
-            content,
-            tool_call_id=call.id,
-            is_error=result.is_error,
-            id=f"{self.run.identity.run_id}:m{base}",
-        )
-        await self.run.submit(StateCommand().update(ToolCalls, state).update(History, (message,)))
-        if self.sink is not None:
-            shown = as_json_data(result.result, result.text)  # an event always encodes
-            self.sink.emit(
-                ToolCallEnded(call, result.status, shown, result.error, result.exception)
-            )
-
-    async def _in_flight(self, pending: tuple[PendingCall, ...]) -> bool:
-        """Save the run durably before a tool runs, as if suspended on `pending`: if the
-        process dies before the next save, the thread comes back suspended with the call
-        `"interrupted"` (the caller decides) instead of running it again unseen. Returns
-        whether anything was saved (not without a thread store: nothing outlives the
-        process, so there is nothing to come back to)."""
-        if self.agent.kernel.thread_store is None:
-            return False
-        await self.run.checkpoint(resumable=self._suspension(pending))
-        return True
-
-    async def _settled(self, waiting: tuple[PendingCall, ...]) -> None:
-        """Save a finished call's outcome at once: the in-flight save before it would
-        otherwise bring it back as interrupted. The calls still `waiting` stay resumable."""
-        if waiting:
-            await self._in_flight(waiting)
-        else:
-            await self.run.checkpoint()
-
-    async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
-        await self.run.submit(
-            StateCommand().update(ToolCalls, CallState(call.id, call.name, status))
-        )
-
-    async def end_step(self) -> None:
-        await self.run.run_phase(Phase.STEP_END, messages=self.history())
-        await self.run.checkpoint()
-
-    async def end(self, outcome: Outcome) -> RunResult:
-        self.stopping = True
-        await self._finish()
-        return self._result(outcome)
-
-    async def suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
-        if self._cancel.is_set() and not self.stopping:
-            raise _CancelRequested  # asked to stop: end the run rather than wait on it
-        detail = self._suspension(pending)
-        await self.run.suspend(detail)
-        return self._result("suspended", pending=pending)
-
-    async def fail(self, error: BaseException) -> RunResult:
-        """RUN_END still runs, best effort, and the last committed state is checkpointed."""
-        logger.info("run %r failed: %s", self.run.identity.run_id, error)
-        self.stopping = True
-        if not self.run.finished:
-            try:
-                reason = f"the run failed ({cause_text(error)})"
-                await self.answer_unanswered(
-                    ToolCallStatus.FAILED,
-                    f"not run: {reason}",
-                    f"{reason} once the tool was allowed to run: it may have had effects",
-                )
-            except Exception as cleanup:
-                logger.warning(
-                    "run %r: answering its open tool calls after a failure failed too: %s",
-                    self.run.identity.run_id,
-                    cleanup,
-                )
-            try:
-                await self._finish()
-            except Exception as cleanup:
-                logger.warning(
-                    "run %r: RUN_END after a failure also failed: %s",
-                    self.run.identity.run_id,
-                    cleanup,
-                )
-        return self._result("failure", error=error)
-
-    async def _finish(self) -> None:
-        """RUN_END and the last save. (In this task: RUN_END hooks see the run's own task
-        and context, as every other phase's hooks do.)"""
-        await self.run.finish(messages=self.history())
-
-    def _suspension(self, pending: tuple[PendingCall, ...]) -> bytes:
-        suspension = _Suspension(self.steps, pending, tuple(sorted(self.offered)))
-        return msgspec.json.encode(suspension, enc_hook=enc_hook)
-
-    def _result(
-        self,
-        outcome: Outcome,
-        *,
-        error: BaseException | None = None,
-        pending: tuple[PendingCall, ...] = (),
-    ) -> RunResult:
-        return RunResult(
-            outcome=outcome,
-            snapshot=self.run.snapshot,
-            messages=self.history(),
-            steps=self.steps,
-            error=error,
-            pending=pending,
-            tool_results=tuple(self.results),
-            unsaved=() if self.run.saves else self.incoming,
-        )
-
-
-_NO_OVERRIDES = RequestOverrides()
-
-
-def _for_agent_users(conflict: RevisionConflict, thread_id: str) -> RevisionConflict:
-    """A save conflict, told as an Agent user can act on it (they never saw a `Run`)."""
-    if not conflict.position:
-        return conflict
-    retry = (
-        f"the run ended there. Another process (or Agent) saved thread {thread_id!r} while "
-        f"this run was going; run again to continue from what it saved: "
-        f"`await agent.run({thread_id!r}, result.unsaved)` sends again the messages no save "
-        f"holds (none, if a checkpoint of this run was saved before)"
-    )
-    better = RevisionConflict(
-        conflict.expected, conflict.actual, what="thread save", position=True, retry=retry
-    )
-    better.__cause__ = conflict
-    return better
+            suspension = Suspension.decode(detail)
+            loop = RunLoop(self, run, control, step=suspension.step)
+            return await loop.drive(lambda: loop.cancel_suspended(suspension.pending))
 
 
 @attrs.frozen
-class _RunOptions:
-    parent_thread_id: str | None
-    active_hook_filter: tuple[str, ...]
-    retry: tuple[DeadLetter | str, ...] = ()
+class _KnownSpec:
+    """A tool's spec, kept while the agent holds that same tool under its name."""
 
-
-def _letters(retry: Iterable[DeadLetter | str] | DeadLetter | str) -> tuple[DeadLetter | str, ...]:
-    """`retry=` as a tuple: one letter (or id) given alone is one letter."""
-    if isinstance(retry, DeadLetter | str):
-        return (retry,)
-    if not isinstance(retry, Iterable):
-        raise TypeError(
-            f"retry takes DeadLetters or their ids, got {type(retry).__name__} {retry!r}; "
-            f"read them with `await agent.dead_letters(thread_id)`"
-        )
-    letters = tuple(retry)
-    for letter in letters:
-        if not isinstance(letter, DeadLetter | str):
-            raise TypeError(
-                f"retry takes DeadLetters or their ids, got {type(letter).__name__} "
-                f"{letter!r}; read them with `await agent.dead_letters(thread_id)`"
-            )
-    return letters
-
-
-class _CancelRequested(StateError):
-    """Raised at a safe point of a run whose cancel was requested; the Agent ends the run.
-    (A StateError, so that it passes through the phase listener that raises it unchanged.)"""
-
-
-class _Live:
-    """A thread's run in this agent, from the moment it has its turn: the task it runs in
-    (and the task reading its stream), how to stop it, and how it ended."""
-
-    def __init__(self, task: asyncio.Task[Any] | None, consumer: asyncio.Task[Any] | None) -> None:
-        self.tasks = {t for t in (task, consumer) if t is not None}
-        self.task = task
-        self.cancel = asyncio.Event()
-        self.finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
-        self.wake: Callable[[], None] | None = None
-        self.in_model: asyncio.Task[Any] | None = None  # the task waiting for the model
-        self.model_cancelled = False
-
-    def request_cancel(self) -> None:
-        self.cancel.set()
-        if self.wake is not None:
-            self.wake()
-        if self.in_model is not None and not self.model_cancelled:
-            self.model_cancelled = True  # abandon the model call in flight
-            self.in_model.cancel()
-
-
-@attrs.define
-class _Slot:
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    users: int = 0
-    live: _Live | None = None
-
-
-class _Turns:
-    """One run at a time per thread in this agent: the next waits for its turn."""
-
-    def __init__(self) -> None:
-        self._slots: dict[str, _Slot] = {}
-
-    def live(self, thread_id: str) -> _Live | None:
-        slot = self._slots.get(thread_id)
-        return None if slot is None else slot.live
-
-    @contextlib.asynccontextmanager
-    async def turn(
-        self, thread_id: str, *, consumer: asyncio.Task[Any] | None = None
-    ) -> AsyncIterator[_Live]:
-        """Wait for the thread's turn, then hold it as its live run. Raises `StateError` at
-        once where waiting would wait forever: the live run waits for this very task (a
-        tool or hook of its own, or the loop reading its stream)."""
-        current = asyncio.current_task()
-        slot = self._slots.get(thread_id)
-        if slot is not None and slot.live is not None and {current, consumer} & slot.live.tasks:
-            raise StateError(
-                f"thread {thread_id!r} has a run in progress that waits for this very task (a "
-                f"tool or hook of that run, or the loop reading its agent.stream), so waiting "
-                f"for its turn would wait forever. Let that run end (or close its stream) "
-                f"first, or use another thread (agent.run(other_thread_id, ..., "
-                f"parent_thread_id={thread_id!r}))."
-            )
-        if slot is None:
-            slot = self._slots[thread_id] = _Slot()
-        slot.users += 1
-        try:
-            async with slot.lock:
-                live = slot.live = _Live(current, consumer)
-                try:
-                    yield live
-                finally:
-                    slot.live = None
-                    if not live.finished.done():
-                        live.finished.cancel()  # it never ran: nothing to report
-        finally:
-            slot.users -= 1
-            if slot.users == 0:
-                del self._slots[thread_id]
-
-
-class _EventSink:
-    """The events of one streamed run on their way to its consumer, and how far the
-    consumer has got: the run waits (`drain`) until the consumer took them all."""
-
-    def __init__(self) -> None:
-        self._events: collections.deque[Event] = collections.deque()
-        self._ready = asyncio.Event()  # events are waiting, or the run ended
-        self._changed = asyncio.Event()  # the consumer waits, left, or a cancel came
-        self._waiting = False
-        self.ended = False
-        self.closed = False
-        self.started = False  # the run has its turn and has begun
-        self.consumer: asyncio.Task[Any] | None = None  # the task reading the events
-        self.on_close: Callable[[], None] | None = None
-
-    def emit(self, event: Event) -> None:
-        if not self.closed:
-            self._events.append(event)
-            self._ready.set()
-
-    def end(self) -> None:
-        self.ended = True
-        self._ready.set()
-
-    def wake(self) -> None:
-        self._changed.set()
-
-    def close(self) -> None:
-        """The consumer left: the run stops at its next safe point."""
-        self.closed = True
-        self._events.clear()
-        if self.on_close is not None:
-            self.on_close()
-        self._changed.set()
-
-    async def drain(self, cancel: asyncio.Event) -> None:
-        while not (self.closed or cancel.is_set() or (self._waiting and not self._events)):
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def next(self) -> Event | None:
-        """The next event, or None once the run ended and every event was taken."""
-        while not self._events:
-            if self.ended:
-                return None
-            self._waiting = True
-            self._changed.set()
-            self._ready.clear()
-            await self._ready.wait()
-        self._waiting = False
-        return self._events.popleft()
-
-
-async def _stream(start: Callable[[_EventSink], Awaitable[RunResult]]) -> AsyncIterator[Event]:
-    sink = _EventSink()
-    sink.consumer = asyncio.current_task()
-    task = asyncio.ensure_future(start(sink))
-    task.add_done_callback(lambda done: sink.end())
-    try:
-        while (event := await sink.next()) is not None:
-            yield event
-        task.result()  # an error the run raised (not a failure: those end in RunFinished)
-    finally:
-        if not task.done():
-            sink.close()
-            if not sink.started:  # still waiting for its turn: nothing to end cleanly
-                task.cancel()
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if not task.cancelled():
-                    raise  # the consumer itself is cancelled: the run ends on its own
+    tool: Tool
+    spec: ToolSpec
 
 
 def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:
@@ -1077,17 +263,3 @@ def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str,
         if not callable(tool):
             raise TypeError(f"tool {name!r} must be callable (arguments, ctx), got {tool!r}")
     return named
-
-
-def _pending(call: ToolCall, ticket: str) -> PendingCall:
-    return PendingCall(call.id, call.name, thaw(call.arguments), ticket)
-
-
-def _incoming(messages: Iterable[MessageLike] | MessageLike) -> tuple[Message, ...]:
-    """What a run is given, as Messages: one message (a string, a `(role, content)` tuple, a
-    dict, a Message) or an iterable of them, each spelled any way `as_message` takes."""
-    if is_one_message(messages):
-        return (as_message(messages, "agent input"),)
-    if not isinstance(messages, Iterable):
-        return (as_message(messages, "agent input"),)  # refused, with the spellings that work
-    return tuple(as_message(m, "agent input") for m in messages)
