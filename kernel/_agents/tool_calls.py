@@ -167,7 +167,7 @@ class ToolCallRunner:
                 marked = await self._in_flight((*waiting, pending(call, INTERRUPTED), *later))
 
         await self._control.safe_point()  # the last point to stop before the gates and tool
-        result = await self._run.call_tool(
+        result = await self._run.handle_tool_call(
             call,
             tool,
             messages=self._history.messages(),
