@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from samples import Ends
 
 from statekernel import (
     Agent,
@@ -21,8 +22,6 @@ from statekernel import (
     Message,
     Phase,
     PhaseContext,
-    Plugin,
-    PluginRegistrar,
     ScriptedModel,
     ToolCall,
     ToolCallStatus,
@@ -39,21 +38,6 @@ from statekernel.events import (
     ToolCallStarted,
 )
 from statekernel.stores import SqliteThreadStore
-
-
-class Ends(Plugin):
-    """Counts RUN_END phases: a run that ended cleanly ran it."""
-
-    id = "ends"
-
-    def __init__(self) -> None:
-        self.ended = 0
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.RUN_END, self.on_end)
-
-    def on_end(self, ctx: PhaseContext) -> None:
-        self.ended += 1
 
 
 def conversation() -> ScriptedModel:

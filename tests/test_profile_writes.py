@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from samples import Hook, Keys
 
 from statekernel import (
     Agent,
@@ -54,22 +55,6 @@ def bump(ctx: PhaseContext) -> Any:
     return hook()
 
 
-class Bumper(Plugin):
-    def __init__(self, id: str) -> None:
-        self.id = id
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.STEP_START, bump)
-
-
-class Keys(Plugin):
-    id = "keys"
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_key(Seen)
-        r.register_profile_key(Visits)
-
-
 async def visits(store: MemoryProfileStore) -> Any:
     entry = await store.get("t.visits", "global")
     return None if entry is None else entry.value
@@ -77,7 +62,10 @@ async def visits(store: MemoryProfileStore) -> Any:
 
 async def test_writes_apply_after_the_commit_and_a_rerun_never_doubles_them() -> None:
     store = MemoryProfileStore()
-    kernel = Kernel([Keys(), Bumper("a"), Bumper("b")], profile_store=store)
+    kernel = Kernel(
+        [Keys(Seen, Visits), Hook("a", Phase.STEP_START, bump), Hook("b", Phase.STEP_START, bump)],
+        profile_store=store,
+    )
     run = await kernel.start_run("t")
     report = await run.run_phase(Phase.STEP_START)
     assert report.conflicts == 1
@@ -97,7 +85,9 @@ async def test_a_failed_round_applies_none_of_its_writes() -> None:
             raise RuntimeError("late failure")
 
     store = MemoryProfileStore()
-    run = await Kernel([Keys(), Bumper("a"), Breaks()], profile_store=store).start_run("t")
+    run = await Kernel(
+        [Keys(Seen, Visits), Hook("a", Phase.STEP_START, bump), Breaks()], profile_store=store
+    ).start_run("t")
     with pytest.raises(HookFailed):
         await run.run_phase(Phase.STEP_START)
     assert await visits(store) is None and run.revision == 0
@@ -259,7 +249,9 @@ async def test_a_store_failure_while_applying_is_a_store_error_and_the_commit_st
         async def update(self, *args: Any, **kwargs: Any) -> Any:
             raise OSError("disk full")
 
-    run = await Kernel([Keys(), Bumper("a")], profile_store=FailingStore()).start_run("t")
+    run = await Kernel(
+        [Keys(Seen, Visits), Hook("a", Phase.STEP_START, bump)], profile_store=FailingStore()
+    ).start_run("t")
     with pytest.raises(StoreError, match="t.visits"):
         await run.run_phase(Phase.STEP_START)
     assert run.snapshot.get(Seen) == 1 and run.revision == 1

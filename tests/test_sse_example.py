@@ -11,8 +11,9 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+from samples import Ends
 
-from statekernel import Agent, Phase, PhaseContext, Plugin, PluginRegistrar
+from statekernel import Agent
 
 EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "sse_server.py"
 
@@ -97,17 +98,6 @@ async def test_bad_input_is_a_400_that_says_what_to_send() -> None:
         sent = await post(app, "/threads/t1/runs", body)
         assert sent[0]["status"] == 400
         assert "message" in msgspec.json.decode(sent[1]["body"])["error"]
-
-
-class Ends(Plugin):
-    id = "ends"
-    ended = 0
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.RUN_END, self.on_end)
-
-    def on_end(self, ctx: PhaseContext) -> None:
-        self.ended += 1
 
 
 async def test_a_client_that_leaves_stops_the_run_cleanly() -> None:

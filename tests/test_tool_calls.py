@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from samples import Hook
 
 from statekernel import (
     Agent,
@@ -17,8 +18,6 @@ from statekernel import (
     Message,
     Phase,
     PhaseContext,
-    Plugin,
-    PluginRegistrar,
     ScriptedModel,
     ToolCall,
     ToolCallStatus,
@@ -27,14 +26,6 @@ from statekernel import (
     enc_hook,
 )
 from statekernel.stores import SqliteThreadStore
-
-
-class Hook(Plugin):
-    def __init__(self, phase: Phase, hook: Any, id: str = "hook") -> None:
-        self.id, self.phase, self.hook = id, phase, hook
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(self.phase, self.hook)
 
 
 def send(*recipients: str) -> InferenceResponse:
@@ -89,7 +80,7 @@ async def test_a_hook_cannot_change_the_arguments_a_gate_approved() -> None:
         return "sent"
 
     agent = Agent(
-        [Hook(Phase.BEFORE_TOOL_EXECUTE, meddle)],
+        [Hook("hook", Phase.BEFORE_TOOL_EXECUTE, meddle)],
         ScriptedModel([send("alice"), InferenceResponse("done")]),
         {"send": tool},
     )
@@ -124,7 +115,7 @@ async def test_a_hook_cannot_change_the_result_the_model_is_shown() -> None:
         ]
     )
     agent = Agent(
-        [Hook(Phase.AFTER_TOOL_EXECUTE, rewrite)],
+        [Hook("hook", Phase.AFTER_TOOL_EXECUTE, rewrite)],
         model,
         {"listing": lambda a, c: {"items": ["real"]}, "report": lambda a, c: Report()},
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from sample_keys import Counter, Positive
+from samples import Hooks
 
 from statekernel import (
     Block,
@@ -88,13 +89,7 @@ async def test_gates_read_the_snapshot_after_tool_gate_hooks_commit() -> None:
 
 
 async def test_a_raising_gate_or_a_wrong_answer_is_a_hook_failure() -> None:
-    class Raises(Plugin):
-        id = "raises"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(lambda ctx: 1 / 0)
-
-    run = await Kernel([Raises()]).start_run("t")
+    run = await Kernel([Hooks("raises", gate=lambda ctx: 1 / 0)]).start_run("t")
     with pytest.raises(HookFailed, match="raises"):
         await run.tool_gate(CALL)
     with pytest.raises(HookFailed, match="Block, Suspend, SetResult or None"):
