@@ -304,6 +304,42 @@ def test_duplicate_registrations_fail_at_construction() -> None:
         Kernel([Keys(Counter), FnPlugin("other", lambda r: r.register_key(SameName))])
 
 
+class Budget(StateKey[int, int]):
+    key = "promise.budget"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+    @staticmethod
+    def validate(value: int) -> None:
+        if value < 0:
+            raise ValueError(f"budget would be {value}")
+
+
+def _spend(amount: int) -> Any:
+    return lambda ctx: StateCommand().update(Budget, amount)
+
+
+async def test_a_refused_commit_names_the_plugin_whose_write_was_refused() -> None:
+    kernel = Kernel(
+        [
+            Keys(Budget, Title),
+            Hook("first", Phase.STEP_START, _spend(1)),
+            Hook("overspender", Phase.STEP_START, _spend(-5)),
+            Hook("bystander", Phase.STEP_START, lambda ctx: StateCommand().update(Title, "x")),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(CommitRejected) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert caught.value.key == "promise.budget"
+    assert caught.value.plugin == "overspender"
+    assert "overspender" in str(caught.value)
+    assert run.revision == 0
+
+
 # -- effects ----------------------------------------------------------------------------
 
 

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from statekernel import (
     DecodeFailed,
+    ProfileAccess,
+    ProfileKey,
     ProfileStore,
     StateScope,
     StateValidationError,
@@ -355,3 +357,34 @@ async def test_a_row_nested_past_the_stack_fails_for_that_record_only(tmp_path: 
             await made.get("ns", "deep")
         assert (caught.value.key, caught.value.record) == ("ns", "deep")
         assert (await made.get("ns", "fine")).value == 2  # type: ignore[union-attr]
+
+
+# -- the size limit is exact ---------------------------------------------------------------
+
+
+class Blob(ProfileKey[str]):
+    key = "promise.blob"
+
+
+async def test_a_profile_value_of_exactly_the_limit_is_accepted_one_byte_more_refused(
+    tmp_path: Path,
+) -> None:
+    limit = 1_000
+    at_limit = "y" * (limit - 2)  # JSON adds the two quotes
+    for store in (
+        MemoryProfileStore(max_value_bytes=limit),
+        SqliteProfileStore(tmp_path / "p.db", max_value_bytes=limit),
+    ):
+        async with store:
+            entry = await store.set("ns", "k", at_limit)
+            assert entry.version == 1
+            with pytest.raises(StoreError, match="1,001 bytes"):
+                await store.set("ns", "k", at_limit + "y")
+            stored = await store.get("ns", "k")
+            assert stored is not None and (stored.value, stored.version) == (at_limit, 1)
+
+    access = ProfileAccess(MemoryProfileStore(), max_value_bytes=limit)
+    await access.write(Blob, "owner", at_limit)
+    with pytest.raises(StoreError, match="1,001 bytes"):
+        await access.write(Blob, "owner", at_limit + "y")
+    assert await access.read(Blob, "owner") == at_limit

@@ -282,3 +282,34 @@ async def test_checkpoint_saves_mid_run_state(store_factory: Callable[[], Thread
     assert (await read(Kernel([Stepper()], thread_store=store_factory()), "t", Notes))[0] == (
         "step at 0",
     )
+
+
+# -- a clear made by another kernel --------------------------------------------------------
+
+
+class Note(StateKey[str, str]):
+    key = "promise.note"
+    scope = KeyScope.THREAD
+
+
+async def test_a_key_cleared_by_another_kernel_stays_cleared(tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store_a, SqliteThreadStore(path) as store_b:
+        kernel_a = Kernel([Keys(Note)], thread_store=store_a)
+        kernel_b = Kernel([Keys(Note)], thread_store=store_b)
+
+        run = await kernel_a.start_run("t")
+        await run.submit(StateCommand().update(Note, "remember me"))
+        await run.finish()
+        run = await kernel_a.start_run("t")  # loads the note into kernel A's memory
+        assert run.snapshot.get(Note) == "remember me"
+        await run.abandon()
+
+        run = await kernel_b.start_run("t")
+        await run.submit(StateCommand().clear(Note))
+        await run.finish()
+
+        run = await kernel_a.start_run("t")
+        assert Note not in run.snapshot
+        assert run.snapshot.get(Note) == ""
+        await run.finish()

@@ -354,6 +354,52 @@ def test_generic_alias_and_copies() -> None:
     assert deep == [[1], [2]]
 
 
+# -- equality however a vector was built ---------------------------------------------------
+
+
+def _builds(n: int) -> dict[str, Vector[int]]:
+    appended: Vector[int] = Vector()
+    for i in range(n):
+        appended = appended.append(i)
+    halves = Vector(range(n // 2)) + Vector(range(n // 2, n))
+    return {
+        "constructor": Vector(range(n)),
+        "extend": Vector[int]().extend(range(n)),
+        "append": appended,
+        "concatenation": halves,
+        "slice": Vector(range(n + 40))[:n],
+        "offset slice": Vector(range(-33, n))[33:],
+        "chunked extend": Vector(range(3)).extend(range(3, 40)).extend(range(40, n))
+        if n >= 40
+        else Vector(range(n)),
+    }
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 64, 65, 1025, 1100])
+def test_vectors_with_the_same_items_are_equal_however_built(n: int) -> None:
+    builds = _builds(n)
+    expected = list(range(n))
+    for name, vector in builds.items():
+        assert list(vector) == expected, name
+        for other_name, other in builds.items():
+            assert vector == other, (name, other_name)
+            assert hash(vector) == hash(other), (name, other_name)
+        assert vector == expected and vector == tuple(expected), name
+
+
+@pytest.mark.parametrize("n", [1, 33, 65, 1100])
+def test_vectors_differing_in_one_item_are_unequal_however_built(n: int) -> None:
+    for position in sorted({0, n // 2, n - 1}):
+        changed = list(range(n))
+        changed[position] = -1
+        other = Vector(changed)
+        for name, vector in _builds(n).items():
+            assert vector != other, (name, position)
+            assert other != vector, (name, position)
+            assert vector != changed, (name, position)
+        assert Vector(range(n)) != Vector(range(n + 1))
+
+
 # -- msgspec -------------------------------------------------------------------------------
 
 
