@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from sample_keys import Counter, Positive
+from sample_keys import Counter, Handle, LiveHandle, Positive
 
 from statekernel import (
     Agent,
@@ -28,12 +29,13 @@ from statekernel import (
     StateCommand,
     StateError,
     StateKey,
+    StateKeyOptions,
     Suspend,
     ToolCall,
     ToolOutput,
     run_status,
 )
-from statekernel.stores import MemoryThreadStore
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
 class Visits(StateKey[int, int]):
@@ -313,6 +315,48 @@ async def test_wrong_decision_type_is_refused() -> None:
     await agent.run("t", ["pay"])
     with pytest.raises(TypeError, match="Decision.approve"):
         await agent.resume("t", "call-pay", "yes")  # type: ignore[arg-type]
+
+
+async def test_suspending_skips_non_persistent_run_keys(tmp_path: Path) -> None:
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(LiveHandle, StateKeyOptions(persistent=False))
+            r.register_phase_hook(
+                Phase.RUN_START, lambda ctx: StateCommand().update(LiveHandle, Handle())
+            )
+            r.register_tool_gate(lambda ctx: Suspend("approve?"))
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "deploy"),))])
+        agent = Agent([Plug()], model, {"deploy": lambda a, c: "ok"}, thread_store=store)
+        result = await agent.run("t", ["go"])
+        assert result.outcome == "suspended"
+
+
+async def test_a_suspend_that_cannot_be_saved_fails_the_run_cleanly(tmp_path: Path) -> None:
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(LiveHandle)  # persistent: a suspend must save it, and cannot
+            r.register_phase_hook(
+                Phase.RUN_START, lambda ctx: StateCommand().update(LiveHandle, Handle())
+            )
+            r.register_phase_hook(Phase.RUN_END, lambda ctx: ended.append(ctx.run.run_id))
+            r.register_tool_gate(lambda ctx: Suspend("approve?"))
+
+    ended: list[str] = []
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "deploy"),))])
+        agent = Agent([Plug()], model, {"deploy": lambda a, c: "ok"}, thread_store=store)
+        result = await agent.run("t", ["go"])
+        assert result.outcome == "failure"
+        assert isinstance(result.error, StateError) and "t.handle" in str(result.error)
+        assert ended == ["t:run-1"]  # RUN_END ran, and the thread was released
+        stored = await store.load("t")
+        assert stored is not None and stored.suspended is None
 
 
 class Remind(ScheduledActionSpec[str]):

@@ -340,6 +340,20 @@ async def test_a_refused_commit_names_the_plugin_whose_write_was_refused() -> No
     assert run.revision == 0
 
 
+async def test_a_failing_phase_listener_is_a_hook_failure_after_the_phase_committed() -> None:
+    run = await Kernel([]).start_run("t")
+
+    def listener(run: object, report: object) -> None:
+        raise ValueError("listener broke")
+
+    run.add_phase_listener(listener)
+    with pytest.raises(HookFailed) as caught:
+        await run.run_phase("step_start")
+    assert caught.value.plugin == "phase listener"
+    assert isinstance(caught.value.cause, ValueError)
+    assert caught.value.phase == Phase.STEP_START
+
+
 # -- effects ----------------------------------------------------------------------------
 
 
@@ -447,6 +461,37 @@ async def test_max_phase_rounds_is_configurable() -> None:
     run = await Kernel([FnPlugin("loop", setup)], max_phase_rounds=3).start_run("t")
     with pytest.raises(PhaseRunLoopExceeded, match="after 3"):
         await run.run_phase(Phase.STEP_START)
+
+
+class Step(ScheduledActionSpec[int]):
+    key = "t.step"
+    phase = Phase.STEP_END
+
+
+async def test_a_failing_action_leaves_the_other_due_actions_queued() -> None:
+    done: list[int] = []
+
+    def handle(payload: int, ctx: PhaseContext) -> None:
+        if payload == 1:
+            raise RuntimeError("first one breaks")
+        done.append(payload)
+
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_action(Step, handle)
+            r.register_phase_hook(
+                Phase.STEP_START,
+                lambda ctx: StateCommand().schedule(Step, 1).schedule(Step, 2),
+            )
+
+    run = await Kernel([Plug()]).start_run("t")
+    await run.run_phase(Phase.STEP_START)
+    with pytest.raises(StateError):
+        await run.run_phase(Phase.STEP_END)
+    await run.run_phase(Phase.STEP_END)
+    assert done == [2]
 
 
 # -- filters, context and every phase ---------------------------------------------------

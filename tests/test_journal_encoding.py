@@ -17,6 +17,7 @@ from journal_samples import (
     Total,
     plugins,
 )
+from sample_keys import Handle, LiveHandle
 from samples import Hook, Keys, commit_all, read
 
 from statekernel import (
@@ -279,6 +280,16 @@ async def test_updates_that_would_not_decode_back_equal_are_covered_by_a_snapsho
     assert await read(fresh, "t", Peak) == 2.5
     assert await read(fresh, "t", Pair) == (1, 2)
     assert (await fresh.verify("t")).ok
+
+
+async def test_encoding_failures_are_state_errors_naming_the_key() -> None:
+    from statekernel.stores import MemoryThreadStore
+
+    plug = Keys(LiveHandle, id="plug", options=StateKeyOptions(scope=KeyScope.THREAD))
+    run = await Kernel([plug], thread_store=MemoryThreadStore()).start_run("t")
+    await run.submit(StateCommand().update(LiveHandle, Handle()))
+    with pytest.raises(StateError, match="t.handle.*persistent=False"):
+        await run.checkpoint()
 
 
 # -- what registration refuses -------------------------------------------------------------

@@ -213,6 +213,33 @@ async def test_a_skipped_vector_starts_from_its_default_with_a_warning(
     assert "'t'" in warning.getMessage() and "'e.lines'" in warning.getMessage()
 
 
+# -- a clear of a key set aside at restore -------------------------------------------------
+
+
+class MoodText(StateKey[str, str]):
+    key = "t.mood"
+    scope = KeyScope.THREAD
+
+
+class MoodNumber(StateKey[int, int]):
+    key = "t.mood"
+    scope = KeyScope.THREAD
+
+
+async def test_a_cleared_undecodable_key_stays_cleared(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        run = await Kernel([Keys(MoodText)], thread_store=store).start_run("t")
+        await run.submit(StateCommand().update(MoodText, "calm"))
+        await run.finish()
+        lenient = Kernel([Keys(MoodNumber)], thread_store=store, restore_errors="skip")
+        run = await lenient.start_run("t")
+        await run.submit(StateCommand().clear(MoodNumber))
+        await run.finish()
+        run = await Kernel([Keys(MoodText)], thread_store=store).start_run("t")
+        assert MoodText not in run.snapshot  # cleared, not resurrected from the old bytes
+        await run.abandon()
+
+
 # -- journaled updates this kernel cannot replay -------------------------------------------
 
 

@@ -12,6 +12,7 @@ from samples import Hook, Keys
 from statekernel import (
     Agent,
     Block,
+    EffectSpec,
     HookFailed,
     InferenceResponse,
     Kernel,
@@ -273,6 +274,56 @@ def test_profile_values_are_typed_through_msgspec() -> None:
         return await access.read(TeamKey, "global")
 
     assert asyncio.run(scenario()) == Team(("a",))
+
+
+# -- a profile write that fails ------------------------------------------------------------
+
+
+class Counted(StateKey[int, int]):
+    key = "t.counted"
+
+
+class Audit(EffectSpec[str]):
+    key = "t.audit"
+
+
+class Later(ScheduledActionSpec[str]):
+    key = "t.later"
+    phase = Phase.STEP_END
+
+
+class Tally(ProfileKey[int]):
+    key = "t.tally"
+
+
+async def test_a_failed_profile_write_drops_none_of_the_commands_effects_or_actions() -> None:
+    class Broken(MemoryProfileStore):
+        async def update(self, *args: Any, **kwargs: Any) -> Any:
+            raise OSError("disk full")
+
+    ran: list[str] = []
+
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Counted)
+            r.register_profile_key(Tally)
+            r.register_effect(Audit, lambda payload, snap: ran.append(f"effect {payload}"))
+            r.register_action(Later, lambda payload, ctx: ran.append(f"action {payload}"))
+            r.register_phase_hook(Phase.STEP_START, self.hook)
+
+        async def hook(self, ctx: PhaseContext) -> StateCommand:
+            assert ctx.profile is not None
+            await ctx.profile.update(Tally, "global", lambda n: n + 1)
+            return StateCommand().update(Counted, 1).emit(Audit, "a").schedule(Later, "b")
+
+    run = await Kernel([Plug()], profile_store=Broken()).start_run("t")
+    with pytest.raises(StoreError):
+        await run.run_phase(Phase.STEP_START)
+    assert run.snapshot.get(Counted) == 1 and ran == ["effect a"]
+    await run.run_phase(Phase.STEP_END)
+    assert ran == ["effect a", "action b"]
 
 
 # -- each write is encoded once ------------------------------------------------------------

@@ -313,3 +313,16 @@ async def test_a_key_cleared_by_another_kernel_stays_cleared(tmp_path: Path) -> 
         assert Note not in run.snapshot
         assert run.snapshot.get(Note) == ""
         await run.finish()
+
+
+# -- run ids -------------------------------------------------------------------------------
+
+
+async def test_run_ids_do_not_repeat_when_a_run_was_never_saved(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel([], thread_store=store)
+        first = await kernel.start_run("t")
+        await first.abandon()
+        second = await kernel.start_run("t")
+        assert (first.identity.run_id, second.identity.run_id) == ("t:run-1", "t:run-2")
+        await second.finish()

@@ -15,9 +15,12 @@ from samples import Hook
 from statekernel import (
     Agent,
     InferenceResponse,
+    Kernel,
     Message,
     Phase,
     PhaseContext,
+    Plugin,
+    PluginRegistrar,
     ScriptedModel,
     ToolCall,
     ToolCallStatus,
@@ -160,3 +163,35 @@ def test_messages_with_tool_calls_are_plain_msgspec_values() -> None:
     data = msgspec.json.encode(message)
     back = msgspec.json.decode(data, type=Message)
     assert back == message and back.tool_calls[0].arguments == {"x": [1]}
+
+
+# -- arguments a tool or a hook cannot change ----------------------------------------------
+
+
+def test_tool_call_arguments_are_read_only_and_tools_get_their_own_copy() -> None:
+    given = {"path": "/tmp/a", "tags": ["x"]}
+    call = ToolCall("c", "write", given)
+    given["path"] = "/etc/passwd"  # the caller's dict is not the call's
+    assert call.arguments["path"] == "/tmp/a"
+    with pytest.raises(TypeError):
+        call.arguments["path"] = "/etc/passwd"  # type: ignore[index]
+
+
+async def test_a_tool_cannot_change_what_later_hooks_see() -> None:
+    seen: list[Any] = []
+
+    class Watch(Plugin):
+        id = "watch"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_phase_hook(
+                Phase.AFTER_TOOL_EXECUTE, lambda ctx: seen.append(dict(ctx.tool_call.arguments))
+            )
+
+    def greedy(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        arguments["tags"].append("sneaky")
+        return "ok"
+
+    run = await Kernel([Watch()]).start_run("t")
+    await run.call_tool(ToolCall("c", "greedy", {"tags": ["x"]}), greedy)
+    assert seen == [{"tags": ["x"]}]

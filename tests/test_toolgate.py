@@ -102,6 +102,16 @@ async def test_gates_of_filtered_out_plugins_are_ignored() -> None:
     assert await run.tool_gate(CALL) is None
 
 
+async def test_gate_answers_of_subclassed_kinds_rank_as_their_kind() -> None:
+    class PolicyBlock(Block):
+        pass
+
+    run = await Kernel([Gate("gate0", Suspend("x")), Gate("gate1", PolicyBlock("no"))]).start_run(
+        "t"
+    )
+    assert await run.tool_gate(ToolCall("c1", "search", {})) == PolicyBlock("no")
+
+
 class Tools(Plugin):
     """Counter and Positive keys plus a gate that blocks the tool named 'forbidden'."""
 
