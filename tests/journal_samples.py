@@ -11,15 +11,7 @@ from typing import Any
 import msgspec
 from samples import Keys, commit_all
 
-from statekernel import (
-    Kernel,
-    KeyScope,
-    MergeStrategy,
-    Plugin,
-    StateCommand,
-    StateKey,
-    Vector,
-)
+from statekernel import Kernel, KeyScope, MergeStrategy, Plugin, StateCommand, StateKey, Vector
 from statekernel.stores import SqliteThreadStore
 
 # -- keys that record updates, lists, text and run values ----------------------------------

@@ -9,14 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from journal_samples import (
-    Jot,
-    Log,
-    Mood,
-    Score,
-    Total,
-    plugins,
-)
+from journal_samples import Jot, Log, Mood, Score, Total, plugins
 from sample_keys import Handle, LiveHandle
 from samples import Hook, Keys, commit_all, read
 

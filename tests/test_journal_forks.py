@@ -7,13 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from journal_samples import (
-    Log,
-    Notes,
-    Scratch,
-    Total,
-    plugins,
-)
+from journal_samples import Log, Notes, Scratch, Total, plugins
 from samples import Keys, commit_all, read
 
 from statekernel import (

@@ -12,17 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from journal_samples import (
-    Count,
-    Jot,
-    Log,
-    Mood,
-    Notes,
-    Score,
-    Step,
-    Total,
-    plugins,
-)
+from journal_samples import Count, Jot, Log, Mood, Notes, Score, Step, Total, plugins
 from samples import Hook, Keys, commit_all, read
 
 from statekernel import (

@@ -10,15 +10,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from journal_samples import (
-    Count,
-    Log,
-    Mood,
-    Notes,
-    Scratch,
-    Total,
-    plugins,
-)
+from journal_samples import Count, Log, Mood, Notes, Scratch, Total, plugins
 from samples import Keys, commit_all, read
 
 from statekernel import (

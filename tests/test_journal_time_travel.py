@@ -9,14 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from journal_samples import (
-    Count,
-    Log,
-    Mood,
-    Total,
-    plugins,
-    thread_values,
-)
+from journal_samples import Count, Log, Mood, Total, plugins, thread_values
 from samples import Keys, commit_all, read
 
 from statekernel import (

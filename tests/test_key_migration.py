@@ -10,14 +10,7 @@ import msgspec
 import pytest
 from samples import Keys
 
-from statekernel import (
-    DecodeFailed,
-    Kernel,
-    KeyScope,
-    StateCommand,
-    StateError,
-    StateKey,
-)
+from statekernel import DecodeFailed, Kernel, KeyScope, StateCommand, StateError, StateKey
 from statekernel.stores import SqliteThreadStore
 
 

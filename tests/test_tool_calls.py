@@ -5,6 +5,7 @@ shown, and a tool's exception reaches the model as `Type: message`."""
 from __future__ import annotations
 
 import copy
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +196,23 @@ async def test_a_tool_cannot_change_what_later_hooks_see() -> None:
     run = await Kernel([Watch()]).start_run("t")
     await run.call_tool(ToolCall("c", "greedy", {"tags": ["x"]}), greedy)
     assert seen == [{"tags": ["x"]}]
+
+
+# -- copies, pickles and hashes ------------------------------------------------------------
+
+
+def test_frozen_calls_copy_pickle_and_hash_as_themselves() -> None:
+    call = ToolCall("c", "send", {"to": ["a"], "meta": {"k": [1]}})
+    for again in (copy.deepcopy(call), copy.copy(call), pickle.loads(pickle.dumps(call))):
+        assert again == call
+        with pytest.raises(TypeError, match="frozen"):
+            again.arguments["to"].append("b")
+    message = Message("assistant", "", tool_calls=(call,))
+    assert hash(message) == hash(Message("assistant", "", tool_calls=(call,)))
+
+
+def test_tool_results_copy_and_pickle_and_can_be_held_in_state() -> None:
+    call = ToolCall("c", "t", {"a": [1]})
+    result = ToolResult(call, ToolCallStatus.SUCCEEDED, result={"rows": [1, 2]})
+    assert copy.deepcopy(result) == result == pickle.loads(pickle.dumps(result))
+    assert copy.copy(result) is result
