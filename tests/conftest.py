@@ -1,5 +1,4 @@
-"""Fixtures shared by the test modules: a live state over the sample keys, and thread and
-profile stores of every backend."""
+"""Fixtures the test modules share: a live state of the sample keys, thread and profile stores."""
 
 from __future__ import annotations
 

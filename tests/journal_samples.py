@@ -1,5 +1,4 @@
-"""Thread keys and helpers the journal tests (test_journal_*.py) share: keys of every shape a
-journal records, and snapshots of growing Vectors to read, refer to or tamper with."""
+"""Thread keys and snapshot helpers the journal tests (test_journal_*.py) share."""
 
 from __future__ import annotations
 

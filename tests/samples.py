@@ -1,5 +1,4 @@
-"""Sample plugins and run helpers the tests share: a plugin that only declares keys, plugins
-made of given hooks, and committing to or reading from a thread in one run."""
+"""Sample plugins and run helpers the tests share: plugins of keys or hooks, commit, read."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Stopping a run: `agent.cancel`, an outside cancellation of the run's task, a timeout or an
-interrupt, wherever it lands (a model call, a tool, a save, RUN_END, a stream's close),
-ends the run cleanly: the thread stays saved, consistent and free, every tool call gets a
-result, and a tool that finished keeps its own."""
+"""Stopping a run (cancel, outside cancellation, timeout) leaves its thread saved and free."""
 
 from __future__ import annotations
 

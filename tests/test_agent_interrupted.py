@@ -1,6 +1,4 @@
-"""A process that dies while a tool runs: on restart its calls come back interrupted or not
-started, idempotent ones run again by themselves and the others only when the caller says,
-and the resumed step offers only the tools it offered before."""
+"""Tool calls cut off by a dying process: interrupted or not started on restart, rerun if safe."""
 
 from __future__ import annotations
 

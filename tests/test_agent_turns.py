@@ -1,6 +1,4 @@
-"""One thread, one run at a time: runs of a thread in one agent take turns, a run that would
-wait for itself fails at once saying why, RUN_END hooks run in the run's own task, and a
-run that lost a save race to another process keeps its message to retry."""
+"""One thread, one run at a time: runs take turns; a run that would wait for itself fails."""
 
 from __future__ import annotations
 

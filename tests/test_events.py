@@ -1,6 +1,4 @@
-"""Watching a run as it happens: `agent.stream` yields typed events in order, ending with the
-RunResult, each encodable as JSON whatever a tool returned; a streaming model's text comes
-as deltas; a consumer that leaves early ends the run cleanly; phase callbacks are awaited."""
+"""Watching a run: `agent.stream` events in order, as JSON, and a consumer that leaves early."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""How the journal encodes a commit: a record's bytes, updates that cannot be encoded or would
-not decode back equal (journaled as "value" ops a snapshot covers), and key types whose
-updates could never be journaled, refused when declared."""
+"""How the journal encodes a commit: updates it cannot encode, and key types it refuses."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Forks: a new thread with the source's state and history up to a revision, from a pruned
-thread, a snapshot with no records before it, keys the forking kernel cannot read, or ops
-it never recorded; and into an id deleted earlier."""
+"""Forks: a new thread holding the source's state and history up to a revision."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The journal's history: a record for every commit that moved the revision, with its sources
-and ops, saved with the checkpoint; ops of keys kept in memory only; commits from outside a
-run; record listeners; and what a long stretch between saves holds."""
+"""The journal's history: a record per commit that moved the revision, its sources and ops."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The journal's promises under any sequence of runs, checks and saves, by property and by
-SIGKILL: whatever was saved loads back exactly, every saved revision can be travelled to,
-the history has one record per revision with no gap, and `verify` agrees."""
+"""The journal's promises under any sequence of runs, checks and saves, by property and SIGKILL.
+
+Whatever was saved loads back exactly, every saved revision can be travelled to, the history
+has one record per revision with no gap, and `verify` agrees."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Loading a thread a kernel declares otherwise: keys no plugin of it knows, keys it keeps in
-memory or per run, values set aside at restore, journaled updates that no longer decode or
-apply, threads saved before the journal, and threads deleted from the store."""
+"""Loading a thread whose keys a kernel declares otherwise, cannot decode, or does not know."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Snapshots: what a checkpoint writes, a load as one snapshot plus a bounded tail, and growing
-Vectors snapshotted as what they added (a reference to an older snapshot): chains cut short,
-validated, pruned with what they refer to, and refused when what they refer to is gone."""
+"""Snapshots: what a checkpoint writes, bounded loads, growing Vectors saved as references."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Time travel: `state_at` every revision, in kernel memory and through both stores; revisions
-never reached or pruned; and stored values or applies that cannot take it back."""
+"""Time travel: `state_at` at every revision, pruning, and revisions that are not held."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""`kernel.verify`: a replay of the journal that matches the thread, and that names the first
-revision where a record or a snapshot was tampered with or an apply changed meaning; reads
-refuse a tampered record too."""
+"""`kernel.verify`: a replay that matches the thread, or names where tampering begins."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""A thread key whose type changed: read what the thread stores, then migrate or drop it,
-explicitly (`kernel.read_stored`, `kernel.update_state(..., replacing=[K])`), rather than
+"""A thread key whose type changed: read what the thread stores, then migrate or drop it.
+
+Explicitly (`kernel.read_stored`, `kernel.update_state(..., replacing=[K])`), rather than
 starting runs with `restore_errors="skip"` and hoping."""
 
 from __future__ import annotations

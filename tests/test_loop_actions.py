@@ -1,6 +1,4 @@
-"""Loop actions that change one step's request: ExcludeTool, IncludeOnlyTools and
-SetInferenceOverride, merged when several hooks schedule them, for that step only; a wrong
-payload is refused where it is scheduled, and a request's params are frozen."""
+"""Loop actions (ExcludeTool, IncludeOnlyTools, SetInferenceOverride) change one request."""
 
 from __future__ import annotations
 

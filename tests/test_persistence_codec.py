@@ -1,6 +1,7 @@
-"""The persistence path as users meet it: values through a real SQLite thread store, the
-validate-before-persist check, what a restore does with bytes it cannot or may not decode,
-the store's argument checks and the codec hooks' promises.
+"""The persistence path as users meet it: values through a real SQLite thread store.
+
+The validate-before-persist check, what a restore does with bytes it cannot or may not
+decode, the store's argument checks and the codec hooks' promises.
 
 The kernels here write a snapshot at every checkpoint (`snapshot_every=1`), so the values a
 thread holds can be read back from the store as the bytes of its newest snapshot."""

@@ -1,6 +1,8 @@
-"""Plugins that come and go between kernels on one thread store: a plugin left out of one
-kernel finds its thread keys again in the next (carried over untouched), and a kernel can
-refuse threads holding keys it does not know (Awaken's strict unknown-key restore)."""
+"""Plugins that come and go between kernels on one thread store.
+
+A plugin left out of one kernel finds its thread keys again in the next (carried over
+untouched), and a kernel can refuse threads holding keys it does not know (Awaken's strict
+unknown-key restore)."""
 
 from __future__ import annotations
 

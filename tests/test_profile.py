@@ -1,5 +1,6 @@
-"""Shared and profile state through ProfileAccess: declarations, scopes, typed reads and
-writes, compare-and-set, and the errors a user meets."""
+"""Shared and profile state through ProfileAccess: declarations, scopes, typed reads and writes.
+
+Compare-and-set, and the errors a user meets."""
 
 from __future__ import annotations
 

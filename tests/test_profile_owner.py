@@ -1,5 +1,6 @@
-"""Owner-wide profile access: every record of one owner across the registered profile keys
-(`ProfileAccess.list(owner)` and `clear(owner)`), as Awaken's profile access offers it."""
+"""Owner-wide profile access: every record of one owner across the registered profile keys.
+
+`ProfileAccess.list(owner)` and `clear(owner)`, as Awaken's profile access offers it."""
 
 from __future__ import annotations
 

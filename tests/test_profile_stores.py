@@ -1,5 +1,7 @@
-"""The ProfileStore contract, held by both backends: versions, compare-and-set, literal
-prefixes, hostile input, decode failures and the size limit."""
+"""The ProfileStore contract, held by both backends.
+
+Versions, compare-and-set, literal prefixes, hostile input, decode failures and the size
+limit."""
 
 from __future__ import annotations
 

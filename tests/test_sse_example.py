@@ -1,6 +1,7 @@
-"""The server-sent events example (docs/examples/sse_server.py): a Starlette app streams a
-run as JSON events, and a client that leaves stops the run cleanly. The app is driven
-through the ASGI interface itself, as a server would drive it."""
+"""The server-sent events example (docs/examples/sse_server.py), driven through ASGI.
+
+A Starlette app streams a run as JSON events, and a client that leaves stops the run
+cleanly. The app is driven through the ASGI interface itself, as a server would drive it."""
 
 from __future__ import annotations
 

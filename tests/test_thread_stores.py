@@ -1,7 +1,9 @@
-"""The ThreadStore contract, held by both backends: a journal of records appended in order,
-snapshots, a load that is the newest snapshot plus the records after it, compare-and-set on
-the write position, pruning that keeps what a load needs, and a file that says which schema
-it holds (and migrates one saved before the journal)."""
+"""The ThreadStore contract, held by both backends.
+
+A journal of records appended in order, snapshots, a load that is the newest snapshot plus
+the records after it, compare-and-set on the write position, pruning that keeps what a load
+needs, and a file that says which schema it holds (and migrates one saved before the
+journal)."""
 
 from __future__ import annotations
 

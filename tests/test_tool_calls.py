@@ -1,6 +1,8 @@
-"""Tool calls as a production agent relies on them: the assistant message keeps the calls it
-made, no hook can change what a gate approved, what the tool receives or what the model is
-shown, and a tool's exception reaches the model as `Type: message`."""
+"""Tool calls as a production agent relies on them: kept, fixed once made, copied as data.
+
+The assistant message keeps the calls it made, no hook can change what a gate approved, what
+the tool receives or what the model is shown, and a tool's exception reaches the model as
+`Type: message`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Tools a real model can call: schemas from type hints and docstrings (methods, partials and
-`Annotated` descriptions too), signatures no schema can say refused when declared,
-arguments checked before the tool runs, and the specs and system prompt each request carries."""
+"""Tools a model can call: schemas from signatures and docstrings, checked arguments, specs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Vector as a sequence, read like a list: every version stays valid through growth and forks
-(a model-based test), indexing, slicing, equality with any sequence however the vector was
-built, hashing, the sequence helpers, immutability and concatenation."""
+"""Vector as a sequence: read, sliced, compared and added to like a list; every version kept."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A Vector through msgspec and pydantic: round trips, conversion and validation like a list,
-the codec hooks, and a Vector[T] pydantic field that behaves like a list[T] field."""
+"""A Vector through msgspec and pydantic behaves like a list."""
 
 from __future__ import annotations
 

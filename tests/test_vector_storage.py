@@ -1,6 +1,4 @@
-"""Vector's shared storage: growth across the trie's boundaries and past a million items,
-forks from one base that stay independent (even racing for the storage they share), and
-what the storage keeps alive."""
+"""Vector's shared storage: growth across trie boundaries, independent forks, no leaks."""
 
 from __future__ import annotations
 
