@@ -54,11 +54,8 @@ class Doubler(Plugin):
         )
 
 
-class AddTen(Plugin):
-    id = "add ten"
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Score, 10))
+def add_ten() -> Hook:
+    return Hook("add ten", Phase.STEP_START, lambda ctx: StateCommand().update(Score, 10))
 
 
 @pytest.mark.parametrize("with_store", [False, True])
@@ -66,7 +63,7 @@ async def test_a_key_written_twice_in_a_commit_by_an_unencodable_update_replays_
     with_store: bool, tmp_path: Path
 ) -> None:
     store = SqliteThreadStore(tmp_path / "e.db") if with_store else None
-    kernel = Kernel([Doubler(), AddTen()], thread_store=store)
+    kernel = Kernel([Doubler(), add_ten()], thread_store=store)
     run = await kernel.start_run("t")
     await run.submit(StateCommand().update(Score, 1))
     await run.run_phase(Phase.STEP_START)  # one commit: 1 * 2, then + 10
@@ -75,7 +72,7 @@ async def test_a_key_written_twice_in_a_commit_by_an_unencodable_update_replays_
     (_, doubled) = await kernel.history("t")
     assert [(op.kind, op.update) for op in doubled.ops] == [("value", None)]  # one for both
     if store is not None:
-        assert await read(Kernel([Doubler(), AddTen()], thread_store=store), "t", Score) == 12
+        assert await read(Kernel([Doubler(), add_ten()], thread_store=store), "t", Score) == 12
     else:
         assert (await kernel.state_at("t", 2)).get(Score) == 12  # from a snapshot
     assert (await kernel.verify("t")).ok

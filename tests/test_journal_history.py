@@ -240,15 +240,11 @@ class RunCount(StateKey[int, int]):
         return value + update
 
 
-class Both(Plugin):
+def both() -> Keys:
     """A persistent thread key, a `persistent=False` thread key and a run key."""
-
-    id = "both"
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_key(Total)
-        r.register_key(Notes, StateKeyOptions(persistent=False))
-        r.register_key(RunCount)
+    return Keys(
+        Total, Notes, RunCount, id="both", options={Notes: StateKeyOptions(persistent=False)}
+    )
 
 
 async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_always_kept(
@@ -269,9 +265,9 @@ async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_alway
         await run.finish()
 
     heard: list[Any] = []
-    listened = Kernel([Both()], thread_store=thread_store)
+    listened = Kernel([both()], thread_store=thread_store)
     await commit_three(listened, "heard", heard)
-    await commit_three(Kernel([Both()], thread_store=thread_store), "quiet", None)
+    await commit_three(Kernel([both()], thread_store=thread_store), "quiet", None)
     assert [[(op.key, op.update) for op in r.ops] for r in heard] == [
         [("e.total", b"%d" % step), ("e.notes", b'"n%d"' % step), ("e.run_count", b"1")]
         for step in range(3)
@@ -280,7 +276,7 @@ async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_alway
     def ops(records: list[Any]) -> list[list[tuple[str, bytes | None]]]:
         return [[(op.key, op.update) for op in r.ops] for r in records]
 
-    fresh = Kernel([Both()], thread_store=thread_store)
+    fresh = Kernel([both()], thread_store=thread_store)
     assert ops(await fresh.history("heard")) == ops(await fresh.history("quiet"))
     assert ops(await fresh.history("heard")) == [[("e.total", b"%d" % s)] for s in range(3)]
     # The kernel that made them keeps the memory-only ops beside the stored ones.

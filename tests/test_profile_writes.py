@@ -178,13 +178,6 @@ class Budget(StateKey[int, int]):
 
 
 async def test_a_tool_writes_apply_only_when_its_command_commits() -> None:
-    class Tools(Plugin):
-        id = "tools"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(Budget)
-            r.register_profile_key(Visits)
-
     async def spend(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
         assert ctx.profile is not None
         await ctx.profile.update(Visits, "spent", lambda n: n + 1)
@@ -192,7 +185,7 @@ async def test_a_tool_writes_apply_only_when_its_command_commits() -> None:
 
     store = MemoryProfileStore()
     agent = Agent(
-        [Tools()],
+        [Keys(Budget, Visits, id="tools")],
         ScriptedModel(
             [
                 InferenceResponse(tool_calls=(ToolCall("c1", "spend", {"to": -1}),)),

@@ -22,8 +22,6 @@ from statekernel import (
     Message,
     Phase,
     PhaseContext,
-    Plugin,
-    PluginRegistrar,
     ScriptedModel,
     ToolCall,
     ToolCallStatus,
@@ -183,19 +181,15 @@ def test_tool_call_arguments_are_read_only_and_tools_get_their_own_copy() -> Non
 async def test_a_tool_cannot_change_what_later_hooks_see() -> None:
     seen: list[Any] = []
 
-    class Watch(Plugin):
-        id = "watch"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_phase_hook(
-                Phase.AFTER_TOOL_EXECUTE, lambda ctx: seen.append(dict(ctx.tool_call.arguments))
-            )
+    watch = Hook(
+        "watch", Phase.AFTER_TOOL_EXECUTE, lambda ctx: seen.append(dict(ctx.tool_call.arguments))
+    )
 
     def greedy(arguments: dict[str, Any], ctx: PhaseContext) -> str:
         arguments["tags"].append("sneaky")
         return "ok"
 
-    run = await Kernel([Watch()]).start_run("t")
+    run = await Kernel([watch]).start_run("t")
     await run.call_tool(ToolCall("c", "greedy", {"tags": ["x"]}), greedy)
     assert seen == [{"tags": ["x"]}]
 
