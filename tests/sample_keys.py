@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from statekernel import MergeStrategy, StateKey, Vector
@@ -68,6 +70,17 @@ class Positive(StateKey[int, int]):
     def validate(value: int) -> None:
         if value < 0:
             raise ValueError(f"must stay >= 0, would be {value}")
+
+
+class Handle:
+    """A live object: fine in memory, impossible to persist."""
+
+
+class LiveHandle(StateKey[Any, Any]):
+    """Holds a Handle (not one of ALL_KEYS: a kernel that must persist it refuses it)."""
+
+    key = "t.handle"
+    default = None
 
 
 ALL_KEYS = (Counter, Title, Items, Settings, Log, Positive)

@@ -1,14 +1,16 @@
-"""The Agent facade end to end, in memory: the loop, tools, suspend and resume, failures."""
+"""The Agent facade end to end: the loop, tools, suspend and resume, failures."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from sample_keys import Counter, Positive
+from sample_keys import Counter, Handle, LiveHandle, Positive
+from samples import Hooks, answered
 
 from statekernel import (
     Agent,
@@ -28,12 +30,13 @@ from statekernel import (
     StateCommand,
     StateError,
     StateKey,
+    StateKeyOptions,
     Suspend,
     ToolCall,
     ToolOutput,
     run_status,
 )
-from statekernel.stores import MemoryThreadStore
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
 class Visits(StateKey[int, int]):
@@ -232,6 +235,33 @@ async def test_running_out_of_steps_is_a_failure() -> None:
     assert "max_steps (3)" in str(result.error)
 
 
+async def test_a_failed_run_gives_its_open_tool_calls_a_result() -> None:
+    armed = [True]
+
+    def flaky(ctx: PhaseContext) -> None:
+        if armed.pop() if armed else False:
+            raise RuntimeError("hook bug")
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "t", {}),)), InferenceResponse()])
+    agent = Agent([Hooks(BEFORE_TOOL_EXECUTE=flaky)], model, {"t": lambda a, c: "r"})
+    failed = await agent.run("t", ["go"])
+    assert failed.outcome == "failure"
+    again = await agent.run("t", ["again"])
+    assert answered(model.requests[-1].messages) and again.outcome == "success"
+    (result,) = [m for m in again.messages if m.role == "tool"]
+    assert result.is_error and result.content.startswith("not run: the run failed (HookFailed")
+
+
+async def test_unsaved_is_empty_once_the_run_end_saved_even_if_it_failed() -> None:
+    def broken_end(ctx: PhaseContext) -> None:
+        raise RuntimeError("RUN_END hook broke")
+
+    agent = Agent([Hooks(RUN_END=broken_end)], ScriptedModel())
+    result = await agent.run("t", ["hello"])
+    assert result.outcome == "failure" and result.unsaved == ()
+    assert result.messages[0].content == "hello"
+
+
 # -- suspend, resume, cancel ------------------------------------------------------------
 
 
@@ -313,6 +343,48 @@ async def test_wrong_decision_type_is_refused() -> None:
     await agent.run("t", ["pay"])
     with pytest.raises(TypeError, match="Decision.approve"):
         await agent.resume("t", "call-pay", "yes")  # type: ignore[arg-type]
+
+
+async def test_suspending_skips_non_persistent_run_keys(tmp_path: Path) -> None:
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(LiveHandle, StateKeyOptions(persistent=False))
+            r.register_phase_hook(
+                Phase.RUN_START, lambda ctx: StateCommand().update(LiveHandle, Handle())
+            )
+            r.register_tool_gate(lambda ctx: Suspend("approve?"))
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "deploy"),))])
+        agent = Agent([Plug()], model, {"deploy": lambda a, c: "ok"}, thread_store=store)
+        result = await agent.run("t", ["go"])
+        assert result.outcome == "suspended"
+
+
+async def test_a_suspend_that_cannot_be_saved_fails_the_run_cleanly(tmp_path: Path) -> None:
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(LiveHandle)  # persistent: a suspend must save it, and cannot
+            r.register_phase_hook(
+                Phase.RUN_START, lambda ctx: StateCommand().update(LiveHandle, Handle())
+            )
+            r.register_phase_hook(Phase.RUN_END, lambda ctx: ended.append(ctx.run.run_id))
+            r.register_tool_gate(lambda ctx: Suspend("approve?"))
+
+    ended: list[str] = []
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "deploy"),))])
+        agent = Agent([Plug()], model, {"deploy": lambda a, c: "ok"}, thread_store=store)
+        result = await agent.run("t", ["go"])
+        assert result.outcome == "failure"
+        assert isinstance(result.error, StateError) and "t.handle" in str(result.error)
+        assert ended == ["t:run-1"]  # RUN_END ran, and the thread was released
+        stored = await store.load("t")
+        assert stored is not None and stored.suspended is None
 
 
 class Remind(ScheduledActionSpec[str]):
@@ -403,126 +475,3 @@ async def test_the_stored_thread_document_keeps_its_key_names() -> None:
         for item in msgspec.json.decode(op["update"])
     ]
     assert appended == ["hi", "hello"]
-
-
-class _Crash(BaseException):
-    """Stands in for the process dying: it passes every `except Exception`."""
-
-
-def _crashing_agent(
-    store: MemoryThreadStore, ran: list[str], *, crash: bool, asks: bool = True
-) -> Agent:
-    """`asks`: the model asks for both tools first (a restarted process's model, resuming,
-    is asked only for its final answer)."""
-
-    def charge(arguments: dict[str, Any], ctx: PhaseContext) -> str:
-        ran.append("charge")
-        if crash:
-            raise _Crash
-        return "charged"
-
-    def lookup(arguments: dict[str, Any], ctx: PhaseContext) -> str:
-        ran.append("lookup")
-        return "found"
-
-    lookup.idempotent = True  # type: ignore[attr-defined]
-    calls = (ToolCall("c1", "charge", {}), ToolCall("c2", "lookup", {}))
-    model = ScriptedModel([InferenceResponse(text="", tool_calls=calls)] if asks else [])
-    return Agent([], model, {"charge": charge, "lookup": lookup}, thread_store=store)
-
-
-async def test_a_tool_cut_off_comes_back_interrupted_and_idempotent_ones_rerun_by_themselves() -> (
-    None
-):
-    store, ran = MemoryThreadStore(), []
-    with pytest.raises(_Crash):
-        await _crashing_agent(store, ran, crash=True).run("t", ["pay and look"])
-    assert ran == ["charge"]
-    restarted = _crashing_agent(store, ran, crash=False, asks=False)
-    waiting = await restarted.pending("t")
-    assert [(p.id, p.ticket) for p in waiting] == [("c1", "interrupted"), ("c2", "not started")]
-    with pytest.raises(StateError, match="suspended run"):
-        await restarted.run("t", ["again"])  # nothing runs behind the caller's back
-    result = await restarted.resume("t", "c1", Decision.result("charged (checked by hand)"))
-    assert result.outcome == "success"
-    assert ran == ["charge", "lookup"]  # charge never ran twice; lookup re-ran by itself
-    tool_messages = [m.content for m in result.messages if m.role == "tool"]
-    assert tool_messages == ["charged (checked by hand)", "found"]
-
-
-async def test_an_interrupted_call_runs_again_only_when_the_caller_approves() -> None:
-    store, ran = MemoryThreadStore(), []
-    with pytest.raises(_Crash):
-        await _crashing_agent(store, ran, crash=True).run("t", ["pay"])
-    restarted = _crashing_agent(store, ran, crash=False, asks=False)
-    result = await restarted.resume("t", "c1", Decision.approve())
-    assert result.outcome == "success" and ran == ["charge", "charge", "lookup"]
-
-
-async def test_without_a_thread_store_nothing_is_saved_before_a_tool() -> None:
-    ran: list[str] = []
-    agent = _crashing_agent(MemoryThreadStore(), ran, crash=False)
-    in_memory = Agent([], agent.model, agent.tools)
-    result = await in_memory.run("t", ["pay"])
-    assert result.outcome == "success" and ran == ["charge", "lookup"]
-    with pytest.raises(StateError, match="no suspended run"):
-        await in_memory.pending("t")
-
-
-def _three_call_agent(
-    store: MemoryThreadStore, ran: list[str], *, crash_in: str | None, blocked: str | None = None
-) -> Agent:
-    def tool_named(name: str) -> Any:
-        def tool(arguments: dict[str, Any], ctx: PhaseContext) -> str:
-            ran.append(f"{name}:{ctx.tool_call.id if ctx.tool_call else '?'}")
-            if name == crash_in:
-                raise _Crash
-            return f"{name} done"
-
-        return tool
-
-    class Gate(Plugin):
-        id = "gate"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(
-                lambda ctx: (
-                    Block("not allowed")
-                    if ctx.tool_call is not None and ctx.tool_call.name == blocked
-                    else None
-                )
-            )
-
-    tools = {name: tool_named(name) for name in ("charge", "lookup")}
-    tools["lookup"].idempotent = True
-    calls = (
-        ToolCall("c1", "charge", {}),
-        ToolCall("c2", "lookup", {}),
-        ToolCall("c3", "charge", {}),
-    )
-    model = ScriptedModel([InferenceResponse(text="", tool_calls=calls)] if crash_in else [])
-    return Agent([Gate()], model, tools, thread_store=store)
-
-
-async def test_a_finished_call_never_comes_back_interrupted() -> None:
-    store, ran = MemoryThreadStore(), []
-    with pytest.raises(_Crash):
-        await _three_call_agent(store, ran, crash_in="lookup").run("t", ["go"])
-    assert ran == ["charge:c1", "lookup:c2"]
-    restarted = _three_call_agent(store, ran, crash_in=None)
-    waiting = await restarted.pending("t")
-    assert [(p.id, p.ticket) for p in waiting] == [("c2", "not started"), ("c3", "not started")]
-    result = await restarted.resume("t", "c3", Decision.approve())
-    assert result.outcome == "success"
-    assert ran == ["charge:c1", "lookup:c2", "charge:c3", "lookup:c2"]  # c1 charged once
-
-
-async def test_a_call_never_started_still_passes_its_gates() -> None:
-    store, ran = MemoryThreadStore(), []
-    with pytest.raises(_Crash):
-        await _three_call_agent(store, ran, crash_in="charge", blocked="lookup").run("t", ["go"])
-    restarted = _three_call_agent(store, ran, crash_in=None, blocked="lookup")
-    result = await restarted.resume("t", "c1", Decision.result("charged by hand"))
-    tool_messages = [m.content for m in result.messages if m.role == "tool"]
-    assert "not allowed" in tool_messages  # the idempotent lookup was judged, and blocked
-    assert ran.count("lookup:c2") == 0

@@ -1,4 +1,4 @@
-"""Commits are atomic: every op applies and validates, or nothing changes."""
+"""Commits are atomic: every op applies and validates, or nothing changes; ops apply in order."""
 
 from __future__ import annotations
 
@@ -163,6 +163,62 @@ def test_a_batch_with_a_failing_op_leaves_state_and_revision_exactly_as_before(
     assert state.snapshot is before
     assert state.revision == before.revision == len(history)
     assert state.snapshot.to_dict() == held_before
+
+
+# -- clears in a commit, and keys that declare validate ------------------------------------
+
+
+def test_a_commit_may_update_one_key_and_clear_another() -> None:
+    state = LiveState(KeyRegistry.of(Counter, Title, Positive))
+    state.submit(StateCommand().update(Counter, 1).update(Title, "draft").update(Positive, 2))
+    state.submit(StateCommand().update(Counter, 4).clear(Title))
+
+    snapshot = state.snapshot
+    assert snapshot.get(Counter) == 5
+    assert Title not in snapshot
+    assert snapshot.get(Title) == ""
+    assert snapshot.get(Positive) == 2  # untouched by the second commit
+    assert snapshot.to_dict() == {"test.counter": 5, "test.positive": 2}
+
+
+def test_within_one_commit_later_ops_see_earlier_clears_and_updates() -> None:
+    state = LiveState(KeyRegistry.of(Counter, Title))
+    state.submit(StateCommand().update(Counter, 7).update(Title, "old"))
+    state.submit(
+        StateCommand()
+        .clear(Counter)
+        .update(Counter, 2)  # applies to the default after the clear
+        .update(Title, "new")
+        .clear(Title)  # the last op wins: cleared
+    )
+    assert state.snapshot.get(Counter) == 2
+    assert Title not in state.snapshot
+    assert state.revision == 2
+
+
+class Strict(StateKey[int, int]):
+    """Refuses anything that is not a non-negative int, so a placeholder would be refused."""
+
+    key = "promise.strict"
+
+    @staticmethod
+    def validate(value: int) -> None:
+        if type(value) is not int or value < 0:
+            raise ValueError(f"not a non-negative int: {value!r}")
+
+
+def test_clearing_a_validated_key_is_not_validated() -> None:
+    state = LiveState(KeyRegistry.of(Strict, Counter))
+    state.submit(StateCommand().update(Strict, 5))
+    state.submit(StateCommand().clear(Strict))
+    assert Strict not in state.snapshot
+    assert state.snapshot.get(Strict) == 0
+    state.submit(StateCommand().update(Strict, 3).update(Counter, 1))
+    state.submit(StateCommand().clear(Strict).update(Counter, 1))  # the multi-key path
+    assert Strict not in state.snapshot
+    assert state.snapshot.get(Counter) == 2
+    with pytest.raises(CommitRejected):
+        state.submit(StateCommand().update(Strict, -1))
 
 
 # -- seeding, staging and the details errors carry --------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sample_keys import Counter, Items, Log, Msg, Positive, Settings, Title
+from samples import Hook, Keys
 
 from statekernel import (
     CommitRejected,
@@ -25,7 +26,6 @@ from statekernel import (
     Phase,
     PhaseContext,
     Plugin,
-    PluginRegistrar,
     StateCommand,
     StateKey,
     Vector,
@@ -202,23 +202,6 @@ def test_commits_agree_with_the_reference_model_and_snapshots_never_change(
 # -- the same through the phase engine, with hooks that vandalise what they read ------------
 
 
-class _Hooks(Plugin):
-    def __init__(self, id: str, hook: Callable[[PhaseContext], Any]) -> None:
-        self.id = id
-        self._hook = hook
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.STEP_START, self._hook)
-
-
-class _Keys(Plugin):
-    id = "keys"
-
-    def register(self, r: PluginRegistrar) -> None:
-        for key in KEYS:
-            r.register_key(key)
-
-
 def _vandal_hook(ops: list[tuple[Any, Any]], delay: float) -> Callable[[PhaseContext], Any]:
     async def hook(ctx: PhaseContext) -> StateCommand:
         _vandalise(ctx.snapshot)
@@ -257,9 +240,9 @@ def test_a_phase_of_vandal_hooks_commits_the_registration_order_result(
     async def scenario() -> None:
         model = Model()
         for hooks in rounds:
-            plugins: list[Plugin] = [_Keys()]
+            plugins: list[Plugin] = [Keys(*KEYS)]
             plugins += [
-                _Hooks(f"h{index}", _vandal_hook(ops, delay / 2000))
+                Hook(f"h{index}", Phase.STEP_START, _vandal_hook(ops, delay / 2000))
                 for index, (ops, delay) in enumerate(hooks)
             ]
             kernel = Kernel(plugins)

@@ -1,6 +1,7 @@
-"""Dead-lettered actions (Awaken's `FailedScheduledActions`): an action whose spec says
-`on_failure = "dead_letter"` fails alone, is kept in the snapshot and the journal, and can
-be retried."""
+"""Dead-lettered actions (Awaken's `FailedScheduledActions`): they fail alone, are kept, retried.
+
+An action whose spec says `on_failure = "dead_letter"` fails alone, is kept in the snapshot
+and the journal, and can be retried."""
 
 from __future__ import annotations
 

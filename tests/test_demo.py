@@ -1,5 +1,4 @@
-"""The demo, the engine tour and the history example run from a clean directory and show
-what they promise."""
+"""The demo, the engine tour and the history example run from a clean directory as promised."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sample_keys import Counter, Log, Msg, Positive, Title
+from samples import Hook, Keys
 
 from statekernel import (
     CommitRejected,
@@ -66,18 +67,6 @@ class FnPlugin(Plugin):
         self._setup(registrar)
 
 
-def keys(*declared: type[StateKey[Any, Any]]) -> FnPlugin:
-    def setup(r: PluginRegistrar) -> None:
-        for key in declared:
-            r.register_key(key)
-
-    return FnPlugin("keys", setup)
-
-
-def hook_plugin(id: str, phase: Phase, hook: Callable[[PhaseContext], Any]) -> FnPlugin:
-    return FnPlugin(id, lambda r: r.register_phase_hook(phase, hook))
-
-
 async def run_once(plugins: list[Plugin], phase: Phase = Phase.STEP_START) -> Any:
     kernel = Kernel(plugins)
     run = await kernel.start_run("t1")
@@ -107,10 +96,8 @@ async def test_result_is_the_registration_order_result_whatever_the_timing() -> 
     outcomes = set()
     for seed in range(50):
         rng = random.Random(seed)
-        plugins: list[Plugin] = [keys(Log, Counter, Title)]
-        plugins += [
-            hook_plugin(f"p{i}", Phase.STEP_START, _sleepy_appender(i, rng)) for i in range(5)
-        ]
+        plugins: list[Plugin] = [Keys(Log, Counter, Title)]
+        plugins += [Hook(f"p{i}", Phase.STEP_START, _sleepy_appender(i, rng)) for i in range(5)]
         run, _ = await run_once(plugins)
         snap = run.snapshot
         outcomes.add(
@@ -140,9 +127,9 @@ def _increment(ctx: PhaseContext) -> StateCommand:
 async def test_two_hooks_on_one_exclusive_key_both_land() -> None:
     run, report = await run_once(
         [
-            keys(Tally),
-            hook_plugin("a", Phase.STEP_START, _increment),
-            hook_plugin("b", Phase.STEP_START, _increment),
+            Keys(Tally),
+            Hook("a", Phase.STEP_START, _increment),
+            Hook("b", Phase.STEP_START, _increment),
         ]
     )
     assert run.snapshot.get(Tally) == 2
@@ -155,9 +142,9 @@ async def test_a_round_with_re_runs_logs_no_error(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.ERROR, logger="statekernel"):
         run, report = await run_once(
             [
-                keys(Tally),
-                hook_plugin("a", Phase.STEP_START, _increment),
-                hook_plugin("b", Phase.STEP_START, _increment),
+                Keys(Tally),
+                Hook("a", Phase.STEP_START, _increment),
+                Hook("b", Phase.STEP_START, _increment),
             ]
         )
     assert (run.snapshot.get(Tally), report.conflicts) == (2, 1)
@@ -170,9 +157,9 @@ async def test_commutative_writes_commit_once_without_conflict() -> None:
 
     run, report = await run_once(
         [
-            keys(Counter),
-            hook_plugin("a", Phase.STEP_START, add_one),
-            hook_plugin("b", Phase.STEP_START, add_one),
+            Keys(Counter),
+            Hook("a", Phase.STEP_START, add_one),
+            Hook("b", Phase.STEP_START, add_one),
         ]
     )
     assert run.snapshot.get(Counter) == 2
@@ -190,9 +177,9 @@ async def test_a_failing_rerun_commits_nothing_of_the_round() -> None:
 
     kernel = Kernel(
         [
-            keys(Tally, Counter),
-            hook_plugin("a", Phase.STEP_START, _increment),
-            hook_plugin("b", Phase.STEP_START, flaky),
+            Keys(Tally, Counter),
+            Hook("a", Phase.STEP_START, _increment),
+            Hook("b", Phase.STEP_START, flaky),
         ]
     )
     run = await kernel.start_run("t")
@@ -211,9 +198,9 @@ async def test_a_raising_hook_fails_the_phase_and_commits_nothing() -> None:
 
     kernel = Kernel(
         [
-            keys(Counter),
-            hook_plugin("good", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
-            hook_plugin("bad", Phase.STEP_START, boom),
+            Keys(Counter),
+            Hook("good", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
+            Hook("bad", Phase.STEP_START, boom),
         ]
     )
     run = await kernel.start_run("t")
@@ -235,8 +222,8 @@ async def test_a_failing_async_hook_among_others_fails_the_phase_by_registration
 
     kernel = Kernel(
         [
-            hook_plugin("first", Phase.STEP_START, slow_fail),
-            hook_plugin("second", Phase.STEP_START, fast_fail),
+            Hook("first", Phase.STEP_START, slow_fail),
+            Hook("second", Phase.STEP_START, fast_fail),
         ]
     )
     run = await kernel.start_run("t")
@@ -246,7 +233,7 @@ async def test_a_failing_async_hook_among_others_fails_the_phase_by_registration
 
 
 async def test_a_hook_returning_a_non_command_is_a_hook_failure() -> None:
-    kernel = Kernel([hook_plugin("odd", Phase.STEP_START, lambda ctx: {"x": 1})])
+    kernel = Kernel([Hook("odd", Phase.STEP_START, lambda ctx: {"x": 1})])
     run = await kernel.start_run("t")
     with pytest.raises(HookFailed, match="StateCommand or None"):
         await run.run_phase(Phase.STEP_START)
@@ -255,9 +242,9 @@ async def test_a_hook_returning_a_non_command_is_a_hook_failure() -> None:
 async def test_apply_rejection_raises_commit_rejected_naming_key_and_plugin() -> None:
     kernel = Kernel(
         [
-            keys(Positive, Counter),
-            hook_plugin("ok", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
-            hook_plugin("neg", Phase.STEP_START, lambda ctx: StateCommand().update(Positive, -3)),
+            Keys(Positive, Counter),
+            Hook("ok", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
+            Hook("neg", Phase.STEP_START, lambda ctx: StateCommand().update(Positive, -3)),
         ]
     )
     run = await kernel.start_run("t")
@@ -276,9 +263,9 @@ async def test_unregistered_key_handler_and_effect_are_raised_as_such() -> None:
     for hook, error in cases:
         kernel = Kernel(
             [
-                keys(Counter),
-                hook_plugin("ok", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
-                hook_plugin("bad", Phase.STEP_START, hook),
+                Keys(Counter),
+                Hook("ok", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1)),
+                Hook("bad", Phase.STEP_START, hook),
             ]
         )
         run = await kernel.start_run("t")
@@ -291,8 +278,8 @@ async def test_unregistered_key_handler_and_effect_are_raised_as_such() -> None:
 async def test_wrong_update_type_inside_a_hook_surfaces_as_state_validation_error() -> None:
     kernel = Kernel(
         [
-            keys(Counter),
-            hook_plugin("typo", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, "1")),
+            Keys(Counter),
+            Hook("typo", Phase.STEP_START, lambda ctx: StateCommand().update(Counter, "1")),
         ]
     )
     run = await kernel.start_run("t")
@@ -305,7 +292,7 @@ def test_duplicate_registrations_fail_at_construction() -> None:
         r.register_effect(Audit, lambda payload, snap: None)
 
     with pytest.raises(DuplicateRegistration, match="test.counter"):
-        Kernel([keys(Counter), FnPlugin("again", lambda r: r.register_key(Counter))])
+        Kernel([Keys(Counter), FnPlugin("again", lambda r: r.register_key(Counter))])
     with pytest.raises(DuplicateRegistration, match="t.audit") as caught:
         Kernel([FnPlugin("one", audit_handler), FnPlugin("two", audit_handler)])
     assert (caught.value.first, caught.value.second) == ("one", "two")
@@ -314,7 +301,57 @@ def test_duplicate_registrations_fail_at_construction() -> None:
         key = "test.counter"
 
     with pytest.raises(DuplicateRegistration):
-        Kernel([keys(Counter), FnPlugin("other", lambda r: r.register_key(SameName))])
+        Kernel([Keys(Counter), FnPlugin("other", lambda r: r.register_key(SameName))])
+
+
+class Budget(StateKey[int, int]):
+    key = "promise.budget"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+    @staticmethod
+    def validate(value: int) -> None:
+        if value < 0:
+            raise ValueError(f"budget would be {value}")
+
+
+def _spend(amount: int) -> Any:
+    return lambda ctx: StateCommand().update(Budget, amount)
+
+
+async def test_a_refused_commit_names_the_plugin_whose_write_was_refused() -> None:
+    kernel = Kernel(
+        [
+            Keys(Budget, Title),
+            Hook("first", Phase.STEP_START, _spend(1)),
+            Hook("overspender", Phase.STEP_START, _spend(-5)),
+            Hook("bystander", Phase.STEP_START, lambda ctx: StateCommand().update(Title, "x")),
+        ]
+    )
+    run = await kernel.start_run("t")
+    with pytest.raises(CommitRejected) as caught:
+        await run.run_phase(Phase.STEP_START)
+    assert caught.value.key == "promise.budget"
+    assert caught.value.plugin == "overspender"
+    assert "overspender" in str(caught.value)
+    assert run.revision == 0
+
+
+async def test_a_failing_phase_listener_is_a_hook_failure_after_the_phase_committed() -> None:
+    run = await Kernel([]).start_run("t")
+
+    def listener(run: object, report: object) -> None:
+        raise ValueError("listener broke")
+
+    run.add_phase_listener(listener)
+    with pytest.raises(HookFailed) as caught:
+        await run.run_phase("step_start")
+    assert caught.value.plugin == "phase listener"
+    assert isinstance(caught.value.cause, ValueError)
+    assert caught.value.phase == Phase.STEP_START
 
 
 # -- effects ----------------------------------------------------------------------------
@@ -354,7 +391,7 @@ async def test_effect_handlers_fire_even_when_the_plugin_is_filtered_out() -> No
         r.register_effect(Audit, lambda payload, snap: seen.append(payload))
         r.register_phase_hook(Phase.STEP_START, lambda ctx: seen.append("hook ran"))
 
-    emitter = hook_plugin("emitter", Phase.STEP_START, lambda ctx: StateCommand().emit(Audit, "fx"))
+    emitter = Hook("emitter", Phase.STEP_START, lambda ctx: StateCommand().emit(Audit, "fx"))
     kernel = Kernel([FnPlugin("handler", handler_setup), emitter])
     run = await kernel.start_run("t", active_hook_filter=["emitter"])
     await run.run_phase(Phase.STEP_START)
@@ -426,6 +463,37 @@ async def test_max_phase_rounds_is_configurable() -> None:
         await run.run_phase(Phase.STEP_START)
 
 
+class Step(ScheduledActionSpec[int]):
+    key = "t.step"
+    phase = Phase.STEP_END
+
+
+async def test_a_failing_action_leaves_the_other_due_actions_queued() -> None:
+    done: list[int] = []
+
+    def handle(payload: int, ctx: PhaseContext) -> None:
+        if payload == 1:
+            raise RuntimeError("first one breaks")
+        done.append(payload)
+
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_action(Step, handle)
+            r.register_phase_hook(
+                Phase.STEP_START,
+                lambda ctx: StateCommand().schedule(Step, 1).schedule(Step, 2),
+            )
+
+    run = await Kernel([Plug()]).start_run("t")
+    await run.run_phase(Phase.STEP_START)
+    with pytest.raises(StateError):
+        await run.run_phase(Phase.STEP_END)
+    await run.run_phase(Phase.STEP_END)
+    assert done == [2]
+
+
 # -- filters, context and every phase ---------------------------------------------------
 
 
@@ -433,7 +501,7 @@ async def test_hooks_of_filtered_out_plugins_never_run() -> None:
     ran: list[str] = []
 
     def tracker(name: str) -> FnPlugin:
-        return hook_plugin(name, Phase.STEP_START, lambda ctx: ran.append(name))
+        return Hook(name, Phase.STEP_START, lambda ctx: ran.append(name))
 
     kernel = Kernel([tracker("a"), tracker("b"), tracker("c")])
     run = await kernel.start_run("t", active_hook_filter=("a", "c"))
@@ -446,7 +514,7 @@ async def test_hooks_of_filtered_out_plugins_never_run() -> None:
 @pytest.mark.parametrize("phase", list(Phase))
 async def test_every_phase_runs_hooks_with_the_agent_in_context(phase: Phase) -> None:
     seen: list[PhaseContext] = []
-    kernel = Kernel([hook_plugin("spy", phase, seen.append)])
+    kernel = Kernel([Hook("spy", phase, seen.append)])
     run = await kernel.start_run("thread-9", agent="writer", parent_thread_id="p")
     await run.run_phase(phase, messages=("hi",))
     (ctx,) = seen
@@ -525,7 +593,7 @@ async def test_one_live_run_per_thread() -> None:
 @pytest.mark.parametrize("name", ["STEP_START", "step_start", "Step_Start"])
 async def test_a_phase_may_be_named_by_its_name_in_any_case(name: str) -> None:
     seen: list[Phase] = []
-    plugin = hook_plugin("p", Phase.STEP_START, lambda ctx: seen.append(ctx.phase))
+    plugin = Hook("p", Phase.STEP_START, lambda ctx: seen.append(ctx.phase))
     run = await Kernel([plugin]).start_run("t")
     report = await run.run_phase(name)  # type: ignore[arg-type]
     assert report.phase is Phase.STEP_START
@@ -534,7 +602,7 @@ async def test_a_phase_may_be_named_by_its_name_in_any_case(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["STEP-START", "", 3, None])
 async def test_an_unknown_phase_is_a_state_error_listing_the_phases(name: Any) -> None:
-    run = await Kernel([keys(Counter)]).start_run("t")
+    run = await Kernel([Keys(Counter)]).start_run("t")
     with pytest.raises(StateError, match=r"is not a phase.*RUN_START, STEP_START") as caught:
         await run.run_phase(name)
     assert not isinstance(caught.value, KeyError)

@@ -1,5 +1,6 @@
-"""A Vector of mutable items stays frozen at the cost of what is read or added, not of its
-length: a commit copies only the items `apply` reads, and reads copy the items read."""
+"""A Vector of mutable items stays frozen at the cost of what is read or added, not its length.
+
+A commit copies only the items `apply` reads, and reads copy the items read."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The journal's promises under any sequence of runs, checks and saves, by property and by
-SIGKILL: whatever was saved loads back exactly, every saved revision can be travelled to,
-the history has one record per revision with no gap, and `verify` agrees."""
+"""The journal's promises under any sequence of runs, checks and saves, by property and SIGKILL.
+
+Whatever was saved loads back exactly, every saved revision can be travelled to, the history
+has one record per revision with no gap, and `verify` agrees."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from samples import Keys
 
 from statekernel import (
     Kernel,
@@ -61,14 +63,6 @@ class Mood(StateKey[str, str]):
     scope = KeyScope.THREAD
 
 
-class Keys(Plugin):
-    id = "keys"
-
-    def register(self, r: PluginRegistrar) -> None:
-        for key in (Count, Log, Mood):
-            r.register_key(key)
-
-
 op = st.one_of(
     st.tuples(st.just("count"), st.integers(-5, 5)),
     st.tuples(st.just("log"), st.lists(st.text(max_size=3), max_size=3).map(tuple)),
@@ -99,7 +93,7 @@ def _remember(into: dict[int, dict[str, Any]], snapshot: Any) -> None:
 
 
 async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) -> None:
-    kernel = Kernel([Keys()], thread_store=store, snapshot_every=snapshot_every)
+    kernel = Kernel([Keys(Count, Log, Mood)], thread_store=store, snapshot_every=snapshot_every)
     saved: dict[int, dict[str, Any]] = {0: {}}  # the state at every saved revision
     head = 0
     for steps, ending in plan:
@@ -125,7 +119,7 @@ async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) 
         for revision in [r for r in saved if r > head]:
             del saved[revision]  # abandoned: those revisions are given out again
 
-    fresh = Kernel([Keys()], thread_store=store) if store is not None else kernel
+    fresh = Kernel([Keys(Count, Log, Mood)], thread_store=store) if store is not None else kernel
     if head:
         history = await fresh.history("t")
         assert [record.revision for record in history] == list(range(1, head + 1))
@@ -172,13 +166,14 @@ _WRITER = textwrap.dedent(
     """
     import asyncio, sys
     sys.path.insert(0, {tests!r})
-    from test_journal_properties import Count, Keys, Log
+    from samples import Keys
+    from test_journal_properties import Count, Log, Mood
     from statekernel import Kernel, StateCommand
     from statekernel.stores import SqliteThreadStore
 
     async def main():
         async with SqliteThreadStore({db!r}) as store:
-            kernel = Kernel([Keys()], thread_store=store, snapshot_every=7)
+            kernel = Kernel([Keys(Count, Log, Mood)], thread_store=store, snapshot_every=7)
             while True:
                 run = await kernel.start_run("t")
                 for i in range(5):
@@ -209,7 +204,7 @@ def test_a_writer_killed_at_any_point_leaves_a_sound_verified_thread(tmp_path: P
 
         async def check(path: str = db, seen: int = acknowledged) -> None:
             async with SqliteThreadStore(path) as store:
-                kernel = Kernel([Keys()], thread_store=store)
+                kernel = Kernel([Keys(Count, Log, Mood)], thread_store=store)
                 run = await kernel.start_run("t")
                 head = run.revision
                 assert head >= seen  # nothing acknowledged is lost

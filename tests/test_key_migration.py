@@ -1,25 +1,17 @@
-"""A thread key whose type changed: read what the thread stores, then migrate or drop it,
-explicitly (`kernel.read_stored`, `kernel.update_state(..., replacing=[K])`), rather than
+"""A thread key whose type changed: read what the thread stores, then migrate or drop it.
+
+Explicitly (`kernel.read_stored`, `kernel.update_state(..., replacing=[K])`), rather than
 starting runs with `restore_errors="skip"` and hoping."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
+from samples import Keys
 
-from statekernel import (
-    DecodeFailed,
-    Kernel,
-    KeyScope,
-    Plugin,
-    PluginRegistrar,
-    StateCommand,
-    StateError,
-    StateKey,
-)
+from statekernel import DecodeFailed, Kernel, KeyScope, StateCommand, StateError, StateKey
 from statekernel.stores import SqliteThreadStore
 
 
@@ -55,19 +47,8 @@ class Visits(StateKey[int, int]):
         return value + update
 
 
-def plugin(*keys: type[StateKey[Any, Any]]) -> Plugin:
-    class Keys(Plugin):
-        id = "user"
-
-        def register(self, registrar: PluginRegistrar) -> None:
-            for key in keys:
-                registrar.register_key(key)
-
-    return Keys()
-
-
 async def written_by_v1(store: SqliteThreadStore) -> None:
-    run = await Kernel([plugin(ProfileV1, Visits)], thread_store=store).start_run("t1")
+    run = await Kernel([Keys(ProfileV1, Visits, id="user")], thread_store=store).start_run("t1")
     await run.submit(StateCommand().update(ProfileV1, NameV1("Ada Lovelace")).update(Visits, 2))
     await run.finish()
 
@@ -75,7 +56,7 @@ async def written_by_v1(store: SqliteThreadStore) -> None:
 async def test_a_changed_key_is_read_as_stored_and_migrated_in_one_commit(tmp_path: Path) -> None:
     async with SqliteThreadStore(tmp_path / "threads.db") as store:
         await written_by_v1(store)
-        v2 = Kernel([plugin(ProfileV2, Visits)], thread_store=store)
+        v2 = Kernel([Keys(ProfileV2, Visits, id="user")], thread_store=store)
         with pytest.raises(DecodeFailed, match="user.name"):
             await v2.start_run("t1")  # today's type cannot read it: nothing starts
         old = await v2.read_stored("t1", ProfileV1)  # read with the old declaration
@@ -97,7 +78,7 @@ async def test_a_changed_key_is_read_as_stored_and_migrated_in_one_commit(tmp_pa
 async def test_a_changed_key_can_be_dropped_and_starts_from_its_default(tmp_path: Path) -> None:
     async with SqliteThreadStore(tmp_path / "threads.db") as store:
         await written_by_v1(store)
-        v2 = Kernel([plugin(ProfileV2, Visits)], thread_store=store)
+        v2 = Kernel([Keys(ProfileV2, Visits, id="user")], thread_store=store)
         await v2.update_state("t1", StateCommand(), replacing=[ProfileV2])
         run = await v2.start_run("t1")
         assert ProfileV2 not in run.snapshot and run.snapshot.get(Visits) == 2
@@ -116,7 +97,7 @@ async def test_replacing_one_key_does_not_hide_another_that_no_longer_decodes(
 ) -> None:
     async with SqliteThreadStore(tmp_path / "threads.db") as store:
         await written_by_v1(store)
-        v2 = Kernel([plugin(ProfileV2, VisitsV2)], thread_store=store)
+        v2 = Kernel([Keys(ProfileV2, VisitsV2, id="user")], thread_store=store)
         with pytest.raises(StateError, match=r"\['user.visits'\] no longer decode either"):
             await v2.update_state("t1", StateCommand(), replacing=[ProfileV2])
         await v2.update_state("t1", StateCommand(), replacing=[ProfileV2, VisitsV2])
@@ -135,26 +116,16 @@ async def test_read_stored_replays_the_journal_with_the_old_apply(tmp_path: Path
             return value + update
 
     async with SqliteThreadStore(tmp_path / "threads.db") as store:
-        kernel = Kernel([plugin(Tally)], thread_store=store, snapshot_every=2)
+        kernel = Kernel([Keys(Tally, id="user")], thread_store=store, snapshot_every=2)
         for _ in range(5):  # a snapshot and records after it
             await kernel.update_state("t1", StateCommand().update(Tally, 3))
         assert await kernel.read_stored("t1", Tally) == 15
-        assert await Kernel([plugin(Tally)]).read_stored("t1", Tally) is None  # no store
+        assert await Kernel([Keys(Tally, id="user")]).read_stored("t1", Tally) is None  # no store
 
 
 class Note(StateKey[str, str]):
     key = "other.note"
     scope = KeyScope.THREAD
-
-
-def other() -> Plugin:
-    class Other(Plugin):
-        id = "other"
-
-        def register(self, registrar: PluginRegistrar) -> None:
-            registrar.register_key(Note)
-
-    return Other()
 
 
 async def test_a_key_only_in_the_journal_is_replaced_beside_another_plugins_records(
@@ -163,11 +134,15 @@ async def test_a_key_only_in_the_journal_is_replaced_beside_another_plugins_reco
     # The thread has no snapshot yet, so both keys live in the journal alone; the migrating
     # kernel lacks the other plugin, so it cannot write a snapshot (it would hide the note).
     async with SqliteThreadStore(tmp_path / "threads.db") as store:
-        v1 = Kernel([plugin(ProfileV1), other()], thread_store=store, snapshot_every=1000)
+        v1 = Kernel(
+            [Keys(ProfileV1, id="user"), Keys(Note, id="other")],
+            thread_store=store,
+            snapshot_every=1000,
+        )
         await v1.update_state(
             "t1", StateCommand().update(ProfileV1, NameV1("Ada Lovelace")).update(Note, "hi")
         )
-        v2 = Kernel([plugin(ProfileV2)], thread_store=store, snapshot_every=1000)
+        v2 = Kernel([Keys(ProfileV2, id="user")], thread_store=store, snapshot_every=1000)
         old = await v2.read_stored("t1", ProfileV1)
         first, last = old.full_name.split(" ", 1)
         await v2.update_state(
@@ -178,7 +153,7 @@ async def test_a_key_only_in_the_journal_is_replaced_beside_another_plugins_reco
         assert run.snapshot.get(ProfileV2) == NameV2("Ada", "Lovelace")
         await run.submit(StateCommand().update(ProfileV2, NameV2("Ada", "King")))
         await run.finish()  # and the thread goes on saving
-        both = Kernel([plugin(ProfileV2), other()], thread_store=store)
+        both = Kernel([Keys(ProfileV2, id="user"), Keys(Note, id="other")], thread_store=store)
         run = await both.start_run("t1")
         assert run.snapshot.get(ProfileV2) == NameV2("Ada", "King")
         assert run.snapshot.get(Note) == "hi"

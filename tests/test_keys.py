@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 import pytest
 from sample_keys import Counter, Items, Log
+from samples import Keys
 
 from statekernel import (
     EffectSpec,
@@ -181,16 +182,10 @@ def test_parameterised_frozen_records_are_immutable_when_their_arguments_are() -
 
 
 def test_the_kernels_reserved_prefix_and_plugin_id_are_refused() -> None:
-    from statekernel import Kernel, Plugin, PluginRegistrar
+    from statekernel import Kernel, Plugin
 
     class Sneaky(StateKey[int, int]):
         key = "statekernel.mine"
-
-    class Uses(Plugin):
-        id = "uses"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(Sneaky)
 
     class Impostor(Plugin):
         id = "statekernel"
@@ -198,7 +193,7 @@ def test_the_kernels_reserved_prefix_and_plugin_id_are_refused() -> None:
     from statekernel import Agent, ScriptedModel
 
     with pytest.raises(InvalidDeclaration, match="reserved"):
-        Kernel([Uses()])
+        Kernel([Keys(Sneaky, id="uses")])
     with pytest.raises(InvalidDeclaration, match="reserves"):
         Agent([Impostor()], ScriptedModel())
 

@@ -1,7 +1,8 @@
-"""OpenAIChatModel against a real HTTP server on 127.0.0.1 that speaks Chat Completions and
-checks every request as a provider does (tests/chat_server.py): an approval conversation
-end to end, streamed and not, through `agent.run` and `agent.stream`; retries of transient
-errors; a clear error for a refused request."""
+"""OpenAIChatModel against a real HTTP server on 127.0.0.1 that speaks Chat Completions.
+
+The server (tests/chat_server.py) checks every request as a provider does: an approval
+conversation end to end, streamed and not, through `agent.run` and `agent.stream`; retries
+of transient errors; a clear error for a refused request."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The persistence path as users meet it: values through a real SQLite thread store, the
-validate-before-persist check, what a restore does with bytes it cannot or may not decode,
-the store's argument checks and the codec hooks' promises.
+"""The persistence path as users meet it: values through a real SQLite thread store.
+
+The validate-before-persist check, what a restore does with bytes it cannot or may not
+decode, the store's argument checks and the codec hooks' promises.
 
 The kernels here write a snapshot at every checkpoint (`snapshot_every=1`), so the values a
 thread holds can be read back from the store as the bytes of its newest snapshot."""
@@ -10,21 +11,19 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pydantic
 import pytest
+from samples import Keys, commit_all, read
 
 import statekernel
 from statekernel import (
     CommitRejected,
     DecodeFailed,
     KeyScope,
-    Plugin,
-    PluginRegistrar,
     StateCommand,
     StateError,
     StateKey,
@@ -36,7 +35,7 @@ from statekernel import (
     enc_hook,
 )
 from statekernel.lowlevel import ThreadSave
-from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+from statekernel.stores import SqliteThreadStore
 
 Kernel = functools.partial(statekernel.Kernel, snapshot_every=1)
 
@@ -76,42 +75,9 @@ class CappedLevel(StateKey[int, int]):
             raise ValueError(f"level {value} is above the cap of 3")
 
 
-class KeysOf(Plugin):
-    def __init__(
-        self, id: str, *keys: type[StateKey[Any, Any]], options: StateKeyOptions | None = None
-    ) -> None:
-        self.id = id
-        self.keys = keys
-        self.options = options
-
-    def register(self, r: PluginRegistrar) -> None:
-        for key in self.keys:
-            r.register_key(key, self.options)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteThreadStore]:
-    async with SqliteThreadStore(tmp_path / "threads.db") as opened:
-        yield opened
-
-
 @pytest.fixture(autouse=True)
 def _fresh_validate_log() -> None:
     validated.clear()
-
-
-async def write(kernel: Kernel, thread: str, command: StateCommand) -> None:
-    run = await kernel.start_run(thread)
-    await run.submit(command)
-    await run.finish()
-
-
-async def read(kernel: Kernel, thread: str, key: type[StateKey[Any, Any]]) -> Any:
-    run = await kernel.start_run(thread)
-    try:
-        return run.snapshot.get(key)
-    finally:
-        await run.abandon()
 
 
 async def stored_values(store: ThreadStore, thread: str) -> dict[str, bytes]:
@@ -139,14 +105,18 @@ class Files(StateKey[Vector[Attachment], Attachment]):
 
 
 async def test_pydantic_models_in_a_vector_round_trip_through_sqlite(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
     attachment = Attachment(
         name="a.bin", payload=b"\x00raw bytes", source=pydantic.AnyUrl("https://example.org/a")
     )
-    plugins = [KeysOf("files", Files)]
-    await write(Kernel(plugins, thread_store=store), "t", StateCommand().update(Files, attachment))
-    back = await read(Kernel(plugins, thread_store=store), "t", Files)
+    plugins = [Keys(Files, id="files")]
+    await commit_all(
+        Kernel(plugins, thread_store=sqlite_thread_store),
+        "t",
+        StateCommand().update(Files, attachment),
+    )
+    back = await read(Kernel(plugins, thread_store=sqlite_thread_store), "t", Files)
     assert type(back) is Vector and list(back) == [attachment]
 
 
@@ -164,37 +134,40 @@ class Half(StateKey[Any, Any]):
 
 
 async def test_a_value_that_could_not_be_restored_is_refused_at_checkpoint(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    run = await Kernel([KeysOf("half", Half)], thread_store=store).start_run("t")
+    run = await Kernel([Keys(Half, id="half")], thread_store=sqlite_thread_store).start_run("t")
     await run.submit(StateCommand().update(Half, HalfModel()))
     with pytest.raises(StateError, match=r"'t\.half' cannot be encoded.*persistent=False"):
         await run.checkpoint()
     await run.abandon()
-    assert await store.load("t") is None
+    assert await sqlite_thread_store.load("t") is None
 
 
-async def test_non_persistent_keys_never_reach_the_store(store: SqliteThreadStore) -> None:
+async def test_non_persistent_keys_never_reach_the_store(
+    sqlite_thread_store: SqliteThreadStore,
+) -> None:
     class Draft(StateKey[str, str]):
         key = "r.draft"
 
     volatile = StateKeyOptions(persistent=False)
-    plugins = [KeysOf("kept", Mood), KeysOf("volatile", Level, options=volatile)]
-    kernel = Kernel(plugins, thread_store=store)
-    await write(kernel, "t", StateCommand().update(Mood, "calm").update(Level, 2))
-    saved_values = await stored_values(store, "t")
+    plugins = [Keys(Mood, id="kept"), Keys(Level, id="volatile", options=volatile)]
+    kernel = Kernel(plugins, thread_store=sqlite_thread_store)
+    await commit_all(kernel, "t", StateCommand().update(Mood, "calm").update(Level, 2))
+    saved_values = await stored_values(sqlite_thread_store, "t")
     assert "t.mood" in saved_values and "t.level" not in saved_values
 
     class RunLevel(StateKey[int, int]):
         key = "r.level"
 
     suspending = Kernel(
-        [KeysOf("kept", Draft), KeysOf("volatile", RunLevel, options=volatile)], thread_store=store
+        [Keys(Draft, id="kept"), Keys(RunLevel, id="volatile", options=volatile)],
+        thread_store=sqlite_thread_store,
     )
     run = await suspending.start_run("t")
     await run.submit(StateCommand().update(Draft, "half done").update(RunLevel, 7))
     await run.suspend()
-    saved = await store.load("t")
+    saved = await sqlite_thread_store.load("t")
     assert saved is not None and saved.run_values is not None
     assert "r.draft" in saved.run_values and "r.level" not in saved.run_values
     resumed, _ = await suspending.resume_run("t")
@@ -206,9 +179,11 @@ async def test_non_persistent_keys_never_reach_the_store(store: SqliteThreadStor
 
 
 async def test_an_unchanged_value_is_validated_once_not_at_every_checkpoint(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    run = await Kernel([KeysOf("levels", CappedLevel)], thread_store=store).start_run("t")
+    run = await Kernel(
+        [Keys(CappedLevel, id="levels")], thread_store=sqlite_thread_store
+    ).start_run("t")
     await run.submit(StateCommand().update(CappedLevel, 2))
     before = len(validated)
     await run.checkpoint()
@@ -219,10 +194,10 @@ async def test_an_unchanged_value_is_validated_once_not_at_every_checkpoint(
 
 
 async def test_a_value_changed_after_a_checkpoint_is_saved_by_the_next(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    plugins = [KeysOf("levels", CappedLevel)]
-    run = await Kernel(plugins, thread_store=store).start_run("t")
+    plugins = [Keys(CappedLevel, id="levels")]
+    run = await Kernel(plugins, thread_store=sqlite_thread_store).start_run("t")
     await run.submit(StateCommand().update(CappedLevel, 1))
     await run.checkpoint()
     await run.submit(StateCommand().update(CappedLevel, 3))
@@ -230,17 +205,21 @@ async def test_a_value_changed_after_a_checkpoint_is_saved_by_the_next(
     await run.checkpoint()
     await run.abandon()
     assert validated[before:] == [3]
-    assert await read(Kernel(plugins, thread_store=store), "t", CappedLevel) == 3
+    assert await read(Kernel(plugins, thread_store=sqlite_thread_store), "t", CappedLevel) == 3
 
 
 async def test_a_stored_value_the_new_validate_refuses_is_not_persisted_again(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    await write(
-        Kernel([KeysOf("levels", Level)], thread_store=store), "t", StateCommand().update(Level, 5)
+    await commit_all(
+        Kernel([Keys(Level, id="levels")], thread_store=sqlite_thread_store),
+        "t",
+        StateCommand().update(Level, 5),
     )
-    before = await store.load("t")
-    stricter = Kernel([KeysOf("levels", CappedLevel), KeysOf("mood", Mood)], thread_store=store)
+    before = await sqlite_thread_store.load("t")
+    stricter = Kernel(
+        [Keys(CappedLevel, id="levels"), Keys(Mood, id="mood")], thread_store=sqlite_thread_store
+    )
     run = await stricter.start_run("t")
     await run.submit(StateCommand().update(Mood, "calm"))  # commits: Level is not touched
     with pytest.raises(CommitRejected) as caught:
@@ -249,45 +228,56 @@ async def test_a_stored_value_the_new_validate_refuses_is_not_persisted_again(
     assert (error.key, error.plugin, error.stage) == ("t.level", "levels", "persist")
     assert isinstance(error.cause, ValueError) and str(error.cause) in str(error)
     assert "'t.level'" in str(error) and "'levels'" in str(error) and "persist" in str(error)
-    assert await store.load("t") == before  # nothing was saved
+    assert await sqlite_thread_store.load("t") == before  # nothing was saved
     await run.submit(StateCommand().update(CappedLevel, 3))  # the run stays open: fix it
     await run.finish()
-    assert await read(Kernel([KeysOf("levels", Level)], thread_store=store), "t", Level) == 3
+    assert (
+        await read(Kernel([Keys(Level, id="levels")], thread_store=sqlite_thread_store), "t", Level)
+        == 3
+    )
 
 
 # -- what a restore does with bytes it cannot or may not decode -------------------------------
 
 
 async def test_keys_no_plugin_registered_are_carried_over_byte_for_byte(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    both = Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store)
-    await write(both, "t", StateCommand().update(Mood, "calm"))
-    await write(both, "t", StateCommand().update(Notes, "first"))
-    mood_bytes = (await stored_values(store, "t"))["t.mood"]
-    notes_only = Kernel([KeysOf("notes", Notes)], thread_store=store)
+    both = Kernel(
+        [Keys(Mood, id="mood"), Keys(Notes, id="notes")], thread_store=sqlite_thread_store
+    )
+    await commit_all(both, "t", StateCommand().update(Mood, "calm"))
+    await commit_all(both, "t", StateCommand().update(Notes, "first"))
+    mood_bytes = (await stored_values(sqlite_thread_store, "t"))["t.mood"]
+    notes_only = Kernel([Keys(Notes, id="notes")], thread_store=sqlite_thread_store)
     run = await notes_only.start_run("t")
     assert run.snapshot.get(Notes) == ("first",)  # the unknown key hides nothing
     await run.submit(StateCommand().update(Notes, "second"))
     await run.finish()
-    assert (await stored_values(store, "t"))["t.mood"] == mood_bytes
+    assert (await stored_values(sqlite_thread_store, "t"))["t.mood"] == mood_bytes
     assert await read(both, "t", Mood) == "calm"
 
 
 async def test_a_key_that_moved_to_run_scope_starts_fresh_and_keeps_its_thread_bytes(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    await write(
-        Kernel([KeysOf("mood", Mood)], thread_store=store), "t", StateCommand().update(Mood, "calm")
+    await commit_all(
+        Kernel([Keys(Mood, id="mood")], thread_store=sqlite_thread_store),
+        "t",
+        StateCommand().update(Mood, "calm"),
     )
     per_run = Kernel(
-        [KeysOf("mood", Mood, options=StateKeyOptions(scope=KeyScope.RUN))], thread_store=store
+        [Keys(Mood, id="mood", options=StateKeyOptions(scope=KeyScope.RUN))],
+        thread_store=sqlite_thread_store,
     )
     run = await per_run.start_run("t")
     assert Mood not in run.snapshot  # a run key always starts at its default
     await run.submit(StateCommand().update(Mood, "this run only"))
     await run.finish()
-    assert await read(Kernel([KeysOf("mood", Mood)], thread_store=store), "t", Mood) == "calm"
+    assert (
+        await read(Kernel([Keys(Mood, id="mood")], thread_store=sqlite_thread_store), "t", Mood)
+        == "calm"
+    )
 
 
 class MoodAsNumber(StateKey[int, int]):
@@ -298,8 +288,8 @@ class MoodAsNumber(StateKey[int, int]):
 
 
 async def _stored_mood(store: SqliteThreadStore) -> bytes:
-    await write(
-        Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store),
+    await commit_all(
+        Kernel([Keys(Mood, id="mood"), Keys(Notes, id="notes")], thread_store=store),
         "thread-7",
         StateCommand().update(Mood, "calm").update(Notes, "n"),
     )
@@ -307,12 +297,12 @@ async def _stored_mood(store: SqliteThreadStore) -> bytes:
 
 
 async def test_a_value_that_no_longer_decodes_names_key_thread_and_reason(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    data = await _stored_mood(store)
+    data = await _stored_mood(sqlite_thread_store)
     with pytest.raises(msgspec.ValidationError) as reason:
         msgspec.json.decode(data, type=int)
-    strict = Kernel([KeysOf("mood", MoodAsNumber)], thread_store=store)
+    strict = Kernel([Keys(MoodAsNumber, id="mood")], thread_store=sqlite_thread_store)
     with pytest.raises(DecodeFailed) as caught:
         await strict.start_run("thread-7")
     error = caught.value
@@ -323,13 +313,13 @@ async def test_a_value_that_no_longer_decodes_names_key_thread_and_reason(
 
 
 async def test_skipped_values_start_from_the_default_with_a_warning_and_keep_their_bytes(
-    store: SqliteThreadStore, caplog: pytest.LogCaptureFixture
+    sqlite_thread_store: SqliteThreadStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    data = await _stored_mood(store)
+    data = await _stored_mood(sqlite_thread_store)
     with pytest.raises(msgspec.ValidationError) as reason:
         msgspec.json.decode(data, type=int)
-    changed = [KeysOf("mood", MoodAsNumber), KeysOf("notes", Notes)]
-    lenient = Kernel(changed, thread_store=store, restore_errors="skip")
+    changed = [Keys(MoodAsNumber, id="mood"), Keys(Notes, id="notes")]
+    lenient = Kernel(changed, thread_store=sqlite_thread_store, restore_errors="skip")
     with caplog.at_level(logging.WARNING, logger="statekernel"):
         run = await lenient.start_run("thread-7")
     warnings = [r for r in caplog.records if r.name == "statekernel"]
@@ -339,12 +329,15 @@ async def test_skipped_values_start_from_the_default_with_a_warning_and_keep_the
     assert (run.snapshot.get(MoodAsNumber), run.snapshot.get(Notes)) == (0, ("n",))
     await run.submit(StateCommand().update(Notes, "m"))
     await run.finish()
-    assert (await stored_values(store, "thread-7"))["t.mood"] == data  # written back untouched
+    # written back untouched
+    assert (await stored_values(sqlite_thread_store, "thread-7"))["t.mood"] == data
 
     run = await lenient.start_run("thread-7")
     await run.submit(StateCommand().update(MoodAsNumber, 4))  # written anew: replaces them
     await run.finish()
-    assert await read(Kernel(changed, thread_store=store), "thread-7", MoodAsNumber) == 4
+    assert (
+        await read(Kernel(changed, thread_store=sqlite_thread_store), "thread-7", MoodAsNumber) == 4
+    )
 
 
 class LiveSession:
@@ -358,45 +351,36 @@ class MoodAsSession(StateKey[LiveSession, LiveSession]):
 
 
 async def test_a_key_redeclared_with_a_type_the_codec_cannot_carry_is_refused_at_once(
-    store: SqliteThreadStore,
+    sqlite_thread_store: SqliteThreadStore,
 ) -> None:
-    data = await _stored_mood(store)
+    data = await _stored_mood(sqlite_thread_store)
     with pytest.raises(statekernel.InvalidDeclaration) as caught:
-        Kernel([KeysOf("mood", MoodAsSession)], thread_store=store)
+        Kernel([Keys(MoodAsSession, id="mood")], thread_store=sqlite_thread_store)
     message = str(caught.value)
     assert "'t.mood'" in message and "LiveSession" in message and "persistent=False" in message
     # In memory only, it is allowed; the stored bytes are left alone.
     volatile = StateKeyOptions(persistent=False)
     run = await Kernel(
-        [KeysOf("mood", MoodAsSession, options=volatile)], thread_store=store
+        [Keys(MoodAsSession, id="mood", options=volatile)], thread_store=sqlite_thread_store
     ).start_run("thread-7")
     assert type(run.snapshot.get(MoodAsSession)) is LiveSession
     await run.finish()
-    assert (await stored_values(store, "thread-7"))["t.mood"] == data
+    assert (await stored_values(sqlite_thread_store, "thread-7"))["t.mood"] == data
 
 
 # -- the store's own checks -------------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
-    made: ThreadStore = (
-        MemoryThreadStore() if request.param == "memory" else SqliteThreadStore(tmp_path / "t.db")
-    )
-    async with made:
-        yield made
-
-
-async def test_bad_save_arguments_say_what_was_given(any_store: ThreadStore) -> None:
+async def test_bad_save_arguments_say_what_was_given(thread_store: ThreadStore) -> None:
     state = ThreadSave(revision=0)
     with pytest.raises(TypeError, match=r"thread_id must be a string, got int"):
-        await any_store.save(7, state, expected_position=0)  # type: ignore[arg-type]
+        await thread_store.save(7, state, expected_position=0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"ThreadSave, got dict"):
-        await any_store.save("t", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
+        await thread_store.save("t", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
     for bad in (True, "0", 1.0, None, -1):
         with pytest.raises(ValueError, match=rf"expected_position.*got {bad!r}$"):
-            await any_store.save("t", state, expected_position=bad)  # type: ignore[arg-type]
-    assert await any_store.load("t") is None
+            await thread_store.save("t", state, expected_position=bad)  # type: ignore[arg-type]
+    assert await thread_store.load("t") is None
 
 
 async def test_a_document_that_no_longer_decodes_is_blamed_on_the_thread_state(
@@ -442,11 +426,11 @@ async def test_a_scope_held_in_a_str_thread_key_is_saved_as_its_string(tmp_path:
     )
     path = tmp_path / "scope.db"
     async with SqliteThreadStore(path) as store:
-        run = await Kernel([KeysOf("keys", SharedWith)], thread_store=store).start_run("t")
+        run = await Kernel([Keys(SharedWith, id="keys")], thread_store=store).start_run("t")
         await run.submit(StateCommand().update(SharedWith, StateScope.global_()))
         await run.finish()
     async with SqliteThreadStore(path) as store:
-        run = await Kernel([KeysOf("keys", SharedWith)], thread_store=store).start_run("t")
+        run = await Kernel([Keys(SharedWith, id="keys")], thread_store=store).start_run("t")
         restored = run.snapshot.get(SharedWith)
         assert restored == "global" and type(restored) is str
         await run.abandon()

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from samples import Hook
 
 from statekernel import (
     Agent,
@@ -376,14 +377,10 @@ async def test_the_remove_prefix_action_runs_in_order_with_adds() -> None:
             .extend(add_context(ContextMessage(key="a.2", content="second")))
         )
 
-    class Scheduler(Plugin):
-        id = "scheduler"
-
-        def register(self, registrar: PluginRegistrar) -> None:
-            registrar.register_phase_hook(Phase.BEFORE_INFERENCE, schedule)
-
     model = ScriptedModel()
-    await Agent([ContextInjection(), Scheduler()], model).run("t", "go")
+    await Agent(
+        [ContextInjection(), Hook("scheduler", Phase.BEFORE_INFERENCE, schedule)], model
+    ).run("t", "go")
     assert seen(model, "first") == [False] and seen(model, "second") == [True]
 
 

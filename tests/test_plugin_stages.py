@@ -265,3 +265,79 @@ async def test_wrapped_tools_keep_their_schema_and_still_validate_arguments() ->
     assert bad[1] and "'notes': Field required" in bad[0]
     assert good == ("reviewed: fine", False)
     assert result.snapshot.get(DocStage) is Doc.REVIEWED  # only the valid call moved the stage
+
+
+# -- the shortest route in a branching graph -----------------------------------------------
+
+
+class Manuscript(enum.Enum):
+    DRAFT = "draft"
+    OUTLINED = "outlined"
+    EDITED = "edited"
+    POLISHED = "polished"
+    REVIEWED = "reviewed"
+    PUBLISHED = "published"
+
+
+class BranchingStage(StageKey[Manuscript]):
+    """Two routes from DRAFT to REVIEWED: the short one through OUTLINED, the long one through
+    EDITED and POLISHED (declared later); from EDITED only the long route remains."""
+
+    key = "promise.doc_stage"
+    transitions = {
+        Manuscript.DRAFT: {Manuscript.EDITED, Manuscript.OUTLINED},
+        Manuscript.OUTLINED: {Manuscript.REVIEWED},
+        Manuscript.EDITED: {Manuscript.POLISHED},
+        Manuscript.POLISHED: {Manuscript.REVIEWED},
+        Manuscript.REVIEWED: {Manuscript.PUBLISHED},
+    }
+
+
+class LateShortStage(StageKey[Manuscript]):
+    """The mirror image: the short route goes through the stage declared later."""
+
+    key = "promise.late_short_stage"
+    transitions = {
+        Manuscript.DRAFT: {Manuscript.OUTLINED, Manuscript.EDITED},
+        Manuscript.OUTLINED: {Manuscript.POLISHED},
+        Manuscript.POLISHED: {Manuscript.REVIEWED},
+        Manuscript.EDITED: {Manuscript.REVIEWED},
+        Manuscript.REVIEWED: {Manuscript.PUBLISHED},
+    }
+
+
+_ADVANCES = {
+    "outline": Manuscript.OUTLINED,
+    "edit": Manuscript.EDITED,
+    "polish": Manuscript.POLISHED,
+    "review": Manuscript.REVIEWED,
+}
+
+
+async def _block_reason(key: type[StageKey[Manuscript]], *moves: str) -> str:
+    flow = StageWorkflow(key, requires={"publish": Manuscript.REVIEWED}, advances=_ADVANCES)
+    tools = flow.tools({name: (lambda a, c: "ok") for name in [*_ADVANCES, "publish"]})
+    script = [
+        InferenceResponse("", (ToolCall(f"c{i}", name, {}),))
+        for i, name in enumerate([*moves, "publish"])
+    ]
+    result = await Agent([flow], ScriptedModel(script), tools).run("doc", ["go"])
+    errors = [m.content for m in result.messages if m.role == "tool" and m.is_error]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("key", "moves", "hint"),
+    [
+        (BranchingStage, (), "(now DRAFT): call `outline` first, then `review`"),
+        (BranchingStage, ("edit",), "(now EDITED): call `polish` first, then `review`"),
+        (LateShortStage, (), "(now DRAFT): call `edit` first, then `review`"),
+        (LateShortStage, ("outline",), "(now OUTLINED): call `polish` first, then `review`"),
+    ],
+)
+async def test_the_block_names_the_shortest_route_in_a_branching_graph(
+    key: type[StageKey[Manuscript]], moves: tuple[str, ...], hint: str
+) -> None:
+    reason = await _block_reason(key, *moves)
+    assert reason == f"publish needs stage REVIEWED {hint}"

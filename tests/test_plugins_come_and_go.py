@@ -1,12 +1,15 @@
-"""Plugins that come and go between kernels on one thread store: a plugin left out of one
-kernel finds its thread keys again in the next (carried over untouched), and a kernel can
-refuse threads holding keys it does not know (Awaken's strict unknown-key restore)."""
+"""Plugins that come and go between kernels on one thread store.
+
+A plugin left out of one kernel finds its thread keys again in the next (carried over
+untouched), and a kernel can refuse threads holding keys it does not know (Awaken's strict
+unknown-key restore)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from samples import Keys
 
 from statekernel import (
     Agent,
@@ -109,14 +112,10 @@ async def test_a_strict_kernel_checks_a_suspended_runs_run_keys_and_names_agent_
     class Scratch(StateKey[int, int]):
         key = "scratch.count"  # run-scoped
 
-    class ScratchPlugin(Plugin):
-        id = "scratch"
-
-        def register(self, registrar: PluginRegistrar) -> None:
-            registrar.register_key(Scratch)
-
     async with SqliteThreadStore(tmp_path / "threads.db") as store:
-        run = await Kernel([Core(), ScratchPlugin()], thread_store=store).start_run("t1")
+        run = await Kernel([Core(), Keys(Scratch, id="scratch")], thread_store=store).start_run(
+            "t1"
+        )
         await run.submit(StateCommand().update(Scratch, 3).update(Steps, 1))
         await run.suspend(b"later")
         strict = Kernel([Core()], thread_store=store, unknown_keys="refuse")

@@ -1,12 +1,13 @@
-"""Shared and profile state through ProfileAccess: declarations, scopes, typed reads and
-writes, compare-and-set, and the errors a user meets."""
+"""Shared and profile state through ProfileAccess: declarations, scopes, typed reads and writes.
+
+Compare-and-set, and the errors a user meets."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -49,15 +50,6 @@ class Locale(ProfileKey[str]):
 
 class Visits(ProfileKey[int]):
     key = "visits"
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProfileStore]:
-    made: ProfileStore = (
-        MemoryProfileStore() if request.param == "memory" else SqliteProfileStore(tmp_path / "p.db")
-    )
-    async with made:
-        yield made
 
 
 # -- declarations ---------------------------------------------------------------------------
@@ -156,23 +148,23 @@ def test_a_missing_parent_id_is_refused_not_shared() -> None:
 # -- typed access ---------------------------------------------------------------------------
 
 
-async def test_a_missing_record_reads_as_the_default(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_a_missing_record_reads_as_the_default(profile_store: ProfileStore) -> None:
+    access = ProfileAccess(profile_store)
     assert await access.read(TeamContext, StateScope.global_()) == TeamData()
     assert await access.read(Locale, "alice") == "en-US"
 
 
-async def test_values_are_stored_as_builtins_at_key_and_scope(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_values_are_stored_as_builtins_at_key_and_scope(profile_store: ProfileStore) -> None:
+    access = ProfileAccess(profile_store)
     scope = StateScope.parent_thread("p1")
     await access.write(TeamContext, scope, TeamData(goals=["ship"], lead="ana"))
-    entry = await store.get("team_context", "parent_thread::p1")
+    entry = await profile_store.get("team_context", "parent_thread::p1")
     assert entry is not None and entry.value == {"goals": ["ship"], "lead": "ana"}
     assert await access.read(TeamContext, "parent_thread::p1") == TeamData(["ship"], "ana")
 
 
-async def test_profile_state_is_keyed_by_owner(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_profile_state_is_keyed_by_owner(profile_store: ProfileStore) -> None:
+    access = ProfileAccess(profile_store)
     await access.write(Locale, "alice", "fr-FR")
     await access.write(Locale, "system", "de-DE")
     assert await access.read(Locale, "alice") == "fr-FR"
@@ -238,21 +230,23 @@ VALUES: list[tuple[Any, Any]] = [
 
 @pytest.mark.parametrize(("value_type", "value"), VALUES, ids=lambda v: repr(v)[:24])
 async def test_every_msgspec_encodable_type_round_trips(
-    store: ProfileStore, value_type: Any, value: Any
+    profile_store: ProfileStore, value_type: Any, value: Any
 ) -> None:
     class Key(ProfileKey[value_type]):  # type: ignore[valid-type]
         key = "t.value"
         default_factory = lambda: None  # noqa: E731
 
-    access = ProfileAccess(store)
+    access = ProfileAccess(profile_store)
     await access.write(Key, "r", value)
     back = await access.read(Key, "r")
     assert back == value
     assert type(back) is type(value)
 
 
-async def test_a_value_of_the_wrong_type_is_refused_before_any_write(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_a_value_of_the_wrong_type_is_refused_before_any_write(
+    profile_store: ProfileStore,
+) -> None:
+    access = ProfileAccess(profile_store)
     with pytest.raises(StateValidationError, match=r"'visits'.*must be int, got str") as caught:
         await access.write(Visits, "alice", "3")  # type: ignore[arg-type]
     assert caught.value.key == "visits"
@@ -260,17 +254,17 @@ async def test_a_value_of_the_wrong_type_is_refused_before_any_write(store: Prof
         await access.write(TeamContext, "global", TeamData(goals=[1, 2]))  # type: ignore[list-item]
     with pytest.raises(StateValidationError):
         await access.update(Visits, "alice", lambda n: str(n))  # type: ignore[arg-type, return-value]
-    assert await store.list("visits") == []
-    assert await store.list("team_context") == []
+    assert await profile_store.list("visits") == []
+    assert await profile_store.list("team_context") == []
 
 
 async def test_a_value_over_the_size_limit_is_refused_before_any_write(
-    store: ProfileStore,
+    profile_store: ProfileStore,
 ) -> None:
     class Note(ProfileKey[str]):
         key = "t.note"
 
-    access = ProfileAccess(store, max_value_bytes=1_024)
+    access = ProfileAccess(profile_store, max_value_bytes=1_024)
     await access.write(Note, "n", "short")
     with pytest.raises(
         StoreError, match=r"above the limit of 1,024.*nothing was written"
@@ -279,14 +273,14 @@ async def test_a_value_over_the_size_limit_is_refused_before_any_write(
     assert caught.value.key == "t.note"
     with pytest.raises(StoreError):
         await access.buffered().write(Note, "n", "x" * 2_000)
-    assert (await store.get("t.note", "n")).value == "short"  # type: ignore[union-attr]
+    assert (await profile_store.get("t.note", "n")).value == "short"  # type: ignore[union-attr]
 
 
 async def test_a_record_that_no_longer_decodes_fails_for_that_record_only(
-    store: ProfileStore,
+    profile_store: ProfileStore,
 ) -> None:
-    access = ProfileAccess(store)
-    await store.set("team_context", "old", {"goals": "not a list"})
+    access = ProfileAccess(profile_store)
+    await profile_store.set("team_context", "old", {"goals": "not a list"})
     await access.write(TeamContext, "new", TeamData(goals=["ok"]))
     with pytest.raises(DecodeFailed, match=r"'team_context'.*'old'") as caught:
         await access.read(TeamContext, "old")
@@ -296,11 +290,11 @@ async def test_a_record_that_no_longer_decodes_fails_for_that_record_only(
     assert (await access.read(TeamContext, "old")).goals == ["migrated"]
 
 
-async def test_a_key_the_kernel_did_not_register_is_refused(store: ProfileStore) -> None:
+async def test_a_key_the_kernel_did_not_register_is_refused(profile_store: ProfileStore) -> None:
     class Impostor(ProfileKey[int]):
         key = "visits"  # same string, another class
 
-    access = ProfileAccess(store, keys={"team_context": TeamContext, "visits": Visits})
+    access = ProfileAccess(profile_store, keys={"team_context": TeamContext, "visits": Visits})
     await access.write(Visits, "a", 1)
     for key in (Locale, Impostor):
         with pytest.raises(UnknownProfileKey, match=r"register_profile_key") as caught:
@@ -308,24 +302,24 @@ async def test_a_key_the_kernel_did_not_register_is_refused(store: ProfileStore)
         assert isinstance(caught.value, UnknownStateKey)
     with pytest.raises(UnknownProfileKey, match=r"Registered profile keys: team_context, visits"):
         await access.write(Locale, "a", "fr")
-    assert await store.get("locale", "a") is None
+    assert await profile_store.get("locale", "a") is None
 
 
-async def test_arguments_of_the_wrong_kind_are_refused(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_arguments_of_the_wrong_kind_are_refused(profile_store: ProfileStore) -> None:
+    access = ProfileAccess(profile_store)
     with pytest.raises(TypeError, match=r"StateScope or a string"):
         await access.read(Visits, 42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"expected a ProfileKey subclass"):
         await access.read(int, "a")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"max_update_attempts"):
-        ProfileAccess(store, max_update_attempts=0)
+        ProfileAccess(profile_store, max_update_attempts=0)
 
 
 # -- update ---------------------------------------------------------------------------------
 
 
-async def test_update_never_loses_a_concurrent_increment(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_update_never_loses_a_concurrent_increment(profile_store: ProfileStore) -> None:
+    access = ProfileAccess(profile_store)
     results = await asyncio.gather(
         *(access.update(Visits, "alice", lambda n: n + 1) for _ in range(100))
     )
@@ -407,14 +401,14 @@ async def test_update_gives_up_with_version_conflict_after_the_bound() -> None:
     assert raced.conflicts == 3
 
 
-async def test_update_passes_the_functions_own_error_through(store: ProfileStore) -> None:
-    access = ProfileAccess(store)
+async def test_update_passes_the_functions_own_error_through(profile_store: ProfileStore) -> None:
+    access = ProfileAccess(profile_store)
     await access.write(Visits, "dan", 1)
 
     def broken(n: int) -> int:
         raise ZeroDivisionError("boom")
 
-    for target in (access, ProfileAccess(CasOnlyStore(store))):
+    for target in (access, ProfileAccess(CasOnlyStore(profile_store))):
         with pytest.raises(ZeroDivisionError, match="boom"):
             await target.update(Visits, "dan", broken)
     assert await access.read(Visits, "dan") == 1

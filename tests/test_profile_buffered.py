@@ -5,8 +5,6 @@ applied once after the command commits, or dropped if the hook is deferred or fa
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -23,7 +21,7 @@ from statekernel import (
     UnknownProfileKey,
 )
 from statekernel.lowlevel import BufferedProfileAccess, Entry, ReadOnlyProfileAccess
-from statekernel.stores import MemoryProfileStore, SqliteProfileStore
+from statekernel.stores import MemoryProfileStore
 
 
 class Visits(ProfileKey[int]):
@@ -42,18 +40,9 @@ class Draft(ProfileKey[Doc]):
     key = "draft"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProfileStore]:
-    made: ProfileStore = (
-        MemoryProfileStore() if request.param == "memory" else SqliteProfileStore(tmp_path / "p.db")
-    )
-    async with made:
-        yield made
-
-
 @pytest.fixture
-def access(store: ProfileStore) -> ProfileAccess:
-    return ProfileAccess(store, keys={"visits": Visits, "notes": Notes, "draft": Draft})
+def access(profile_store: ProfileStore) -> ProfileAccess:
+    return ProfileAccess(profile_store, keys={"visits": Visits, "notes": Notes, "draft": Draft})
 
 
 async def test_views_are_profile_accesses(access: ProfileAccess) -> None:
@@ -66,14 +55,14 @@ async def test_views_are_profile_accesses(access: ProfileAccess) -> None:
 
 
 async def test_buffered_writes_reach_nobody_until_applied(
-    access: ProfileAccess, store: ProfileStore
+    access: ProfileAccess, profile_store: ProfileStore
 ) -> None:
     buffer = access.buffered()
     assert buffer.is_empty()
     await buffer.write(Visits, "alice", 5)
     await buffer.write(Draft, StateScope.thread("t1"), Doc("v1"))
     assert not buffer.is_empty()
-    assert await store.get("visits", "alice") is None
+    assert await profile_store.get("visits", "alice") is None
     assert await access.read(Visits, "alice") == 0
     await buffer.apply()
     assert buffer.is_empty()
@@ -121,7 +110,7 @@ async def test_update_is_provisional_in_the_hook_and_recomputed_at_apply(
 
 
 async def test_apply_sends_operations_in_the_order_they_were_made(
-    access: ProfileAccess, store: ProfileStore
+    access: ProfileAccess, profile_store: ProfileStore
 ) -> None:
     await access.write(Notes, "gone", ["old"])
     buffer = access.buffered()
@@ -133,9 +122,9 @@ async def test_apply_sends_operations_in_the_order_they_were_made(
     await buffer.delete(Visits, "never-existed")
     await buffer.apply()
     assert await access.read(Visits, "a") == 42
-    visits = await store.get("visits", "a")
+    visits = await profile_store.get("visits", "a")
     assert visits is not None and visits.version == 3  # three writes, in order
-    notes = await store.get("notes", "gone")
+    notes = await profile_store.get("notes", "gone")
     assert notes is not None and (notes.value, notes.version) == (["reborn"], 1)
 
 
@@ -218,7 +207,7 @@ async def test_an_update_refused_at_apply_time_is_a_store_error(access: ProfileA
 
 
 async def test_read_only_view_reads_and_refuses_every_write(
-    access: ProfileAccess, store: ProfileStore
+    access: ProfileAccess, profile_store: ProfileStore
 ) -> None:
     await access.write(Visits, "alice", 3)
     gate_view = access.read_only()
@@ -230,7 +219,7 @@ async def test_read_only_view_reads_and_refuses_every_write(
     ):
         with pytest.raises(StateError, match=r"tool gates are re-evaluated freely.*read-only"):
             await attempt
-    entry = await store.get("visits", "alice")
+    entry = await profile_store.get("visits", "alice")
     assert entry is not None and (entry.value, entry.version) == (3, 1)
     custom = access.read_only("effect handlers run after the commit")
     with pytest.raises(StateError, match=r"^effect handlers run after the commit"):

@@ -1,5 +1,6 @@
-"""Owner-wide profile access: every record of one owner across the registered profile keys
-(`ProfileAccess.list(owner)` and `clear(owner)`), as Awaken's profile access offers it."""
+"""Owner-wide profile access: every record of one owner across the registered profile keys.
+
+`ProfileAccess.list(owner)` and `clear(owner)`, as Awaken's profile access offers it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from samples import Keys
 
 from statekernel import (
     Kernel,
@@ -43,18 +45,10 @@ class Notes(ProfileKey[list[str]]):
     key = "notes"
 
 
-class Profiles(Plugin):
-    id = "profiles"
-
-    def register(self, registrar: PluginRegistrar) -> None:
-        for key in (Prefs, Quota, Notes):
-            registrar.register_profile_key(key)
-
-
 @pytest.fixture
 async def kernel(tmp_path: Path) -> AsyncIterator[Kernel]:
     async with SqliteProfileStore(tmp_path / "profiles.db") as store:
-        yield Kernel([Profiles()], profile_store=store)
+        yield Kernel([Keys(Prefs, Quota, Notes, id="profiles")], profile_store=store)
 
 
 def access(kernel: Kernel) -> ProfileAccess:
@@ -110,7 +104,7 @@ class Forget(Plugin):
 async def test_inside_a_hook_list_and_clear_go_through_the_hooks_buffer(tmp_path: Path) -> None:
     async with SqliteProfileStore(tmp_path / "profiles.db") as store:
         forget = Forget()
-        kernel = Kernel([Profiles(), forget], profile_store=store)
+        kernel = Kernel([Keys(Prefs, Quota, Notes, id="profiles"), forget], profile_store=store)
         await access(kernel).write(Notes, "alice", ["kept until the commit"])
         run = await kernel.start_run("t")
         await run.run_phase(Phase.STEP_START)

@@ -1,11 +1,12 @@
-"""The ProfileStore contract, held by both backends: versions, compare-and-set, literal
-prefixes, hostile input, decode failures and the size limit."""
+"""The ProfileStore contract, held by both backends.
+
+Versions, compare-and-set, literal prefixes, hostile input, decode failures and the size
+limit."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from hypothesis import strategies as st
 
 from statekernel import (
     DecodeFailed,
+    ProfileAccess,
+    ProfileKey,
     ProfileStore,
     StateScope,
     StateValidationError,
@@ -25,66 +28,59 @@ from statekernel.lowlevel import Entry, SupportsAtomicUpdate
 from statekernel.stores import MemoryProfileStore, SqliteProfileStore
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProfileStore]:
-    made: ProfileStore = (
-        MemoryProfileStore() if request.param == "memory" else SqliteProfileStore(tmp_path / "p.db")
-    )
-    async with made:
-        yield made
-
-
 def test_both_backends_implement_the_protocols() -> None:
     for made in (MemoryProfileStore(), SqliteProfileStore(":memory:")):
         assert isinstance(made, ProfileStore)
         assert isinstance(made, SupportsAtomicUpdate)
 
 
-async def test_versions_start_at_one_and_grow_by_one_per_write(store: ProfileStore) -> None:
-    assert await store.get("ns", "k") is None
-    first = await store.set("ns", "k", {"a": 1})
-    second = await store.set("ns", "k", {"a": 2})
+async def test_versions_start_at_one_and_grow_by_one_per_write(profile_store: ProfileStore) -> None:
+    assert await profile_store.get("ns", "k") is None
+    first = await profile_store.set("ns", "k", {"a": 1})
+    second = await profile_store.set("ns", "k", {"a": 2})
     assert (first.version, second.version) == (1, 2)
-    entry = await store.get("ns", "k")
+    entry = await profile_store.get("ns", "k")
     assert entry is not None
     assert (entry.namespace, entry.key, entry.value, entry.version) == ("ns", "k", {"a": 2}, 2)
     assert entry.updated_at >= first.updated_at > 0
 
 
-async def test_expected_version_zero_means_must_not_exist(store: ProfileStore) -> None:
-    created = await store.set("ns", "k", "first", expected_version=0)
+async def test_expected_version_zero_means_must_not_exist(profile_store: ProfileStore) -> None:
+    created = await profile_store.set("ns", "k", "first", expected_version=0)
     assert created.version == 1
     with pytest.raises(VersionConflict) as caught:
-        await store.set("ns", "k", "second", expected_version=0)
+        await profile_store.set("ns", "k", "second", expected_version=0)
     assert (caught.value.expected, caught.value.actual) == (0, 1)
-    assert (await store.get("ns", "k")).value == "first"  # type: ignore[union-attr]
+    assert (await profile_store.get("ns", "k")).value == "first"  # type: ignore[union-attr]
 
 
-async def test_compare_and_set_writes_only_on_the_expected_version(store: ProfileStore) -> None:
-    await store.set("ns", "k", 1)
-    await store.set("ns", "k", 2)
-    assert (await store.set("ns", "k", 3, expected_version=2)).version == 3
+async def test_compare_and_set_writes_only_on_the_expected_version(
+    profile_store: ProfileStore,
+) -> None:
+    await profile_store.set("ns", "k", 1)
+    await profile_store.set("ns", "k", 2)
+    assert (await profile_store.set("ns", "k", 3, expected_version=2)).version == 3
     with pytest.raises(VersionConflict, match=r"expected version 2 but found version 3"):
-        await store.set("ns", "k", 99, expected_version=2)
+        await profile_store.set("ns", "k", 99, expected_version=2)
     with pytest.raises(VersionConflict) as caught:
-        await store.set("ns", "absent", 1, expected_version=4)
+        await profile_store.set("ns", "absent", 1, expected_version=4)
     assert caught.value.actual is None
-    assert (await store.get("ns", "k")).value == 3  # type: ignore[union-attr]
-    assert await store.get("ns", "absent") is None
+    assert (await profile_store.get("ns", "k")).value == 3  # type: ignore[union-attr]
+    assert await profile_store.get("ns", "absent") is None
 
 
-async def test_without_expected_version_the_last_write_wins(store: ProfileStore) -> None:
-    await asyncio.gather(*(store.set("ns", "k", i) for i in range(20)))
-    entry = await store.get("ns", "k")
+async def test_without_expected_version_the_last_write_wins(profile_store: ProfileStore) -> None:
+    await asyncio.gather(*(profile_store.set("ns", "k", i) for i in range(20)))
+    entry = await profile_store.get("ns", "k")
     assert entry is not None and (entry.value, entry.version) == (19, 20)
 
 
-async def test_one_failed_compare_and_set_fails_only_itself(store: ProfileStore) -> None:
+async def test_one_failed_compare_and_set_fails_only_itself(profile_store: ProfileStore) -> None:
     """Concurrent sets share transactions in SQLite; a conflict must stay with its set."""
     for i in range(32):
-        await store.set("ns", f"k{i}", 0)
+        await profile_store.set("ns", f"k{i}", 0)
     outcomes = await asyncio.gather(
-        *(store.set("ns", f"k{i}", 1, expected_version=1 + i % 2) for i in range(32)),
+        *(profile_store.set("ns", f"k{i}", 1, expected_version=1 + i % 2) for i in range(32)),
         return_exceptions=True,
     )
     for i, outcome in enumerate(outcomes):
@@ -92,14 +88,14 @@ async def test_one_failed_compare_and_set_fails_only_itself(store: ProfileStore)
             assert isinstance(outcome, VersionConflict)
         else:
             assert not isinstance(outcome, BaseException) and outcome.version == 2
-    stored = {entry.key: entry.value for entry in await store.list("ns")}
+    stored = {entry.key: entry.value for entry in await profile_store.list("ns")}
     assert stored == {f"k{i}": 1 if i % 2 == 0 else 0 for i in range(32)}
 
 
-async def test_concurrent_reads_each_get_their_own_record(store: ProfileStore) -> None:
+async def test_concurrent_reads_each_get_their_own_record(profile_store: ProfileStore) -> None:
     for i in range(0, 40, 2):
-        await store.set(f"ns{i % 3}", f"k{i}", {"i": i})
-    entries = await asyncio.gather(*(store.get(f"ns{i % 3}", f"k{i}") for i in range(40)))
+        await profile_store.set(f"ns{i % 3}", f"k{i}", {"i": i})
+    entries = await asyncio.gather(*(profile_store.get(f"ns{i % 3}", f"k{i}") for i in range(40)))
     for i, entry in enumerate(entries):
         if i % 2:
             assert entry is None
@@ -123,47 +119,47 @@ async def test_a_set_sqlite_cannot_store_fails_alone_in_its_batch(tmp_path: Path
         assert stored == {key: i for i, key in enumerate(keys) if i != 4}
 
 
-async def test_delete_removes_and_is_a_no_op_when_absent(store: ProfileStore) -> None:
-    await store.set("ns", "k", 1)
-    await store.delete("ns", "k")
-    await store.delete("ns", "k")
-    await store.delete("other", "never")
-    assert await store.get("ns", "k") is None
-    assert (await store.set("ns", "k", 2, expected_version=0)).version == 1
+async def test_delete_removes_and_is_a_no_op_when_absent(profile_store: ProfileStore) -> None:
+    await profile_store.set("ns", "k", 1)
+    await profile_store.delete("ns", "k")
+    await profile_store.delete("ns", "k")
+    await profile_store.delete("other", "never")
+    assert await profile_store.get("ns", "k") is None
+    assert (await profile_store.set("ns", "k", 2, expected_version=0)).version == 1
 
 
-async def test_list_is_sorted_by_key_and_filtered_by_prefix(store: ProfileStore) -> None:
+async def test_list_is_sorted_by_key_and_filtered_by_prefix(profile_store: ProfileStore) -> None:
     for key in ["b", "a/2", "a/10", "a/1", "ab", "A"]:
-        await store.set("ns", key, key.upper())
-    await store.set("elsewhere", "a/3", 0)
-    assert [e.key for e in await store.list("ns")] == ["A", "a/1", "a/10", "a/2", "ab", "b"]
-    listed = await store.list("ns", "a/")
+        await profile_store.set("ns", key, key.upper())
+    await profile_store.set("elsewhere", "a/3", 0)
+    assert [e.key for e in await profile_store.list("ns")] == ["A", "a/1", "a/10", "a/2", "ab", "b"]
+    listed = await profile_store.list("ns", "a/")
     assert [(e.key, e.value, e.version) for e in listed] == [
         ("a/1", "A/1", 1),
         ("a/10", "A/10", 1),
         ("a/2", "A/2", 1),
     ]
-    assert await store.list("ns", "zzz") == []
-    assert await store.list("missing") == []
+    assert await profile_store.list("ns", "zzz") == []
+    assert await profile_store.list("missing") == []
 
 
-async def test_list_prefix_is_literal_not_a_pattern(store: ProfileStore) -> None:
+async def test_list_prefix_is_literal_not_a_pattern(profile_store: ProfileStore) -> None:
     keys = ["a%b", "a%%", "a_b", "axb", "a", "ab", "a\\b", "b%"]
     for key in keys:
-        await store.set("ns", key, key)
-    assert [e.key for e in await store.list("ns", "a%")] == ["a%%", "a%b"]
-    assert [e.key for e in await store.list("ns", "a_")] == ["a_b"]
-    assert [e.key for e in await store.list("ns", "a\\")] == ["a\\b"]
-    assert [e.key for e in await store.list("ns", "%")] == []
+        await profile_store.set("ns", key, key)
+    assert [e.key for e in await profile_store.list("ns", "a%")] == ["a%%", "a%b"]
+    assert [e.key for e in await profile_store.list("ns", "a_")] == ["a_b"]
+    assert [e.key for e in await profile_store.list("ns", "a\\")] == ["a\\b"]
+    assert [e.key for e in await profile_store.list("ns", "%")] == []
 
 
-async def test_clear_empties_one_namespace_only(store: ProfileStore) -> None:
-    await store.set("ns", "a", 1)
-    await store.set("ns", "b", 2)
-    await store.set("keep", "a", 3)
-    await store.clear("ns")
-    assert await store.list("ns") == []
-    assert [e.value for e in await store.list("keep")] == [3]
+async def test_clear_empties_one_namespace_only(profile_store: ProfileStore) -> None:
+    await profile_store.set("ns", "a", 1)
+    await profile_store.set("ns", "b", 2)
+    await profile_store.set("keep", "a", 3)
+    await profile_store.clear("ns")
+    assert await profile_store.list("ns") == []
+    assert [e.value for e in await profile_store.list("keep")] == [3]
 
 
 HOSTILE = [
@@ -181,37 +177,39 @@ HOSTILE = [
 
 
 async def test_hostile_names_and_values_are_stored_verbatim_and_harm_nothing(
-    store: ProfileStore,
+    profile_store: ProfileStore,
 ) -> None:
-    await store.set("bystander", "safe", {"untouched": True})
+    await profile_store.set("bystander", "safe", {"untouched": True})
     for namespace in HOSTILE[:4]:
         for key in HOSTILE:
             value = {"key": key, "list": [key, namespace], key[:50]: namespace}
-            await store.set(namespace, key, value)
+            await profile_store.set(namespace, key, value)
     for namespace in HOSTILE[:4]:
         for key in HOSTILE:
-            entry = await store.get(namespace, key)
+            entry = await profile_store.get(namespace, key)
             assert entry is not None
             assert entry.value == {"key": key, "list": [key, namespace], key[:50]: namespace}
-        listed = await store.list(namespace)
+        listed = await profile_store.list(namespace)
         assert [e.key for e in listed] == sorted(HOSTILE)
-    assert (await store.get("bystander", "safe")).value == {"untouched": True}  # type: ignore[union-attr]
+    assert (await profile_store.get("bystander", "safe")).value == {"untouched": True}  # type: ignore[union-attr]
     for prefix in ["'", "a;", "%", "_", "\\", "Ü", "x" * 10_000]:
-        found = [e.key for e in await store.list(HOSTILE[2], prefix)]
+        found = [e.key for e in await profile_store.list(HOSTILE[2], prefix)]
         assert found == sorted(k for k in HOSTILE if k.startswith(prefix))
 
 
-async def test_a_scope_and_its_plain_string_name_the_same_record(store: ProfileStore) -> None:
-    await store.set("team", StateScope.parent_thread("p1"), "shared")
-    entry = await store.get("team", "parent_thread::p1")
+async def test_a_scope_and_its_plain_string_name_the_same_record(
+    profile_store: ProfileStore,
+) -> None:
+    await profile_store.set("team", StateScope.parent_thread("p1"), "shared")
+    entry = await profile_store.get("team", "parent_thread::p1")
     assert entry is not None and entry.value == "shared"
     assert type(entry.key) is str
 
 
-async def test_values_must_be_json_compatible(store: ProfileStore) -> None:
+async def test_values_must_be_json_compatible(profile_store: ProfileStore) -> None:
     with pytest.raises(StateValidationError, match=r"JSON-compatible"):
-        await store.set("ns", "k", {"when": object()})
-    assert await store.get("ns", "k") is None
+        await profile_store.set("ns", "k", {"when": object()})
+    assert await profile_store.get("ns", "k") is None
 
 
 async def test_a_value_over_the_size_limit_is_refused_before_any_write(tmp_path: Path) -> None:
@@ -237,27 +235,27 @@ async def test_the_default_limit_is_16_mib(tmp_path: Path) -> None:
         assert await made.get("ns", "k") is None
 
 
-async def test_atomic_update_sees_the_current_entry(store: ProfileStore) -> None:
-    updating: Any = store
+async def test_atomic_update_sees_the_current_entry(profile_store: ProfileStore) -> None:
+    updating: Any = profile_store
     created = await updating.update("ns", "n", lambda entry: 1 if entry is None else -1)
     assert (created.value, created.version) == (1, 1)
     await asyncio.gather(
         *(updating.update("ns", "n", lambda entry: entry.value + 1) for _ in range(50))
     )
-    entry = await store.get("ns", "n")
+    entry = await profile_store.get("ns", "n")
     assert entry is not None and (entry.value, entry.version) == (51, 51)
 
 
-async def test_an_update_function_that_raises_writes_nothing(store: ProfileStore) -> None:
-    updating: Any = store
-    await store.set("ns", "n", 1)
+async def test_an_update_function_that_raises_writes_nothing(profile_store: ProfileStore) -> None:
+    updating: Any = profile_store
+    await profile_store.set("ns", "n", 1)
 
     def refuse(entry: Any) -> Any:
         raise LookupError("no thanks")
 
     with pytest.raises(LookupError, match="no thanks"):
         await updating.update("ns", "n", refuse)
-    entry = await store.get("ns", "n")
+    entry = await profile_store.get("ns", "n")
     assert entry is not None and (entry.value, entry.version) == (1, 1)
 
 
@@ -338,12 +336,12 @@ def _nested(depth: int) -> Any:
 
 
 async def test_values_nested_past_the_stack_are_refused_naming_the_entry(
-    store: ProfileStore,
+    profile_store: ProfileStore,
 ) -> None:
     with pytest.raises(StateValidationError, match=r"entry 'deep'") as caught:
-        await store.set("ns", "deep", _nested(100_000))
+        await profile_store.set("ns", "deep", _nested(100_000))
     assert caught.value.key == "ns"
-    assert await store.get("ns", "deep") is None
+    assert await profile_store.get("ns", "deep") is None
 
 
 async def test_a_row_nested_past_the_stack_fails_for_that_record_only(tmp_path: Path) -> None:
@@ -361,3 +359,34 @@ async def test_a_row_nested_past_the_stack_fails_for_that_record_only(tmp_path: 
             await made.get("ns", "deep")
         assert (caught.value.key, caught.value.record) == ("ns", "deep")
         assert (await made.get("ns", "fine")).value == 2  # type: ignore[union-attr]
+
+
+# -- the size limit is exact ---------------------------------------------------------------
+
+
+class Blob(ProfileKey[str]):
+    key = "promise.blob"
+
+
+async def test_a_profile_value_of_exactly_the_limit_is_accepted_one_byte_more_refused(
+    tmp_path: Path,
+) -> None:
+    limit = 1_000
+    at_limit = "y" * (limit - 2)  # JSON adds the two quotes
+    for store in (
+        MemoryProfileStore(max_value_bytes=limit),
+        SqliteProfileStore(tmp_path / "p.db", max_value_bytes=limit),
+    ):
+        async with store:
+            entry = await store.set("ns", "k", at_limit)
+            assert entry.version == 1
+            with pytest.raises(StoreError, match="1,001 bytes"):
+                await store.set("ns", "k", at_limit + "y")
+            stored = await store.get("ns", "k")
+            assert stored is not None and (stored.value, stored.version) == (at_limit, 1)
+
+    access = ProfileAccess(MemoryProfileStore(), max_value_bytes=limit)
+    await access.write(Blob, "owner", at_limit)
+    with pytest.raises(StoreError, match="1,001 bytes"):
+        await access.write(Blob, "owner", at_limit + "y")
+    assert await access.read(Blob, "owner") == at_limit

@@ -7,10 +7,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from samples import Hook, Keys
 
 from statekernel import (
     Agent,
     Block,
+    EffectSpec,
     HookFailed,
     InferenceResponse,
     Kernel,
@@ -54,22 +56,6 @@ def bump(ctx: PhaseContext) -> Any:
     return hook()
 
 
-class Bumper(Plugin):
-    def __init__(self, id: str) -> None:
-        self.id = id
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.STEP_START, bump)
-
-
-class Keys(Plugin):
-    id = "keys"
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_key(Seen)
-        r.register_profile_key(Visits)
-
-
 async def visits(store: MemoryProfileStore) -> Any:
     entry = await store.get("t.visits", "global")
     return None if entry is None else entry.value
@@ -77,7 +63,10 @@ async def visits(store: MemoryProfileStore) -> Any:
 
 async def test_writes_apply_after_the_commit_and_a_rerun_never_doubles_them() -> None:
     store = MemoryProfileStore()
-    kernel = Kernel([Keys(), Bumper("a"), Bumper("b")], profile_store=store)
+    kernel = Kernel(
+        [Keys(Seen, Visits), Hook("a", Phase.STEP_START, bump), Hook("b", Phase.STEP_START, bump)],
+        profile_store=store,
+    )
     run = await kernel.start_run("t")
     report = await run.run_phase(Phase.STEP_START)
     assert report.conflicts == 1
@@ -97,7 +86,9 @@ async def test_a_failed_round_applies_none_of_its_writes() -> None:
             raise RuntimeError("late failure")
 
     store = MemoryProfileStore()
-    run = await Kernel([Keys(), Bumper("a"), Breaks()], profile_store=store).start_run("t")
+    run = await Kernel(
+        [Keys(Seen, Visits), Hook("a", Phase.STEP_START, bump), Breaks()], profile_store=store
+    ).start_run("t")
     with pytest.raises(HookFailed):
         await run.run_phase(Phase.STEP_START)
     assert await visits(store) is None and run.revision == 0
@@ -187,13 +178,6 @@ class Budget(StateKey[int, int]):
 
 
 async def test_a_tool_writes_apply_only_when_its_command_commits() -> None:
-    class Tools(Plugin):
-        id = "tools"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(Budget)
-            r.register_profile_key(Visits)
-
     async def spend(arguments: dict[str, Any], ctx: PhaseContext) -> ToolOutput:
         assert ctx.profile is not None
         await ctx.profile.update(Visits, "spent", lambda n: n + 1)
@@ -201,7 +185,7 @@ async def test_a_tool_writes_apply_only_when_its_command_commits() -> None:
 
     store = MemoryProfileStore()
     agent = Agent(
-        [Tools()],
+        [Keys(Budget, Visits, id="tools")],
         ScriptedModel(
             [
                 InferenceResponse(tool_calls=(ToolCall("c1", "spend", {"to": -1}),)),
@@ -259,7 +243,9 @@ async def test_a_store_failure_while_applying_is_a_store_error_and_the_commit_st
         async def update(self, *args: Any, **kwargs: Any) -> Any:
             raise OSError("disk full")
 
-    run = await Kernel([Keys(), Bumper("a")], profile_store=FailingStore()).start_run("t")
+    run = await Kernel(
+        [Keys(Seen, Visits), Hook("a", Phase.STEP_START, bump)], profile_store=FailingStore()
+    ).start_run("t")
     with pytest.raises(StoreError, match="t.visits"):
         await run.run_phase(Phase.STEP_START)
     assert run.snapshot.get(Seen) == 1 and run.revision == 1
@@ -281,6 +267,56 @@ def test_profile_values_are_typed_through_msgspec() -> None:
         return await access.read(TeamKey, "global")
 
     assert asyncio.run(scenario()) == Team(("a",))
+
+
+# -- a profile write that fails ------------------------------------------------------------
+
+
+class Counted(StateKey[int, int]):
+    key = "t.counted"
+
+
+class Audit(EffectSpec[str]):
+    key = "t.audit"
+
+
+class Later(ScheduledActionSpec[str]):
+    key = "t.later"
+    phase = Phase.STEP_END
+
+
+class Tally(ProfileKey[int]):
+    key = "t.tally"
+
+
+async def test_a_failed_profile_write_drops_none_of_the_commands_effects_or_actions() -> None:
+    class Broken(MemoryProfileStore):
+        async def update(self, *args: Any, **kwargs: Any) -> Any:
+            raise OSError("disk full")
+
+    ran: list[str] = []
+
+    class Plug(Plugin):
+        id = "plug"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Counted)
+            r.register_profile_key(Tally)
+            r.register_effect(Audit, lambda payload, snap: ran.append(f"effect {payload}"))
+            r.register_action(Later, lambda payload, ctx: ran.append(f"action {payload}"))
+            r.register_phase_hook(Phase.STEP_START, self.hook)
+
+        async def hook(self, ctx: PhaseContext) -> StateCommand:
+            assert ctx.profile is not None
+            await ctx.profile.update(Tally, "global", lambda n: n + 1)
+            return StateCommand().update(Counted, 1).emit(Audit, "a").schedule(Later, "b")
+
+    run = await Kernel([Plug()], profile_store=Broken()).start_run("t")
+    with pytest.raises(StoreError):
+        await run.run_phase(Phase.STEP_START)
+    assert run.snapshot.get(Counted) == 1 and ran == ["effect a"]
+    await run.run_phase(Phase.STEP_END)
+    assert ran == ["effect a", "action b"]
 
 
 # -- each write is encoded once ------------------------------------------------------------
@@ -389,7 +425,7 @@ async def test_an_encoded_value_still_meets_the_stores_own_limit() -> None:
         await access.write(Notes, "alice", ["x" * 20_000])
 
 
-async def test_encode_record_refuses_what_is_not_json_and_passes_encoded_pairs() -> None:
+async def test_encode_entry_refuses_what_is_not_json_and_passes_encoded_pairs() -> None:
     pair = encode_entry("ns", "k", {"a": [1]}, 100)
     assert pair == EncodedValue({"a": [1]}, b'{"a":[1]}')
     assert encode_entry("ns", "k", pair, 100) is pair

@@ -1,5 +1,4 @@
-"""One public face: what users import is public, and nothing outside the kernel leans on
-its private modules.
+"""One public face: what users import is public; nothing outside the kernel uses its privates.
 
 The kernel's modules are private (`statekernel._commit`, ...) so that they can move. That
 only holds while nothing outside `kernel/` imports them: the bundled stores and plugins are

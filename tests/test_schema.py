@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
+from samples import Hooks
 
 from statekernel import (
     Agent,
@@ -23,8 +24,6 @@ from statekernel import (
     Phase,
     PhaseContext,
     PhaseReport,
-    Plugin,
-    PluginRegistrar,
     Run,
     ScriptedModel,
     StateCommand,
@@ -83,18 +82,6 @@ class EvoState(TypedDict):
 
 def chat_schema(**options: Any) -> StateSchema[ChatState]:
     return StateSchema(ChatState, prefix="chat", **options)
-
-
-class Hooks(Plugin):
-    """A plugin whose hooks, one per phase, return whatever the test scripted for it."""
-
-    def __init__(self, plugin_id: str, **by_phase: Any) -> None:
-        self.id = plugin_id
-        self.by_phase = {Phase[name.upper()]: hook for name, hook in by_phase.items()}
-
-    def register(self, r: PluginRegistrar) -> None:
-        for phase, hook in self.by_phase.items():
-            r.register_phase_hook(phase, hook)
 
 
 def text(reply: str = "done") -> InferenceResponse:

@@ -19,6 +19,7 @@ import attrs
 import pydantic
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from samples import Hook
 
 from statekernel import (
     REMOVE_ALL_MESSAGES,
@@ -218,19 +219,9 @@ class AsyncNode:
         return {"count": state.count + 1}
 
 
-class NodePlugin(Plugin):
-    id = "node"
-
-    def __init__(self, hook: Any) -> None:
-        self.hook = hook
-
-    def register(self, registrar: PluginRegistrar) -> None:
-        registrar.register_phase_hook(Phase.STEP_START, self.hook)
-
-
 async def test_an_object_with_async_call_is_awaited_as_a_node() -> None:
     schema = StateSchema(Counter)
-    run = await run_of(schema.plugin, NodePlugin(schema.hook(AsyncNode())))
+    run = await run_of(schema.plugin, Hook("node", Phase.STEP_START, schema.hook(AsyncNode())))
     await run.run_phase(Phase.STEP_START)
     await run.run_phase(Phase.STEP_START)
     assert schema.view(run.snapshot).count == 1 + 2  # 0 -> 1, then 1 + (1 + 1)
@@ -259,7 +250,7 @@ async def test_an_uncopyable_value_in_a_plain_key_is_refused_from_a_hook_too() -
     def write(ctx: PhaseContext) -> StateCommand:
         return schema.command(lock=threading.Lock())
 
-    run = await run_of(schema.plugin, NodePlugin(write))
+    run = await run_of(schema.plugin, Hook("node", Phase.STEP_START, write))
     with pytest.raises(StateValidationError, match="Resources.lock"):
         await run.run_phase(Phase.STEP_START)
     assert run.snapshot.revision == 0
@@ -510,7 +501,7 @@ async def test_a_node_may_return_a_model_instance_and_only_its_set_fields_apply(
     def node(state: Tally) -> Tally:
         return Tally(count=2, log=["x"])  # title was not set: it stays
 
-    run = await run_of(schema.plugin, NodePlugin(schema.hook(node)))
+    run = await run_of(schema.plugin, Hook("node", Phase.STEP_START, schema.hook(node)))
     await run.submit(schema.command(title="kept"))
     await run.run_phase(Phase.STEP_START)
     await run.run_phase(Phase.STEP_START)
@@ -526,7 +517,9 @@ async def test_overwrite_replaces_a_reducer_field_and_replays_as_a_replace(
         return {"count": Overwrite(10), "log": Overwrite(["fresh"])}
 
     async with SqliteThreadStore(tmp_path / "t.db") as store:
-        kernel = Kernel([schema.plugin, NodePlugin(schema.hook(node))], thread_store=store)
+        kernel = Kernel(
+            [schema.plugin, Hook("node", Phase.STEP_START, schema.hook(node))], thread_store=store
+        )
         run = await kernel.start_run("t1")
         await run.submit(schema.command(count=3, log=["a", "b"]))
         await run.run_phase(Phase.STEP_START)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+import attrs
 import pytest
 from sample_keys import Counter, Items, Log, Msg, Settings, Title
 
@@ -120,3 +124,94 @@ def test_seeded_state_is_validated_and_copied() -> None:
 
     with pytest.raises(CommitRejected, match="negative"):
         LiveState.of(registry, {Nonneg: -1})
+
+
+# -- mutable defaults, and record classes unfrozen or frozen -------------------------------
+
+
+class Tags(StateKey[list[str], str]):
+    key = "promise.tags"
+    default = ["seed"]  # deliberately mutable: the kernel must copy it
+
+    @staticmethod
+    def apply(value: list[str], update: str) -> list[str]:
+        value.append(update)
+        return value
+
+
+def test_a_mutable_default_is_a_fresh_copy_for_every_read_and_commit() -> None:
+    state = LiveState(KeyRegistry.of(Tags))
+    read = state.snapshot.get(Tags)
+    read.append("mutated by a hook")
+    assert state.snapshot.get(Tags) == ["seed"]
+
+    state.submit(StateCommand().update(Tags, "a"))  # apply appends to the default in place
+    assert state.snapshot.get(Tags) == ["seed", "a"]
+    state.submit(StateCommand().clear(Tags))
+    assert state.snapshot.get(Tags) == ["seed"]
+    assert Tags.default == ["seed"]
+
+    fresh = LiveState(KeyRegistry.of(Tags))
+    fresh.submit(StateCommand().update(Tags, "b"))
+    assert fresh.snapshot.get(Tags) == ["seed", "b"]
+
+
+@attrs.define
+class AttrsBox:
+    count: int
+    label: str
+
+
+@dataclasses.dataclass
+class DataBox:
+    count: int
+    label: str
+
+
+@attrs.frozen
+class FrozenBox:
+    count: int
+    label: str
+
+
+class AttrsState(StateKey[AttrsBox, AttrsBox]):
+    key = "promise.attrs_box"
+    default_factory = staticmethod(lambda: AttrsBox(0, ""))
+
+
+class DataState(StateKey[DataBox, DataBox]):
+    key = "promise.data_box"
+    default_factory = staticmethod(lambda: DataBox(0, ""))
+
+
+class FrozenState(StateKey[FrozenBox, FrozenBox]):
+    key = "promise.frozen_box"
+    default = FrozenBox(0, "")
+
+
+@pytest.mark.parametrize(
+    ("key", "box"), [(AttrsState, AttrsBox), (DataState, DataBox)], ids=["attrs", "dataclass"]
+)
+def test_mutating_an_unfrozen_record_read_from_a_snapshot_changes_no_state(
+    key: type[StateKey[Any, Any]], box: type
+) -> None:
+    state = LiveState(KeyRegistry.of(key, Counter))
+    given = box(1, "one")
+    state.submit(StateCommand().update(key, given))
+    given.count = 100  # the caller keeps its object: the committed value must not follow
+    before = state.snapshot
+
+    read = before.get(key)
+    read.count = 99
+    read.label = "tampered"
+    assert before.get(key) == box(1, "one")
+    state.submit(StateCommand().update(Counter, 1))  # a later commit carries the value over
+    assert state.snapshot.get(key) == box(1, "one")
+
+
+def test_a_frozen_record_is_shared_without_copying() -> None:
+    state = LiveState(KeyRegistry.of(FrozenState))
+    value = FrozenBox(3, "three")
+    state.submit(StateCommand().update(FrozenState, value))
+    assert state.snapshot.get(FrozenState) is value
+    assert state.snapshot.get(FrozenState) is state.snapshot.get(FrozenState)

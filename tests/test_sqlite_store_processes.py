@@ -1,5 +1,4 @@
-"""The SQLite ProfileStore across real processes: concurrent writers on one file, and a
-writer killed with SIGKILL in the middle of a stream of writes."""
+"""The SQLite ProfileStore across processes: concurrent writers, a writer killed mid-stream."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The server-sent events example (docs/examples/sse_server.py): a Starlette app streams a
-run as JSON events, and a client that leaves stops the run cleanly. The app is driven
-through the ASGI interface itself, as a server would drive it."""
+"""The server-sent events example (docs/examples/sse_server.py), driven through ASGI.
+
+A Starlette app streams a run as JSON events, and a client that leaves stops the run
+cleanly. The app is driven through the ASGI interface itself, as a server would drive it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from types import ModuleType
 from typing import Any
 
 import msgspec
+from samples import Ends
 
-from statekernel import Agent, Phase, PhaseContext, Plugin, PluginRegistrar
+from statekernel import Agent
 
 EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "sse_server.py"
 
@@ -97,17 +99,6 @@ async def test_bad_input_is_a_400_that_says_what_to_send() -> None:
         sent = await post(app, "/threads/t1/runs", body)
         assert sent[0]["status"] == 400
         assert "message" in msgspec.json.decode(sent[1]["body"])["error"]
-
-
-class Ends(Plugin):
-    id = "ends"
-    ended = 0
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(Phase.RUN_END, self.on_end)
-
-    def on_end(self, ctx: PhaseContext) -> None:
-        self.ended += 1
 
 
 async def test_a_client_that_leaves_stops_the_run_cleanly() -> None:

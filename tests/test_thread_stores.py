@@ -1,7 +1,9 @@
-"""The ThreadStore contract, held by both backends: a journal of records appended in order,
-snapshots, a load that is the newest snapshot plus the records after it, compare-and-set on
-the write position, pruning that keeps what a load needs, and a file that says which schema
-it holds (and migrates one saved before the journal)."""
+"""The ThreadStore contract, held by both backends.
+
+A journal of records appended in order, snapshots, a load that is the newest snapshot plus
+the records after it, compare-and-set on the write position, pruning that keeps what a load
+needs, and a file that says which schema it holds (and migrates one saved before the
+journal)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
@@ -19,15 +20,6 @@ import pytest
 from statekernel import DecodeFailed, RevisionConflict, StoreError, ThreadStore
 from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
-    made: ThreadStore = (
-        MemoryThreadStore() if request.param == "memory" else SqliteThreadStore(tmp_path / "t.db")
-    )
-    async with made:
-        yield made
 
 
 def entries(first: int, last: int) -> tuple[JournalEntry, ...]:
@@ -49,10 +41,10 @@ def test_both_backends_implement_the_protocol() -> None:
     assert isinstance(SqliteThreadStore(":memory:"), ThreadStore)
 
 
-async def test_a_save_loads_back_as_its_snapshot_and_head(store: ThreadStore) -> None:
-    assert await store.load("t1") is None
-    await store.save("t1", FULL, expected_position=0)
-    assert await store.load("t1") == ThreadState(
+async def test_a_save_loads_back_as_its_snapshot_and_head(thread_store: ThreadStore) -> None:
+    assert await thread_store.load("t1") is None
+    await thread_store.save("t1", FULL, expected_position=0)
+    assert await thread_store.load("t1") == ThreadState(
         revision=3,
         values=dict(FULL.snapshot or {}),
         snapshot_revision=3,
@@ -62,36 +54,39 @@ async def test_a_save_loads_back_as_its_snapshot_and_head(store: ThreadStore) ->
         suspended=b'{"pending":["call-1"]}',
         position=1,
     )
-    assert await store.load("t2") is None
+    assert await thread_store.load("t2") is None
 
 
 async def test_a_load_is_the_newest_snapshot_plus_the_records_after_it(
-    store: ThreadStore,
+    thread_store: ThreadStore,
 ) -> None:
-    await store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
-    loaded = await store.load("t")
+    await thread_store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+    loaded = await thread_store.load("t")
     assert loaded is not None
     assert (loaded.values, loaded.snapshot_revision, loaded.records) == ({}, 0, entries(1, 2))
     snap = ThreadSave(revision=4, records=entries(3, 4), snapshot={"k": b"4"})
-    await store.save("t", snap, expected_position=1)
-    await store.save("t", ThreadSave(revision=6, records=entries(5, 6)), expected_position=2)
-    loaded = await store.load("t")
+    await thread_store.save("t", snap, expected_position=1)
+    await thread_store.save("t", ThreadSave(revision=6, records=entries(5, 6)), expected_position=2)
+    loaded = await thread_store.load("t")
     assert loaded is not None
     assert (loaded.revision, loaded.values, loaded.snapshot_revision) == (6, {"k": b"4"}, 4)
     assert loaded.records == entries(5, 6)
     # Everything stays readable as history, and each snapshot by revision.
-    assert await store.records("t") == list(entries(1, 6))
-    assert await store.records("t", since=2, until=4) == list(entries(3, 4))
-    assert await store.records("t", since=1, limit=2) == list(entries(2, 3))
-    assert await store.snapshot_at("t", 3) is None
-    assert await store.snapshot_at("t", 5) == ThreadSnapshot(4, {"k": b"4"})
-    assert await store.records("nobody") == [] and await store.snapshot_at("nobody", 1) is None
+    assert await thread_store.records("t") == list(entries(1, 6))
+    assert await thread_store.records("t", since=2, until=4) == list(entries(3, 4))
+    assert await thread_store.records("t", since=1, limit=2) == list(entries(2, 3))
+    assert await thread_store.snapshot_at("t", 3) is None
+    assert await thread_store.snapshot_at("t", 5) == ThreadSnapshot(4, {"k": b"4"})
+    assert (
+        await thread_store.records("nobody") == []
+        and await thread_store.snapshot_at("nobody", 1) is None
+    )
 
 
 async def test_records_must_continue_the_journal_one_revision_at_a_time(
-    store: ThreadStore,
+    thread_store: ThreadStore,
 ) -> None:
-    await store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+    await thread_store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
     for bad in (
         ThreadSave(revision=4, records=entries(4, 4)),  # a gap
         ThreadSave(revision=2, records=entries(2, 2)),  # a revision twice
@@ -99,13 +94,15 @@ async def test_records_must_continue_the_journal_one_revision_at_a_time(
         ThreadSave(revision=3),  # a head moved without records
     ):
         with pytest.raises(StoreError, match=r"thread 't'.*revision"):
-            await store.save("t", bad, expected_position=1)
-    loaded = await store.load("t")
+            await thread_store.save("t", bad, expected_position=1)
+    loaded = await thread_store.load("t")
     assert loaded is not None and loaded.position == 1 and loaded.records == entries(1, 2)
 
 
-async def test_a_refused_save_names_the_thread_and_says_what_is_wrong(store: ThreadStore) -> None:
-    await store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
+async def test_a_refused_save_names_the_thread_and_says_what_is_wrong(
+    thread_store: ThreadStore,
+) -> None:
+    await thread_store.save("t", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
     snapshot = {"k": b"1"}
     refused = [  # (thread, save, expected position, the problem as the error states it)
         (
@@ -143,38 +140,44 @@ async def test_a_refused_save_names_the_thread_and_says_what_is_wrong(store: Thr
     ]
     for thread, bad, position, problem in refused:
         with pytest.raises(StoreError) as caught:
-            await store.save(thread, bad, expected_position=position)
+            await thread_store.save(thread, bad, expected_position=position)
         error = caught.value
         assert (error.operation, error.key) == ("thread save", thread)
         assert str(error) == (
             f"store thread save failed (key {thread!r}): ValueError: thread {thread!r}: {problem}"
         )
-    loaded = await store.load("t")
+    loaded = await thread_store.load("t")
     assert loaded is not None and loaded.records == entries(1, 2) and loaded.position == 1
-    assert await store.load("new") is None
+    assert await thread_store.load("new") is None
 
 
-async def test_every_save_moves_the_write_position_by_one(store: ThreadStore) -> None:
-    await store.save("t1", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0)
-    await store.save("t1", ThreadSave(revision=2), expected_position=1)
-    await store.save("t1", ThreadSave(revision=2, runs=1), expected_position=2)
-    loaded = await store.load("t1")
+async def test_every_save_moves_the_write_position_by_one(thread_store: ThreadStore) -> None:
+    await thread_store.save(
+        "t1", ThreadSave(revision=2, records=entries(1, 2)), expected_position=0
+    )
+    await thread_store.save("t1", ThreadSave(revision=2), expected_position=1)
+    await thread_store.save("t1", ThreadSave(revision=2, runs=1), expected_position=2)
+    loaded = await thread_store.load("t1")
     assert loaded is not None
     assert (loaded.revision, loaded.runs, loaded.position) == (2, 1, 3)
 
 
 async def test_a_stale_saver_gets_revision_conflict_and_changes_nothing(
-    store: ThreadStore,
+    thread_store: ThreadStore,
 ) -> None:
-    await store.save("t1", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
+    await thread_store.save(
+        "t1", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0
+    )
     with pytest.raises(RevisionConflict, match=r"thread save expected the thread's write") as e:
-        await store.save("t1", ThreadSave(revision=2, records=entries(2, 2)), expected_position=2)
+        await thread_store.save(
+            "t1", ThreadSave(revision=2, records=entries(2, 2)), expected_position=2
+        )
     assert (e.value.expected, e.value.actual) == (2, 1)
     with pytest.raises(RevisionConflict):
-        await store.save("t1", ThreadSave(revision=1), expected_position=0)
-    loaded = await store.load("t1")
+        await thread_store.save("t1", ThreadSave(revision=1), expected_position=0)
+    loaded = await thread_store.load("t1")
     assert loaded is not None and loaded.records == entries(1, 1) and loaded.position == 1
-    assert await store.records("t1") == list(entries(1, 1))
+    assert await thread_store.records("t1") == list(entries(1, 1))
 
 
 async def test_two_savers_that_loaded_the_same_position_cannot_both_win(tmp_path: Path) -> None:
@@ -214,70 +217,78 @@ async def test_a_failed_save_in_a_shared_transaction_leaves_no_half_written_rows
         assert await store.records("b") == list(entries(1, 1))
 
 
-async def test_a_head_saved_without_a_snapshot_keeps_the_older_one(store: ThreadStore) -> None:
-    await store.save("t1", FULL, expected_position=0)
-    await store.save("t1", ThreadSave(revision=3), expected_position=1)
-    loaded = await store.load("t1")
+async def test_a_head_saved_without_a_snapshot_keeps_the_older_one(
+    thread_store: ThreadStore,
+) -> None:
+    await thread_store.save("t1", FULL, expected_position=0)
+    await thread_store.save("t1", ThreadSave(revision=3), expected_position=1)
+    loaded = await thread_store.load("t1")
     assert loaded is not None
     assert loaded.values == FULL.snapshot and loaded.suspended is None and loaded.run_values is None
 
 
-async def test_saves_that_carry_no_commit_still_cannot_both_land(store: ThreadStore) -> None:
+async def test_saves_that_carry_no_commit_still_cannot_both_land(thread_store: ThreadStore) -> None:
     """Two savers at the same revision: the second one loaded the same position, so it
     loses even though neither committed anything (a suspension, a run that only ended)."""
-    await store.save("t1", ThreadSave(revision=0), expected_position=0)
-    await store.save("t1", ThreadSave(revision=0, suspended=b"run-2"), expected_position=1)
+    await thread_store.save("t1", ThreadSave(revision=0), expected_position=0)
+    await thread_store.save("t1", ThreadSave(revision=0, suspended=b"run-2"), expected_position=1)
     with pytest.raises(RevisionConflict):
-        await store.save("t1", ThreadSave(revision=0, runs=3), expected_position=1)
-    loaded = await store.load("t1")
+        await thread_store.save("t1", ThreadSave(revision=0, runs=3), expected_position=1)
+    loaded = await thread_store.load("t1")
     assert loaded is not None and loaded.suspended == b"run-2"
 
 
 async def test_prune_keeps_the_newest_snapshot_at_or_before_the_cut_and_all_after(
-    store: ThreadStore,
+    thread_store: ThreadStore,
 ) -> None:
-    await store.save("t", ThreadSave(revision=3, records=entries(1, 3)), expected_position=0)
-    await store.save(
+    await thread_store.save("t", ThreadSave(revision=3, records=entries(1, 3)), expected_position=0)
+    await thread_store.save(
         "t",
         ThreadSave(revision=5, records=entries(4, 5), snapshot={"k": b"5"}),
         expected_position=1,
     )
-    await store.save(
+    await thread_store.save(
         "t",
         ThreadSave(revision=8, records=entries(6, 8), snapshot={"k": b"8"}),
         expected_position=2,
     )
-    await store.save("t", ThreadSave(revision=9, records=entries(9, 9)), expected_position=3)
-    before = await store.load("t")
-    await store.prune("t", before=4)  # no snapshot at or before 4: nothing can go
-    assert await store.records("t") == list(entries(1, 9))
-    await store.prune("t", before=7)  # keeps the snapshot at 5 and everything after it
-    assert await store.records("t") == list(entries(6, 9))
-    assert await store.snapshot_at("t", 6) == ThreadSnapshot(5, {"k": b"5"})
-    await store.prune("t", before=100)
-    assert await store.records("t") == list(entries(9, 9))
-    assert await store.snapshot_at("t", 7) is None
-    assert await store.load("t") == before  # a load never notices
-    await store.prune("nobody", before=3)
+    await thread_store.save("t", ThreadSave(revision=9, records=entries(9, 9)), expected_position=3)
+    before = await thread_store.load("t")
+    await thread_store.prune("t", before=4)  # no snapshot at or before 4: nothing can go
+    assert await thread_store.records("t") == list(entries(1, 9))
+    await thread_store.prune("t", before=7)  # keeps the snapshot at 5 and everything after it
+    assert await thread_store.records("t") == list(entries(6, 9))
+    assert await thread_store.snapshot_at("t", 6) == ThreadSnapshot(5, {"k": b"5"})
+    await thread_store.prune("t", before=100)
+    assert await thread_store.records("t") == list(entries(9, 9))
+    assert await thread_store.snapshot_at("t", 7) is None
+    assert await thread_store.load("t") == before  # a load never notices
+    await thread_store.prune("nobody", before=3)
     with pytest.raises(TypeError, match=r"before"):
-        await store.prune("t", before="3")  # type: ignore[arg-type]
+        await thread_store.prune("t", before="3")  # type: ignore[arg-type]
 
 
-async def test_delete_forgets_the_thread_and_is_a_no_op_when_absent(store: ThreadStore) -> None:
-    await store.save("t1", FULL, expected_position=0)
-    await store.delete("t1")
-    await store.delete("t1")
-    assert await store.load("t1") is None
-    assert await store.records("t1") == [] and await store.snapshot_at("t1", 3) is None
-    await store.save("t1", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
+async def test_delete_forgets_the_thread_and_is_a_no_op_when_absent(
+    thread_store: ThreadStore,
+) -> None:
+    await thread_store.save("t1", FULL, expected_position=0)
+    await thread_store.delete("t1")
+    await thread_store.delete("t1")
+    assert await thread_store.load("t1") is None
+    assert (
+        await thread_store.records("t1") == [] and await thread_store.snapshot_at("t1", 3) is None
+    )
+    await thread_store.save(
+        "t1", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0
+    )
 
 
-async def test_bad_arguments_are_refused(store: ThreadStore) -> None:
+async def test_bad_arguments_are_refused(thread_store: ThreadStore) -> None:
     with pytest.raises(TypeError, match=r"ThreadSave"):
-        await store.save("t1", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
+        await thread_store.save("t1", {"revision": 1}, expected_position=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"expected_position"):
-        await store.save("t1", ThreadSave(revision=0), expected_position=-1)
-    assert await store.load("t1") is None
+        await thread_store.save("t1", ThreadSave(revision=0), expected_position=-1)
+    assert await thread_store.load("t1") is None
 
 
 async def test_the_file_records_its_schema_version(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from samples import Keys, commit_all
 
 from statekernel import (
     DecodeFailed,
@@ -51,18 +52,6 @@ class Scratch(StateKey[int, int]):
         return value + update
 
 
-class KeysOf(Plugin):
-    def __init__(self, id: str, *keys: type[StateKey[Any, Any]], volatile: bool = False) -> None:
-        self.id = id
-        self.keys = keys
-        self.volatile = volatile
-
-    def register(self, r: PluginRegistrar) -> None:
-        for key in self.keys:
-            options = StateKeyOptions(persistent=False) if self.volatile else None
-            r.register_key(key, options)
-
-
 @pytest.fixture(params=["memory", "sqlite"])
 async def store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
@@ -83,13 +72,6 @@ async def store_factory(
         await store.close()
 
 
-async def write(kernel: Kernel, thread: str, command: StateCommand) -> int:
-    run = await kernel.start_run(thread)
-    await run.submit(command)
-    await run.finish()
-    return run.revision
-
-
 async def read(kernel: Kernel, thread: str, key: type[StateKey[Any, Any]]) -> Any:
     run = await kernel.start_run(thread)
     value = run.snapshot.get(key), key in run.snapshot, run.revision
@@ -100,22 +82,22 @@ async def read(kernel: Kernel, thread: str, key: type[StateKey[Any, Any]]) -> An
 async def test_keys_of_a_plugin_missing_for_one_run_are_carried_over(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    both = [KeysOf("notes", Notes), KeysOf("mood", Mood)]
-    await write(
+    both = [Keys(Notes, id="notes"), Keys(Mood, id="mood")]
+    await commit_all(
         Kernel(both, thread_store=store_factory()), "t", StateCommand().update(Mood, "calm")
     )
-    notes_only = Kernel([KeysOf("notes", Notes)], thread_store=store_factory())
-    await write(notes_only, "t", StateCommand().update(Notes, "hello"))
+    notes_only = Kernel([Keys(Notes, id="notes")], thread_store=store_factory())
+    await commit_all(notes_only, "t", StateCommand().update(Notes, "hello"))
     value, held, revision = await read(Kernel(both, thread_store=store_factory()), "t", Mood)
     assert (value, held, revision) == ("calm", True, 2)
 
 
 async def test_an_emptied_state_is_saved_as_empty(store_factory: Callable[[], ThreadStore]) -> None:
-    plugins = [KeysOf("mood", Mood)]
-    await write(
+    plugins = [Keys(Mood, id="mood")]
+    await commit_all(
         Kernel(plugins, thread_store=store_factory()), "t", StateCommand().update(Mood, "x")
     )
-    await write(Kernel(plugins, thread_store=store_factory()), "t", StateCommand().clear(Mood))
+    await commit_all(Kernel(plugins, thread_store=store_factory()), "t", StateCommand().clear(Mood))
     value, held, revision = await read(Kernel(plugins, thread_store=store_factory()), "t", Mood)
     assert (value, held, revision) == ("", False, 2)
 
@@ -123,9 +105,9 @@ async def test_an_emptied_state_is_saved_as_empty(store_factory: Callable[[], Th
 async def test_revision_is_monotonic_per_thread_so_base_revisions_carry_across_runs(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    plugins = [KeysOf("notes", Notes)]
+    plugins = [Keys(Notes, id="notes")]
     kernel = Kernel(plugins, thread_store=store_factory())
-    assert await write(kernel, "t", StateCommand().update(Notes, "a")) == 1
+    assert await commit_all(kernel, "t", StateCommand().update(Notes, "a")) == 1
     later = Kernel(plugins, thread_store=store_factory())
     run = await later.start_run("t")
     assert run.revision == 1
@@ -143,7 +125,7 @@ async def test_revision_is_monotonic_per_thread_so_base_revisions_carry_across_r
 async def test_a_stale_writer_gets_a_revision_conflict(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    plugins = [KeysOf("mood", Mood)]
+    plugins = [Keys(Mood, id="mood")]
     first = await Kernel(plugins, thread_store=store_factory()).start_run("t")
     second = await Kernel(plugins, thread_store=store_factory()).start_run("t")
     await first.submit(StateCommand().update(Mood, "first"))
@@ -161,8 +143,8 @@ async def test_of_two_kernels_that_loaded_one_position_only_the_first_save_lands
 ) -> None:
     """A suspends without committing; the stale B then ends its run (with or without a
     commit). B must lose: A's suspended run survives, and no run id is used twice."""
-    plugins = [KeysOf("mood", Mood)]
-    await write(
+    plugins = [Keys(Mood, id="mood")]
+    await commit_all(
         Kernel(plugins, thread_store=store_factory()), "t", StateCommand().update(Mood, "x")
     )
     a = await Kernel(plugins, thread_store=store_factory()).start_run("t")
@@ -186,7 +168,7 @@ async def test_of_two_kernels_that_loaded_one_position_only_the_first_save_lands
 async def test_a_second_save_of_a_run_that_only_ended_also_loses(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    plugins = [KeysOf("mood", Mood)]
+    plugins = [Keys(Mood, id="mood")]
     a = await Kernel(plugins, thread_store=store_factory()).start_run("t")
     b = await Kernel(plugins, thread_store=store_factory()).start_run("t")
     await a.finish()
@@ -197,9 +179,12 @@ async def test_a_second_save_of_a_run_that_only_ended_also_loses(
 async def test_non_persistent_thread_keys_live_in_kernel_memory_only(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    plugins = [KeysOf("notes", Notes), KeysOf("scratch", Scratch, volatile=True)]
+    plugins = [
+        Keys(Notes, id="notes"),
+        Keys(Scratch, id="scratch", options=StateKeyOptions(persistent=False)),
+    ]
     kernel = Kernel(plugins, thread_store=store_factory())
-    await write(kernel, "t", StateCommand().update(Scratch, 3).update(Notes, "kept"))
+    await commit_all(kernel, "t", StateCommand().update(Scratch, 3).update(Notes, "kept"))
     assert (await read(kernel, "t", Scratch))[0] == 3
     fresh = Kernel(plugins, thread_store=store_factory())
     assert (await read(fresh, "t", Scratch))[0] == 0
@@ -219,11 +204,14 @@ async def test_every_persistent_key_is_saved_whatever_volatile_keys_sit_among_th
     """The stored values come in hash order, so with one volatile key among many the
     volatile one sits before most persistent ones: none of those may be skipped."""
     counters = [_thread_counter(i) for i in range(50)]
-    plugins = [KeysOf("counters", *counters), KeysOf("scratch", Scratch, volatile=True)]
+    plugins = [
+        Keys(*counters, id="counters"),
+        Keys(Scratch, id="scratch", options=StateKeyOptions(persistent=False)),
+    ]
     command = StateCommand().update(Scratch, 1)
     for index, counter in enumerate(counters):
         command.update(counter, index)
-    await write(Kernel(plugins, thread_store=store_factory()), "t", command)
+    await commit_all(Kernel(plugins, thread_store=store_factory()), "t", command)
     fresh = Kernel(plugins, thread_store=store_factory())
     run = await fresh.start_run("t")
     assert [run.snapshot.get(c) for c in counters] == list(range(50))
@@ -241,12 +229,12 @@ class MoodAsNumber(StateKey[int, int]):
 async def test_a_value_that_no_longer_decodes_names_the_key(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    await write(
-        Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store_factory()),
+    await commit_all(
+        Kernel([Keys(Mood, id="mood"), Keys(Notes, id="notes")], thread_store=store_factory()),
         "t",
         StateCommand().update(Mood, "calm").update(Notes, "n"),
     )
-    changed = [KeysOf("mood", MoodAsNumber), KeysOf("notes", Notes)]
+    changed = [Keys(MoodAsNumber, id="mood"), Keys(Notes, id="notes")]
     strict = Kernel(changed, thread_store=store_factory())
     with pytest.raises(DecodeFailed) as caught:
         await strict.start_run("t")
@@ -260,14 +248,16 @@ async def test_a_value_that_no_longer_decodes_names_the_key(
     await run.submit(StateCommand().update(Notes, "m"))
     await run.finish()
     # The undecodable bytes were kept: the old declaration still reads them.
-    old = Kernel([KeysOf("mood", Mood), KeysOf("notes", Notes)], thread_store=store_factory())
+    old = Kernel([Keys(Mood, id="mood"), Keys(Notes, id="notes")], thread_store=store_factory())
     assert (await read(old, "t", Mood))[0] == "calm"
 
 
 async def test_thread_state_survives_into_a_new_process_view(tmp_path: Path) -> None:
-    plugins = [KeysOf("notes", Notes)]
+    plugins = [Keys(Notes, id="notes")]
     async with SqliteThreadStore(tmp_path / "a.db") as store:
-        await write(Kernel(plugins, thread_store=store), "t", StateCommand().update(Notes, "x"))
+        await commit_all(
+            Kernel(plugins, thread_store=store), "t", StateCommand().update(Notes, "x")
+        )
     async with SqliteThreadStore(tmp_path / "a.db") as reopened:
         assert (await read(Kernel(plugins, thread_store=reopened), "t", Notes))[0] == ("x",)
 
@@ -292,3 +282,47 @@ async def test_checkpoint_saves_mid_run_state(store_factory: Callable[[], Thread
     assert (await read(Kernel([Stepper()], thread_store=store_factory()), "t", Notes))[0] == (
         "step at 0",
     )
+
+
+# -- a clear made by another kernel --------------------------------------------------------
+
+
+class Note(StateKey[str, str]):
+    key = "promise.note"
+    scope = KeyScope.THREAD
+
+
+async def test_a_key_cleared_by_another_kernel_stays_cleared(tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store_a, SqliteThreadStore(path) as store_b:
+        kernel_a = Kernel([Keys(Note)], thread_store=store_a)
+        kernel_b = Kernel([Keys(Note)], thread_store=store_b)
+
+        run = await kernel_a.start_run("t")
+        await run.submit(StateCommand().update(Note, "remember me"))
+        await run.finish()
+        run = await kernel_a.start_run("t")  # loads the note into kernel A's memory
+        assert run.snapshot.get(Note) == "remember me"
+        await run.abandon()
+
+        run = await kernel_b.start_run("t")
+        await run.submit(StateCommand().clear(Note))
+        await run.finish()
+
+        run = await kernel_a.start_run("t")
+        assert Note not in run.snapshot
+        assert run.snapshot.get(Note) == ""
+        await run.finish()
+
+
+# -- run ids -------------------------------------------------------------------------------
+
+
+async def test_run_ids_do_not_repeat_when_a_run_was_never_saved(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel([], thread_store=store)
+        first = await kernel.start_run("t")
+        await first.abandon()
+        second = await kernel.start_run("t")
+        assert (first.identity.run_id, second.identity.run_id) == ("t:run-1", "t:run-2")
+        await second.finish()

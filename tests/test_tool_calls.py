@@ -1,24 +1,27 @@
-"""Tool calls as a production agent relies on them: the assistant message keeps the calls it
-made, no hook can change what a gate approved, what the tool receives or what the model is
-shown, and a tool's exception reaches the model as `Type: message`."""
+"""Tool calls as a production agent relies on them: kept, fixed once made, copied as data.
+
+The assistant message keeps the calls it made, no hook can change what a gate approved, what
+the tool receives or what the model is shown, and a tool's exception reaches the model as
+`Type: message`."""
 
 from __future__ import annotations
 
 import copy
+import pickle
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+from samples import Hook
 
 from statekernel import (
     Agent,
     InferenceResponse,
+    Kernel,
     Message,
     Phase,
     PhaseContext,
-    Plugin,
-    PluginRegistrar,
     ScriptedModel,
     ToolCall,
     ToolCallStatus,
@@ -27,14 +30,6 @@ from statekernel import (
     enc_hook,
 )
 from statekernel.stores import SqliteThreadStore
-
-
-class Hook(Plugin):
-    def __init__(self, phase: Phase, hook: Any, id: str = "hook") -> None:
-        self.id, self.phase, self.hook = id, phase, hook
-
-    def register(self, r: PluginRegistrar) -> None:
-        r.register_phase_hook(self.phase, self.hook)
 
 
 def send(*recipients: str) -> InferenceResponse:
@@ -89,7 +84,7 @@ async def test_a_hook_cannot_change_the_arguments_a_gate_approved() -> None:
         return "sent"
 
     agent = Agent(
-        [Hook(Phase.BEFORE_TOOL_EXECUTE, meddle)],
+        [Hook("hook", Phase.BEFORE_TOOL_EXECUTE, meddle)],
         ScriptedModel([send("alice"), InferenceResponse("done")]),
         {"send": tool},
     )
@@ -124,7 +119,7 @@ async def test_a_hook_cannot_change_the_result_the_model_is_shown() -> None:
         ]
     )
     agent = Agent(
-        [Hook(Phase.AFTER_TOOL_EXECUTE, rewrite)],
+        [Hook("hook", Phase.AFTER_TOOL_EXECUTE, rewrite)],
         model,
         {"listing": lambda a, c: {"items": ["real"]}, "report": lambda a, c: Report()},
     )
@@ -169,3 +164,51 @@ def test_messages_with_tool_calls_are_plain_msgspec_values() -> None:
     data = msgspec.json.encode(message)
     back = msgspec.json.decode(data, type=Message)
     assert back == message and back.tool_calls[0].arguments == {"x": [1]}
+
+
+# -- arguments a tool or a hook cannot change ----------------------------------------------
+
+
+def test_tool_call_arguments_are_read_only_and_tools_get_their_own_copy() -> None:
+    given = {"path": "/tmp/a", "tags": ["x"]}
+    call = ToolCall("c", "write", given)
+    given["path"] = "/etc/passwd"  # the caller's dict is not the call's
+    assert call.arguments["path"] == "/tmp/a"
+    with pytest.raises(TypeError):
+        call.arguments["path"] = "/etc/passwd"  # type: ignore[index]
+
+
+async def test_a_tool_cannot_change_what_later_hooks_see() -> None:
+    seen: list[Any] = []
+
+    watch = Hook(
+        "watch", Phase.AFTER_TOOL_EXECUTE, lambda ctx: seen.append(dict(ctx.tool_call.arguments))
+    )
+
+    def greedy(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        arguments["tags"].append("sneaky")
+        return "ok"
+
+    run = await Kernel([watch]).start_run("t")
+    await run.handle_tool_call(ToolCall("c", "greedy", {"tags": ["x"]}), greedy)
+    assert seen == [{"tags": ["x"]}]
+
+
+# -- copies, pickles and hashes ------------------------------------------------------------
+
+
+def test_frozen_calls_copy_pickle_and_hash_as_themselves() -> None:
+    call = ToolCall("c", "send", {"to": ["a"], "meta": {"k": [1]}})
+    for again in (copy.deepcopy(call), copy.copy(call), pickle.loads(pickle.dumps(call))):
+        assert again == call
+        with pytest.raises(TypeError, match="frozen"):
+            again.arguments["to"].append("b")
+    message = Message("assistant", "", tool_calls=(call,))
+    assert hash(message) == hash(Message("assistant", "", tool_calls=(call,)))
+
+
+def test_tool_results_copy_and_pickle_and_can_be_held_in_state() -> None:
+    call = ToolCall("c", "t", {"a": [1]})
+    result = ToolResult(call, ToolCallStatus.SUCCEEDED, result={"rows": [1, 2]})
+    assert copy.deepcopy(result) == result == pickle.loads(pickle.dumps(result))
+    assert copy.copy(result) is result

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from sample_keys import Counter, Positive
+from samples import Hooks
 
 from statekernel import (
     Block,
@@ -88,13 +89,7 @@ async def test_gates_read_the_snapshot_after_tool_gate_hooks_commit() -> None:
 
 
 async def test_a_raising_gate_or_a_wrong_answer_is_a_hook_failure() -> None:
-    class Raises(Plugin):
-        id = "raises"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(lambda ctx: 1 / 0)
-
-    run = await Kernel([Raises()]).start_run("t")
+    run = await Kernel([Hooks("raises", gate=lambda ctx: 1 / 0)]).start_run("t")
     with pytest.raises(HookFailed, match="raises"):
         await run.tool_gate(CALL)
     with pytest.raises(HookFailed, match="Block, Suspend, SetResult or None"):
@@ -105,6 +100,16 @@ async def test_gates_of_filtered_out_plugins_are_ignored() -> None:
     kernel = Kernel([Gate("blocker", Block("no")), Gate("other", None)])
     run = await kernel.start_run("t", active_hook_filter=("other",))
     assert await run.tool_gate(CALL) is None
+
+
+async def test_gate_answers_of_subclassed_kinds_rank_as_their_kind() -> None:
+    class PolicyBlock(Block):
+        pass
+
+    run = await Kernel([Gate("gate0", Suspend("x")), Gate("gate1", PolicyBlock("no"))]).start_run(
+        "t"
+    )
+    assert await run.tool_gate(ToolCall("c1", "search", {})) == PolicyBlock("no")
 
 
 class Tools(Plugin):

@@ -1,31 +1,21 @@
-"""Tools a real model can call: schemas from type hints and docstrings, arguments checked
-before the tool runs, the specs offered in each request, the agent's system prompt, and
-the loop actions that change one step's request."""
+"""Tools a model can call: schemas from signatures and docstrings, checked arguments, specs."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
 
 from statekernel import (
     Agent,
-    ExcludeTool,
-    IncludeOnlyTools,
-    InferenceRequest,
     InferenceResponse,
     InvalidDeclaration,
     InvalidToolArguments,
-    Phase,
     PhaseContext,
-    Plugin,
-    PluginRegistrar,
     ScriptedModel,
-    SetInferenceOverride,
-    StateCommand,
-    StateError,
     ToolCall,
     ToolSpec,
     tool,
@@ -94,6 +84,103 @@ def test_a_tool_whose_signature_no_schema_can_say_is_refused_when_declared() -> 
         def only(a: int, /) -> None: ...
 
 
+def test_tools_given_as_a_list_must_know_their_names() -> None:
+    with pytest.raises(TypeError, match="@statekernel.tool"):
+        Agent([], ScriptedModel(), [lambda a, c: None])
+    with pytest.raises(ValueError, match="two tools are named 'send_letter'"):
+        Agent([], ScriptedModel(), [send_letter, send_letter])
+    with pytest.raises(TypeError, match="system_prompt must be a string"):
+        Agent([], ScriptedModel(), system_prompt=["no"])  # type: ignore[arg-type]
+
+
+def test_tool_methods_partials_and_any_parameter_name_work() -> None:
+    class Shop:
+        def __init__(self) -> None:
+            self.sold: list[int] = []
+
+        @tool
+        def sell(self, n: int) -> str:
+            """Sell n items."""
+            self.sold.append(n)
+            return f"sold {n}"
+
+    shop = Shop()
+    assert shop.sell.spec.parameters["required"] == ["n"]  # no `self` for the model
+    assert shop.sell({"n": "3"}, None) == "sold 3" and shop.sold == [3]
+
+    def search(index: str, query: str) -> str:
+        """Search an index."""
+        return f"{index}:{query}"
+
+    partial = tool(name="search_docs")(functools.partial(search, "docs"))
+    assert partial.spec.description == "Search an index."
+    assert partial({"query": "x"}, None) == "docs:x"
+
+    @tool
+    def optional_context(x: int, ctx: PhaseContext | None = None) -> int:
+        """Optional context."""
+        return x
+
+    assert list(optional_context.spec.parameters["properties"]) == ["x"]
+
+    namespace: dict[str, Any] = {}
+    exec(
+        "def f(model_config: int, _private: int, schema: int) -> int:\n    '''F.'''\n"
+        "    return model_config + _private + schema\n",
+        namespace,
+    )
+    odd = tool(namespace["f"])
+    assert list(odd.spec.parameters["properties"]) == ["model_config", "_private", "schema"]
+    assert odd({"model_config": 1, "_private": 2, "schema": 3}, None) == 6
+
+
+def test_only_methods_bind_to_their_instance() -> None:
+    @tool
+    def lookup(q: str) -> str:
+        """Look up."""
+        return f"found {q}"
+
+    class Box:
+        find = lookup  # a tool kept as a class attribute: not a method
+
+        @tool
+        @staticmethod
+        def add(a: int, b: int) -> int:
+            """Add."""
+            return a + b
+
+    assert Box().find({"q": "x"}, None) == "found x"
+    assert Box().add({"a": 1, "b": 2}, None) == 3
+    renamed = tool(name="search")(lookup)
+    assert (renamed.name, renamed.spec.name) == ("search", "search")
+
+
+def test_a_docstring_without_a_blank_line_before_args_describes_only_the_tool() -> None:
+    @tool
+    def add(x: int, y: int) -> int:
+        """Add numbers.
+        Args:
+            x: first
+            y: second
+        """
+        return x + y
+
+    assert add.spec.description == "Add numbers."
+    assert add.spec.parameters["properties"]["y"]["description"] == "second"
+
+
+def test_a_description_in_annotated_stands() -> None:
+    @tool
+    def count(n: Annotated[int, pydantic.Field(description="how many")]) -> int:
+        """Count."""
+        return n
+
+    assert count.spec.parameters["properties"]["n"]["description"] == "how many"
+
+
+# -- arguments and requests ----------------------------------------------------------------
+
+
 async def test_arguments_are_validated_before_the_tool_runs_and_the_model_is_told_which(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -149,103 +236,3 @@ async def test_the_request_carries_specs_and_the_system_prompt_comes_first() -> 
     assert second.messages[0].content == "Be brief."
     assert [m.role for m in result.messages] == ["user", "assistant", "tool", "assistant"]
     assert result.messages[2].content == "news for t"  # the context parameter got the context
-
-
-def test_tools_given_as_a_list_must_know_their_names() -> None:
-    with pytest.raises(TypeError, match="@statekernel.tool"):
-        Agent([], ScriptedModel(), [lambda a, c: None])
-    with pytest.raises(ValueError, match="two tools are named 'send_letter'"):
-        Agent([], ScriptedModel(), [send_letter, send_letter])
-    with pytest.raises(TypeError, match="system_prompt must be a string"):
-        Agent([], ScriptedModel(), system_prompt=["no"])  # type: ignore[arg-type]
-
-
-class Steering(Plugin):
-    """Schedules loop actions from the phases a user would."""
-
-    id = "steering"
-
-    def __init__(self, **by_phase: Any) -> None:
-        self.by_phase = by_phase
-
-    def register(self, r: PluginRegistrar) -> None:
-        for phase_name, make in self.by_phase.items():
-            r.register_phase_hook(Phase[phase_name], make)
-
-
-async def test_exclude_tool_removes_the_tool_from_that_steps_request_only() -> None:
-    @tool
-    def publish() -> str:
-        """Publish."""
-        return "published"
-
-    @tool
-    def review() -> str:
-        """Review."""
-        return "reviewed"
-
-    def no_publishing_on_the_first_step(ctx: PhaseContext) -> StateCommand | None:
-        if any(m.role == "tool" for m in ctx.messages):
-            return None
-        return StateCommand().schedule(ExcludeTool, "publish")
-
-    model = ScriptedModel(
-        [
-            InferenceResponse("", (ToolCall("p1", "publish", {}),)),  # not offered: refused
-            InferenceResponse("", (ToolCall("p2", "publish", {}),)),
-            InferenceResponse("done"),
-        ]
-    )
-    agent = Agent([Steering(STEP_START=no_publishing_on_the_first_step)], model, [publish, review])
-    result = await agent.run("t", ["go"])
-    assert [r.tool_names for r in model.requests] == [
-        ("review",),
-        ("publish", "review"),
-        ("publish", "review"),
-    ]
-    refused, published = (m for m in result.messages if m.role == "tool")
-    assert refused.is_error and "not offered in this step" in refused.content
-    assert published.content == "published"
-
-
-async def test_include_only_and_inference_overrides_merge_and_last_one_step() -> None:
-    def steer(ctx: PhaseContext) -> StateCommand | None:
-        if ctx.messages[-1].role != "user":
-            return None
-        return (
-            StateCommand()
-            .schedule(IncludeOnlyTools, ("a", "b"))
-            .schedule(SetInferenceOverride, {"temperature": 0.0, "top_p": 0.5})
-        )
-
-    def narrow(ctx: PhaseContext) -> StateCommand | None:
-        if ctx.messages[-1].role != "user":
-            return None
-        return (
-            StateCommand()
-            .schedule(IncludeOnlyTools, ("b", "c"))
-            .schedule(SetInferenceOverride, {"top_p": 0.9})
-        )
-
-    tools = {name: (lambda a, c, name=name: name) for name in ("a", "b", "c")}
-    model = ScriptedModel([InferenceResponse("", (ToolCall("x", "b", {}),)), InferenceResponse()])
-    agent = Agent([Steering(STEP_START=steer, BEFORE_INFERENCE=narrow)], model, tools)
-    result = await agent.run("t", ["go"])
-    assert result.outcome == "success"
-    first, second = model.requests
-    assert first.tool_names == ("b",)  # only what both allowed
-    assert dict(first.params) == {"temperature": 0.0, "top_p": 0.9}  # field by field, last wins
-    assert second.tool_names == ("a", "b", "c") and dict(second.params) == {}
-    with pytest.raises(TypeError):
-        first.params["temperature"] = 1.0  # type: ignore[index]
-
-
-async def test_a_loop_action_with_a_wrong_payload_is_refused_where_it_is_scheduled() -> None:
-    with pytest.raises(StateError, match="IncludeOnlyTools|include_only_tools"):
-        StateCommand().schedule(IncludeOnlyTools, "not-a-tuple")  # type: ignore[arg-type]
-
-
-def test_an_inference_request_freezes_its_params() -> None:
-    request = InferenceRequest((), params={"stop": ["\n"]})
-    with pytest.raises(TypeError, match="frozen"):
-        request.params["stop"].append("x")

@@ -1,0 +1,346 @@
+"""How the journal encodes a commit: updates it cannot encode, and key types it refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from journal_samples import Jot, Log, Mood, Score, Total, plugins
+from sample_keys import Handle, LiveHandle
+from samples import Hook, Keys, commit_all, read
+
+from statekernel import (
+    CommitRecord,
+    InvalidDeclaration,
+    Kernel,
+    KeyScope,
+    Phase,
+    Plugin,
+    PluginRegistrar,
+    StateCommand,
+    StateError,
+    StateKey,
+    StateKeyOptions,
+    ThreadStore,
+    Vector,
+)
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+
+# -- a record's bytes ----------------------------------------------------------------------
+
+
+async def test_a_record_survives_its_encoding_exactly(tmp_path: Path) -> None:
+    async with SqliteThreadStore(tmp_path / "j.db") as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        await commit_all(kernel, "t", StateCommand().update(Log, ("a", "b")).update(Mood, "x"))
+        (record,) = await Kernel(plugins(), thread_store=store).history("t")
+    assert isinstance(record, CommitRecord)
+    assert msgspec.json.decode(record.ops[0].update or b"") == ["a", "b"]
+    assert record == msgspec.msgpack.decode(msgspec.msgpack.encode(record), type=CommitRecord)
+
+
+# -- updates that cannot be encoded --------------------------------------------------------
+
+
+class Doubler(Plugin):
+    id = "doubler"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Score)
+        r.register_phase_hook(
+            Phase.STEP_START, lambda ctx: StateCommand().update(Score, lambda v: v * 2)
+        )
+
+
+def add_ten() -> Hook:
+    return Hook("add ten", Phase.STEP_START, lambda ctx: StateCommand().update(Score, 10))
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+async def test_a_key_written_twice_in_a_commit_by_an_unencodable_update_replays_right(
+    with_store: bool, tmp_path: Path
+) -> None:
+    store = SqliteThreadStore(tmp_path / "e.db") if with_store else None
+    kernel = Kernel([Doubler(), add_ten()], thread_store=store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Score, 1))
+    await run.run_phase(Phase.STEP_START)  # one commit: 1 * 2, then + 10
+    assert run.snapshot.get(Score) == 12
+    await run.finish()
+    (_, doubled) = await kernel.history("t")
+    assert [(op.kind, op.update) for op in doubled.ops] == [("value", None)]  # one for both
+    if store is not None:
+        assert await read(Kernel([Doubler(), add_ten()], thread_store=store), "t", Score) == 12
+    else:
+        assert (await kernel.state_at("t", 2)).get(Score) == 12  # from a snapshot
+    assert (await kernel.verify("t")).ok
+    if store is not None:
+        await store.close()
+
+
+class Blob(StateKey[Any, Any]):
+    key = "e.blob"
+    scope = KeyScope.THREAD
+    default = None
+
+
+async def test_an_unencodable_value_fails_its_checkpoint_and_the_run_can_still_save(
+    thread_store: ThreadStore,
+) -> None:
+    kernel = Kernel([Keys(Blob)], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Blob, object()))
+    with pytest.raises(StateError, match=r"'e\.blob' cannot be encoded.*persistent=False"):
+        await run.checkpoint()
+    assert await thread_store.load("t") is None  # nothing was saved
+    await run.submit(StateCommand().update(Blob, "fine now"))
+    await run.checkpoint()  # the unencodable revision is covered by a snapshot
+    await run.finish()
+    assert await read(Kernel([Keys(Blob)], thread_store=thread_store), "t", Blob) == "fine now"
+    first, _ = await kernel.history("t")
+    assert (first.ops[0].kind, first.ops[0].update) == ("value", None)
+    assert (await kernel.state_at("t", 2)).get(Blob) == "fine now"
+    assert Blob not in await kernel.state_at("t", 1)  # that value could not be kept
+    assert (await kernel.verify("t")).ok
+
+
+class Floats(StateKey[Vector[float], Vector[float]]):
+    """Floats are inexact (JSON has no infinity): each update is checked before it is kept."""
+
+    key = "e.floats"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: Vector[float], update: Vector[float]) -> Vector[float]:
+        return value.extend(update)
+
+
+async def test_an_update_of_an_inexact_type_that_decodes_back_is_journaled_as_itself(
+    thread_store: ThreadStore,
+) -> None:
+    kernel = Kernel([Keys(Score, Floats)], thread_store=thread_store)
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Score, 3).update(Floats, Vector([1.5, 2.0])),
+        checkpoints=True,
+    )
+    loaded = await thread_store.load("t")
+    assert loaded is not None and loaded.values == {}  # no snapshot was needed
+    (record,) = await Kernel([Keys(Score, Floats)], thread_store=thread_store).history("t")
+    assert [(op.key, op.kind, op.update) for op in record.ops] == [
+        ("e.score", "update", b"3"),
+        ("e.floats", "update", b"[1.5,2.0]"),
+    ]
+
+
+async def test_the_other_ops_of_a_commit_with_an_unencodable_update_replay_and_load(
+    thread_store: ThreadStore,
+) -> None:
+    kernel = Kernel([Keys(Score, Total)], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Score, 10))
+    await run.submit(StateCommand().update(Score, lambda v: v * 2).update(Total, 1))
+    await run.submit(StateCommand().update(Score, 1).update(Total, 1))
+    await run.submit(StateCommand().update(Total, 1))
+    await run.finish()  # one save: the snapshot at 4 covers the unencodable update
+    _, doubled, _, _ = await kernel.history("t")
+    assert [(op.key, op.kind, op.update) for op in doubled.ops] == [
+        ("e.score", "value", None),
+        ("e.total", "update", b"1"),
+    ]
+    await kernel.fork("t", 3, "copy")  # no snapshot at or before 3: records 1 to 3 only
+    # Score is unknown from revision 2 on (missing, not its older value); Total replays.
+    assert (await kernel.state_at("copy", 3)).to_dict() == {"e.total": 2}
+    run = await kernel.start_run("copy")
+    assert run.snapshot.to_dict() == {"e.total": 2}
+    await run.abandon()
+
+
+@pytest.mark.parametrize("with_store", [False, True])
+async def test_a_non_persistent_key_with_an_unencodable_update_is_journaled_in_memory(
+    with_store: bool,
+) -> None:
+    store = MemoryThreadStore() if with_store else None
+    kernel = Kernel(
+        [
+            Keys(Jot, Total, options={Jot: StateKeyOptions(persistent=False)}),
+            Hook(
+                "adds",
+                Phase.STEP_START,
+                lambda ctx: StateCommand().update(Jot, 10).update(Total, 1),
+            ),
+            Hook(
+                "doubles", Phase.STEP_START, lambda ctx: StateCommand().update(Jot, lambda v: v * 2)
+            ),
+        ],
+        thread_store=store,
+        snapshot_every=100,
+    )
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Jot, 3))
+    await run.run_phase(Phase.STEP_START)  # one commit: + 10, then * 2, with Total + 1
+    assert run.snapshot.get(Jot) == 26
+    await run.finish()
+    records = await kernel.history("t")
+    assert [[(op.key, op.kind, op.update) for op in r.ops] for r in records] == [
+        [("e.jot", "update", b"3")],
+        [("e.total", "update", b"1"), ("e.jot", "value", None)],  # one op for both
+    ]
+    if store is not None:
+        loaded = await store.load("t")
+        assert loaded is not None and loaded.values == {}  # the store needs no snapshot for it
+        return
+    # Without a store the kernel's memory is all there is: a snapshot keeps the value.
+    assert (await kernel.state_at("t", 2)).to_dict() == {"e.jot": 26, "e.total": 1}
+    assert (await kernel.verify("t")).ok
+
+
+class Tokens(int):
+    """A user's own int subclass: an int to the type check, but not to the codec."""
+
+
+class Tally(StateKey[int, int]):
+    key = "e.tally"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + int(update)
+
+
+async def test_an_update_of_an_int_subclass_that_cannot_be_encoded_is_still_kept(
+    thread_store: ThreadStore,
+) -> None:
+    """An update of a key declared to take ints that cannot be encoded all the same is
+    journaled as a "value" op, and the save writes a snapshot to load the key from."""
+    kernel = Kernel([Keys(Tally, Total)], thread_store=thread_store, snapshot_every=1_000)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Tally, 1))
+    await run.submit(StateCommand().update(Tally, Tokens(2)).update(Total, 1))
+    await run.submit(StateCommand().update(Tally, 4))
+    assert run.snapshot.get(Tally) == 7
+    await run.finish()
+    _, second, _ = await kernel.history("t")
+    assert [(op.key, op.kind, op.update) for op in second.ops] == [
+        ("e.tally", "value", None),
+        ("e.total", "update", b"1"),
+    ]
+    assert await read(Kernel([Keys(Tally, Total)], thread_store=thread_store), "t", Tally) == 7
+    assert (await Kernel([Keys(Tally, Total)], thread_store=thread_store).verify("t")).ok
+
+
+class Peak(StateKey[float, float]):
+    key = "e.peak"
+    scope = KeyScope.THREAD
+    default = 0.0
+
+    @staticmethod
+    def apply(value: float, update: float) -> float:
+        return max(value, update)
+
+
+class Pair(StateKey[tuple[int, int], Any]):
+    key = "e.pair"
+    scope = KeyScope.THREAD
+    default = (0, 0)
+
+    @staticmethod
+    def apply(value: tuple[int, int], update: Any) -> tuple[int, int]:
+        assert type(update) is tuple, update  # a list would be a different update
+        return (int(update[0]), int(update[1]))
+
+
+async def test_updates_that_would_not_decode_back_equal_are_covered_by_a_snapshot(
+    thread_store: ThreadStore,
+) -> None:
+    kernel = Kernel([Keys(Peak, Pair)], thread_store=thread_store)
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Peak, float("-inf")),
+        StateCommand().update(Peak, 2.5).update(Pair, (1, 2)),
+        checkpoints=True,
+    )
+    fresh = Kernel([Keys(Peak, Pair)], thread_store=thread_store)
+    assert await read(fresh, "t", Peak) == 2.5
+    assert await read(fresh, "t", Pair) == (1, 2)
+    assert (await fresh.verify("t")).ok
+
+
+async def test_encoding_failures_are_state_errors_naming_the_key() -> None:
+    from statekernel.stores import MemoryThreadStore
+
+    plug = Keys(LiveHandle, id="plug", options=StateKeyOptions(scope=KeyScope.THREAD))
+    run = await Kernel([plug], thread_store=MemoryThreadStore()).start_run("t")
+    await run.submit(StateCommand().update(LiveHandle, Handle()))
+    with pytest.raises(StateError, match="t.handle.*persistent=False"):
+        await run.checkpoint()
+
+
+# -- what registration refuses -------------------------------------------------------------
+
+
+def test_a_persistent_thread_key_whose_updates_cannot_be_journaled_is_refused() -> None:
+    class Handle:
+        pass
+
+    class Live(StateKey[Any, Handle]):
+        key = "j.live"
+        scope = KeyScope.THREAD
+        default = None
+
+    with pytest.raises(InvalidDeclaration, match=r"'j\.live'.*Handle.*persistent=False"):
+        Kernel([Keys(Live, id="live")])
+    Kernel(
+        [Keys(Live, id="volatile", options=StateKeyOptions(persistent=False))]
+    )  # in memory only it is fine
+
+    class RunLive(StateKey[Any, Handle]):
+        key = "j.run_live"
+        default = None
+
+    Kernel([Keys(RunLive, id="run live")])  # run keys are not journaled in a store
+
+
+class Opaque:
+    pass
+
+
+def test_registration_looks_inside_vectors_and_at_dict_keys() -> None:
+    class Items(StateKey[Vector[Any], Vector[Opaque]]):
+        key = "e.items"
+        scope = KeyScope.THREAD
+
+    class Pairs(StateKey[Any, dict[tuple[int, int], int]]):
+        key = "e.pairs"
+        scope = KeyScope.THREAD
+        default = None
+
+    with pytest.raises(InvalidDeclaration, match=r"'e\.items'.*items of a Vector.*Opaque"):
+        Kernel([Keys(Items)])
+    with pytest.raises(InvalidDeclaration, match=r"'e\.pairs'.*keys are neither strings"):
+        Kernel([Keys(Pairs)])
+
+
+class AnyLog(StateKey[Any, str]):
+    key = "e.any_log"
+    scope = KeyScope.THREAD
+    default = None
+
+    @staticmethod
+    def apply(value: Any, update: str) -> Any:
+        return (value or Vector()).append(update)
+
+
+async def test_a_vector_in_a_key_typed_any_is_refused_rather_than_stored_as_something_else(
+    thread_store: ThreadStore,
+) -> None:
+    run = await Kernel([Keys(AnyLog)], thread_store=thread_store, snapshot_every=1).start_run("t")
+    await run.submit(StateCommand().update(AnyLog, "m0"))
+    with pytest.raises(StateError, match=r"'e\.any_log'.*typed Any comes back a list"):
+        await run.checkpoint()
+    await run.abandon()
+    assert await thread_store.load("t") is None

@@ -1,0 +1,165 @@
+"""Time travel: `state_at` at every revision, pruning, and revisions that are not held."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from journal_samples import Count, Log, Mood, Total, plugins, thread_values
+from samples import Keys, commit_all, read
+
+from statekernel import (
+    DecodeFailed,
+    Kernel,
+    KeyScope,
+    StateCommand,
+    StateKey,
+    ThreadStore,
+    UnknownRevision,
+)
+from statekernel.stores import SqliteThreadStore
+
+
+async def test_state_at_every_revision_is_the_state_that_committed_then(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=thread_store_or_none, snapshot_every=3)
+    seen: dict[int, dict[str, Any]] = {0: {}}
+    for run_number in range(3):
+        run = await kernel.start_run("t")
+        run.add_commit_listener(lambda s: seen.__setitem__(s.revision, thread_values(s)))
+        for i in range(4):
+            command = StateCommand().update(Count, i).update(Log, (f"{run_number}.{i}",))
+            if i == 2:
+                command.update(Mood, f"mood {run_number}")
+            if i == 3 and run_number == 1:
+                command.clear(Mood)
+            await run.submit(command)
+            if i % 2:
+                await run.checkpoint()
+        await run.finish()
+    assert max(seen) == 12
+    for revision, expected in seen.items():
+        snapshot = await kernel.state_at("t", revision)
+        assert snapshot.revision == revision
+        assert thread_values(snapshot) == expected, revision
+
+
+async def test_a_cleared_key_written_again_replays_loads_and_travels_to_its_new_value(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=thread_store_or_none, snapshot_every=100)
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Mood, "first"),
+        StateCommand().clear(Mood).update(Count, 1),  # a clear, then another key's op
+        StateCommand().update(Mood, "again"),
+        StateCommand().clear(Log),  # a key that holds no value
+        checkpoints=True,
+    )
+    assert (await kernel.state_at("t", 2)).to_dict() == {"j.count": 1}
+    expected = {"j.count": 1, "j.mood": "again"}
+    assert thread_values(await kernel.state_at("t", 4)) == expected
+    if thread_store_or_none is not None:  # a load replays every record: no snapshot was due
+        run = await Kernel(plugins(), thread_store=thread_store_or_none).start_run("t")
+        assert thread_values(run.snapshot) == expected
+        await run.abandon()
+    assert (await kernel.verify("t")).ok
+
+
+async def test_revisions_never_reached_or_pruned_are_unknown(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=thread_store_or_none, snapshot_every=4)
+    run = await kernel.start_run("t")
+    for _ in range(10):
+        await run.submit(StateCommand().update(Count, 1))
+        await run.checkpoint()
+    await run.finish()
+    with pytest.raises(
+        UnknownRevision, match=r"'t' has no revision 11: it holds revisions 0 to 10"
+    ) as e:
+        await kernel.state_at("t", 11)
+    assert (e.value.thread_id, e.value.revision, e.value.held) == ("t", 11, (0, 10))
+    with pytest.raises(UnknownRevision, match=r"no saved history"):
+        await kernel.state_at("nobody", 0)
+    with pytest.raises(ValueError, match=r"revision must be a revision"):
+        await kernel.state_at("t", -1)
+    with pytest.raises(ValueError, match=r"one of before=.* or keep="):
+        await kernel.prune("t")
+    with pytest.raises(ValueError, match=r"keep must be a count"):
+        await kernel.prune("t", keep=-1)
+    await kernel.prune("nobody", keep=3)
+    await kernel.prune("t", keep=6)  # before revision 4: the newest snapshot at or before is 4
+    assert [r.revision for r in await kernel.history("t")] == [5, 6, 7, 8, 9, 10]
+    await kernel.prune("t", before=9)  # the newest snapshot at or before 9 is at 8
+    for gone in (0, 3, 7):
+        with pytest.raises(UnknownRevision, match=r"holds revisions 8 to 10"):
+            await kernel.state_at("t", gone)
+    for kept in (8, 9, 10):
+        assert (await kernel.state_at("t", kept)).get(Count) == kept
+    assert [r.revision for r in await kernel.history("t")] == [9, 10]
+    assert (await kernel.verify("t")).ok
+    nxt = await kernel.start_run("t")
+    assert nxt.snapshot.get(Count) == 10  # a load never notices
+    await nxt.abandon()
+
+
+async def test_without_a_store_revision_0_of_a_known_thread_is_the_empty_state() -> None:
+    kernel = Kernel([Keys(Total)])
+    run = await kernel.start_run("t")
+    await run.finish()
+    assert (await kernel.state_at("t", 0)).to_dict() == {}
+    assert (await kernel.verify("t")).ok
+
+
+async def test_time_travel_refuses_a_stored_value_that_does_not_decode(tmp_path: Path) -> None:
+    path = tmp_path / "e.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel([Keys(Total)], thread_store=store, snapshot_every=2)
+        await commit_all(
+            kernel, "t", *(StateCommand().update(Total, 1) for _ in range(3)), checkpoints=True
+        )
+    with sqlite3.connect(path) as raw:
+        (blob,) = raw.execute("SELECT snapshot FROM thread_snapshots WHERE revision = 2").fetchone()
+        values = msgspec.msgpack.decode(blob)
+        values["e.total"] = b'"two"'
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE revision = 2",
+            (msgspec.msgpack.encode(values),),
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel([Keys(Total)], thread_store=store)
+        with pytest.raises(DecodeFailed, match=r"'e\.total'"):
+            await kernel.state_at("t", 3)
+        await kernel.prune("t", before=2)
+        report = await kernel.verify("t")
+        assert not report.ok and "does not decode" in report.detail
+
+
+class Appended(StateKey[list[str], str]):
+    key = "e.appended"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: list[str], update: str) -> list[str]:
+        value.append(update)  # changes its input: the kernel hands it a copy
+        return value
+
+
+async def test_without_a_store_time_travel_never_changes_what_it_travels_back_to() -> None:
+    kernel = Kernel([Keys(Appended)], snapshot_every=2)
+    await commit_all(
+        kernel, "t", *(StateCommand().update(Appended, text) for text in "abc"), checkpoints=True
+    )
+    for _ in range(2):
+        assert (await kernel.state_at("t", 2)).get(Appended) == ["a", "b"]
+        assert (await kernel.state_at("t", 3)).get(Appended) == ["a", "b", "c"]
+    await kernel.fork("t", 3, "copy")
+    assert await read(kernel, "copy", Appended) == ["a", "b", "c"]
+    assert (await kernel.verify("t")).ok
+    assert (await kernel.state_at("copy", 2)).get(Appended) == ["a", "b"]

@@ -1,0 +1,246 @@
+"""`kernel.verify`: a replay that matches the thread, or names where tampering begins."""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from journal_samples import (
+    Count,
+    Log,
+    Mood,
+    Step,
+    edit_snapshot,
+    plugins,
+    referring_keys,
+    write_referring,
+)
+from samples import Keys, commit_all
+
+from statekernel import (
+    DecodeFailed,
+    Kernel,
+    KeyScope,
+    ReplayReport,
+    StateCommand,
+    StateKey,
+    ThreadStore,
+    UnknownRevision,
+)
+from statekernel.stores import SqliteThreadStore
+
+
+async def test_verify_rebuilds_the_thread_and_matches_it(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    kernel = Kernel(plugins(), thread_store=thread_store_or_none, snapshot_every=3)
+    last = await commit_all(
+        kernel, "t", *(StateCommand().update(Count, i).update(Log, (str(i),)) for i in range(8))
+    )
+    report = await kernel.verify("t")
+    head = await kernel.state_at("t", last)
+    assert report == ReplayReport(True, last, head.state_hash())
+    with pytest.raises(UnknownRevision):
+        await kernel.verify("nobody")
+
+
+async def test_verify_reports_an_apply_that_changed_meaning(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    class Doubling(StateKey[int, int]):
+        key = "j.count"
+        scope = KeyScope.THREAD
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + 2 * update
+
+    kernel = Kernel(plugins(), thread_store=thread_store_or_none, snapshot_every=3)
+    await commit_all(kernel, "t", *(StateCommand().update(Count, 1) for _ in range(5)))
+    if thread_store_or_none is None:
+        report = await kernel.verify("t")
+        assert report.ok
+        return
+    changed = Kernel([Keys(Doubling, Log, Mood, Step)], thread_store=thread_store_or_none)
+    report = await changed.verify("t")
+    assert not report.ok and report.first_divergence == 1
+
+
+# -- records changed on disk ---------------------------------------------------------------
+
+
+async def test_a_record_changed_on_disk_or_stored_under_another_revision_is_refused(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        for thread in ("swapped", "changed"):
+            kernel = Kernel(plugins(), thread_store=store)
+            await commit_all(kernel, thread, *(StateCommand().update(Count, 1) for _ in range(3)))
+    with sqlite3.connect(path) as raw:
+        stored = dict(
+            raw.execute(
+                "SELECT revision, record FROM thread_records WHERE thread_id = 'swapped'"
+            ).fetchall()
+        )
+        raw.execute(  # revision 2 holds revision 3's (intact) record
+            "UPDATE thread_records SET record = ? WHERE thread_id = 'swapped' AND revision = 2",
+            (stored[3],),
+        )
+        (data,) = raw.execute(
+            "SELECT record FROM thread_records WHERE thread_id = 'changed' AND revision = 2"
+        ).fetchone()
+        forged = data.replace(b"\xa6update\xc4\x011", b"\xa6update\xc4\x017")  # 1 becomes 7
+        assert forged != data
+        raw.execute(
+            "UPDATE thread_records SET record = ? WHERE thread_id = 'changed' AND revision = 2",
+            (forged,),
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        for thread, cause in (("swapped", ValueError), ("changed", msgspec.DecodeError)):
+            readings: list[Callable[[str], Awaitable[Any]]] = [
+                kernel.start_run,  # a load
+                kernel.history,
+                functools.partial(kernel.state_at, revision=3),
+            ]
+            for reading in readings:
+                with pytest.raises(DecodeFailed) as refused:
+                    await reading(thread)
+                error = refused.value
+                assert (error.key, error.record, error.revision) == (
+                    "commit record",
+                    f"{thread} (revision 2)",
+                    2,
+                )
+                assert type(error.cause) is cause
+            report = await kernel.verify(thread)
+            assert not report.ok and report.first_divergence == 2
+        assert str(error.cause) == "the record's bytes do not match its digest: changed"
+        with pytest.raises(DecodeFailed, match=r"it says revision 3"):
+            await kernel.history("swapped")
+
+
+async def test_verify_names_exactly_the_revision_of_a_record_changed_on_disk(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1) for _ in range(10)]  # all write one key
+        await commit_all(kernel, "t", *commands, checkpoints=True)
+        assert (await kernel.verify("t")).ok
+    for revision in (3, 10):  # one the snapshots cover, one in the tail a load replays
+        with sqlite3.connect(path) as raw:  # the update 1 becomes 7 on disk
+            (data,) = raw.execute(
+                "SELECT record FROM thread_records WHERE thread_id = 't' AND revision = ?",
+                (revision,),
+            ).fetchone()
+            forged = data.replace(b"\xa6update\xc4\x011", b"\xa6update\xc4\x017")
+            assert forged != data
+            raw.execute(
+                "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = ?",
+                (forged, revision),
+            )
+        async with SqliteThreadStore(path) as store:
+            kernel = Kernel(plugins(), thread_store=store)
+            report = await kernel.verify("t")
+            assert not report.ok and report.first_divergence == 3 and report.revision == 10
+            assert "revision 3" in report.detail and "changed" in report.detail
+    async with SqliteThreadStore(path) as store:  # the tail one also stops a load
+        with pytest.raises(DecodeFailed, match=r"revision 10") as refused:
+            await Kernel(plugins(), thread_store=store).start_run("t")
+    assert refused.value.revision == 10
+
+
+# -- snapshots changed on disk -------------------------------------------------------------
+
+
+async def test_verify_finds_a_tampered_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        await commit_all(
+            kernel,
+            "t",
+            *(StateCommand().update(Mood, f"m{i}") for i in range(10)),
+            checkpoints=True,
+        )
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = 't' AND revision = 8",
+            (msgspec.msgpack.encode({"j.mood": b'"forged"'}),),
+        )
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(plugins(), thread_store=store).verify("t")
+    assert not report.ok and report.first_divergence == 5  # first write of j.mood after 4
+
+
+async def test_verify_finds_keys_missing_from_or_added_to_a_stored_snapshot(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        for thread in ("missing", "added"):
+            commands = [StateCommand().update(Count, 1) for _ in range(8)]
+            commands[0].update(Mood, "first")
+            await commit_all(kernel, thread, *commands, checkpoints=True)  # snapshots: 4, 8
+
+    def drop_count_and_mood(values: dict[str, bytes]) -> None:
+        del values["j.count"], values["j.mood"]
+
+    edit_snapshot(path, "missing", 4, drop_count_and_mood)
+    edit_snapshot(path, "added", 8, lambda values: values.update({"j.log": b'["forged"]'}))
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        missing = await kernel.verify("missing")
+        assert (missing.ok, missing.first_divergence) == (False, 1)
+        assert missing.detail == (
+            "the journal rebuilds keys ['j.count', 'j.mood'] differently from what was stored at "
+            "revision 4; the first commit after revision 0 that wrote one is revision 1"
+        )
+        added = await kernel.verify("added")
+        assert (added.ok, added.first_divergence) == (False, 8)  # no commit wrote it
+        assert "keys ['j.log']" in added.detail and "stored at revision 8" in added.detail
+
+
+async def test_verify_finds_a_changed_item_in_a_snapshot_that_refers_to_an_older_one(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    await write_referring(path, "t")
+
+    def change_an_item(values: dict[str, bytes]) -> None:
+        reference = msgspec.json.decode(values[Log.key])
+        reference["items"] = ["forged"]  # as many items as before
+        values[Log.key] = msgspec.json.encode(reference)
+
+    edit_snapshot(path, "t", 3, change_an_item)
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(referring_keys(), thread_store=store).verify("t")
+    assert (report.ok, report.first_divergence) == (False, 3)
+    assert "keys ['j.log']" in report.detail and "stored at revision 3" in report.detail
+
+
+async def test_verify_reports_a_stored_snapshot_value_that_does_not_decode(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1) for _ in range(8)]
+        await commit_all(kernel, "t", *commands, checkpoints=True)
+    edit_snapshot(path, "t", 8, lambda values: values.update({"j.count": b'"eight"'}))
+    async with SqliteThreadStore(path) as store:
+        report = await Kernel(plugins(), thread_store=store).verify("t")
+    assert (report.ok, report.first_divergence) == (False, 5)  # the records since revision 4
+    assert report.detail.startswith(
+        "stored value of key 'j.count' (record 't') does not decode into the declared type: "
+        "ValidationError: Expected `int`, got `str`"
+    )
