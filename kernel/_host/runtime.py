@@ -477,6 +477,13 @@ class Run:
         return self._lease.saves
 
     @property
+    def durable(self) -> bool:
+        """Whether this run's saves outlive the process: True when its kernel keeps threads
+        in a ThreadStore (another process can then resume what it saved); False when they
+        live in the kernel's memory and die with it."""
+        return self._lease.home.durable
+
+    @property
     def step(self) -> int:
         """How many STEP_START phases this run has begun (0 before the first); the journal
         records it with every commit."""
