@@ -2,55 +2,42 @@
 
 A thread is its journal. A save appends the commit records since the previous save (and,
 now and then, a snapshot of the persistent thread keys); a load takes the newest snapshot
-and replays the records after it (`replay`). So a checkpoint costs what changed since the
-last one, and a load costs one snapshot plus a bounded tail.
+and replays the records after it (`stored_loads`). So a checkpoint costs what changed since
+the last one, and a load costs one snapshot plus a bounded tail.
 
 Every save is a compare-and-set on the store's write position as this kernel last loaded or
 saved it, and moves that position, whatever it carries (commits, a suspension, a run
 ending): of two kernels that loaded the same position only the first save lands and the
 other gets a `RevisionConflict`, so no saved run id repeats in a thread. A suspended run is
 saved whole: its run keys, the actions still waiting for their phase, and a `SuspendedRun`
-record. Values are encoded key by key (`key_codec`), so a value that no longer decodes
-fails alone, naming its key.
+record.
 
 The kernel's memory keeps of a thread only what the store must not hold (`persistent=False`
 keys, and the whole records of the commits that wrote them) and what it knows of the
-store's copy (`_Kept`). It knows nothing of phases, hooks or the run loop: a `Run` hands it
-values to save.
+store's copy (`StoredThread`). It knows nothing of phases, hooks or the run loop: a `Run`
+hands it values to save.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import msgspec
 
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import DecodeFailed, StateError, StoreError
-from .._values.codec import CODEC_ERRORS
-from .._values.keys import RESERVED_PREFIX, KeyScope
-from .journal import (
-    CommitRecord,
-    Journaled,
-    JournalOp,
-    RunJournal,
-    decode_record,
-    encode_record_bytes,
-)
-from .key_codec import EncodeCache, decode_values, encode_scope
-from .replay import apply_records
-from .store import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState, ThreadStore
+from .._errors import StateError, StoreError
+from .._values.keys import KeyScope
+from .journal import CommitRecord, Journaled, JournalOp, RunJournal, encode_record_bytes
+from .key_codec import EncodeCache, encode_scope
+from .store import JournalEntry, ThreadSave, ThreadStore
 from .stored_journal import StoredJournal
+from .stored_loads import StoredThread, load_thread, read_stored_as, snapshot_fetcher
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
-    RESERVED_VALUES,
-    RUN_COUNT,
     VectorBase,
-    read_snapshot,
     referenced_revisions,
     whole_snapshot,
     write_snapshot,
@@ -64,70 +51,6 @@ SNAPSHOT_BYTES = 1 << 20
 """A save writes a snapshot once the records saved since the last one hold as many bytes
 as it did (and at least this many), as well as every `snapshot_every` records: so a load
 replays a bounded tail, and snapshots cost at most about what the records did."""
-_int_decoder = msgspec.json.Decoder(int)
-_names_decoder = msgspec.json.Decoder(list[str])
-
-
-@attrs.define
-class _Kept:
-    """What this kernel keeps of one stored thread: what it handed the run, and what it
-    knows of the store's copy.
-
-    `position` is the store's write position for the thread as last loaded or saved, for
-    compare-and-set. `foreign` and `undecodable` hold snapshot bytes this kernel may not or
-    could not decode, written back untouched. `since_snapshot` and `bytes_since_snapshot`
-    count what was saved since the newest snapshot, of `snapshot_bytes` bytes, whose
-    Vectors (`vector_bases`) the next one may extend; `stale` names keys whose stored ops
-    this kernel could not replay (no snapshot is written while there are any). `whole`
-    holds, for the commits of this kernel that wrote `persistent=False` thread keys, the
-    whole record (the store's lacks those ops). `cache` holds this claim's encodings.
-    """
-
-    held: HeldThread = attrs.field(factory=HeldThread)
-    position: int = 0
-    foreign: dict[str, bytes] = attrs.field(factory=dict)
-    undecodable: dict[str, bytes] = attrs.field(factory=dict)
-    since_snapshot: int = 0
-    bytes_since_snapshot: int = 0
-    snapshot_bytes: int = 0
-    stale: frozenset[str] = frozenset()
-    vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
-    dropped: frozenset[str] = frozenset()
-    """Keys of an uninstalled plugin that said to drop them: gone from `held.values` and
-    `foreign`; the next save's first record clears them in the journal, and the next
-    snapshot leaves their bytes out."""
-    drop_marker: frozenset[str] = frozenset()
-    """The keys the stored snapshot lists as dropped on uninstall."""
-    whole: list[CommitRecord] = attrs.field(factory=list)
-    cache: EncodeCache = attrs.field(factory=EncodeCache)
-
-    def note_save(
-        self,
-        save: ThreadSave,
-        size: int,
-        *,
-        undecodable: dict[str, bytes],
-        superseded: set[str],
-        whole: tuple[CommitRecord, ...],
-        bases: dict[str, VectorBase],
-        drop_marker: frozenset[str],
-    ) -> None:
-        """Note what the store now holds after `save` (its records of `size` bytes)."""
-        self.position += 1
-        self.whole.extend(whole)
-        self.undecodable = undecodable
-        if save.records:
-            self.dropped = frozenset()  # cleared by a saved record
-            self.stale -= superseded
-        if save.snapshot is None:
-            self.since_snapshot += len(save.records)
-            self.bytes_since_snapshot += size
-            return
-        self.drop_marker = drop_marker
-        self.since_snapshot = self.bytes_since_snapshot = 0
-        self.snapshot_bytes = sum(len(data) for data in save.snapshot.values())
-        self.vector_bases = bases
-        self.stale = frozenset()
 
 
 class StoredThreads:
@@ -149,7 +72,7 @@ class StoredThreads:
         self.skip_undecodable = skip_undecodable
         self._snapshot_every = snapshot_every
         self._refuse_unknown = refuse_unknown
-        self._threads: dict[str, _Kept] = {}
+        self._threads: dict[str, StoredThread] = {}
         self._live = LiveRuns()
 
     # -- claiming and letting go ----------------------------------------------------------
@@ -157,7 +80,14 @@ class StoredThreads:
     async def claim(self, thread_id: str, *, tolerate: bool = False) -> HeldThread:
         self._live.take(thread_id)
         try:
-            kept = await self._load(thread_id, self._threads.get(thread_id), tolerate=tolerate)
+            kept = await load_thread(
+                self._store,
+                self._registry,
+                thread_id,
+                self._threads.get(thread_id),
+                skip_undecodable=self.skip_undecodable or tolerate,
+                refuse_unknown=self._refuse_unknown,
+            )
         except BaseException:
             self._live.drop(thread_id)
             raise
@@ -251,7 +181,7 @@ class StoredThreads:
 
     def _snapshot_needs(
         self,
-        kept: _Kept,
+        kept: StoredThread,
         records: list[CommitRecord],
         touched: frozenset[str],
         unrecorded: frozenset[str],
@@ -279,11 +209,15 @@ class StoredThreads:
         )
         return unrecorded | (rewritten - superseded), blocking, superseded
 
-    def _marking(self, kept: _Kept) -> bool:
+    def _marking(self, kept: StoredThread) -> bool:
         """Whether a snapshot must change the list of keys dropped on uninstall."""
         return bool(kept.dropped) or kept.drop_marker != self._registry.dropped_on_uninstall
 
-    def _snapshot_due(self, kept: _Kept, entries: tuple[JournalEntry, ...], size: int) -> bool:
+    def _snapshot_due(
+        self, kept: StoredThread, entries: tuple[JournalEntry, ...], size: int
+    ) -> bool:
+        """The snapshot policy: every `snapshot_every` records, or once the records since
+        the last snapshot hold as many bytes as it (and at least `SNAPSHOT_BYTES`)."""
         if kept.since_snapshot + len(entries) >= self._snapshot_every:
             return True
         return kept.bytes_since_snapshot + size >= max(SNAPSHOT_BYTES, kept.snapshot_bytes)
@@ -291,7 +225,7 @@ class StoredThreads:
     def _snapshot(
         self,
         thread_id: str,
-        kept: _Kept,
+        kept: StoredThread,
         values: Mapping[str, Any],
         undecodable: dict[str, bytes],
         needed: frozenset[str],
@@ -342,167 +276,8 @@ class StoredThreads:
             raise StoreError("thread save", error, key=thread_id) from error
         return interrupted
 
-    # -- loading ---------------------------------------------------------------------------
-
-    async def _loaded(self, thread_id: str) -> ThreadState | None:
-        """The thread as the store holds it; a store's own failure is a `StoreError`."""
-        try:
-            return await self._store.load(thread_id)
-        except StateError:
-            raise
-        except Exception as error:
-            raise StoreError("thread load", error, key=thread_id) from error
-
-    def _fetcher(self, thread_id: str) -> Callable[[int], Awaitable[ThreadSnapshot | None]]:
-        """How `read_snapshot` fetches the older snapshots a Vector extends."""
-        store = self._store
-
-        async def fetch(revision: int) -> ThreadSnapshot | None:
-            return await store.snapshot_at(thread_id, revision)
-
-        return fetch
-
-    async def _load(self, thread_id: str, previous: _Kept | None, *, tolerate: bool) -> _Kept:
-        """The thread as the store has it, with non-persistent keys from memory."""
-        previous = previous or _Kept()
-        stored = await self._loaded(thread_id)
-        if stored is None:
-            if previous.position > 0:
-                return _Kept()  # deleted from the store since: a new thread
-            held = previous.held
-            return _Kept(
-                HeldThread(_volatile(self._registry, held.values), held.revision, held.runs),
-                whole=previous.whole,
-            )
-        registry = self._registry
-        skip = self.skip_undecodable or tolerate
-        restored, bases = await read_snapshot(
-            registry,
-            ThreadSnapshot(stored.snapshot_revision, stored.values),
-            self._fetcher(thread_id),
-            record=thread_id,
-            skip_undecodable=skip,
-            exclude=lambda name: name in RESERVED_VALUES,
-        )
-        drop_marker = _drop_marker(stored, thread_id)
-        dropped = frozenset(name for name in drop_marker if name not in registry.by_name)
-        for name in dropped:  # its plugin is gone and said not to keep it
-            restored.foreign.pop(name, None)
-            restored.undecodable.pop(name, None)
-        records = _records_of(stored, thread_id)
-        _check_complete(stored, records, thread_id)
-        if self._refuse_unknown:
-            self._check_known(thread_id, restored.foreign, records, stored.run_values, dropped)
-        stale = apply_records(
-            registry,
-            restored.values,
-            records,
-            from_store=True,
-            thread_id=thread_id,
-            unreadable=(*restored.foreign, *restored.undecodable),
-            skip_undecodable=skip,
-            lost=set(),  # unknown until a snapshot, but no reason to hold snapshots back
-        )
-        return _Kept(
-            self._held(thread_id, stored, previous.held, restored.values, skip=skip),
-            position=stored.position,
-            foreign=restored.foreign,
-            undecodable=restored.undecodable,
-            since_snapshot=len(records),
-            bytes_since_snapshot=sum(len(entry.data) for entry in stored.records),
-            snapshot_bytes=sum(len(data) for data in stored.values.values()),
-            stale=frozenset(stale) - dropped,
-            vector_bases=bases,
-            dropped=dropped,
-            drop_marker=drop_marker,
-            whole=previous.whole,
-        )
-
-    def _held(
-        self,
-        thread_id: str,
-        stored: ThreadState,
-        previous: HeldThread,
-        values: dict[str, Any],
-        *,
-        skip: bool,
-    ) -> HeldThread:
-        """What a run gets of a loaded thread: its replayed `values` with the non-persistent
-        ones this kernel held, and a suspended run's record and run keys."""
-        registry = self._registry
-        suspended = None
-        run_values: dict[str, Any] = {}
-        if stored.suspended is not None:
-            suspended = msgspec.json.decode(stored.suspended, type=SuspendedRun)
-            run_values = {
-                **_volatile(registry, previous.run_values),
-                **decode_values(
-                    registry,
-                    stored.run_values or {},
-                    record=thread_id,
-                    skip_undecodable=skip,
-                    scope=KeyScope.RUN,
-                ).values,
-            }
-        runs_raw = stored.values.get(RUN_COUNT)
-        legacy_runs = _int_decoder.decode(runs_raw) if runs_raw is not None else 0
-        return HeldThread(
-            values={**_volatile(registry, previous.values), **values},
-            revision=stored.revision,
-            runs=max(stored.runs, legacy_runs),
-            suspended=suspended,
-            run_values=run_values,
-        )
-
-    def _check_known(
-        self,
-        thread_id: str,
-        foreign: Mapping[str, bytes],
-        records: list[CommitRecord],
-        run_values: Mapping[str, bytes] | None,
-        dropped: frozenset[str],
-    ) -> None:
-        """Refuse a thread that holds keys no plugin of this kernel registers (strict): in
-        its snapshot, its journal since, or a suspended run's run keys."""
-        by_name = self._registry.by_name
-        unknown = {name for name in foreign if name not in RESERVED_VALUES}
-        unknown.update(op.key for record in records for op in record.ops if op.key not in by_name)
-        unknown -= dropped  # dropped on uninstall, as their plugin asked: not kept at all
-        unknown.update(name for name in run_values or () if name not in by_name)
-        if not unknown:
-            return
-        reserved = sorted(name for name in unknown if name.startswith(RESERVED_PREFIX))
-        hint = (
-            f" Keys {reserved} are the Agent facade's own: load the thread with an Agent."
-            if reserved
-            else ""
-        )
-        raise StateError(
-            f"thread {thread_id!r} holds keys no plugin of this kernel registers: "
-            f"{sorted(unknown)}, and this kernel refuses unknown stored keys "
-            f"(unknown_keys='refuse'). Nothing was loaded. Add the plugins that declare "
-            f"them, or load the thread with unknown_keys='keep' (the default), which carries "
-            f"them over untouched.{hint}"
-        )
-
     async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
-        """Decoded and replayed with `binding`'s declaration alone."""
-        name = binding.name
-        stored = await self._loaded(thread_id)
-        if stored is None:
-            return None
-        registry = KeyRegistry([binding])
-        restored, _ = await read_snapshot(
-            registry,
-            ThreadSnapshot(stored.snapshot_revision, stored.values),
-            self._fetcher(thread_id),
-            record=thread_id,
-            skip_undecodable=False,
-            exclude=lambda other: other != name,
-        )
-        records = _records_of(stored, thread_id)
-        apply_records(registry, restored.values, records, thread_id=thread_id, from_store=True)
-        return restored.values.get(name)
+        return await read_stored_as(self._store, thread_id, binding)
 
     # -- the journal: history, forks, pruning ----------------------------------------------
 
@@ -525,7 +300,8 @@ class StoredThreads:
         base = await self._store.snapshot_at(thread_id, revision)
         snapshot = None
         if base is not None:
-            snapshot = await whole_snapshot(base, self._fetcher(thread_id), record=thread_id)
+            fetch = snapshot_fetcher(self._store, thread_id)
+            snapshot = await whole_snapshot(base, fetch, record=thread_id)
         save = ThreadSave(
             revision=revision,
             records=tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records),
@@ -540,18 +316,18 @@ class StoredThreads:
         # Snapshots may extend older ones (Vector references): keep from the oldest
         # snapshot the one kept at `before` still reads.
         store = self._store
-        kept = await store.snapshot_at(thread_id, before)
-        while kept is not None:
-            older = min(referenced_revisions(kept), default=kept.revision)
-            if older >= kept.revision:
+        snapshot = await store.snapshot_at(thread_id, before)
+        while snapshot is not None:
+            older = min(referenced_revisions(snapshot), default=snapshot.revision)
+            if older >= snapshot.revision:
                 break
-            kept = await store.snapshot_at(thread_id, older)
-        if kept is None:
+            snapshot = await store.snapshot_at(thread_id, older)
+        if snapshot is None:
             return
-        await store.prune(thread_id, before=kept.revision)
-        thread = self._threads.get(thread_id)
-        if thread is not None:
-            thread.whole = [r for r in thread.whole if r.revision > kept.revision]
+        await store.prune(thread_id, before=snapshot.revision)
+        kept = self._threads.get(thread_id)
+        if kept is not None:
+            kept.whole = [r for r in kept.whole if r.revision > snapshot.revision]
 
 
 def _with_drop_clears(dropped: frozenset[str], records: list[CommitRecord]) -> list[CommitRecord]:
@@ -564,50 +340,11 @@ def _with_drop_clears(dropped: frozenset[str], records: list[CommitRecord]) -> l
     return [first, *records[1:]]
 
 
-def _drop_marker(stored: ThreadState, thread_id: str) -> frozenset[str]:
-    """The keys the stored snapshot lists as dropped on uninstall."""
-    marker = stored.values.get(DROPPED_ON_UNINSTALL)
-    try:
-        return frozenset(_names_decoder.decode(marker) if marker is not None else ())
-    except CODEC_ERRORS as error:
-        raise DecodeFailed(DROPPED_ON_UNINSTALL, thread_id, error) from error
-
-
-def _check_complete(stored: ThreadState, records: list[CommitRecord], thread_id: str) -> None:
-    """Refuse a journal whose records stop short of its head."""
-    ends_at = records[-1].revision if records else stored.snapshot_revision
-    if ends_at != stored.revision:
-        raise StoreError(
-            "thread load",
-            ValueError(
-                f"the journal of thread {thread_id!r} ends at revision {ends_at} but its "
-                f"head is at revision {stored.revision}: the store lost records"
-            ),
-            key=thread_id,
-        )
-
-
 def _cleared(records: Iterable[CommitRecord]) -> set[str]:
     """The keys these records clear."""
     return {op.key for record in records for op in record.ops if op.kind == "clear"}
 
 
-def _records_of(stored: ThreadState, thread_id: str) -> list[CommitRecord]:
-    return [
-        decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
-        for entry in stored.records
-    ]
-
-
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     """The held values of `names` (a lookup per name, not a scan of `values`)."""
     return {name: values[name] for name in names if name in values}
-
-
-def _volatile(registry: KeyRegistry, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The non-persistent keys among `values`: they live in kernel memory only."""
-    return {
-        name: value
-        for name, value in values.items()
-        if (binding := registry.by_name.get(name)) is not None and not binding.persistent
-    }
