@@ -10,7 +10,7 @@ since its snapshot) becomes a `StoredThread`, which every save then moves on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -21,7 +21,7 @@ from .._errors import DecodeFailed, StateError, StoreError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import RESERVED_PREFIX, KeyScope
 from .journal import CommitRecord, decode_record
-from .key_codec import EncodeCache, decode_values
+from .key_codec import EncodeCache, Restored, decode_values
 from .replay import apply_records
 from .store import ThreadSave, ThreadSnapshot, ThreadState, ThreadStore
 from .thread_snapshots import (
@@ -123,13 +123,8 @@ async def load_thread(
             HeldThread(_volatile(registry, held.values), held.revision, held.runs),
             whole=previous.whole,
         )
-    restored, bases = await read_snapshot(
-        registry,
-        ThreadSnapshot(stored.snapshot_revision, stored.values),
-        snapshot_fetcher(store, thread_id),
-        record=thread_id,
-        skip_undecodable=skip_undecodable,
-        exclude=lambda name: name in RESERVED_VALUES,
+    restored, bases = await _read_snapshot(
+        store, registry, thread_id, stored, skip_undecodable, lambda name: name in RESERVED_VALUES
     )
     drop_marker = _drop_marker(stored, thread_id)
     dropped = frozenset(name for name in drop_marker if name not in registry.by_name)
@@ -174,13 +169,8 @@ async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding
     if stored is None:
         return None
     registry = KeyRegistry([binding])
-    restored, _ = await read_snapshot(
-        registry,
-        ThreadSnapshot(stored.snapshot_revision, stored.values),
-        snapshot_fetcher(store, thread_id),
-        record=thread_id,
-        skip_undecodable=False,
-        exclude=lambda other: other != name,
+    restored, _ = await _read_snapshot(
+        store, registry, thread_id, stored, False, lambda other: other != name
     )
     records = _records_of(stored, thread_id)
     apply_records(registry, restored.values, records, thread_id=thread_id, from_store=True)
@@ -204,6 +194,25 @@ def snapshot_fetcher(store: ThreadStore, thread_id: str) -> FetchSnapshot:
         return await store.snapshot_at(thread_id, revision)
 
     return fetch
+
+
+async def _read_snapshot(
+    store: ThreadStore,
+    registry: KeyRegistry,
+    thread_id: str,
+    stored: ThreadState,
+    skip_undecodable: bool,
+    exclude: Callable[[str], bool],
+) -> tuple[Restored, dict[str, VectorBase]]:
+    """The loaded thread's newest snapshot, decoded (`read_snapshot`)."""
+    return await read_snapshot(
+        registry,
+        ThreadSnapshot(stored.snapshot_revision, stored.values),
+        snapshot_fetcher(store, thread_id),
+        record=thread_id,
+        skip_undecodable=skip_undecodable,
+        exclude=exclude,
+    )
 
 
 def _held(
