@@ -1,19 +1,16 @@
 """Reading a thread's journal: history, time travel, forks, verified replay and pruning.
 
-Everything here reads what was saved: the records and snapshots in the ThreadStore, or in
-the kernel's memory when it has no store (then every key is journaled, the non-persistent
-ones too). With a store, `history` also shows the ops of `persistent=False` thread keys
-that this kernel keeps in its memory (the store never had them).
-A run's commits appear once it saved them (a checkpoint, a suspension, the run's
-end). Both places answer the same few questions through a `_Journal`, so each operation
-is written once: the newest snapshot at or before a revision, the records in a range, the
-head revision.
+Everything here reads what was saved, wherever the kernel's `ThreadHome` keeps it: the
+records and snapshots in the ThreadStore, or in the kernel's memory when it has no store
+(then every key is journaled, the non-persistent ones too). A run's commits appear once it
+saved them (a checkpoint, a suspension, the run's end). The home answers the same few
+questions for either place through a `ThreadJournal`, so each operation is written once:
+the newest snapshot at or before a revision, the records in a range, the head revision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import immutables
@@ -22,172 +19,11 @@ import msgspec
 from .._engine.registry import KeyRegistry
 from .._engine.snapshot import Snapshot
 from .._errors import DecodeFailed, ReplayFailed, StateError, UnknownRevision
-from .._values.declared_types import copy_of
-from .._values.keys import KeyScope
-from .journal import CommitRecord, decode_record, encode_record_bytes
+from .journal import CommitRecord
 from .replay import ReplayReport, apply_records, hash_of
-from .store import JournalEntry, ThreadSave, ThreadSnapshot, ThreadStore
-from .thread_snapshots import (
-    RESERVED_VALUES,
-    differing_keys,
-    read_snapshot,
-    referenced_revisions,
-    whole_snapshot,
-)
-from .threads import ThreadKeeper, ThreadMemory
+from .threads import ReplayBase, ThreadHome, ThreadJournal, check_thread_id
 
 __all__ = ["ThreadHistory"]
-
-
-@attrs.define
-class _Base:
-    """A snapshot to replay from: decoded values (the caller's to change), and bytes this
-    kernel cannot read."""
-
-    revision: int
-    values: dict[str, Any]
-    raw: dict[str, bytes] = attrs.field(factory=dict)
-
-
-class _Journal(Protocol):
-    from_store: bool
-
-    async def head(self) -> int | None: ...
-
-    async def records(
-        self, since: int, until: int | None = None, limit: int | None = None
-    ) -> list[CommitRecord]: ...
-
-    async def base(self, revision: int) -> _Base | None: ...
-
-    async def snapshot_revisions(self, after: int, until: int) -> list[int]: ...
-
-    async def differing(
-        self, revision: int, values: Mapping[str, Any], ignore: set[str]
-    ) -> set[str]: ...
-
-
-class _StoredJournal:
-    from_store = True
-
-    def __init__(
-        self, store: ThreadStore, registry: KeyRegistry, thread_id: str, *, skip: bool
-    ) -> None:
-        self._store, self._registry, self._thread_id = store, registry, thread_id
-        self._skip = skip
-
-    async def head(self) -> int | None:
-        stored = await self._store.load(self._thread_id)
-        return None if stored is None else stored.revision
-
-    async def records(
-        self, since: int, until: int | None = None, limit: int | None = None
-    ) -> list[CommitRecord]:
-        entries = await self._store.records(self._thread_id, since=since, until=until, limit=limit)
-        return [
-            decode_record(entry.data, thread_id=self._thread_id, revision=entry.revision)
-            for entry in entries
-        ]
-
-    async def base(self, revision: int) -> _Base | None:
-        snapshot = await self.snapshot(revision)
-        if snapshot is None:
-            return None
-        restored, _ = await read_snapshot(
-            self._registry,
-            snapshot,
-            self.snapshot,
-            record=self._thread_id,
-            skip_undecodable=self._skip,
-            exclude=lambda name: name in RESERVED_VALUES,
-        )
-        foreign = {**restored.foreign, **restored.undecodable}
-        return _Base(snapshot.revision, restored.values, foreign)
-
-    async def snapshot(self, revision: int) -> ThreadSnapshot | None:
-        return await self._store.snapshot_at(self._thread_id, revision)
-
-    async def snapshot_revisions(self, after: int, until: int) -> list[int]:
-        found: list[int] = []
-        at = until
-        while at > after:  # walking back, one snapshot at a time (none is kept)
-            snapshot = await self.snapshot(at)
-            if snapshot is None or snapshot.revision <= after:
-                break
-            found.append(snapshot.revision)
-            at = snapshot.revision - 1
-        return found[::-1]
-
-    async def differing(
-        self, revision: int, values: Mapping[str, Any], ignore: set[str]
-    ) -> set[str]:
-        snapshot = await self.snapshot(revision)
-        if snapshot is None or snapshot.revision != revision:
-            return set()
-        return differing_keys(
-            self._registry,
-            snapshot,
-            values,
-            ignore=ignore,
-            record=self._thread_id,
-            skip_undecodable=self._skip,
-        )
-
-
-class _MemoryJournal:
-    from_store = False
-
-    def __init__(self, thread: ThreadMemory | None, registry: KeyRegistry) -> None:
-        self._thread = thread
-        self._registry = registry
-
-    async def head(self) -> int | None:
-        return None if self._thread is None else self._thread.revision
-
-    async def records(
-        self, since: int, until: int | None = None, limit: int | None = None
-    ) -> list[CommitRecord]:
-        if self._thread is None:
-            return []
-        found = [
-            record
-            for record in self._thread.journal
-            if record.revision > since and (until is None or record.revision <= until)
-        ]
-        return found if limit is None else found[:limit]
-
-    async def base(self, revision: int) -> _Base | None:
-        if self._thread is None:
-            return None
-        held = [(r, values) for r, values in self._thread.snapshots if r <= revision]
-        if not held:
-            return None
-        newest, values = held[-1]
-        # The held values are the thread's own; replay hands them to `apply`, which may
-        # change a mutable value in place, so it gets copies, as a commit would.
-        by_name = self._registry.by_name
-        copied = {
-            name: copy_of(value, name) if _copies(by_name.get(name)) else value
-            for name, value in values.items()
-        }
-        return _Base(newest, copied)
-
-    async def snapshot_revisions(self, after: int, until: int) -> list[int]:
-        held = self._thread.snapshots if self._thread is not None else []
-        return [r for r, _ in held if after < r <= until]
-
-    async def differing(
-        self, revision: int, values: Mapping[str, Any], ignore: set[str]
-    ) -> set[str]:
-        held = self._thread.snapshots if self._thread is not None else []
-        for at, stored in held:
-            if at == revision:
-                return _differing(self._registry, values, stored, ignore)
-        return set()
-
-
-def _copies(binding: Any) -> bool:
-    return binding is not None and (binding.copy_values or binding.copy_items)
 
 
 @attrs.frozen
@@ -198,20 +34,15 @@ class _Rebuilt:
 
 
 class ThreadHistory:
-    """The journal-reading side of a kernel's threads."""
+    """The journal-reading side of a kernel's threads, over their home."""
 
-    def __init__(self, keeper: ThreadKeeper, registry: KeyRegistry) -> None:
-        self._keeper = keeper
+    def __init__(self, home: ThreadHome, registry: KeyRegistry) -> None:
+        self._home = home
         self._registry = registry
 
-    def _journal(self, thread_id: str) -> _Journal:
-        if not isinstance(thread_id, str) or not thread_id:
-            raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
-        store = self._keeper.store
-        if store is not None:
-            skip = self._keeper.skip_undecodable  # as loads do: `restore_errors`
-            return _StoredJournal(store, self._registry, thread_id, skip=skip)
-        return _MemoryJournal(self._keeper.remembered(thread_id), self._registry)
+    def _journal(self, thread_id: str) -> ThreadJournal:
+        check_thread_id(thread_id)
+        return self._home.journal(thread_id)
 
     async def head(self, thread_id: str) -> int | None:
         """The thread's saved head revision, or None for a thread never saved."""
@@ -223,13 +54,7 @@ class ThreadHistory:
         _check_revision("since", since)
         if limit is not None:
             _check_revision("limit", limit)
-        records = await self._journal(thread_id).records(since, limit=limit)
-        thread = self._keeper.remembered(thread_id)
-        if self._keeper.store is None or thread is None or not thread.journal:
-            return records
-        # Ops of `persistent=False` keys are journaled in this kernel's memory only.
-        whole = {(r.revision, r.run_id, r.created_at): r for r in thread.journal}
-        return [whole.get((r.revision, r.run_id, r.created_at), r) for r in records]
+        return await self._journal(thread_id).shown(since, limit)
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
         rebuilt = await self._rebuild(self._journal(thread_id), thread_id, revision)
@@ -238,9 +63,9 @@ class ThreadHistory:
         }
         return Snapshot(rebuilt.revision, immutables.Map(values), self._registry)
 
-    async def _rebuild(self, journal: _Journal, thread_id: str, revision: int) -> _Rebuilt:
+    async def _rebuild(self, journal: ThreadJournal, thread_id: str, revision: int) -> _Rebuilt:
         _check_revision("revision", revision)
-        base = await journal.base(revision) or _Base(0, {})
+        base = await journal.base(revision) or ReplayBase(0, {})
         records = await journal.records(base.revision, until=revision)
         reached = records[-1].revision if records else base.revision
         contiguous = not records or records[0].revision == base.revision + 1
@@ -257,7 +82,7 @@ class ThreadHistory:
             records,
             thread_id=thread_id,
             unreadable=base.raw,
-            skip_undecodable=self._keeper.skip_undecodable,
+            skip_undecodable=self._home.skip_undecodable,
             from_store=journal.from_store,
         )
         return _Rebuilt(revision, base.values, frozenset(stale | set(base.raw)))
@@ -268,78 +93,24 @@ class ThreadHistory:
         does, keys this kernel cannot read included."""
         source = self._journal(thread_id)
         if (
-            self._keeper.is_live(new_thread_id)
+            self._home.is_live(new_thread_id)
             or await self._journal(new_thread_id).head() is not None
         ):
             raise StateError(
                 f"cannot fork thread {thread_id!r} into {new_thread_id!r}: that thread already "
                 f"exists. Fork into a new thread id, or delete it first."
             )
-        await self._rebuild(source, thread_id, revision)  # raises UnknownRevision first
+        rebuilt = await self._rebuild(source, thread_id, revision)  # raises UnknownRevision
         records = [
             msgspec.structs.replace(record, thread_id=new_thread_id)
             for record in await source.records(0, until=revision)
         ]
-        store = self._keeper.store
-        if store is None:
-            thread = self._keeper.remembered(thread_id)
-            assert thread is not None  # it has the revision, so the kernel holds it
-            rebuilt = await self._rebuild(source, thread_id, revision)
-            known = {k: v for k, v in rebuilt.values.items() if k not in rebuilt.stale}
-            self._keeper.adopt(
-                new_thread_id,
-                ThreadMemory(
-                    values=known,
-                    revision=revision,
-                    journal=records,
-                    snapshots=[(r, values) for r, values in thread.snapshots if r <= revision],
-                ),
-            )
-            return
-        base = await store.snapshot_at(thread_id, revision)
-        snapshot = None
-        if base is not None:
-
-            async def fetch(at: int) -> ThreadSnapshot | None:
-                return await store.snapshot_at(thread_id, at)
-
-            snapshot = await whole_snapshot(base, fetch, record=thread_id)
-        save = ThreadSave(
-            revision=revision,
-            records=tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records),
-            snapshot=snapshot,
-            snapshot_revision=base.revision if base is not None else None,
-        )
-        await store.save(new_thread_id, save, expected_position=0)
-        self._keeper.forget(new_thread_id)  # a thread of that id deleted earlier is gone
+        known = {k: v for k, v in rebuilt.values.items() if k not in rebuilt.stale}
+        await self._home.fork(thread_id, revision, new_thread_id, records, known)
 
     async def prune(self, thread_id: str, *, before: int) -> None:
         _check_revision("before", before)
-        store = self._keeper.store
-        if store is not None:
-            # Snapshots may extend older ones (Vector references): keep from the oldest
-            # snapshot the one kept at `before` still reads.
-            kept = await store.snapshot_at(thread_id, before)
-            while kept is not None:
-                older = min(referenced_revisions(kept), default=kept.revision)
-                if older >= kept.revision:
-                    break
-                kept = await store.snapshot_at(thread_id, older)
-            if kept is not None:
-                await store.prune(thread_id, before=kept.revision)
-                thread = self._keeper.remembered(thread_id)
-                if thread is not None:
-                    thread.journal = [r for r in thread.journal if r.revision > kept.revision]
-            return
-        thread = self._keeper.remembered(thread_id)
-        if thread is None:
-            return
-        held = [r for r, _ in thread.snapshots if r <= before]
-        if not held:
-            return
-        keep = held[-1]
-        thread.journal = [record for record in thread.journal if record.revision > keep]
-        thread.snapshots = [(r, values) for r, values in thread.snapshots if r >= keep]
+        await self._home.prune(thread_id, before=before)
 
     async def verify(self, thread_id: str) -> ReplayReport:
         journal = self._journal(thread_id)
@@ -350,7 +121,7 @@ class ThreadHistory:
             held = await _held(journal, head)
             assert held is not None
             start = held[0]  # records before it (a pruned thread's fork) are history only
-            base = (await journal.base(start) if start else None) or _Base(0, {})
+            base = (await journal.base(start) if start else None) or ReplayBase(0, {})
             checks = await journal.snapshot_revisions(start, head)
         except DecodeFailed as error:
             detail = f"a stored snapshot does not decode: {error}"
@@ -374,7 +145,7 @@ class ThreadHistory:
                     chunk,
                     thread_id=thread_id,
                     unreadable=unreadable,
-                    skip_undecodable=self._keeper.skip_undecodable,
+                    skip_undecodable=self._home.skip_undecodable,
                     from_store=journal.from_store,
                 )
                 if revision in checks:
@@ -382,12 +153,7 @@ class ThreadHistory:
                     differing = await journal.differing(revision, values, unreadable)
                 else:
                     where = f"the state this kernel holds at revision {head}"
-                    in_memory = self._held_values(thread_id)
-                    differing = (
-                        set()
-                        if in_memory is None
-                        else _differing(self._registry, values, in_memory, unreadable)
-                    )
+                    differing = journal.held_differing(values, unreadable)
             except (ReplayFailed, DecodeFailed) as error:
                 failed_at = getattr(error, "revision", None) or _first_of(chunk, revision)
                 return ReplayReport(False, head, "", failed_at, str(error))
@@ -409,33 +175,6 @@ class ThreadHistory:
         )
         return ReplayReport(True, head, hash_of(self._registry, head, kept), None, detail)
 
-    def _held_values(self, thread_id: str) -> dict[str, Any] | None:
-        """The thread values this kernel holds in memory, when it holds all of them."""
-        if self._keeper.store is not None:
-            return None
-        thread = self._keeper.remembered(thread_id)
-        return None if thread is None else thread.values
-
-
-def _differing(
-    registry: KeyRegistry,
-    rebuilt: Mapping[str, Any],
-    stored: Mapping[str, Any],
-    unreadable: set[str],
-) -> set[str]:
-    names = (set(rebuilt) | set(stored)) - unreadable
-    by_name = registry.by_name
-    differing: set[str] = set()
-    for name in names:
-        binding = by_name.get(name)
-        if binding is None or binding.scope is not KeyScope.THREAD:
-            continue
-        if (name in rebuilt) != (name in stored) or hash_of(
-            registry, 0, {name: rebuilt[name]}
-        ) != hash_of(registry, 0, {name: stored[name]}):
-            differing.add(name)
-    return differing
-
 
 def _first_writer(records: list[CommitRecord], after: int, until: int, names: set[str]) -> int:
     """The first revision in (after, until] whose commit wrote one of `names`; else `until`
@@ -450,7 +189,7 @@ def _first_of(records: list[CommitRecord], default: int) -> int:
     return records[0].revision if records else default
 
 
-async def _held(journal: _Journal, head: int | None) -> tuple[int, int] | None:
+async def _held(journal: ThreadJournal, head: int | None) -> tuple[int, int] | None:
     """The revisions `state_at` can rebuild: from the oldest snapshot the held records go
     on from (0 when they start at revision 1) to the head."""
     if head is None:

@@ -150,6 +150,17 @@ class RunJournal:
             for_store=self._for_store,
         )
 
+    def whole_record(self, commit: PendingCommit) -> CommitRecord:
+        """One commit as a record with every op, whatever a save keeps of it: what a record
+        listener sees (once `writer.write_every_op()` was called)."""
+        return records_of(
+            (commit,),
+            self._registry,
+            thread_id=self._thread_id,
+            run_id=self._run_id,
+            for_store=False,
+        ).records[0]
+
 
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(CommitRecord)

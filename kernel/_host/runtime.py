@@ -17,17 +17,12 @@ import attrs
 import msgspec
 
 from .._durable.history import ThreadHistory
-from .._durable.journal import CommitRecord, RunJournal, records_of
-from .._durable.key_codec import EncodeCache
+from .._durable.journal import CommitRecord, RunJournal
+from .._durable.memory_threads import MemoryThreads
 from .._durable.replay import ReplayReport
 from .._durable.store import ThreadStore
-from .._durable.threads import (
-    SNAPSHOT_EVERY,
-    PendingAction,
-    SuspendedRun,
-    ThreadKeeper,
-    ThreadMemory,
-)
+from .._durable.stored_threads import StoredThreads
+from .._durable.threads import SNAPSHOT_EVERY, HeldThread, PendingAction, SuspendedRun, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from .._engine.invoke import call, checked, outcome
@@ -129,14 +124,20 @@ class Kernel:
         )
         self.thread_store = thread_store
         self.max_phase_rounds = max_phase_rounds
-        self._threads = ThreadKeeper(
-            self.components.keys,
-            thread_store,
-            skip_undecodable=restore_errors == "skip",
-            snapshot_every=snapshot_every,
-            refuse_unknown=unknown_keys == "refuse",
+        keys, skip = self.components.keys, restore_errors == "skip"
+        # Where threads live is decided here, once: nothing else asks whether there is a store.
+        self._home: ThreadHome = (
+            StoredThreads(
+                keys,
+                thread_store,
+                skip_undecodable=skip,
+                snapshot_every=snapshot_every,
+                refuse_unknown=unknown_keys == "refuse",
+            )
+            if thread_store is not None
+            else MemoryThreads(keys, skip_undecodable=skip, snapshot_every=snapshot_every)
         )
-        self._history = ThreadHistory(self._threads, self.components.keys)
+        self._history = ThreadHistory(self._home, keys)
 
     @property
     def plugin_ids(self) -> tuple[str, ...]:
@@ -157,7 +158,7 @@ class Kernel:
         from the thread's last one.
         """
         hook_filter = self._check_filter(tuple(active_hook_filter))
-        thread = await self._threads.claim(thread_id)
+        thread = await self._home.claim(thread_id)
         try:
             if thread.suspended is not None:
                 raise StateError(
@@ -165,7 +166,7 @@ class Kernel:
                     f"waiting for a decision; resume it or cancel it before starting another."
                 )
             identity = RunIdentity(
-                run_id=f"{thread_id}:run-{self._threads.count_run(thread)}",
+                run_id=f"{thread_id}:run-{thread.count_run()}",
                 thread_id=thread_id,
                 agent_id=agent,
                 parent_thread_id=parent_thread_id,
@@ -173,7 +174,7 @@ class Kernel:
             )
             return self._make_run(identity, AgentSpec(agent, hook_filter), thread, {}, ())
         except BaseException:
-            self._threads.release(thread_id)
+            self._home.release(thread_id)
             raise
 
     async def resume_run(self, thread_id: str) -> tuple[Run, bytes]:
@@ -182,7 +183,7 @@ class Kernel:
         Returns the run and the detail bytes its suspender stored. Raises `StateError` when
         the thread has no suspended run.
         """
-        thread = await self._threads.claim(thread_id)
+        thread = await self._home.claim(thread_id)
         try:
             record = thread.suspended
             if record is None:
@@ -211,7 +212,7 @@ class Kernel:
                 run._keep_undecodable(saved, failed)
             return run, record.detail
         except BaseException:
-            self._threads.release(thread_id)
+            self._home.release(thread_id)
             raise
 
     # -- the journal: history, time travel, outside commits --------------------------------
@@ -302,15 +303,14 @@ class Kernel:
                     f"run-scoped: run keys start afresh in every run. Nothing was committed."
                 )
         names = {keys.binding(key).name for key in replaced}
-        thread = await self._threads.claim(thread_id, tolerate=bool(names))
+        thread = await self._home.claim(thread_id, tolerate=bool(names))
         try:
             by_name = keys.by_name
+            set_aside = self._home.set_aside(thread_id)
             unreadable = {
-                name
-                for name in (thread.undecodable.keys() | thread.stale) - names
-                if name in by_name and by_name[name].stored
+                name for name in set_aside - names if name in by_name and by_name[name].stored
             }
-            if names and unreadable and not self._threads.skip_undecodable:
+            if names and unreadable and not self._home.skip_undecodable:
                 raise StateError(
                     f"thread {thread_id!r}: keys {sorted(unreadable)} no longer decode either, "
                     f"and update_state replaces only {sorted(names)}. Nothing was committed; "
@@ -327,23 +327,21 @@ class Kernel:
                     f"resume or cancel it before updating the thread's state from outside."
                 )
             state = LiveState(keys, values=thread.values, revision=thread.revision)
-            journal = self._run_journal(thread_id, None)
+            journal = self._home.run_journal(thread_id, None)
             state.keep_journal(journal.writer)
-            if thread.undecodable or thread.stale:
+            if set_aside:
                 state.track_touched()
             state.commit((Contribution(None, command, "external"),))
-            await self._threads.save(
+            await self._home.save(
                 thread_id,
-                thread,
                 state.stored_values(),
                 revision=state.revision,
                 touched=state.touched_names,
-                cache=EncodeCache(),
                 journaled=journal.journaled(state.pending_commits()),
             )
             return state.revision
         finally:
-            self._threads.release(thread_id)
+            self._home.release(thread_id)
 
     async def read_stored(self, thread_id: str, key: type[StateKey[Any, Any]]) -> Any:
         """The value the thread last saved for `key`'s key string, read with `key`'s
@@ -354,7 +352,7 @@ class Kernel:
         `update_state(..., replacing=[NewKey])`. None when the thread holds no value.
         Without a ThreadStore, values live in this kernel's memory, decoded with its own
         declarations: the value held is returned as it is."""
-        return await self._threads.read_as(thread_id, KeyBinding.of(key))
+        return await self._home.read_as(thread_id, KeyBinding.of(key))
 
     def _decode_action(
         self, saved: PendingAction, thread_id: str
@@ -383,28 +381,20 @@ class Kernel:
         self,
         identity: RunIdentity,
         agent: AgentSpec,
-        thread: ThreadMemory,
+        thread: HeldThread,
         run_values: Mapping[str, Any],
         pending: Sequence[tuple[ScheduledAction, str | None]],
     ) -> Run:
         values = {**thread.values, **run_values}
         state = LiveState(self.components.keys, values=values, revision=thread.revision)
-        journal = self._run_journal(identity.thread_id, identity.run_id)
+        journal = self._home.run_journal(identity.thread_id, identity.run_id)
         state.keep_journal(journal.writer)
         if thread.suspended is not None:
             state.step = thread.suspended.step
-        if thread.undecodable or thread.stale:
+        if self._home.set_aside(identity.thread_id):
             state.track_touched()  # to know which set-aside values this run replaced
-        lease = _Lease(self._threads, identity.thread_id, thread, journal)
+        lease = _Lease(self._home, identity.thread_id, journal)
         return Run(self, identity, agent, state, lease, pending)
-
-    def _run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
-        return RunJournal(
-            self.components.keys,
-            thread_id=thread_id,
-            run_id=run_id,
-            for_store=self.thread_store is not None,
-        )
 
 
 @attrs.define
@@ -412,11 +402,9 @@ class _Lease:
     """A run's hold on its thread: where its saves go, its commits on their way to the
     journal, and how it lets the thread go."""
 
-    keeper: ThreadKeeper
+    home: ThreadHome
     thread_id: str
-    thread: ThreadMemory
     journal: RunJournal
-    cache: EncodeCache = attrs.field(factory=EncodeCache)
     saves: int = 0
 
     async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
@@ -426,20 +414,18 @@ class _Lease:
             state.forget_commits(len(pending))
             self.saves += 1
 
-        await self.keeper.save(
+        await self.home.save(
             self.thread_id,
-            self.thread,
             state.stored_values(),
             revision=state.revision,
             touched=state.touched_names,
-            cache=self.cache,
             journaled=self.journal.journaled(pending),
             suspended=suspended,
             on_saved=saved,
         )
 
     def release(self) -> None:
-        self.keeper.release(self.thread_id)
+        self.home.release(self.thread_id)
 
 
 class Run:
@@ -494,6 +480,13 @@ class Run:
         return self._lease.saves
 
     @property
+    def durable(self) -> bool:
+        """Whether this run's saves outlive the process: True when its kernel keeps threads
+        in a ThreadStore (another process can then resume what it saved); False when they
+        live in the kernel's memory and die with it."""
+        return self._lease.home.durable
+
+    @property
     def step(self) -> int:
         """How many STEP_START phases this run has begun (0 before the first); the journal
         records it with every commit."""
@@ -516,23 +509,14 @@ class Run:
     def add_record_listener(self, listener: Callable[[CommitRecord], None]) -> None:
         """Call `listener(record)` after every commit of this run with its `CommitRecord`,
         every op included (what `kernel.history` shows of it without a store)."""
-        registry = self._kernel.components.keys
-        identity = self.identity
         state = self._state
-        self._lease.journal.writer.write_every_op()  # a save sorts them for the store
+        journal = self._lease.journal
+        journal.writer.write_every_op()  # a save sorts them for the store
 
         def on_commit(snapshot: Snapshot) -> None:
             pending = state.noted_commit(snapshot.revision)
-            if pending is None:
-                return
-            made = records_of(
-                (pending,),
-                registry,
-                thread_id=identity.thread_id,
-                run_id=identity.run_id,
-                for_store=False,
-            )
-            listener(made.records[0])
+            if pending is not None:
+                listener(journal.whole_record(pending))
 
         state.add_listener(on_commit)
 

@@ -1,0 +1,321 @@
+"""A thread in a ThreadStore as this kernel knows it, and how it is loaded.
+
+A load takes the newest snapshot and replays the records after it (`replay`), key by key
+(`key_codec`), so a value that no longer decodes fails alone, naming its key, or, when
+the kernel skips such values, is set aside and written back untouched. What the load
+learns of the store's copy (its write position, what it could not read, what was saved
+since its snapshot) becomes a `StoredThread`, which every save then moves on
+(`StoredThreads`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import msgspec
+
+from .._engine.registry import KeyBinding, KeyRegistry
+from .._errors import DecodeFailed, StateError, StoreError
+from .._values.codec import CODEC_ERRORS
+from .._values.keys import RESERVED_PREFIX, KeyScope
+from .journal import CommitRecord, decode_record
+from .key_codec import EncodeCache, Restored, decode_values
+from .replay import apply_records
+from .store import ThreadSave, ThreadSnapshot, ThreadState, ThreadStore
+from .thread_snapshots import (
+    DROPPED_ON_UNINSTALL,
+    RESERVED_VALUES,
+    RUN_COUNT,
+    FetchSnapshot,
+    VectorBase,
+    read_snapshot,
+)
+from .threads import HeldThread, SuspendedRun
+
+__all__ = ["StoredThread", "load_thread", "read_stored_as", "snapshot_fetcher"]
+
+_int_decoder = msgspec.json.Decoder(int)
+_names_decoder = msgspec.json.Decoder(list[str])
+
+
+@attrs.define
+class StoredThread:
+    """What this kernel keeps of one stored thread: what it handed the run, and what it
+    knows of the store's copy.
+
+    `position` is the store's write position for the thread as last loaded or saved, for
+    compare-and-set. `foreign` and `undecodable` hold snapshot bytes this kernel may not or
+    could not decode, written back untouched. `since_snapshot` and `bytes_since_snapshot`
+    count what was saved since the newest snapshot, of `snapshot_bytes` bytes, whose
+    Vectors (`vector_bases`) the next one may extend; `stale` names keys whose stored ops
+    this kernel could not replay (no snapshot is written while there are any). `whole`
+    holds, for the commits of this kernel that wrote `persistent=False` thread keys, the
+    whole record (the store's lacks those ops). `cache` holds this claim's encodings.
+    """
+
+    held: HeldThread = attrs.field(factory=HeldThread)
+    position: int = 0
+    foreign: dict[str, bytes] = attrs.field(factory=dict)
+    undecodable: dict[str, bytes] = attrs.field(factory=dict)
+    since_snapshot: int = 0
+    bytes_since_snapshot: int = 0
+    snapshot_bytes: int = 0
+    stale: frozenset[str] = frozenset()
+    vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
+    dropped: frozenset[str] = frozenset()
+    """Keys of an uninstalled plugin that said to drop them: gone from `held.values` and
+    `foreign`; the next save's first record clears them in the journal, and the next
+    snapshot leaves their bytes out."""
+    drop_marker: frozenset[str] = frozenset()
+    """The keys the stored snapshot lists as dropped on uninstall."""
+    whole: list[CommitRecord] = attrs.field(factory=list)
+    cache: EncodeCache = attrs.field(factory=EncodeCache)
+
+    def note_save(
+        self,
+        save: ThreadSave,
+        size: int,
+        *,
+        undecodable: dict[str, bytes],
+        superseded: set[str],
+        whole: tuple[CommitRecord, ...],
+        bases: dict[str, VectorBase],
+        drop_marker: frozenset[str],
+    ) -> None:
+        """Note what the store now holds after `save` (its records of `size` bytes)."""
+        self.position += 1
+        self.whole.extend(whole)
+        self.undecodable = undecodable
+        if save.records:
+            self.dropped = frozenset()  # cleared by a saved record
+            self.stale -= superseded
+        if save.snapshot is None:
+            self.since_snapshot += len(save.records)
+            self.bytes_since_snapshot += size
+            return
+        self.drop_marker = drop_marker
+        self.since_snapshot = self.bytes_since_snapshot = 0
+        self.snapshot_bytes = sum(len(data) for data in save.snapshot.values())
+        self.vector_bases = bases
+        self.stale = frozenset()
+
+
+async def load_thread(
+    store: ThreadStore,
+    registry: KeyRegistry,
+    thread_id: str,
+    previous: StoredThread | None,
+    *,
+    skip_undecodable: bool,
+    refuse_unknown: bool,
+) -> StoredThread:
+    """The thread as the store has it, with the non-persistent keys this kernel kept of it
+    (`previous`, as last loaded or saved)."""
+    previous = previous or StoredThread()
+    stored = await _loaded(store, thread_id)
+    if stored is None:
+        if previous.position > 0:
+            return StoredThread()  # deleted from the store since: a new thread
+        held = previous.held
+        return StoredThread(
+            HeldThread(_volatile(registry, held.values), held.revision, held.runs),
+            whole=previous.whole,
+        )
+    restored, bases = await _read_snapshot(
+        store, registry, thread_id, stored, skip_undecodable, lambda name: name in RESERVED_VALUES
+    )
+    drop_marker = _drop_marker(stored, thread_id)
+    dropped = frozenset(name for name in drop_marker if name not in registry.by_name)
+    for name in dropped:  # its plugin is gone and said not to keep it
+        restored.foreign.pop(name, None)
+        restored.undecodable.pop(name, None)
+    records = _records_of(stored, thread_id)
+    _check_complete(stored, records, thread_id)
+    if refuse_unknown:
+        _check_known(registry, thread_id, restored.foreign, records, stored.run_values, dropped)
+    stale = apply_records(
+        registry,
+        restored.values,
+        records,
+        from_store=True,
+        thread_id=thread_id,
+        unreadable=(*restored.foreign, *restored.undecodable),
+        skip_undecodable=skip_undecodable,
+        lost=set(),  # unknown until a snapshot, but no reason to hold snapshots back
+    )
+    return StoredThread(
+        _held(registry, thread_id, stored, previous.held, restored.values, skip_undecodable),
+        position=stored.position,
+        foreign=restored.foreign,
+        undecodable=restored.undecodable,
+        since_snapshot=len(records),
+        bytes_since_snapshot=sum(len(entry.data) for entry in stored.records),
+        snapshot_bytes=sum(len(data) for data in stored.values.values()),
+        stale=frozenset(stale) - dropped,
+        vector_bases=bases,
+        dropped=dropped,
+        drop_marker=drop_marker,
+        whole=previous.whole,
+    )
+
+
+async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding) -> Any:
+    """The thread's stored value of `binding`'s key string, decoded and replayed with
+    `binding`'s declaration alone (None when it holds none)."""
+    name = binding.name
+    stored = await _loaded(store, thread_id)
+    if stored is None:
+        return None
+    registry = KeyRegistry([binding])
+    restored, _ = await _read_snapshot(
+        store, registry, thread_id, stored, False, lambda other: other != name
+    )
+    records = _records_of(stored, thread_id)
+    apply_records(registry, restored.values, records, thread_id=thread_id, from_store=True)
+    return restored.values.get(name)
+
+
+async def _loaded(store: ThreadStore, thread_id: str) -> ThreadState | None:
+    """The thread as the store holds it; a store's own failure is a `StoreError`."""
+    try:
+        return await store.load(thread_id)
+    except StateError:
+        raise
+    except Exception as error:
+        raise StoreError("thread load", error, key=thread_id) from error
+
+
+def snapshot_fetcher(store: ThreadStore, thread_id: str) -> FetchSnapshot:
+    """How `read_snapshot` fetches the older snapshots a Vector extends."""
+
+    async def fetch(revision: int) -> ThreadSnapshot | None:
+        return await store.snapshot_at(thread_id, revision)
+
+    return fetch
+
+
+async def _read_snapshot(
+    store: ThreadStore,
+    registry: KeyRegistry,
+    thread_id: str,
+    stored: ThreadState,
+    skip_undecodable: bool,
+    exclude: Callable[[str], bool],
+) -> tuple[Restored, dict[str, VectorBase]]:
+    """The loaded thread's newest snapshot, decoded (`read_snapshot`)."""
+    return await read_snapshot(
+        registry,
+        ThreadSnapshot(stored.snapshot_revision, stored.values),
+        snapshot_fetcher(store, thread_id),
+        record=thread_id,
+        skip_undecodable=skip_undecodable,
+        exclude=exclude,
+    )
+
+
+def _held(
+    registry: KeyRegistry,
+    thread_id: str,
+    stored: ThreadState,
+    previous: HeldThread,
+    values: dict[str, Any],
+    skip_undecodable: bool,
+) -> HeldThread:
+    """What a run gets of a loaded thread: its replayed `values` with the non-persistent
+    ones this kernel held, and a suspended run's record and run keys."""
+    suspended = None
+    run_values: dict[str, Any] = {}
+    if stored.suspended is not None:
+        suspended = msgspec.json.decode(stored.suspended, type=SuspendedRun)
+        run_values = {
+            **_volatile(registry, previous.run_values),
+            **decode_values(
+                registry,
+                stored.run_values or {},
+                record=thread_id,
+                skip_undecodable=skip_undecodable,
+                scope=KeyScope.RUN,
+            ).values,
+        }
+    runs_raw = stored.values.get(RUN_COUNT)
+    legacy_runs = _int_decoder.decode(runs_raw) if runs_raw is not None else 0
+    return HeldThread(
+        values={**_volatile(registry, previous.values), **values},
+        revision=stored.revision,
+        runs=max(stored.runs, legacy_runs),
+        suspended=suspended,
+        run_values=run_values,
+    )
+
+
+def _check_known(
+    registry: KeyRegistry,
+    thread_id: str,
+    foreign: Mapping[str, bytes],
+    records: list[CommitRecord],
+    run_values: Mapping[str, bytes] | None,
+    dropped: frozenset[str],
+) -> None:
+    """Refuse a thread that holds keys no plugin of this kernel registers (strict): in
+    its snapshot, its journal since, or a suspended run's run keys."""
+    by_name = registry.by_name
+    unknown = {name for name in foreign if name not in RESERVED_VALUES}
+    unknown.update(op.key for record in records for op in record.ops if op.key not in by_name)
+    unknown -= dropped  # dropped on uninstall, as their plugin asked: not kept at all
+    unknown.update(name for name in run_values or () if name not in by_name)
+    if not unknown:
+        return
+    reserved = sorted(name for name in unknown if name.startswith(RESERVED_PREFIX))
+    hint = (
+        f" Keys {reserved} are the Agent facade's own: load the thread with an Agent."
+        if reserved
+        else ""
+    )
+    raise StateError(
+        f"thread {thread_id!r} holds keys no plugin of this kernel registers: "
+        f"{sorted(unknown)}, and this kernel refuses unknown stored keys "
+        f"(unknown_keys='refuse'). Nothing was loaded. Add the plugins that declare "
+        f"them, or load the thread with unknown_keys='keep' (the default), which carries "
+        f"them over untouched.{hint}"
+    )
+
+
+def _drop_marker(stored: ThreadState, thread_id: str) -> frozenset[str]:
+    """The keys the stored snapshot lists as dropped on uninstall."""
+    marker = stored.values.get(DROPPED_ON_UNINSTALL)
+    try:
+        return frozenset(_names_decoder.decode(marker) if marker is not None else ())
+    except CODEC_ERRORS as error:
+        raise DecodeFailed(DROPPED_ON_UNINSTALL, thread_id, error) from error
+
+
+def _check_complete(stored: ThreadState, records: list[CommitRecord], thread_id: str) -> None:
+    """Refuse a journal whose records stop short of its head."""
+    ends_at = records[-1].revision if records else stored.snapshot_revision
+    if ends_at != stored.revision:
+        raise StoreError(
+            "thread load",
+            ValueError(
+                f"the journal of thread {thread_id!r} ends at revision {ends_at} but its "
+                f"head is at revision {stored.revision}: the store lost records"
+            ),
+            key=thread_id,
+        )
+
+
+def _records_of(stored: ThreadState, thread_id: str) -> list[CommitRecord]:
+    return [
+        decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
+        for entry in stored.records
+    ]
+
+
+def _volatile(registry: KeyRegistry, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The non-persistent keys among `values`: they live in kernel memory only."""
+    return {
+        name: value
+        for name, value in values.items()
+        if (binding := registry.by_name.get(name)) is not None and not binding.persistent
+    }

@@ -1,0 +1,350 @@
+"""Threads in a ThreadStore: the home of a Kernel made with one.
+
+A thread is its journal. A save appends the commit records since the previous save (and,
+now and then, a snapshot of the persistent thread keys); a load takes the newest snapshot
+and replays the records after it (`stored_loads`). So a checkpoint costs what changed since
+the last one, and a load costs one snapshot plus a bounded tail.
+
+Every save is a compare-and-set on the store's write position as this kernel last loaded or
+saved it, and moves that position, whatever it carries (commits, a suspension, a run
+ending): of two kernels that loaded the same position only the first save lands and the
+other gets a `RevisionConflict`, so no saved run id repeats in a thread. A suspended run is
+saved whole: its run keys, the actions still waiting for their phase, and a `SuspendedRun`
+record.
+
+The kernel's memory keeps of a thread only what the store must not hold (`persistent=False`
+keys, and the whole records of the commits that wrote them) and what it knows of the
+store's copy (`StoredThread`). It knows nothing of phases, hooks or the run loop: a `Run`
+hands it values to save.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from .._engine.invoke import through_cancellation
+from .._engine.registry import KeyBinding, KeyRegistry
+from .._errors import StateError, StoreError
+from .._values.keys import KeyScope
+from .journal import CommitRecord, Journaled, JournalOp, RunJournal, encode_record_bytes
+from .key_codec import EncodeCache, encode_scope
+from .store import JournalEntry, ThreadSave, ThreadStore
+from .stored_journal import StoredJournal
+from .stored_loads import StoredThread, load_thread, read_stored_as, snapshot_fetcher
+from .thread_snapshots import (
+    DROPPED_ON_UNINSTALL,
+    VectorBase,
+    referenced_revisions,
+    whole_snapshot,
+    write_snapshot,
+)
+from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, SuspendedRun
+
+__all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
+
+
+SNAPSHOT_BYTES = 1 << 20
+"""A save writes a snapshot once the records saved since the last one hold as many bytes
+as it did (and at least this many), as well as every `snapshot_every` records: so a load
+replays a bounded tail, and snapshots cost at most about what the records did."""
+
+
+class StoredThreads:
+    """A kernel's threads in a ThreadStore; one live run per thread."""
+
+    durable = True
+
+    def __init__(
+        self,
+        registry: KeyRegistry,
+        store: ThreadStore,
+        *,
+        skip_undecodable: bool,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        refuse_unknown: bool = False,
+    ) -> None:
+        self._registry = registry
+        self._store = store
+        self.skip_undecodable = skip_undecodable
+        self._snapshot_every = snapshot_every
+        self._refuse_unknown = refuse_unknown
+        self._threads: dict[str, StoredThread] = {}
+        self._live = LiveRuns()
+
+    # -- claiming and letting go ----------------------------------------------------------
+
+    async def claim(self, thread_id: str, *, tolerate: bool = False) -> HeldThread:
+        self._live.take(thread_id)
+        try:
+            kept = await load_thread(
+                self._store,
+                self._registry,
+                thread_id,
+                self._threads.get(thread_id),
+                skip_undecodable=self.skip_undecodable or tolerate,
+                refuse_unknown=self._refuse_unknown,
+            )
+        except BaseException:
+            self._live.drop(thread_id)
+            raise
+        self._threads[thread_id] = kept
+        return kept.held
+
+    def release(self, thread_id: str) -> None:
+        """End the thread's live run; forget what the store now holds in full."""
+        self._live.drop(thread_id)
+        kept = self._threads.get(thread_id)
+        if kept is None:
+            return
+        held = kept.held
+        if kept.position > 0 and not held.values and not kept.whole and held.suspended is None:
+            del self._threads[thread_id]  # everything it held is in the store
+        else:
+            kept.cache = EncodeCache()  # the next claim loads afresh: hold no old values
+
+    def is_live(self, thread_id: str) -> bool:
+        return thread_id in self._live
+
+    def set_aside(self, thread_id: str) -> frozenset[str]:
+        kept = self._threads.get(thread_id)
+        return frozenset() if kept is None else kept.stale.union(kept.undecodable)
+
+    def run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
+        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, for_store=True)
+
+    # -- saving ----------------------------------------------------------------------------
+
+    async def save(
+        self,
+        thread_id: str,
+        values: Mapping[str, Any],
+        *,
+        revision: int,
+        touched: frozenset[str],
+        journaled: Journaled,
+        suspended: SuspendedRun | None = None,
+        on_saved: Callable[[], None] | None = None,
+    ) -> None:
+        """Append the run's records, with a snapshot of the persistent thread keys when the
+        policy says so (`_snapshot_due`) or a key needs one (`_snapshot_needs`).
+
+        Only what this save writes is looked at, so its cost follows what changed, not how
+        many keys the thread holds.
+        """
+        kept = self._threads[thread_id]
+        records = _with_drop_clears(kept.dropped, journaled.records)
+        entries = tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records)
+        size = sum(len(entry.data) for entry in entries)
+        undecodable = {name: data for name, data in kept.undecodable.items() if name not in touched}
+        needed, blocking, superseded = self._snapshot_needs(
+            kept, records, touched, journaled.unrecorded
+        )
+        snapshot, bases = None, kept.vector_bases
+        if entries and (needed or self._marking(kept) or self._snapshot_due(kept, entries, size)):
+            snapshot, bases = self._snapshot(
+                thread_id, kept, values, undecodable, needed, blocking, revision
+            )
+        save = ThreadSave(
+            revision=revision,
+            records=entries,
+            snapshot=snapshot,
+            runs=kept.held.runs,
+            run_values=self._run_values(values, kept.cache) if suspended is not None else None,
+            suspended=msgspec.json.encode(suspended) if suspended is not None else None,
+        )
+        interrupted = await self._write(thread_id, save, kept.position)
+        registry = self._registry
+        kept.note_save(
+            save,
+            size,
+            undecodable=undecodable,
+            superseded=superseded,
+            whole=journaled.in_memory,
+            bases=bases,
+            drop_marker=registry.dropped_on_uninstall,
+        )
+        # The store holds the persistent keys; memory keeps only what it must not.
+        kept.held.note_saved(
+            _named(values, registry.volatile_thread_names),
+            _named(values, registry.volatile_run_names),
+            revision,
+            suspended,
+        )
+        if on_saved is not None:
+            on_saved()
+        if interrupted:
+            raise asyncio.CancelledError
+
+    def _snapshot_needs(
+        self,
+        kept: StoredThread,
+        records: list[CommitRecord],
+        touched: frozenset[str],
+        unrecorded: frozenset[str],
+    ) -> tuple[frozenset[str], frozenset[str], set[str]]:
+        """(needed, blocking, superseded): the keys that can be rebuilt only from a snapshot
+        from now on, the keys whose records this kernel cannot replay (a snapshot would hide
+        them), and the stale keys this save's clears make harmless."""
+        # A key whose op could not be journaled, or that this run wrote over bytes it could
+        # not read, can only be rebuilt from a snapshot from now on.
+        by_name = self._registry.by_name
+        rewritten = {
+            name
+            for name in touched & (kept.stale | kept.undecodable.keys())
+            if (binding := by_name.get(name)) is not None and binding.stored
+        }
+        blocking = kept.stale - rewritten
+        # Where other records block a snapshot, a key this save clears needs none for the
+        # bytes it could not read when those were journal ops only: replay skips updates a
+        # later clear supersedes. (Otherwise the snapshot is written: it lets `prune` drop
+        # the old records, and older kernels read the thread.)
+        superseded = (
+            (rewritten & _cleared(records)) - kept.undecodable.keys()
+            if rewritten and blocking
+            else set()
+        )
+        return unrecorded | (rewritten - superseded), blocking, superseded
+
+    def _marking(self, kept: StoredThread) -> bool:
+        """Whether a snapshot must change the list of keys dropped on uninstall."""
+        return bool(kept.dropped) or kept.drop_marker != self._registry.dropped_on_uninstall
+
+    def _snapshot_due(
+        self, kept: StoredThread, entries: tuple[JournalEntry, ...], size: int
+    ) -> bool:
+        """The snapshot policy: every `snapshot_every` records, or once the records since
+        the last snapshot hold as many bytes as it (and at least `SNAPSHOT_BYTES`)."""
+        if kept.since_snapshot + len(entries) >= self._snapshot_every:
+            return True
+        return kept.bytes_since_snapshot + size >= max(SNAPSHOT_BYTES, kept.snapshot_bytes)
+
+    def _snapshot(
+        self,
+        thread_id: str,
+        kept: StoredThread,
+        values: Mapping[str, Any],
+        undecodable: dict[str, bytes],
+        needed: frozenset[str],
+        blocking: frozenset[str],
+        revision: int,
+    ) -> tuple[dict[str, bytes] | None, dict[str, VectorBase]]:
+        """The snapshot this save writes and the Vectors it holds, or none (and the bases
+        as they were) while records this kernel cannot replay block it."""
+        if blocking and needed:
+            raise StateError(
+                f"thread {thread_id!r}: keys {sorted(needed)} can only be saved with a "
+                f"snapshot, but keys {sorted(blocking)} hold records this kernel cannot "
+                f"replay (no plugin of it registers them as persistent thread keys), and a "
+                f"snapshot would hide them. Nothing was saved; save from a kernel that "
+                f"registers them."
+            )
+        if blocking:
+            return None, kept.vector_bases
+        registry = self._registry
+        stored = _named(values, registry.stored_names)
+        encoded, bases = write_snapshot(registry, stored, kept.cache, kept.vector_bases, revision)
+        # Keys dropped on uninstall leave it, and it lists those this kernel declares.
+        snapshot = {**kept.foreign, **undecodable, **encoded}
+        if registry.dropped_on_uninstall:
+            names = sorted(registry.dropped_on_uninstall)
+            snapshot[DROPPED_ON_UNINSTALL] = msgspec.json.encode(names)
+        return snapshot, bases
+
+    def _run_values(self, values: Mapping[str, Any], cache: EncodeCache) -> dict[str, bytes]:
+        """A suspended run's run keys, encoded."""
+        registry = self._registry
+        return encode_scope(registry, _named(values, registry.run_names), KeyScope.RUN, cache)
+
+    async def _write(self, thread_id: str, save: ThreadSave, position: int) -> bool:
+        """Write `save` if the store is still at `position`; returns whether a cancellation
+        arrived meanwhile (to be raised once the save is noted).
+
+        A save cancelled half-way may still commit (a SQLite write runs in its own thread):
+        this waits for it whatever happens, so that what is noted is what the store has.
+        """
+        try:
+            _, interrupted = await through_cancellation(
+                self._store.save(thread_id, save, expected_position=position)
+            )
+        except StateError:
+            raise
+        except Exception as error:
+            raise StoreError("thread save", error, key=thread_id) from error
+        return interrupted
+
+    async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
+        return await read_stored_as(self._store, thread_id, binding)
+
+    # -- the journal: history, forks, pruning ----------------------------------------------
+
+    def journal(self, thread_id: str) -> StoredJournal:
+        kept = self._threads.get(thread_id)
+        whole = kept.whole if kept is not None else ()
+        return StoredJournal(
+            self._store, self._registry, thread_id, skip=self.skip_undecodable, whole=whole
+        )
+
+    async def fork(
+        self,
+        thread_id: str,
+        revision: int,
+        new_thread_id: str,
+        records: Sequence[CommitRecord],
+        values: dict[str, Any],
+    ) -> None:
+        """The fork is a new thread in the store; this kernel holds nothing of it."""
+        base = await self._store.snapshot_at(thread_id, revision)
+        snapshot = None
+        if base is not None:
+            fetch = snapshot_fetcher(self._store, thread_id)
+            snapshot = await whole_snapshot(base, fetch, record=thread_id)
+        save = ThreadSave(
+            revision=revision,
+            records=tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records),
+            snapshot=snapshot,
+            snapshot_revision=base.revision if base is not None else None,
+        )
+        await self._store.save(new_thread_id, save, expected_position=0)
+        if new_thread_id not in self._live:  # a thread of that id deleted earlier is gone
+            self._threads.pop(new_thread_id, None)
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        # Snapshots may extend older ones (Vector references): keep from the oldest
+        # snapshot the one kept at `before` still reads.
+        store = self._store
+        snapshot = await store.snapshot_at(thread_id, before)
+        while snapshot is not None:
+            older = min(referenced_revisions(snapshot), default=snapshot.revision)
+            if older >= snapshot.revision:
+                break
+            snapshot = await store.snapshot_at(thread_id, older)
+        if snapshot is None:
+            return
+        await store.prune(thread_id, before=snapshot.revision)
+        kept = self._threads.get(thread_id)
+        if kept is not None:
+            kept.whole = [r for r in kept.whole if r.revision > snapshot.revision]
+
+
+def _with_drop_clears(dropped: frozenset[str], records: list[CommitRecord]) -> list[CommitRecord]:
+    """The records to write: keys dropped on uninstall are cleared by the first, so that
+    the journal replays to their absence (from any kernel, with or without their plugin)."""
+    if not dropped or not records:
+        return records
+    clears = tuple(JournalOp(name, "clear") for name in sorted(dropped))
+    first = msgspec.structs.replace(records[0], ops=(*clears, *records[0].ops))
+    return [first, *records[1:]]
+
+
+def _cleared(records: Iterable[CommitRecord]) -> set[str]:
+    """The keys these records clear."""
+    return {op.key for record in records for op in record.ops if op.kind == "clear"}
+
+
+def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """The held values of `names` (a lookup per name, not a scan of `values`)."""
+    return {name: values[name] for name in names if name in values}
