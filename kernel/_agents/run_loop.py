@@ -78,7 +78,7 @@ class RunLoop:
         self._control = control
         self._step = Step(step, frozenset(agent.tools))
         self._history = RunHistory(run)
-        durable = agent.kernel.thread_store is not None
+        durable = run.durable  # whether a save outlives the process
         self._calls = ToolCallRunner(
             run, agent.tools, self._step, self._history, control, durable=durable
         )
