@@ -47,29 +47,38 @@ def publish(public_module: str, namespace: Mapping[str, Any], names: Iterable[st
 def renamed(new: F, old_name: str, *, until: str) -> F:
     """`new` under the name it had before, for one more release: each call warns with a
     `DeprecationWarning` naming the new name, then does exactly what `new` does. Works for
-    functions and methods alike (assign it in the class body)."""
+    functions and methods alike (assign it in the class body); a method alias calls the new
+    name on the instance, so a subclass that overrides the new name is honoured."""
     owner = new.__qualname__.rpartition(".")[0]
     old = f"{owner}.{old_name}" if owner else old_name
     message = (
         f"{old} is deprecated and will be removed in statekernel {until}; "
         f"use {new.__qualname__} instead (same arguments, same behaviour)"
     )
+    name = new.__name__
+
+    def target(args: tuple[Any, ...]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        if owner:  # a method: look the new name up where the caller's instance finds it
+            return getattr(args[0], name), args[1:]
+        return new, args
 
     if inspect.iscoroutinefunction(new):
 
         @functools.wraps(new)
         async def alias(*args: Any, **kwargs: Any) -> Any:
             warnings.warn(message, DeprecationWarning, stacklevel=2)
-            return await new(*args, **kwargs)
+            function, rest = target(args)
+            return await function(*rest, **kwargs)
 
     else:
 
         @functools.wraps(new)
         def alias(*args: Any, **kwargs: Any) -> Any:
             warnings.warn(message, DeprecationWarning, stacklevel=2)
-            return new(*args, **kwargs)
+            function, rest = target(args)
+            return function(*rest, **kwargs)
 
     alias.__name__ = old_name
     alias.__qualname__ = old
-    alias.__doc__ = f"Deprecated alias of `{new.__name__}` (removed in {until})."
+    alias.__doc__ = f"Deprecated alias of `{name}` (removed in {until})."
     return alias  # type: ignore[return-value]

@@ -1,6 +1,6 @@
 """One public face: what users import is public; nothing outside the kernel uses its privates.
 
-The kernel's modules are private (`statekernel._commit`, ...) so that they can move. That
+The kernel's modules are private (`statekernel._engine.commit`, ...) so that they can move. That
 only holds while nothing outside `kernel/` imports them: the bundled stores and plugins are
 written against `statekernel` and `statekernel.lowlevel` like any user's, and so are the
 tests, benchmarks and examples. This file fails, naming the file and line, when one does not.

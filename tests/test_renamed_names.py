@@ -87,3 +87,18 @@ async def test_encode_entry_and_its_earlier_name_encode_record_encode_alike() ->
 def test_an_earlier_name_says_which_release_removes_it() -> None:
     assert "0.2.0" in (ProfileAccess.clear.__doc__ or "")
     assert ProfileAccess.clear.__name__ == "clear"
+
+
+async def test_an_earlier_method_name_calls_a_subclass_override_of_the_new_one() -> None:
+    forgotten: list[str] = []
+
+    class Audited(ProfileAccess):
+        async def forget(self, owner: str) -> None:
+            forgotten.append(owner)
+            await super().forget(owner)
+
+    access = Audited(MemoryProfileStore(), keys={Quota.key: Quota})
+    await access.write(Quota, "dave", 1)
+    with pytest.warns(DeprecationWarning):
+        await access.clear("dave")
+    assert forgotten == ["dave"] and await access.read(Quota, "dave") == 0

@@ -210,7 +210,7 @@ class ToolCallRunner:
         return None
 
     async def _after_execute(self, call: ToolCall, result: ToolResult) -> None:
-        """AFTER_TOOL_EXECUTE for a result that did not come through `call_tool`, then the
+        """AFTER_TOOL_EXECUTE for a result that did not come through `handle_tool_call`, then the
         record."""
         await self._run.run_phase(
             Phase.AFTER_TOOL_EXECUTE,

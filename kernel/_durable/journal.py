@@ -3,10 +3,10 @@
 Every change goes through one commit path, so the ops a commit applied *are* the history:
 keeping them is enough to tell who changed what, to rebuild any earlier state and to check
 that replaying them still gives the state that was saved. The live state writes each op as
-a `JournalOp` while it applies it and notes a `PendingCommit` (`_records`, `_commit`); this
-module dates and labels those as `CommitRecord`s for the run's thread, and turns records
-into the bytes a ThreadStore appends in the same transaction as the rest of the save. A
-checkpoint therefore costs what changed, not what is held.
+a `JournalOp` while it applies it and notes a `PendingCommit` (`_engine/records.py`,
+`_engine/commit.py`); this module dates and labels those as `CommitRecord`s for the run's
+thread, and turns records into the bytes a ThreadStore appends in the same transaction as
+the rest of the save. A checkpoint therefore costs what changed, not what is held.
 
 An op is journaled as its update (`"update"`, replayed with the key's `apply`) or as
 `"clear"`. A persistent thread key whose declared update type cannot be encoded is refused

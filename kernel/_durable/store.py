@@ -14,12 +14,23 @@ instead of overwriting it. Values arrive encoded; the kernel decodes them key by
 from __future__ import annotations
 
 import builtins
+import contextlib
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 import msgspec
 
-__all__ = ["JournalEntry", "ThreadSave", "ThreadSnapshot", "ThreadState", "ThreadStore"]
+from .._errors import StateError, StoreError
+
+__all__ = [
+    "JournalEntry",
+    "ThreadSave",
+    "ThreadSnapshot",
+    "ThreadState",
+    "ThreadStore",
+    "store_failures",
+]
 
 # -- thread state ----------------------------------------------------------------------------
 
@@ -130,3 +141,16 @@ class ThreadStore(Protocol):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None: ...
+
+
+@contextlib.contextmanager
+def store_failures(operation: str, thread_id: str) -> Iterator[None]:
+    """Inside it, a store's own failure (a lost connection, a full disk, a bug in a third-party
+    store) becomes a `StoreError` naming `operation` and the thread, so that every kernel call
+    that reaches a ThreadStore raises a `StateError`; the kernel's own errors pass unchanged."""
+    try:
+        yield
+    except StateError:
+        raise
+    except Exception as error:
+        raise StoreError(operation, error, key=thread_id) from error

@@ -13,7 +13,7 @@ from typing import Any
 
 from .._engine.registry import KeyRegistry
 from .journal import CommitRecord, decode_record
-from .store import ThreadSnapshot, ThreadStore
+from .store import ThreadSnapshot, ThreadStore, store_failures
 from .thread_snapshots import RESERVED_VALUES, differing_keys, read_snapshot
 from .threads import ReplayBase
 
@@ -39,13 +39,17 @@ class StoredJournal:
         self._whole = whole
 
     async def head(self) -> int | None:
-        stored = await self._store.load(self._thread_id)
+        with store_failures("thread history read", self._thread_id):
+            stored = await self._store.load(self._thread_id)
         return None if stored is None else stored.revision
 
     async def records(
         self, since: int, until: int | None = None, limit: int | None = None
     ) -> list[CommitRecord]:
-        entries = await self._store.records(self._thread_id, since=since, until=until, limit=limit)
+        with store_failures("thread history read", self._thread_id):
+            entries = await self._store.records(
+                self._thread_id, since=since, until=until, limit=limit
+            )
         return [
             decode_record(entry.data, thread_id=self._thread_id, revision=entry.revision)
             for entry in entries
@@ -75,7 +79,8 @@ class StoredJournal:
         return ReplayBase(snapshot.revision, restored.values, foreign)
 
     async def snapshot(self, revision: int) -> ThreadSnapshot | None:
-        return await self._store.snapshot_at(self._thread_id, revision)
+        with store_failures("thread history read", self._thread_id):
+            return await self._store.snapshot_at(self._thread_id, revision)
 
     async def snapshot_revisions(self, after: int, until: int) -> list[int]:
         found: list[int] = []

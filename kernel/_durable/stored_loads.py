@@ -23,7 +23,7 @@ from .._values.keys import RESERVED_PREFIX, KeyScope
 from .journal import CommitRecord, decode_record
 from .key_codec import EncodeCache, Restored, decode_values
 from .replay import apply_records
-from .store import ThreadSave, ThreadSnapshot, ThreadState, ThreadStore
+from .store import ThreadSave, ThreadSnapshot, ThreadState, ThreadStore, store_failures
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
     RESERVED_VALUES,
@@ -179,19 +179,16 @@ async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding
 
 async def _loaded(store: ThreadStore, thread_id: str) -> ThreadState | None:
     """The thread as the store holds it; a store's own failure is a `StoreError`."""
-    try:
+    with store_failures("thread load", thread_id):
         return await store.load(thread_id)
-    except StateError:
-        raise
-    except Exception as error:
-        raise StoreError("thread load", error, key=thread_id) from error
 
 
 def snapshot_fetcher(store: ThreadStore, thread_id: str) -> FetchSnapshot:
     """How `read_snapshot` fetches the older snapshots a Vector extends."""
 
     async def fetch(revision: int) -> ThreadSnapshot | None:
-        return await store.snapshot_at(thread_id, revision)
+        with store_failures("thread snapshot read", thread_id):
+            return await store.snapshot_at(thread_id, revision)
 
     return fetch
 

@@ -28,11 +28,11 @@ import msgspec
 
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import StateError, StoreError
+from .._errors import StateError
 from .._values.keys import KeyScope
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal, encode_record_bytes
 from .key_codec import EncodeCache, encode_scope
-from .store import JournalEntry, ThreadSave, ThreadStore
+from .store import JournalEntry, ThreadSave, ThreadStore, store_failures
 from .stored_journal import StoredJournal
 from .stored_loads import StoredThread, load_thread, read_stored_as, snapshot_fetcher
 from .thread_snapshots import (
@@ -266,14 +266,10 @@ class StoredThreads:
         A save cancelled half-way may still commit (a SQLite write runs in its own thread):
         this waits for it whatever happens, so that what is noted is what the store has.
         """
-        try:
+        with store_failures("thread save", thread_id):
             _, interrupted = await through_cancellation(
                 self._store.save(thread_id, save, expected_position=position)
             )
-        except StateError:
-            raise
-        except Exception as error:
-            raise StoreError("thread save", error, key=thread_id) from error
         return interrupted
 
     async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
@@ -297,18 +293,20 @@ class StoredThreads:
         values: dict[str, Any],
     ) -> None:
         """The fork is a new thread in the store; this kernel holds nothing of it."""
-        base = await self._store.snapshot_at(thread_id, revision)
-        snapshot = None
-        if base is not None:
-            fetch = snapshot_fetcher(self._store, thread_id)
-            snapshot = await whole_snapshot(base, fetch, record=thread_id)
+        with store_failures("thread fork", thread_id):
+            base = await self._store.snapshot_at(thread_id, revision)
+            snapshot = None
+            if base is not None:
+                fetch = snapshot_fetcher(self._store, thread_id)
+                snapshot = await whole_snapshot(base, fetch, record=thread_id)
         save = ThreadSave(
             revision=revision,
             records=tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records),
             snapshot=snapshot,
             snapshot_revision=base.revision if base is not None else None,
         )
-        await self._store.save(new_thread_id, save, expected_position=0)
+        with store_failures("thread fork", new_thread_id):
+            await self._store.save(new_thread_id, save, expected_position=0)
         if new_thread_id not in self._live:  # a thread of that id deleted earlier is gone
             self._threads.pop(new_thread_id, None)
 
@@ -316,15 +314,16 @@ class StoredThreads:
         # Snapshots may extend older ones (Vector references): keep from the oldest
         # snapshot the one kept at `before` still reads.
         store = self._store
-        snapshot = await store.snapshot_at(thread_id, before)
-        while snapshot is not None:
-            older = min(referenced_revisions(snapshot), default=snapshot.revision)
-            if older >= snapshot.revision:
-                break
-            snapshot = await store.snapshot_at(thread_id, older)
-        if snapshot is None:
-            return
-        await store.prune(thread_id, before=snapshot.revision)
+        with store_failures("thread prune", thread_id):
+            snapshot = await store.snapshot_at(thread_id, before)
+            while snapshot is not None:
+                older = min(referenced_revisions(snapshot), default=snapshot.revision)
+                if older >= snapshot.revision:
+                    break
+                snapshot = await store.snapshot_at(thread_id, older)
+            if snapshot is None:
+                return
+            await store.prune(thread_id, before=snapshot.revision)
         kept = self._threads.get(thread_id)
         if kept is not None:
             kept.whole = [r for r in kept.whole if r.revision > snapshot.revision]

@@ -168,7 +168,7 @@ class ProfileAccess:
     async def forget(self, owner: str) -> None:
         """Remove every entry `owner` holds, across every registered profile key; entries
         of other owners stay. Each key's entry is deleted as `delete` does it (so a
-        buffered view entries the deletes, and a read-only one refuses). Named apart from
+        buffered view records the deletes, and a read-only one refuses). Named apart from
         `ProfileStore.clear(namespace)`, which empties one namespace of every owner."""
         for key_cls in self._registered("forget", owner):
             await self.delete(key_cls, owner)

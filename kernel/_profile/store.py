@@ -91,7 +91,7 @@ class ProfileStore(Protocol):
         ...
 
     async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
-        """Records of `namespace` whose key starts with `prefix`, sorted by key."""
+        """Entries of `namespace` whose key starts with `prefix`, sorted by key."""
         ...
 
     async def clear(self, namespace: str) -> None:
