@@ -24,7 +24,7 @@ __all__ = ["MemoryThreads"]
 
 
 @attrs.define
-class _Kept:
+class MemoryThread:
     """All there is of one thread: what a run gets, every record, and the snapshots of
     its thread values (`(revision, values)`, oldest first)."""
 
@@ -45,14 +45,14 @@ class MemoryThreads:
         self._registry = registry
         self._snapshot_every = snapshot_every
         self.skip_undecodable = skip_undecodable
-        self._threads: dict[str, _Kept] = {}
+        self._threads: dict[str, MemoryThread] = {}
         self._live = LiveRuns()
 
     async def claim(self, thread_id: str, *, tolerate: bool = False) -> HeldThread:
         self._live.take(thread_id)
         kept = self._threads.get(thread_id)
         if kept is None:
-            kept = self._threads[thread_id] = _Kept()
+            kept = self._threads[thread_id] = MemoryThread()
         return kept.held
 
     def release(self, thread_id: str) -> None:
@@ -108,7 +108,7 @@ class MemoryThreads:
     ) -> None:
         source = self._threads.get(thread_id)
         assert source is not None  # it has the revision, so the kernel holds it
-        self._threads[new_thread_id] = _Kept(
+        self._threads[new_thread_id] = MemoryThread(
             HeldThread(values=values, revision=revision),
             records=list(records),
             snapshots=[(r, held) for r, held in source.snapshots if r <= revision],
@@ -131,7 +131,7 @@ class MemoryJournal:
 
     from_store = False
 
-    def __init__(self, thread: _Kept | None, registry: KeyRegistry) -> None:
+    def __init__(self, thread: MemoryThread | None, registry: KeyRegistry) -> None:
         self._thread = thread
         self._registry = registry
 

@@ -1,4 +1,4 @@
-"""A thread in a ThreadStore as this kernel knows it, and how it is loaded.
+"""How a thread is loaded from a ThreadStore, and how one stored value is read.
 
 A load takes the newest snapshot and replays the records after it (`replay`), key by key
 (`key_codec`), so a value that no longer decodes fails alone, naming its key, or, when
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import msgspec
 
 from .._engine.registry import KeyBinding, KeyRegistry
@@ -21,9 +20,10 @@ from .._errors import DecodeFailed, StateError, StoreError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import RESERVED_PREFIX, KeyScope
 from .journal import CommitRecord, decode_record
-from .key_codec import EncodeCache, Restored, decode_values
+from .key_codec import Restored, decode_values
 from .replay import apply_records
-from .store import ThreadSave, ThreadSnapshot, ThreadState, ThreadStore, store_failures
+from .store import ThreadSnapshot, ThreadState, ThreadStore, store_failures
+from .stored_thread import StoredThread
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
     RESERVED_VALUES,
@@ -34,72 +34,10 @@ from .thread_snapshots import (
 )
 from .threads import HeldThread, SuspendedRun
 
-__all__ = ["StoredThread", "load_thread", "read_stored_as", "snapshot_fetcher"]
+__all__ = ["load_thread", "read_stored_as", "snapshot_fetcher"]
 
 _int_decoder = msgspec.json.Decoder(int)
 _names_decoder = msgspec.json.Decoder(list[str])
-
-
-@attrs.define
-class StoredThread:
-    """What this kernel keeps of one stored thread: what it handed the run, and what it
-    knows of the store's copy.
-
-    `position` is the store's write position for the thread as last loaded or saved, for
-    compare-and-set. `foreign` and `undecodable` hold snapshot bytes this kernel may not or
-    could not decode, written back untouched. `since_snapshot` and `bytes_since_snapshot`
-    count what was saved since the newest snapshot, of `snapshot_bytes` bytes, whose
-    Vectors (`vector_bases`) the next one may extend; `stale` names keys whose stored ops
-    this kernel could not replay (no snapshot is written while there are any). `whole`
-    holds, for the commits of this kernel that wrote `persistent=False` thread keys, the
-    whole record (the store's lacks those ops). `cache` holds this claim's encodings.
-    """
-
-    held: HeldThread = attrs.field(factory=HeldThread)
-    position: int = 0
-    foreign: dict[str, bytes] = attrs.field(factory=dict)
-    undecodable: dict[str, bytes] = attrs.field(factory=dict)
-    since_snapshot: int = 0
-    bytes_since_snapshot: int = 0
-    snapshot_bytes: int = 0
-    stale: frozenset[str] = frozenset()
-    vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
-    dropped: frozenset[str] = frozenset()
-    """Keys of an uninstalled plugin that said to drop them: gone from `held.values` and
-    `foreign`; the next save's first record clears them in the journal, and the next
-    snapshot leaves their bytes out."""
-    drop_marker: frozenset[str] = frozenset()
-    """The keys the stored snapshot lists as dropped on uninstall."""
-    whole: list[CommitRecord] = attrs.field(factory=list)
-    cache: EncodeCache = attrs.field(factory=EncodeCache)
-
-    def note_save(
-        self,
-        save: ThreadSave,
-        size: int,
-        *,
-        undecodable: dict[str, bytes],
-        superseded: set[str],
-        whole: tuple[CommitRecord, ...],
-        bases: dict[str, VectorBase],
-        drop_marker: frozenset[str],
-    ) -> None:
-        """Note what the store now holds after `save` (its records of `size` bytes)."""
-        self.position += 1
-        self.whole.extend(whole)
-        self.undecodable = undecodable
-        if save.records:
-            self.dropped = frozenset()  # cleared by a saved record
-            self.stale -= superseded
-        if save.snapshot is None:
-            self.since_snapshot += len(save.records)
-            self.bytes_since_snapshot += size
-            return
-        self.drop_marker = drop_marker
-        self.since_snapshot = self.bytes_since_snapshot = 0
-        self.snapshot_bytes = sum(len(data) for data in save.snapshot.values())
-        self.vector_bases = bases
-        self.stale = frozenset()
 
 
 async def load_thread(

@@ -34,7 +34,8 @@ from .journal import CommitRecord, Journaled, JournalOp, RunJournal, encode_reco
 from .key_codec import EncodeCache, encode_scope
 from .store import JournalEntry, ThreadSave, ThreadStore, store_failures
 from .stored_journal import StoredJournal
-from .stored_loads import StoredThread, load_thread, read_stored_as, snapshot_fetcher
+from .stored_loads import load_thread, read_stored_as, snapshot_fetcher
+from .stored_thread import StoredThread
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
     VectorBase,

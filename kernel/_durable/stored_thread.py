@@ -1,0 +1,83 @@
+"""What this kernel knows of one thread in a ThreadStore, and how a save moves it on.
+
+The store holds the thread; the kernel keeps, between its runs, only what it needs to save
+the next one correctly: the write position to compare-and-set on, the bytes it could not
+read (written back untouched), how much was saved since the newest snapshot (the snapshot
+policy), and the whole records of commits that wrote `persistent=False` keys, which the
+store never sees. `load_thread` makes one (`stored_loads`); `StoredThreads.save` notes each
+save in it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .journal import CommitRecord
+from .key_codec import EncodeCache
+from .store import ThreadSave
+from .thread_snapshots import VectorBase
+from .threads import HeldThread
+
+__all__ = ["StoredThread"]
+
+
+@attrs.define
+class StoredThread:
+    """What this kernel keeps of one stored thread: what it handed the run, and what it
+    knows of the store's copy.
+
+    `position` is the store's write position for the thread as last loaded or saved, for
+    compare-and-set. `foreign` and `undecodable` hold snapshot bytes this kernel may not or
+    could not decode, written back untouched. `since_snapshot` and `bytes_since_snapshot`
+    count what was saved since the newest snapshot, of `snapshot_bytes` bytes, whose
+    Vectors (`vector_bases`) the next one may extend; `stale` names keys whose stored ops
+    this kernel could not replay (no snapshot is written while there are any). `whole`
+    holds, for the commits of this kernel that wrote `persistent=False` thread keys, the
+    whole record (the store's lacks those ops). `cache` holds this claim's encodings.
+    """
+
+    held: HeldThread = attrs.field(factory=HeldThread)
+    position: int = 0
+    foreign: dict[str, bytes] = attrs.field(factory=dict)
+    undecodable: dict[str, bytes] = attrs.field(factory=dict)
+    since_snapshot: int = 0
+    bytes_since_snapshot: int = 0
+    snapshot_bytes: int = 0
+    stale: frozenset[str] = frozenset()
+    vector_bases: dict[str, VectorBase] = attrs.field(factory=dict)
+    dropped: frozenset[str] = frozenset()
+    """Keys of an uninstalled plugin that said to drop them: gone from `held.values` and
+    `foreign`; the next save's first record clears them in the journal, and the next
+    snapshot leaves their bytes out."""
+    drop_marker: frozenset[str] = frozenset()
+    """The keys the stored snapshot lists as dropped on uninstall."""
+    whole: list[CommitRecord] = attrs.field(factory=list)
+    cache: EncodeCache = attrs.field(factory=EncodeCache)
+
+    def note_save(
+        self,
+        save: ThreadSave,
+        size: int,
+        *,
+        undecodable: dict[str, bytes],
+        superseded: set[str],
+        whole: tuple[CommitRecord, ...],
+        bases: dict[str, VectorBase],
+        drop_marker: frozenset[str],
+    ) -> None:
+        """Note what the store now holds after `save` (its records of `size` bytes)."""
+        self.position += 1
+        self.whole.extend(whole)
+        self.undecodable = undecodable
+        if save.records:
+            self.dropped = frozenset()  # cleared by a saved record
+            self.stale -= superseded
+        if save.snapshot is None:
+            self.since_snapshot += len(save.records)
+            self.bytes_since_snapshot += size
+            return
+        self.drop_marker = drop_marker
+        self.since_snapshot = self.bytes_since_snapshot = 0
+        self.snapshot_bytes = sum(len(data) for data in save.snapshot.values())
+        self.vector_bases = bases
+        self.stale = frozenset()
