@@ -94,7 +94,7 @@ class OpWriter:
         those), or `SKIP`, or another route for `write`; filled as keys are first seen."""
         self.hook_sources: dict[str | None, str] = {}
         """A hook's source string (`"plugin:<id>"`) by plugin, made once."""
-        self._checks: dict[tuple[str, int], msgspec.json.Decoder[Any]] = {}
+        self._checks: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}
         self.every_op = not for_store
         """Whether every op is written to the commit's ops (no store, or a listener)."""
 
@@ -112,7 +112,7 @@ class OpWriter:
             binding = self._registry.by_class[key]
             if not self.every_op and not binding.stored:
                 found = _WRITE if binding.scope is KeyScope.THREAD else SKIP
-            elif binding.exact[1]:
+            elif binding.exact.updates:
                 found = binding.name
             else:
                 found = _WRITE
@@ -152,25 +152,29 @@ class OpWriter:
         try:
             if type(update) is Overwrite:  # the new value, whole: journaled as that value
                 data = encode_update(update.value)
-                if not binding.exact[0] and not self._comes_back(binding, data, update.value, 0):
+                if not binding.exact.values and not self._comes_back(
+                    binding, data, update.value, "value"
+                ):
                     raise ValueError("does not decode back equal")
                 return JournalOp(binding.name, "value", data)
             data = encode_update(update)
-            if not binding.exact[1] and not self._comes_back(binding, data, update, 1):
+            if not binding.exact.updates and not self._comes_back(binding, data, update, "update"):
                 raise ValueError("does not decode back equal")
             return JournalOp(binding.name, "update", data)
         except CODEC_ERRORS:
             failed.add(binding.name)
             return JournalOp(binding.name, "value")
 
-    def _comes_back(self, binding: KeyBinding, data: bytes, given: Any, which: int) -> bool:
-        """Whether `data` decodes to an update (`which` 1) or value (0) equal to `given` (a
-        float infinity becomes null, a tuple typed `Any` a list): what replay would apply
-        must be what the commit did."""
-        decoder = self._checks.get((binding.name, which))
+    def _comes_back(
+        self, binding: KeyBinding, data: bytes, given: Any, kind: Literal["update", "value"]
+    ) -> bool:
+        """Whether `data` decodes to an update or value (`kind`) equal to `given` (a float
+        infinity becomes null, a tuple typed `Any` a list): what replay would apply must be
+        what the commit did."""
+        decoder = self._checks.get((binding.name, kind))
         if decoder is None:
-            declared = binding.update_type if which else binding.value_type
-            decoder = self._checks[binding.name, which] = msgspec.json.Decoder(
+            declared = binding.update_type if kind == "update" else binding.value_type
+            decoder = self._checks[binding.name, kind] = msgspec.json.Decoder(
                 declared, dec_hook=dec_hook
             )
         return decodes_back(data, decoder, given)
