@@ -38,7 +38,6 @@ _IN_PLACE = ValueError(
     "change would be lost. Return a new vector with the new item instead "
     "(value[:-1].append(new_item))"
 )
-_UNTOUCHED: Any = object()
 
 
 class LiveState:
@@ -159,8 +158,28 @@ class LiveState:
         """Apply the commands' patches atomically, in order; return the resulting snapshot.
 
         A commit with no state op (only effects or actions) leaves the revision alone.
+        It journals the ops (if journaling), runs them on a working copy, checks what they
+        touched, then publishes the changes as the next snapshot and notes the commit.
         """
-        return self._commit(contributions)
+        current = self._snapshot
+        revision = current.revision + 1  # the commit's, if it has any op
+        pending = None
+        if self._writer is not None:
+            pending = self._writer.write(contributions, revision, self.phase, self.step)
+        working = _WorkingCopy(self._registry, current._stored_values())
+        working.apply(contributions, current.revision)
+        if not working.values:
+            return current
+        changes = working.changes(contributions)
+        snapshot = Snapshot(revision, _with_changes(working.stored, changes), self._registry)
+        if self._touched is not None:
+            self._touched.update(changes)
+        if pending is not None:
+            self._journal.append(pending)
+        self._snapshot = snapshot
+        if self._listeners:
+            self._notify(snapshot)
+        return snapshot
 
     def submit(self, command: StateCommand, *, origin: str | None = None) -> Snapshot:
         """Commit a single command's patch (`commit([Contribution(origin, command)])`).
@@ -176,7 +195,7 @@ class LiveState:
                 f"Use `await run.submit(command)` on a Run of a Kernel that registers their "
                 f"handlers."
             )
-        return self._commit((Contribution(origin, command),))
+        return self.commit((Contribution(origin, command),))
 
     def stage(self) -> LiveState:
         """A private fork to commit into; `publish(fork)` makes all its commits live at once.
@@ -212,29 +231,6 @@ class LiveState:
             self._touched.update(fork._touched)
         return len(fork._history)
 
-    def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
-        """Journal the ops (if journaling), run them on a working copy, check what they
-        touched, then publish the changes as the next snapshot and note the commit."""
-        current = self._snapshot
-        revision = current.revision + 1  # the commit's, if it has any op
-        pending = None
-        if self._writer is not None:
-            pending = self._writer.write(contributions, revision, self.phase, self.step)
-        working = _WorkingCopy(self._registry, current._stored_values())
-        working.apply(contributions, current.revision)
-        if not working.values:
-            return current
-        changes = working.changes(contributions)
-        snapshot = Snapshot(revision, _with_changes(working.stored, changes), self._registry)
-        if self._touched is not None:
-            self._touched.update(changes)
-        if pending is not None:
-            self._journal.append(pending)
-        self._snapshot = snapshot
-        if self._listeners:
-            self._notify(snapshot)
-        return snapshot
-
     def _notify(self, snapshot: Snapshot) -> None:
         for listener in self._listeners:
             try:
@@ -257,7 +253,7 @@ class _WorkingCopy(msgspec.Struct, gc=False):
 
     registry: KeyRegistry
     stored: immutables.Map[str, Any]
-    values: dict[Any, Any] = msgspec.field(default_factory=dict)  # _MISSING for a key cleared
+    values: dict[Any, Any] = msgspec.field(default_factory=dict)  # _MISSING once cleared
     bindings: dict[Any, KeyBinding] = msgspec.field(default_factory=dict)
     viewed: set[Any] = msgspec.field(default_factory=set)
     """Touched keys whose Vector items are copied as they are read."""
@@ -279,12 +275,8 @@ class _WorkingCopy(msgspec.Struct, gc=False):
                 if update is CLEAR:
                     self._clear(key, origin)
                     continue
-                value = values.get(key, _UNTOUCHED)
-                if (
-                    value is _UNTOUCHED
-                    or value is _MISSING
-                    or (viewed and key in viewed and type(value) is Vector)
-                ):
+                value = values.get(key, _MISSING)
+                if value is _MISSING or (viewed and key in viewed and type(value) is Vector):
                     value = self._starting_value(key, value, origin)
                 try:
                     values[key] = key.apply(value, update)
@@ -319,8 +311,8 @@ class _WorkingCopy(msgspec.Struct, gc=False):
         key's first op, its committed value (copied, or a view that copies items as they
         are read) or its default; after a CLEAR, its default; after an earlier op on a
         vector whose items are copied as read, a new view of it, as that op's was."""
-        if value is not _UNTOUCHED:
-            binding = self.bindings[key]
+        binding = self.bindings.get(key)
+        if binding is not None:  # an earlier op of this commit touched the key
             if value is _MISSING:
                 return binding.make_default()
             return self._view(value, binding.name, origin)
