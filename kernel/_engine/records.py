@@ -269,7 +269,7 @@ class OpWriter:
         what the commit did."""
         decoder = self._checks.get((binding.name, kind))
         if decoder is None:
-            declared = binding.update_type if kind == "update" else binding.value_type
+            declared = getattr(binding, f"{kind}_type")  # its `update_type` or `value_type`
             decoder = self._checks[binding.name, kind] = msgspec.json.Decoder(
                 declared, dec_hook=dec_hook
             )
