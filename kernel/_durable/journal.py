@@ -24,8 +24,7 @@ from collections.abc import Iterable
 import attrs
 import msgspec
 
-from .._engine.commit import PendingCommit
-from .._engine.records import CommitRecord, JournalOp, OpWriter, as_values
+from .._engine.records import CommitRecord, JournalOp, OpWriter, PendingCommit, as_values
 from .._engine.registry import KeyRegistry
 from .._errors import DecodeFailed
 from .._values.keys import KeyScope
@@ -78,8 +77,8 @@ def records_of(
     in_memory: list[CommitRecord] = []
     unrecorded: set[str] = set()
     for commit in pending:
-        ops, failed, whole = commit.ops, commit.failed, commit.whole
-        if for_store and commit.every_op:  # written whole for a listener: sort them now
+        ops, failed, whole = commit.ops, commit.failed, commit.thread_ops
+        if for_store and not commit.persistent_only:  # every op, for a listener: sort now
             ops, whole = _for_store(ops, registry)
         if failed:
             ops = as_values(ops, failed)
@@ -137,7 +136,7 @@ class RunJournal:
         self._thread_id = thread_id
         self._run_id = run_id
         self._for_store = for_store
-        self.writer = OpWriter(registry, for_store=for_store)
+        self.writer = OpWriter(registry, persistent_only=for_store)
         """How the run's live state writes its ops (`LiveState.keep_journal`)."""
 
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:

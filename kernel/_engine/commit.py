@@ -10,14 +10,13 @@ started" and "snapshot published" is ever visible.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import immutables
+import msgspec
 
 from .._errors import CommitRejected, RevisionConflict, StateError, UnknownStateKey
-from .._values.codec import CODEC_ERRORS
 from .._values.commands import CLEAR, StateCommand
 from .._values.declared_types import copy_of
 from .._values.keys import StateKey
@@ -25,7 +24,7 @@ from .._values.phases import Phase
 from .._values.vector import Vector
 from .item_copies import ItemCopies
 from .merge import Contribution
-from .records import SKIP, JournalOp, OpWriter, encode_update
+from .records import OpWriter, PendingCommit
 from .registry import KeyBinding, KeyRegistry
 from .snapshot import Snapshot
 
@@ -39,43 +38,6 @@ _IN_PLACE = ValueError(
     "change would be lost. Return a new vector with the new item instead "
     "(value[:-1].append(new_item))"
 )
-_UNTOUCHED: Any = object()
-_NO_KEYS: frozenset[str] = frozenset()
-_NO_ROUTES: dict[Any, str | int] = {}
-
-
-class PendingCommit:
-    """A commit the live state journaled, to become a `CommitRecord` when it is saved.
-
-    Its ops were written as JournalOps while the commit applied them (`_records`), so it
-    holds no command, update or value: only small encoded ops, the sources in merge order,
-    and (for a store, when the commit also wrote `persistent=False` thread keys) the whole
-    list of ops kept in the kernel's memory. `failed` names keys some op of which could not
-    be journaled as its update.
-    """
-
-    __slots__ = (
-        "at",
-        "every_op",
-        "failed",
-        "ops",
-        "phase",
-        "revision",
-        "sources",
-        "step",
-        "whole",
-    )
-
-    def __init__(self, revision: int, sources: tuple[str, ...], ops: tuple[JournalOp, ...]) -> None:
-        self.revision = revision
-        self.sources = sources
-        self.ops = ops
-        self.whole: tuple[JournalOp, ...] | None = None
-        self.failed = _NO_KEYS
-        self.phase: Phase | None = None
-        self.step = 0
-        self.every_op = False  # every op in `ops`, even those a store does not keep
-        self.at = time.time()
 
 
 class LiveState:
@@ -108,8 +70,8 @@ class LiveState:
         self._staged_from: Snapshot | None = None
         self._history: list[Snapshot] = []
         self._touched: set[str] | None = None
-        self._journal: list[PendingCommit] | None = None
-        self._writer: OpWriter | None = None
+        self._journal: list[PendingCommit] = []
+        self._writer: OpWriter | None = None  # journaling while set (`keep_journal`)
         # What the journal records with each commit; the run keeps them current.
         self.phase: Phase | None = None
         self.step = 0
@@ -168,18 +130,16 @@ class LiveState:
         """From now on, journal every commit that moves the revision (`pending_commits`),
         its ops written by `writer` as they are applied. A noted commit holds only those
         small encoded ops, so a long stretch between saves keeps nothing of the commands."""
-        if self._journal is None:
-            self._journal = []
         self._writer = writer
 
     def pending_commits(self) -> tuple[PendingCommit, ...]:
         """The commits noted and not yet saved, oldest first."""
-        return tuple(self._journal or ())
+        return tuple(self._journal)
 
     def noted_commit(self, revision: int) -> PendingCommit | None:
         """The noted commit that made `revision`, while it is still noted (commit listeners
         find theirs: a commit is noted before they are called)."""
-        for pending in reversed(self._journal or ()):
+        for pending in reversed(self._journal):
             if pending.revision == revision:
                 return pending
             if pending.revision < revision:
@@ -188,8 +148,7 @@ class LiveState:
 
     def forget_commits(self, count: int) -> None:
         """Forget the oldest `count` noted commits: a save has made them durable."""
-        if self._journal:
-            del self._journal[:count]
+        del self._journal[:count]
 
     def add_listener(self, listener: CommitListener) -> None:
         """Call `listener(snapshot)` after every commit that moved the revision."""
@@ -199,8 +158,28 @@ class LiveState:
         """Apply the commands' patches atomically, in order; return the resulting snapshot.
 
         A commit with no state op (only effects or actions) leaves the revision alone.
+        It journals the ops (if journaling), runs them on a working copy, checks what they
+        touched, then publishes the changes as the next snapshot and notes the commit.
         """
-        return self._commit(contributions)
+        current = self._snapshot
+        revision = current.revision + 1  # the commit's, if it has any op
+        pending = None
+        if self._writer is not None:
+            pending = self._writer.write(contributions, revision, self.phase, self.step)
+        working = _WorkingCopy(self._registry, current._stored_values())
+        working.apply(contributions, current.revision)
+        if not working.values:
+            return current
+        changes = working.changes(contributions)
+        snapshot = Snapshot(revision, _with_changes(working.stored, changes), self._registry)
+        if self._touched is not None:
+            self._touched.update(changes)
+        if pending is not None:
+            self._journal.append(pending)
+        self._snapshot = snapshot
+        if self._listeners:
+            self._notify(snapshot)
+        return snapshot
 
     def submit(self, command: StateCommand, *, origin: str | None = None) -> Snapshot:
         """Commit a single command's patch (`commit([Contribution(origin, command)])`).
@@ -216,7 +195,7 @@ class LiveState:
                 f"Use `await run.submit(command)` on a Run of a Kernel that registers their "
                 f"handlers."
             )
-        return self._commit((Contribution(origin, command),))
+        return self.commit((Contribution(origin, command),))
 
     def stage(self) -> LiveState:
         """A private fork to commit into; `publish(fork)` makes all its commits live at once.
@@ -231,9 +210,7 @@ class LiveState:
         fork.add_listener(fork._history.append)
         if self._touched is not None:
             fork._touched = set()
-        if self._journal is not None:
-            fork._journal = []
-            fork._writer = self._writer
+        fork._writer = self._writer
         fork.phase, fork.step = self.phase, self.step
         return fork
 
@@ -245,9 +222,7 @@ class LiveState:
                 self.revision,
                 what="staged round",
             )
-        if fork._journal:  # likewise for the journal; noted before the listeners are told
-            assert self._journal is not None
-            self._journal.extend(fork._journal)
+        self._journal.extend(fork._journal)  # noted before the listeners are told
         for snapshot in fork._history:
             self._snapshot = snapshot
             self._notify(snapshot)
@@ -256,127 +231,122 @@ class LiveState:
             self._touched.update(fork._touched)
         return len(fork._history)
 
-    def _commit(self, contributions: Sequence[Contribution]) -> Snapshot:
-        current = self._snapshot
-        revision = current.revision
-        by_class = self._registry.by_class
-        stored = current._stored_values()
-        # Keyed by key class while the ops run (one class per key string), so that an op on
-        # a key already touched this commit needs no registry lookup.
-        working: dict[Any, Any] = {}
-        touched: dict[Any, KeyBinding] = {}
-        viewed: set[Any] = set()  # touched keys whose Vector items are copied as read
-        views: list[tuple[ItemCopies, str, str | None]] = []  # handed to apply, to check
-        checked: list[KeyBinding] = []  # touched keys that copy items or validate
-        # The journal writes each op as it is applied (`_records`), so that nothing of the
-        # command need be held until the save, and later changes to the command change
-        # nothing.
-        writer = self._writer if self._journal is not None else None
-        journaled: list[JournalOp] = []
-        whole: list[JournalOp] | None = None
-        failed: set[str] = set()
-        sources: list[str] = []
-        routes = writer.routes if writer is not None else _NO_ROUTES
+    def _notify(self, snapshot: Snapshot) -> None:
+        for listener in self._listeners:
+            try:
+                listener(snapshot)
+            except Exception:
+                logger.exception(
+                    "commit listener %r failed at revision %d", listener, snapshot.revision
+                )
+
+
+class _WorkingCopy(msgspec.Struct, gc=False):
+    """One commit's working copy: the keys its ops touch, each with its binding and working
+    value, and what to check once the ops ran. Nothing of it is visible until the commit
+    publishes its changes; a failure throws it away.
+
+    Keyed by key class while the ops run (one class per key string), so that an op on a key
+    already touched in this commit needs no registry lookup. (A msgspec Struct: one is built
+    for every commit, in a third of the time of a class with an `__init__`.)
+    """
+
+    registry: KeyRegistry
+    stored: immutables.Map[str, Any]
+    values: dict[Any, Any] = msgspec.field(default_factory=dict)  # _MISSING once cleared
+    bindings: dict[Any, KeyBinding] = msgspec.field(default_factory=dict)
+    viewed: set[Any] = msgspec.field(default_factory=set)
+    """Touched keys whose Vector items are copied as they are read."""
+    views: list[tuple[ItemCopies, str, str | None]] = msgspec.field(default_factory=list)
+    """The views handed to `apply`, to check for items changed in place."""
+    checked: list[KeyBinding] = msgspec.field(default_factory=list)
+    """Touched keys that copy items or validate."""
+
+    def apply(self, contributions: Sequence[Contribution], revision: int) -> None:
+        """Run the contributions' ops in order, each on the value the last one left."""
+        values = self.values
+        viewed = self.viewed
         for contribution in contributions:
             patch = contribution.command.patch
             if patch.base_revision is not None and patch.base_revision != revision:
                 raise RevisionConflict(patch.base_revision, revision)
-            applied = patch.ops
-            if writer is not None and applied:
-                source = contribution.source
-                if source is None:  # a hook's: "plugin:<id>", made once per plugin
-                    source = writer.hook_sources.get(contribution.origin)
-                    if source is None:
-                        source = contribution.journal_source()
-                        writer.hook_sources[contribution.origin] = source
-                sources.append(source)
-            for key, update in applied:
-                value = working.get(key, _UNTOUCHED)
-                if value is _UNTOUCHED:
-                    binding = by_class.get(key)
-                    if binding is None:
-                        raise UnknownStateKey(
-                            getattr(key, "key", repr(key)),
-                            contribution.origin,
-                            tuple(self._registry.by_name),
-                        )
-                    touched[key] = binding
-                    if binding.checks:
-                        checked.append(binding)
-                        if binding.copy_items:
-                            viewed.add(key)
-                if writer is not None:
-                    route = routes.get(key)
-                    if type(route) is str and whole is None and update is not CLEAR:
-                        try:  # a key journaled as it is: the common case, inlined
-                            journaled.append(JournalOp(route, "update", encode_update(update)))
-                        except CODEC_ERRORS:
-                            whole = writer.write(key, update, journaled, whole, failed)
-                    elif route != SKIP:
-                        whole = writer.write(key, update, journaled, whole, failed)
-                if value is _UNTOUCHED:
-                    binding = touched[key]
-                    if update is CLEAR:
-                        working[key] = _MISSING
-                        continue
-                    value = stored.get(binding.name, _MISSING)
-                    if value is _MISSING:
-                        value = binding.make_default()
-                    elif binding.copy_items and type(value) is Vector:
-                        value = ItemCopies(value)
-                        views.append((value, binding.name, contribution.origin))
-                    elif binding.copy_values:
-                        value = copy_of(value, binding.name)
-                elif update is CLEAR:
-                    working[key] = _MISSING
+            origin = contribution.origin
+            for key, update in patch.ops:
+                if update is CLEAR:
+                    self._clear(key, origin)
                     continue
-                elif value is _MISSING:
-                    value = touched[key].make_default()
-                elif viewed and key in viewed and type(value) is Vector:
-                    value = ItemCopies(value)  # a later op of this commit: shares items too
-                    views.append((value, touched[key].name, contribution.origin))
+                value = values.get(key, _MISSING)
+                if value is _MISSING or (viewed and key in viewed and type(value) is Vector):
+                    value = self._starting_value(key, value, origin)
                 try:
-                    working[key] = key.apply(value, update)
+                    values[key] = key.apply(value, update)
                 except Exception as error:
-                    name = touched[key].name
-                    raise CommitRejected(name, error, plugin=contribution.origin) from error
-        if not working:
-            return current
-        changes = {touched[key].name: value for key, value in working.items()}
-        if views or checked:
-            self._check(changes, views, checked, contributions)
-        snapshot = Snapshot(revision + 1, _with_changes(stored, changes), self._registry)
-        if self._touched is not None:
-            self._touched.update(changes)
-        journal = self._journal
-        if journal is not None:
-            pending = PendingCommit(snapshot.revision, tuple(sources), tuple(journaled))
-            pending.phase, pending.step = self.phase, self.step
-            if writer is not None and writer.every_op:
-                pending.every_op = True
-            if whole is not None or failed:
-                pending.whole = None if whole is None else tuple(whole)
-                pending.failed = frozenset(failed)
-            journal.append(pending)
-        self._snapshot = snapshot
-        if self._listeners:
-            self._notify(snapshot)
-        return snapshot
+                    name = self.bindings[key].name
+                    raise CommitRejected(name, error, plugin=origin) from error
 
-    @staticmethod
-    def _check(
-        values: dict[str, Any],
-        views: list[tuple[ItemCopies, str, str | None]],
-        checked: list[KeyBinding],
-        contributions: Sequence[Contribution],
-    ) -> None:
+    def _touch(self, key: Any, origin: str | None) -> KeyBinding:
+        """Resolve a key's binding on its first op in this commit (an unknown key is
+        refused), and note what it needs checked."""
+        binding = self.registry.by_class.get(key)
+        if binding is None:
+            raise UnknownStateKey(
+                getattr(key, "key", repr(key)), origin, tuple(self.registry.by_name)
+            )
+        self.bindings[key] = binding
+        if binding.checks:
+            self.checked.append(binding)
+            if binding.copy_items:
+                self.viewed.add(key)
+        return binding
+
+    def _clear(self, key: Any, origin: str | None) -> None:
+        """A CLEAR: the key is removed when the commit publishes, unless a later op sets it
+        again (from its default)."""
+        if key not in self.bindings:
+            self._touch(key, origin)
+        self.values[key] = _MISSING
+
+    def _starting_value(self, key: Any, value: Any, origin: str | None) -> Any:
+        """The value an op starts from when it is not simply what the last op left: on the
+        key's first op, its committed value (copied, or a view that copies items as they
+        are read) or its default; after a CLEAR, its default; after an earlier op on a
+        vector whose items are copied as read, a new view of it, as that op's was."""
+        binding = self.bindings.get(key)
+        if binding is not None:  # an earlier op of this commit touched the key
+            if value is _MISSING:
+                return binding.make_default()
+            return self._view(value, binding.name, origin)
+        binding = self._touch(key, origin)
+        value = self.stored.get(binding.name, _MISSING)
+        if value is _MISSING:
+            return binding.make_default()
+        if binding.copy_items and type(value) is Vector:
+            return self._view(value, binding.name, origin)
+        return copy_of(value, binding.name) if binding.copy_values else value
+
+    def _view(self, vector: Vector[Any], name: str, origin: str | None) -> ItemCopies:
+        view = ItemCopies(vector)
+        self.views.append((view, name, origin))
+        return view
+
+    def changes(self, contributions: Sequence[Contribution]) -> dict[str, Any]:
+        """The new values by key string (`_MISSING` for a key cleared), once checked."""
+        bindings = self.bindings
+        changes: dict[str, Any] = {}
+        for key, value in self.values.items():  # (a loop: cheaper than a comprehension)
+            changes[bindings[key].name] = value
+        if self.views or self.checked:
+            self._check(changes, contributions)
+        return changes
+
+    def _check(self, values: dict[str, Any], contributions: Sequence[Contribution]) -> None:
         """After the ops ran: no item changed in place, every value unwrapped from the view
         it was handed in, and each touched key's `validate` passes. (Keys that neither
         copy items nor validate cost nothing here.)"""
-        for view, name, origin in views:
+        for view, name, origin in self.views:
             if view.changed_in_place():
                 raise CommitRejected(name, _IN_PLACE, plugin=origin)
-        for binding in checked:
+        for binding in self.checked:
             name = binding.name
             value = values[name]
             if binding.copy_items:
@@ -392,15 +362,6 @@ class LiveState:
                 except Exception as error:
                     origin = _last_writer(contributions, binding)
                     raise CommitRejected(name, error, plugin=origin, stage="validate") from error
-
-    def _notify(self, snapshot: Snapshot) -> None:
-        for listener in self._listeners:
-            try:
-                listener(snapshot)
-            except Exception:
-                logger.exception(
-                    "commit listener %r failed at revision %d", listener, snapshot.revision
-                )
 
 
 def _last_writer(contributions: Sequence[Contribution], binding: KeyBinding) -> str | None:

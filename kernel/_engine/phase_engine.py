@@ -38,7 +38,7 @@ from .._values.toolgate import Block, GateDecision, SetResult, Suspend, decide
 from .commit import LiveState
 from .context import PhaseContext
 from .invoke import call, checked, outcome, reraise
-from .merge import Contribution, partition
+from .merge import Contribution, Partition, partition
 from .plugin import Components, Registered
 from .snapshot import Snapshot
 
@@ -78,12 +78,15 @@ class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
         )
 
 
-class _Tally:
-    __slots__ = ("actions", "commits", "conflicts", "effects", "effects_failed", "hooks")
+class _Tally(msgspec.Struct, gc=False):
+    """What a phase did so far, counted as it goes (a msgspec Struct: one per phase)."""
 
-    def __init__(self) -> None:
-        self.commits = self.conflicts = self.effects = self.effects_failed = self.actions = 0
-        self.hooks: tuple[str, ...] = ()  # the round's hooks, then each re-run
+    commits: int = 0
+    conflicts: int = 0
+    effects: int = 0
+    effects_failed: int = 0
+    actions: int = 0
+    hooks: tuple[str, ...] = ()  # the round's hooks, then each re-run
 
     def report(self, phase: Phase | None, revision: int) -> PhaseReport:
         return PhaseReport(
@@ -200,72 +203,58 @@ class PhaseEngine:
     async def _gather_round(
         self, hooks: Sequence[Registered], context: PhaseContext, tally: _Tally
     ) -> None:
+        """One round of a phase: call every hook on one snapshot, keep what they returned
+        in registration order, commit it (re-running on a staged state the hooks whose
+        commands overlap an earlier one's), then dispatch."""
         contexts = self._hook_contexts(context, len(hooks))
         phase = context.phase
         tally.hooks += self._hook_names[phase]
-        contributions: list[Contribution] = []
-        owners: list[Registered] = []
-        # One pass calls every hook and keeps the plain commands at once, in registration
-        # order. From the first result that is anything else (an awaitable, a command with
-        # actions or effects to check, a wrong type), results are kept once every hook has
-        # been called and awaited, so a hook's error still outranks an earlier result's.
-        count = len(hooks)
-        results: list[Any] = [None] * count
-        waiting: list[int] = []
-        later = count  # the index from which results wait for the second pass
-        for index, hook in enumerate(hooks):
-            try:
-                result = hook.function(contexts[index])
-            except Exception as error:
-                _close_unawaited(results, waiting)
-                reraise(hook.plugin, phase, error)
-            if result is None:
-                continue
-            if later == count and _plain(result):
-                contributions.append(Contribution(hook.plugin, result))  # the common case
-                owners.append(hook)
-                continue
-            results[index] = result
-            later = min(later, index)
-            if type(result) is not StateCommand and (hook.is_async or inspect.isawaitable(result)):
-                waiting.append(index)
+        results, waiting = _call_hooks(hooks, contexts, phase)
         if waiting:
             await _settle(hooks, results, waiting, phase)
-        dispatches = self._profile is not None  # anything for `_after_commits` to do
-        for index in range(later, count):
-            result = results[index]
-            if result is None:
-                continue
-            if _plain(result):
-                contributions.append(Contribution(hooks[index].plugin, result))
-                owners.append(hooks[index])
-                continue
-            dispatches |= self._keep(hooks[index], result, phase, contributions, owners)
-        if len(contributions) < 2:  # nothing to partition
-            kept: Sequence[Contribution] = contributions
-        else:
+        contributions, owners, dispatches = self._kept(hooks, results, phase)
+        if len(contributions) > 1:  # else nothing to partition
             split = partition(contributions)
             if split.deferred:
                 owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
-                deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
-                kept_contexts = [
-                    ctx
-                    for hook, ctx in zip(hooks, contexts, strict=True)
-                    if id(hook) not in deferred_hooks
-                ]
-                await self._settle_conflicts(
-                    split.kept, split.deferred, owner_of, context, kept_contexts, tally
-                )
+                await self._settle_conflicts(split, owner_of, hooks, contexts, context, tally)
                 return
-            kept = split.kept
         done: list[tuple[Sequence[Contribution], Snapshot]] = []
-        if kept:
+        if contributions:
             before = self._state.revision
-            snapshot = self._state.commit(kept)
+            snapshot = self._state.commit(contributions)
             tally.commits += snapshot.revision != before
-            done.append((kept, snapshot))
-        if dispatches:
+            done.append((contributions, snapshot))
+        if dispatches or self._profile is not None:  # anything for `_after_commits` to do
             await self._after_commits(done, contexts, tally)
+
+    def _kept(
+        self, hooks: Sequence[Registered], results: Sequence[Any], phase: Phase
+    ) -> tuple[list[Contribution], list[Registered], bool]:
+        """The hooks' results as contributions, in registration order, each with its hook;
+        and whether any carries effects or actions to dispatch after the commit (their
+        handlers checked here). Results are checked only now, once every hook has been
+        called and awaited, so that a hook's error outranks an earlier hook's wrong result."""
+        contributions: list[Contribution] = []
+        owners: list[Registered] = []
+        dispatches = False
+        for hook, result in zip(hooks, results, strict=True):
+            if result is None:
+                continue
+            contribution: Contribution | None
+            if type(result) is StateCommand and result.patch.ops:  # the common case, inline
+                contribution = Contribution(hook.plugin, result)
+            else:
+                contribution = self._contribution(hook, result, phase)  # checked
+                if contribution is None:
+                    continue
+            command = contribution.command
+            if command.scheduled_actions or command.effects:
+                self._check_handlers(contribution)
+                dispatches = True
+            contributions.append(contribution)
+            owners.append(hook)
+        return contributions, owners, dispatches
 
     def _hook_contexts(self, context: PhaseContext, count: int) -> list[PhaseContext]:
         """One context per hook: each hook gets its own profile buffer, so the writes of a
@@ -290,17 +279,27 @@ class PhaseEngine:
 
     async def _settle_conflicts(
         self,
-        kept: Sequence[Contribution],
-        deferred: Sequence[Contribution],
+        split: Partition,
         owner_of: Mapping[int, Registered],
+        hooks: Sequence[Registered],
+        contexts: Sequence[PhaseContext],
         context: PhaseContext,
-        kept_contexts: Sequence[PhaseContext],
         tally: _Tally,
     ) -> None:
+        """Commit what can commit together on a staged state, re-run each deferred hook
+        alone on the staged state's fresh snapshot and commit its command, then publish the
+        round at once and dispatch. (`owner_of` gives each contribution's hook by its id;
+        `contexts` are the round's hooks', in order.)"""
+        deferred_hooks = {id(owner_of[id(c)]) for c in split.deferred}
+        kept_contexts = [
+            ctx for hook, ctx in zip(hooks, contexts, strict=True) if id(hook) not in deferred_hooks
+        ]
         staged = self._state.stage()
-        done: list[tuple[Sequence[Contribution], Snapshot]] = [(kept, staged.commit(kept))]
+        done: list[tuple[Sequence[Contribution], Snapshot]] = [
+            (split.kept, staged.commit(split.kept))
+        ]
         rerun_contexts: list[PhaseContext] = []
-        for contribution in deferred:
+        for contribution in split.deferred:
             hook = owner_of[id(contribution)]
             tally.conflicts += 1
             tally.hooks += (hook.plugin,)
@@ -315,27 +314,6 @@ class PhaseEngine:
         published = self._state.publish(staged)
         tally.commits += published
         await self._after_commits(done, [*kept_contexts, *rerun_contexts], tally)
-
-    def _keep(
-        self,
-        hook: Registered,
-        result: Any,
-        phase: Phase,
-        contributions: list[Contribution],
-        owners: list[Registered],
-    ) -> bool:
-        """Keep a hook's command for the merge (checking its handlers); whether it carries
-        anything to dispatch after the commit."""
-        contribution = self._contribution(hook, result, phase)
-        if contribution is None:
-            return False
-        contributions.append(contribution)
-        owners.append(hook)
-        command = contribution.command
-        if command.scheduled_actions or command.effects:
-            self._check_handlers(contribution)
-            return True
-        return False
 
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
         """The hook's result as a contribution; None for nothing to commit or dispatch."""
@@ -518,14 +496,28 @@ async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
             await profile.apply()
 
 
-def _plain(result: Any) -> bool:
-    """Whether a hook's result is a command with state ops and nothing to check besides:
-    the common case, kept without `checked` or a handler check."""
-    return (
-        type(result) is StateCommand
-        and bool(result.patch.ops)
-        and not (result.scheduled_actions or result.effects)
-    )
+def _call_hooks(
+    hooks: Sequence[Registered], contexts: Sequence[PhaseContext], phase: Phase
+) -> tuple[list[Any], list[int]]:
+    """Call every hook in registration order, sync ones in place: what each returned (an
+    awaitable still to be awaited), and where those awaitables are (`_settle`). A hook that
+    raises is reported at once, the awaitables of the hooks before it closed unawaited."""
+    results: list[Any] = []
+    waiting: list[int] = []
+    for hook, context in zip(hooks, contexts, strict=True):
+        try:
+            result = hook.function(context)
+        except Exception as error:
+            _close_unawaited(results, waiting)
+            reraise(hook.plugin, phase, error)
+        if (
+            type(result) is not StateCommand
+            and result is not None
+            and (hook.is_async or inspect.isawaitable(result))
+        ):
+            waiting.append(len(results))
+        results.append(result)
+    return results, waiting
 
 
 async def _call_one(hook: Registered, context: PhaseContext) -> Any:
@@ -614,7 +606,7 @@ awaited to its end in the run's task is fine, as any awaited coroutine is.)"""
 
 
 def _close_unawaited(results: list[Any], waiting: list[int]) -> None:
-    """Close coroutines that will never be awaited because an earlier hook failed."""
+    """Close coroutines that will never be awaited because a later hook failed."""
     for index in waiting:
         close = getattr(results[index], "close", None)
         if close is not None:

@@ -1,13 +1,16 @@
 """What a commit leaves in the journal: its ops as `JournalOp`s, written as it applies them.
 
 Every change goes through one commit path, so the ops a commit applies *are* the history.
-The live state writes each op it applies as a `JournalOp` right there, in the same pass:
-a key journaled as it is (the common case: its update type always decodes back equal)
-costs one encode and one small struct, inlined in the commit's loop (`OpWriter.routes`);
-everything else (a CLEAR, an update of an inexact type, a key a store does not journal, an
-update that does not encode) goes through `OpWriter.write`. No command, update or value is
-held after the commit, and the journal later only dates and labels what was written here
-(`CommitRecord`, made by `_journal.records_of`).
+The live state has its `OpWriter` write a commit's ops as `JournalOp`s right as it applies
+them (`OpWriter.write`, just before the ops run): a key journaled as it is (the common case:
+its update type always decodes back equal) costs one encode and one small struct, inlined in
+the writer's loop (its route is its key string, `OpWriter.routes`); everything else (a CLEAR,
+an update of an inexact type, a key whose ops are set aside or not kept, an update that does
+not encode) goes through its `Route`. No command, update or value is held after the commit,
+and the journal later only dates and labels what was written here (`CommitRecord`, made by
+`_journal.records_of`).
+
+The commit notes what was written as a `PendingCommit`, kept until a save.
 
 An `Overwrite` (a schema field's value replaced whole) is written as a `"value"` op holding
 that value, which replay sets as it is. An op that cannot be journaled as its update is
@@ -19,7 +22,11 @@ such op (`as_values`), and the save writes a snapshot to rebuild the key from.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Final, Literal
+import enum
+import time
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, Literal
 
 import msgspec
 
@@ -27,6 +34,7 @@ from .._values.codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
 from .._values.commands import CLEAR, Overwrite
 from .._values.keys import KeyScope
 from .._values.phases import Phase
+from .merge import Contribution
 from .registry import KeyBinding, KeyRegistry
 
 encode_update = msgspec.json.Encoder(enc_hook=enc_hook).encode
@@ -69,80 +77,168 @@ class CommitRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     # kernel may hold many; the garbage collector need not walk them.)
 
 
-SKIP: Final = 0
-"""A route: the key's ops are not journaled (a run key, when a store keeps the thread)."""
-_WRITE: Final = 1  # a route: through `OpWriter.write`
+class Route(enum.Enum):
+    """Where the ops of a key not journaled as it is go.
+
+    A key journaled as it is (its updates always decode back equal, and its writer keeps its
+    ops) has its key string for a route instead: `OpWriter.write` journals its ops inline,
+    the common case. Every other route goes through `OpWriter._write`.
+    """
+
+    SKIP = "skip"
+    """Not journaled: a run key, when the writer keeps persistent ops only."""
+    CHECKED = "checked"
+    """Journaled once each update is checked to decode back equal (an inexact update type)."""
+    SET_ASIDE = "set aside"
+    """A memory-only (`persistent=False`) thread key, when the writer keeps persistent ops
+    only: its ops go into the commit's `thread_ops`, not its `ops`."""
+
+
+class PendingCommit(msgspec.Struct, frozen=True, gc=False):
+    """A commit the live state journaled, to become a `CommitRecord` when it is saved.
+
+    Its ops were written as JournalOps as the commit applied them (`OpWriter.write`), so it
+    holds no command, update or value: only small encoded ops, in the order they were
+    applied, and the sources of the contributions that had ops, in merge order.
+    `persistent_only` says which ops `ops` holds (see `OpWriter`); `thread_ops` is None
+    unless a writer keeping persistent ops only set some aside: then it holds every thread
+    key's op, memory-only ones included, for the kernel's memory. `failed` names keys some op
+    of which could not be journaled as its update. (A frozen msgspec Struct: one is built
+    for every commit.)
+    """
+
+    revision: int
+    phase: Phase | None
+    step: int
+    sources: tuple[str, ...]
+    ops: tuple[JournalOp, ...]
+    thread_ops: tuple[JournalOp, ...] | None
+    failed: AbstractSet[str]
+    persistent_only: bool
+    at: float = msgspec.field(default_factory=time.time)
 
 
 class OpWriter:
     """How one live state writes its ops: where each key's ops go, and how.
 
-    With a store (`for_store`), only persistent thread keys are journaled in the record the
-    store keeps (run keys start afresh in every run, and a key's scope may differ in the
-    next kernel that reads the thread); a `persistent=False` thread key's ops go into a
-    whole record kept in the kernel's memory, beside the stored ones. Without a store, every
-    op is journaled. After `write_every_op()` (a record listener wants every op), every op
-    is written even with a store, and a save sorts them (`_journal.records_of`).
+    A writer keeps every op, or (`persistent_only`) the ops of persistent thread keys only:
+    those a thread keeps between runs, while run keys start afresh in every run and a key's
+    scope may differ in the next kernel that reads the thread. It then sets the ops of a
+    `persistent=False` thread key aside, into the commit's `thread_ops` (every thread key's
+    op), kept in the kernel's memory beside the others, and drops a run key's. After
+    `write_every_op()` (a record listener wants every op), it keeps every op, and whoever
+    reads them sorts them (`_journal.records_of`).
     """
 
-    __slots__ = ("_checks", "_registry", "every_op", "hook_sources", "routes")
+    __slots__ = ("_checks", "_registry", "hook_sources", "persistent_only", "routes")
 
-    def __init__(self, registry: KeyRegistry, *, for_store: bool) -> None:
+    def __init__(self, registry: KeyRegistry, *, persistent_only: bool) -> None:
         self._registry = registry
-        self.routes: dict[Any, str | int] = {}
-        """Key class -> its key string, for a key journaled as it is (the commit inlines
-        those), or `SKIP`, or another route for `write`; filled as keys are first seen."""
+        self.routes: dict[Any, str | Route] = {}
+        """Key class -> its key string, for a key journaled as it is (`write` inlines
+        those), or its `Route`; filled as keys are first seen."""
         self.hook_sources: dict[str | None, str] = {}
         """A hook's source string (`"plugin:<id>"`) by plugin, made once."""
-        self._checks: dict[tuple[str, int], msgspec.json.Decoder[Any]] = {}
-        self.every_op = not for_store
-        """Whether every op is written to the commit's ops (no store, or a listener)."""
+        self._checks: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}
+        self.persistent_only = persistent_only
+        """Whether only persistent thread keys' ops are kept in a commit's ops."""
 
     def write_every_op(self) -> None:
-        """From now on write every op, as without a store; commits noted from then on say so
-        (`PendingCommit.every_op`)."""
-        if not self.every_op:
-            self.every_op = True
+        """From now on keep every op; commits written from then on say so
+        (`PendingCommit.persistent_only` is False)."""
+        if self.persistent_only:
+            self.persistent_only = False
             self.routes.clear()
 
-    def route(self, key: Any) -> str | int:
+    def write(
+        self, contributions: Sequence[Contribution], revision: int, phase: Phase | None, step: int
+    ) -> PendingCommit:
+        """Journal the ops of the commit that is to make `revision`, in the order it applies
+        them, just before it does: the update an op was given, whatever an `apply` later
+        does with it. Nothing of the commands is held after this, so a long stretch between
+        saves keeps only these small encoded ops. (A key the registry does not know is left
+        out: the commit refuses it, and with it what was written here.)
+        """
+        routes = self.routes
+        hook_sources = self.hook_sources
+        sources: list[str] = []
+        ops: list[JournalOp] = []
+        thread_ops: list[JournalOp] | None = None
+        failed: set[str] = set()
+        keep = ops.append
+        for contribution in contributions:
+            applied = contribution.command.patch.ops
+            if not applied:
+                continue
+            source = contribution.source
+            if source is None:  # a hook's: "plugin:<id>", made once per plugin
+                source = hook_sources.get(contribution.origin) or self._hook_source(contribution)
+            sources.append(source)
+            for key, update in applied:
+                route = routes.get(key)
+                if type(route) is str and thread_ops is None and update is not CLEAR:
+                    try:  # a key journaled as it is: the common case, inlined
+                        keep(JournalOp(route, "update", encode_update(update)))
+                        continue
+                    except CODEC_ERRORS:
+                        pass  # `_write` journals it as a value without bytes
+                elif route is Route.SKIP:
+                    continue
+                thread_ops = self._write(key, update, ops, thread_ops, failed)
+        return PendingCommit(
+            revision,
+            phase,
+            step,
+            tuple(sources),
+            tuple(ops),
+            None if thread_ops is None else tuple(thread_ops),
+            failed,  # (handed over, never changed again)
+            self.persistent_only,
+        )
+
+    def _hook_source(self, contribution: Contribution) -> str:
+        source = self.hook_sources[contribution.origin] = contribution.journal_source()
+        return source
+
+    def _route(self, key: Any) -> str | Route:
         """The key's route, worked out once."""
         found = self.routes.get(key)
         if found is None:
-            binding = self._registry.by_class[key]
-            if not self.every_op and not binding.stored:
-                found = _WRITE if binding.scope is KeyScope.THREAD else SKIP
-            elif binding.exact[1]:
-                found = binding.name
+            binding = self._registry.by_class.get(key)
+            if binding is None:  # unknown: nothing of the commit is kept
+                return Route.SKIP
+            if not self.persistent_only or binding.stored:
+                found = binding.name if binding.exact.updates else Route.CHECKED
+            elif binding.scope is KeyScope.THREAD:
+                found = Route.SET_ASIDE
             else:
-                found = _WRITE
+                found = Route.SKIP
             self.routes[key] = found
         return found
 
-    def write(
+    def _write(
         self,
         key: Any,
         update: Any,
         ops: list[JournalOp],
-        whole: list[JournalOp] | None,
+        thread_ops: list[JournalOp] | None,
         failed: set[str],
     ) -> list[JournalOp] | None:
-        """Journal one applied op the commit did not inline; returns the commit's whole
-        record so far (for a store: with its memory-only ops too), None while it needs none."""
-        route = self.route(key)
-        if route == SKIP:
-            return whole
-        binding = self._registry.by_class[key]
-        op = self._op(binding, update, failed)
-        if not self.every_op and not binding.stored:  # a `persistent=False` thread key
-            if whole is None:
-                whole = list(ops)
-            whole.append(op)
-            return whole
+        """Journal one op that `write` does not inline; returns the commit's thread ops so
+        far (None while no op was set aside)."""
+        route = self._route(key)
+        if route is Route.SKIP:
+            return thread_ops
+        op = self._op(self._registry.by_class[key], update, failed)
+        if route is Route.SET_ASIDE:
+            if thread_ops is None:
+                thread_ops = list(ops)  # every op kept so far is a thread key's
+            thread_ops.append(op)
+            return thread_ops
         ops.append(op)
-        if whole is not None:
-            whole.append(op)
-        return whole
+        if thread_ops is not None:
+            thread_ops.append(op)
+        return thread_ops
 
     def _op(self, binding: KeyBinding, update: Any, failed: set[str]) -> JournalOp:
         """One applied op, encoded; an update that cannot be stored as it is puts its key in
@@ -152,31 +248,35 @@ class OpWriter:
         try:
             if type(update) is Overwrite:  # the new value, whole: journaled as that value
                 data = encode_update(update.value)
-                if not binding.exact[0] and not self._comes_back(binding, data, update.value, 0):
+                if not binding.exact.values and not self._comes_back(
+                    binding, data, update.value, "value"
+                ):
                     raise ValueError("does not decode back equal")
                 return JournalOp(binding.name, "value", data)
             data = encode_update(update)
-            if not binding.exact[1] and not self._comes_back(binding, data, update, 1):
+            if not binding.exact.updates and not self._comes_back(binding, data, update, "update"):
                 raise ValueError("does not decode back equal")
             return JournalOp(binding.name, "update", data)
         except CODEC_ERRORS:
             failed.add(binding.name)
             return JournalOp(binding.name, "value")
 
-    def _comes_back(self, binding: KeyBinding, data: bytes, given: Any, which: int) -> bool:
-        """Whether `data` decodes to an update (`which` 1) or value (0) equal to `given` (a
-        float infinity becomes null, a tuple typed `Any` a list): what replay would apply
-        must be what the commit did."""
-        decoder = self._checks.get((binding.name, which))
+    def _comes_back(
+        self, binding: KeyBinding, data: bytes, given: Any, kind: Literal["update", "value"]
+    ) -> bool:
+        """Whether `data` decodes to an update or value (`kind`) equal to `given` (a float
+        infinity becomes null, a tuple typed `Any` a list): what replay would apply must be
+        what the commit did."""
+        decoder = self._checks.get((binding.name, kind))
         if decoder is None:
-            declared = binding.update_type if which else binding.value_type
-            decoder = self._checks[binding.name, which] = msgspec.json.Decoder(
+            declared = getattr(binding, f"{kind}_type")  # its `update_type` or `value_type`
+            decoder = self._checks[binding.name, kind] = msgspec.json.Decoder(
                 declared, dec_hook=dec_hook
             )
         return decodes_back(data, decoder, given)
 
 
-def as_values(ops: tuple[JournalOp, ...], failed: frozenset[str]) -> tuple[JournalOp, ...]:
+def as_values(ops: tuple[JournalOp, ...], failed: AbstractSet[str]) -> tuple[JournalOp, ...]:
     """Each key in `failed` keeps one op, a `"value"` op without bytes, where its last op
     was (every earlier op of the key in this commit is in that value already)."""
     last = {op.key: index for index, op in enumerate(ops)}

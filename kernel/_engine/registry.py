@@ -9,13 +9,27 @@ write into a slot nobody reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 
 from .._errors import DuplicateRegistration, InvalidDeclaration, UnknownStateKey
 from .._values.codec import is_exact, unencodable_part
 from .._values.keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, key_info
+
+
+class Exactness(NamedTuple):
+    """Whether a key's values and its updates always decode back equal (`_codec.is_exact`).
+
+    When one does not, each is decoded again before the journal keeps it, and one that comes
+    back different is not kept as it is (`OpWriter`). (A named tuple, so that it still
+    unpacks and indexes as the pair it was.)"""
+
+    values: bool
+    updates: bool
+
+
+_EXACT = Exactness(values=True, updates=True)
 
 
 @attrs.frozen
@@ -37,9 +51,7 @@ class KeyBinding:
     stored: bool = False
     """A persistent thread key: the one kind a ThreadStore journals and snapshots."""
     retain_on_uninstall: bool = True
-    exact: tuple[bool, bool] = (True, True)
-    """Whether (values, updates) always decode back equal (`_codec.is_exact`); when not,
-    each is decoded again before it is stored, and one that comes back different is not."""
+    exact: Exactness = _EXACT
     checks: bool = attrs.field(init=False)
     """Whether a commit that touches the key has work after its ops: items to check for
     changes made in place, or a `validate` to call."""
@@ -79,7 +91,7 @@ class KeyBinding:
             plugin=plugin,
             stored=scope is KeyScope.THREAD and options.persistent,
             retain_on_uninstall=options.retain_on_uninstall,
-            exact=(is_exact(info.value_type), is_exact(info.update_type)),
+            exact=Exactness(is_exact(info.value_type), is_exact(info.update_type)),
         )
 
 
