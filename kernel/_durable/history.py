@@ -83,7 +83,7 @@ class ThreadHistory:
             thread_id=thread_id,
             unreadable=base.raw,
             skip_undecodable=self._home.skip_undecodable,
-            from_store=journal.from_store,
+            persistent_only=journal.persistent_only,
         )
         return _Rebuilt(revision, base.values, frozenset(stale | set(base.raw)))
 
@@ -146,7 +146,7 @@ class ThreadHistory:
                     thread_id=thread_id,
                     unreadable=unreadable,
                     skip_undecodable=self._home.skip_undecodable,
-                    from_store=journal.from_store,
+                    persistent_only=journal.persistent_only,
                 )
                 if revision in checks:
                     where = f"what was stored at revision {revision}"

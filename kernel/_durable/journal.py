@@ -47,14 +47,14 @@ class Journaled:
     """Records made from pending commits, and the keys some op of which could not be
     journaled as an update (they need a snapshot to be rebuilt from).
 
-    For a store, `records` hold the ops of persistent thread keys; `in_memory` holds, for
+    For a store, `records` hold the ops of persistent thread keys; `whole` holds, for
     the commits that also wrote `persistent=False` thread keys, the whole record, which the
     kernel keeps in its memory (those keys are journaled in memory only).
     """
 
     records: list[CommitRecord]
     unrecorded: frozenset[str]
-    in_memory: tuple[CommitRecord, ...] = ()
+    whole: tuple[CommitRecord, ...] = ()
 
 
 def records_of(
@@ -63,23 +63,23 @@ def records_of(
     *,
     thread_id: str,
     run_id: str | None,
-    for_store: bool,
+    persistent_only: bool,
 ) -> Journaled:
     """The pending commits as records of `thread_id` and `run_id`.
 
-    `for_store` says how their ops were written (`OpWriter`): `records` then hold only the
+    `persistent_only` says how their ops were written (`OpWriter`): `records` then hold only the
     ops of persistent thread keys, and a commit that also wrote `persistent=False` thread
-    keys is whole in `in_memory` too. A key some op of which could not be journaled as its
+    keys is also kept whole in `whole`. A key some op of which could not be journaled as its
     update keeps one `"value"` op without bytes in that commit, where its last op was; it is
     `unrecorded` (if replay is what rebuilds it), and the save must write a snapshot.
     """
     records: list[CommitRecord] = []
-    in_memory: list[CommitRecord] = []
+    whole_records: list[CommitRecord] = []
     unrecorded: set[str] = set()
     for commit in pending:
         ops, failed, whole = commit.ops, commit.failed, commit.thread_ops
-        if for_store and not commit.persistent_only:  # every op, for a listener: sort now
-            ops, whole = _for_store(ops, registry)
+        if persistent_only and not commit.persistent_only:  # every op, for a listener: sort now
+            ops, whole = _split_persistent(ops, registry)
         if failed:
             ops = as_values(ops, failed)
             # Only a persistent thread key (any thread key without a store) is rebuilt by
@@ -88,7 +88,8 @@ def records_of(
             unrecorded.update(
                 n
                 for n in failed
-                if by_name[n].scope is KeyScope.THREAD and (by_name[n].stored or not for_store)
+                if by_name[n].scope is KeyScope.THREAD
+                and (by_name[n].stored or not persistent_only)
             )
         record = CommitRecord(
             thread_id=thread_id,
@@ -103,11 +104,11 @@ def records_of(
         records.append(record)
         if whole is not None:
             whole = as_values(whole, failed) if failed else whole
-            in_memory.append(msgspec.structs.replace(record, ops=whole))
-    return Journaled(records, frozenset(unrecorded), tuple(in_memory))
+            whole_records.append(msgspec.structs.replace(record, ops=whole))
+    return Journaled(records, frozenset(unrecorded), tuple(whole_records))
 
 
-def _for_store(
+def _split_persistent(
     ops: tuple[JournalOp, ...], registry: KeyRegistry
 ) -> tuple[tuple[JournalOp, ...], tuple[JournalOp, ...] | None]:
     """Every op of a commit, sorted as a store keeps them: the persistent thread keys' ops
@@ -130,13 +131,13 @@ class RunJournal:
         *,
         thread_id: str,
         run_id: str | None,
-        for_store: bool,
+        persistent_only: bool,
     ) -> None:
         self._registry = registry
         self._thread_id = thread_id
         self._run_id = run_id
-        self._for_store = for_store
-        self.writer = OpWriter(registry, persistent_only=for_store)
+        self._persistent_only = persistent_only
+        self.writer = OpWriter(registry, persistent_only=persistent_only)
         """How the run's live state writes its ops (`LiveState.keep_journal`)."""
 
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
@@ -146,7 +147,7 @@ class RunJournal:
             self._registry,
             thread_id=self._thread_id,
             run_id=self._run_id,
-            for_store=self._for_store,
+            persistent_only=self._persistent_only,
         )
 
     def whole_record(self, commit: PendingCommit) -> CommitRecord:
@@ -157,7 +158,7 @@ class RunJournal:
             self._registry,
             thread_id=self._thread_id,
             run_id=self._run_id,
-            for_store=False,
+            persistent_only=False,
         ).records[0]
 
 

@@ -101,7 +101,7 @@ def encode_scope(
             name,
             value,
             _persist_check(binding) if binding.has_validate else None,
-            check_type=None if binding.exact[0] else binding.value_type,
+            check_type=None if binding.exact.values else binding.value_type,
         )
     return encoded
 

@@ -65,7 +65,7 @@ class MemoryThreads:
         return frozenset()  # nothing was decoded, so nothing failed to
 
     def run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
-        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, for_store=False)
+        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, persistent_only=False)
 
     async def save(
         self,
@@ -129,7 +129,7 @@ class MemoryThreads:
 class MemoryJournal:
     """A thread's journal in the kernel's memory, for history: every op of every key."""
 
-    from_store = False
+    persistent_only = False
 
     def __init__(self, thread: MemoryThread | None, registry: KeyRegistry) -> None:
         self._thread = thread

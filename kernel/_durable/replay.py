@@ -54,14 +54,14 @@ def apply_records(
     thread_id: str,
     unreadable: Iterable[str] = (),
     skip_undecodable: bool = False,
-    from_store: bool = True,
+    persistent_only: bool = True,
     lost: set[str] | None = None,
 ) -> set[str]:
     """Apply `records` to `values` (thread keys by key string, changed in place), oldest first.
 
     Returns the stale keys: those in `unreadable` (held as bytes this kernel cannot read)
     that an op touched, and keys no plugin registered that an op touched. Their values here
-    are not the thread's. Records `from_store` hold only ops of keys their writer kept as
+    are not the thread's. Records `persistent_only` hold only ops of keys their writer kept as
     persistent thread keys, so an op on a key this kernel declares otherwise is stale too;
     records from the kernel's memory hold every op, and run keys' ops are history only. An
     update that no longer decodes is `DecodeFailed` (with `skip_undecodable`, its key is
@@ -91,8 +91,8 @@ def apply_records(
             if binding is None or name in cannot_read:
                 stale.add(name)
                 continue
-            if binding.scope is not KeyScope.THREAD or (from_store and not binding.persistent):
-                if from_store:  # the writer kept it as a persistent thread key; we do not
+            if binding.scope is not KeyScope.THREAD or (persistent_only and not binding.persistent):
+                if persistent_only:  # the writer kept it as a persistent thread key; we do not
                     stale.add(name)
                     values.pop(name, None)
                 continue

@@ -23,7 +23,7 @@ __all__ = ["StoredJournal"]
 class StoredJournal:
     """One thread's stored journal; `whole` are the records this kernel holds whole."""
 
-    from_store = True
+    persistent_only = True
 
     def __init__(
         self,

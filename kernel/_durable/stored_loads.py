@@ -77,7 +77,7 @@ async def load_thread(
         registry,
         restored.values,
         records,
-        from_store=True,
+        persistent_only=True,
         thread_id=thread_id,
         unreadable=(*restored.foreign, *restored.undecodable),
         skip_undecodable=skip_undecodable,
@@ -111,7 +111,7 @@ async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding
         store, registry, thread_id, stored, False, lambda other: other != name
     )
     records = _records_of(stored, thread_id)
-    apply_records(registry, restored.values, records, thread_id=thread_id, from_store=True)
+    apply_records(registry, restored.values, records, thread_id=thread_id, persistent_only=True)
     return restored.values.get(name)
 
 

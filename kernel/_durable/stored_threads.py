@@ -115,7 +115,7 @@ class StoredThreads:
         return frozenset() if kept is None else kept.stale.union(kept.undecodable)
 
     def run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
-        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, for_store=True)
+        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, persistent_only=True)
 
     # -- saving ----------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ class StoredThreads:
             size,
             undecodable=undecodable,
             superseded=superseded,
-            whole=journaled.in_memory,
+            whole=journaled.whole,
             bases=bases,
             drop_marker=registry.dropped_on_uninstall,
         )

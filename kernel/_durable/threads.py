@@ -121,7 +121,7 @@ class ThreadJournal(Protocol):
     is written once over these few questions."""
 
     @property
-    def from_store(self) -> bool:
+    def persistent_only(self) -> bool:
         """Whether its records hold only the ops of persistent thread keys (`apply_records`
         then leaves the others alone)."""
         ...

@@ -8,7 +8,7 @@ the writer's loop (its route is its key string, `OpWriter.routes`); everything e
 an update of an inexact type, a key whose ops are set aside or not kept, an update that does
 not encode) goes through its `Route`. No command, update or value is held after the commit,
 and the journal later only dates and labels what was written here (`CommitRecord`, made by
-`_journal.records_of`).
+`_durable.journal.records_of`).
 
 The commit notes what was written as a `PendingCommit`, kept until a save.
 
@@ -127,7 +127,7 @@ class OpWriter:
     `persistent=False` thread key aside, into the commit's `thread_ops` (every thread key's
     op), kept in the kernel's memory beside the others, and drops a run key's. After
     `write_every_op()` (a record listener wants every op), it keeps every op, and whoever
-    reads them sorts them (`_journal.records_of`).
+    reads them sorts them (`_durable.journal.records_of`).
     """
 
     __slots__ = ("_checks", "_registry", "hook_sources", "persistent_only", "routes")

@@ -19,7 +19,7 @@ from .._values.keys import KeyScope, MergeStrategy, StateKey, StateKeyOptions, k
 
 
 class Exactness(NamedTuple):
-    """Whether a key's values and its updates always decode back equal (`_codec.is_exact`).
+    """Whether a key's values and its updates always decode back equal (`_values.codec.is_exact`).
 
     When one does not, each is decoded again before the journal keeps it, and one that comes
     back different is not kept as it is (`OpWriter`). (A named tuple, so that it still
