@@ -144,6 +144,21 @@ async def test_a_value_that_could_not_be_restored_is_refused_at_checkpoint(
     assert await sqlite_thread_store.load("t") is None
 
 
+async def test_a_value_that_would_come_back_different_is_refused_at_checkpoint_saying_why(
+    sqlite_thread_store: SqliteThreadStore,
+) -> None:
+    run = await Kernel([Keys(Half, id="half")], thread_store=sqlite_thread_store).start_run("t")
+    await run.submit(StateCommand().update(Half, (1, 2)))  # typed Any: JSON gives back a list
+    with pytest.raises(StateError, match=r"'t\.half' cannot be encoded for persistence") as e:
+        await run.checkpoint()
+    assert "it would not decode back equal (JSON has no infinity or NaN, and a tuple" in str(
+        e.value
+    )
+    assert "comes back a list); declare the type it holds" in str(e.value)
+    await run.abandon()
+    assert await sqlite_thread_store.load("t") is None
+
+
 async def test_non_persistent_keys_never_reach_the_store(
     sqlite_thread_store: SqliteThreadStore,
 ) -> None:
@@ -182,15 +197,19 @@ async def test_an_unchanged_value_is_validated_once_not_at_every_checkpoint(
     sqlite_thread_store: SqliteThreadStore,
 ) -> None:
     run = await Kernel(
-        [Keys(CappedLevel, id="levels")], thread_store=sqlite_thread_store
+        [Keys(CappedLevel, Mood, id="levels")], thread_store=sqlite_thread_store
     ).start_run("t")
     await run.submit(StateCommand().update(CappedLevel, 2))
     before = len(validated)
     await run.checkpoint()
     assert validated[before:] == [2]  # the persist check saw the value itself
     await run.checkpoint()
+    # another key changes: the next checkpoint writes a snapshot holding the level unchanged
+    await run.submit(StateCommand().update(Mood, "calm"))
+    await run.checkpoint()
     await run.finish()
     assert len(validated) == before + 1
+    assert (await stored_values(sqlite_thread_store, "t")).keys() >= {"t.level", "t.mood"}
 
 
 async def test_a_value_changed_after_a_checkpoint_is_saved_by_the_next(
