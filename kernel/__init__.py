@@ -41,7 +41,8 @@ from ._errors import (
     UnknownUpdater,
     VersionConflict,
 )
-from ._host.runtime import Kernel, Run
+from ._host.kernel import Kernel
+from ._host.run import Run
 from ._profile.access import ProfileAccess
 from ._profile.keys import ProfileKey
 from ._profile.scope import StateScope

@@ -25,7 +25,8 @@ from .._durable.store import ThreadStore
 from .._durable.threads import SNAPSHOT_EVERY
 from .._engine.plugin import Plugin
 from .._errors import StateError
-from .._host.runtime import Kernel, PhaseListener, Tool
+from .._host.kernel import Kernel
+from .._host.run import PhaseListener, Tool
 from .._profile.store import ProfileStore
 from .._values.dead_letters import DeadLetter, DeadLetters
 from .._values.messages import MessageLike

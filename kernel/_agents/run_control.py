@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from .._engine.phase_engine import PhaseReport
 from .._errors import StateError
-from .._host.runtime import Run
+from .._host.run import Run
 from ..events import Committed, Event, PhaseEnded, PhaseStarted, RunFinished
 from .event_sink import EventSink
 from .run_result import RunResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .._host.runtime import Run
+from .._host.run import Run
 from .._values.commands import StateCommand
 from .._values.messages import Message
 from .._values.vector import Vector

@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from .._errors import RevisionConflict, StateError, cause_text
-from .._host.runtime import Kernel, PhaseListener, Run, Tool
+from .._host.kernel import Kernel
+from .._host.run import PhaseListener, Run, Tool
 from .._values.commands import StateCommand
 from .._values.loop_actions import RequestOverrides, StepRequest
 from .._values.messages import Message

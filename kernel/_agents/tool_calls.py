@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .._host.runtime import Run, Tool
+from .._host.run import Run, Tool
 from .._values.codec import as_json_data
 from .._values.commands import StateCommand
 from .._values.messages import Message

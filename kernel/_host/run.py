@@ -1,35 +1,26 @@
-"""The host the engine runs in: a `Kernel` built from plugins, and the `Run`s it starts.
+"""A `Run`: one pass of an agent over a thread, strictly one call at a time.
 
-A Kernel validates its plugins once (`DuplicateRegistration` surfaces at construction, not
-mid-run) and remembers each thread's state between runs. A Run is one pass of an agent over a
-thread: run keys start at their defaults, thread keys come back as the thread last left them,
-and the revision continues from the thread's last one, so a `base_revision` taken in one run
-still means something in the next.
+Run keys start at their defaults, thread keys come back as the thread last left them, and
+the revision continues from the thread's last one, so a `base_revision` taken in one run
+still means something in the next. Its phases, tool gates, tool calls and submissions all
+commit through the one engine; its saves go through the lease its kernel gave it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
 
-from .._durable.history import ThreadHistory
 from .._durable.journal import CommitRecord, RunJournal
-from .._durable.memory_threads import MemoryThreads
-from .._durable.replay import ReplayReport
-from .._durable.store import ThreadStore
-from .._durable.stored_threads import StoredThreads
-from .._durable.threads import SNAPSHOT_EVERY, HeldThread, PendingAction, SuspendedRun, ThreadHome
+from .._durable.threads import PendingAction, SuspendedRun, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from .._engine.invoke import call, checked, outcome
-from .._engine.merge import Contribution
 from .._engine.phase_engine import PhaseEngine, PhaseReport
-from .._engine.plugin import Components, Plugin
-from .._engine.registry import KeyBinding
 from .._engine.snapshot import Snapshot
 from .._errors import (
     CommitRejected,
@@ -40,20 +31,21 @@ from .._errors import (
     UnknownActionHandler,
     cause_text,
 )
-from .._profile.access import ProfileAccess
-from .._profile.store import ProfileStore
 from .._public import renamed
-from .._values.codec import CODEC_ERRORS, dec_hook, enc_hook
+from .._values.codec import CODEC_ERRORS, enc_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, letter_for, retried
 from .._values.frozen import thaw
-from .._values.keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, KeyScope, StateKey
+from .._values.keys import RESERVED_PREFIX
 from .._values.messages import Message
 from .._values.phases import Phase, phase_of
-from .._values.specs import ScheduledAction, ScheduledActionSpec, spec_info
+from .._values.specs import ScheduledAction
 from .._values.toolgate import Block, GateDecision, SetResult, Suspend
 from .._values.tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 from .run_lock import RunLock
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
 
 _WRITES_HERE = (
     "this context is read-only for profile state; hooks, action handlers and tools get a "
@@ -74,331 +66,8 @@ Tool = Callable[..., Any]
 logger = logging.getLogger("statekernel")
 
 
-class Kernel:
-    """The registry of a set of plugins and the keeper of thread state between runs.
-
-    With a `thread_store`, persistent thread keys (and suspended runs) are saved there at
-    every checkpoint; without one they live in this kernel's memory and die with it.
-    `restore_errors="skip"` lets a run start when some stored value no longer decodes: that
-    key starts from its default and its stored bytes are kept unless the run writes it anew.
-    Stored thread keys that no plugin of this kernel registers are carried over untouched
-    (`unknown_keys="keep"`), so a plugin left out of one kernel finds its keys again in the
-    next; `unknown_keys="refuse"` makes loading such a thread a `StateError` naming them.
-
-    Every commit is journaled (`history`, `state_at`, `verify`). A checkpoint appends the
-    commits since the last one to the store, and writes a snapshot of the persistent thread
-    keys once `snapshot_every` records accumulated since the previous snapshot (or once
-    they hold as many bytes as it, and at least 1 MiB); loading a thread replays at most
-    that many records on top of its newest snapshot.
-    """
-
-    def __init__(
-        self,
-        plugins: Iterable[Plugin],
-        *,
-        profile_store: ProfileStore | None = None,
-        thread_store: ThreadStore | None = None,
-        max_phase_rounds: int = 16,
-        restore_errors: Literal["raise", "skip"] = "raise",
-        snapshot_every: int = SNAPSHOT_EVERY,
-        unknown_keys: Literal["keep", "refuse"] = "keep",
-    ) -> None:
-        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
-            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
-        if snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
-        if not isinstance(max_phase_rounds, int) or max_phase_rounds < 1:
-            raise ValueError(f"max_phase_rounds must be a positive int, got {max_phase_rounds!r}")
-        if restore_errors not in ("raise", "skip"):
-            raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
-        if unknown_keys not in ("keep", "refuse"):
-            raise ValueError(f"unknown_keys must be 'keep' or 'refuse', got {unknown_keys!r}")
-        self.components = Components.build(
-            plugins, extra_keys=(KeyBinding.of(DeadLetters, plugin=RESERVED_PLUGIN_ID),)
-        )
-        self.profile_store = profile_store
-        self.profile: ProfileAccess | None = (
-            ProfileAccess(profile_store, keys=self.components.profile_keys)
-            if profile_store is not None
-            else None
-        )
-        self.thread_store = thread_store
-        self.max_phase_rounds = max_phase_rounds
-        keys, skip = self.components.keys, restore_errors == "skip"
-        # Where threads live is decided here, once: nothing else asks whether there is a store.
-        self._home: ThreadHome = (
-            StoredThreads(
-                keys,
-                thread_store,
-                skip_undecodable=skip,
-                snapshot_every=snapshot_every,
-                refuse_unknown=unknown_keys == "refuse",
-            )
-            if thread_store is not None
-            else MemoryThreads(keys, skip_undecodable=skip, snapshot_every=snapshot_every)
-        )
-        self._history = ThreadHistory(self._home, keys)
-
-    @property
-    def plugin_ids(self) -> tuple[str, ...]:
-        return self.components.plugin_ids
-
-    async def start_run(
-        self,
-        thread_id: str,
-        *,
-        agent: str = "default",
-        parent_thread_id: str | None = None,
-        parent_run_id: str | None = None,
-        active_hook_filter: Iterable[str] = (),
-    ) -> Run:
-        """Open a run on `thread_id`; runs no phase (the caller runs RUN_START).
-
-        Run keys start at their defaults; thread keys are restored; the revision continues
-        from the thread's last one.
-        """
-        hook_filter = self._check_filter(tuple(active_hook_filter))
-        thread = await self._home.claim(thread_id)
-        try:
-            if thread.suspended is not None:
-                raise StateError(
-                    f"thread {thread_id!r} has a suspended run ({thread.suspended.run_id!r}) "
-                    f"waiting for a decision; resume it or cancel it before starting another."
-                )
-            identity = RunIdentity(
-                run_id=f"{thread_id}:run-{thread.count_run()}",
-                thread_id=thread_id,
-                agent_id=agent,
-                parent_thread_id=parent_thread_id,
-                parent_run_id=parent_run_id,
-            )
-            return self._make_run(identity, AgentSpec(agent, hook_filter), thread, {}, ())
-        except BaseException:
-            self._home.release(thread_id)
-            raise
-
-    async def resume_run(self, thread_id: str) -> tuple[Run, bytes]:
-        """Reopen the suspended run of `thread_id` exactly as it was suspended.
-
-        Returns the run and the detail bytes its suspender stored. Raises `StateError` when
-        the thread has no suspended run.
-        """
-        thread = await self._home.claim(thread_id)
-        try:
-            record = thread.suspended
-            if record is None:
-                raise StateError(
-                    f"thread {thread_id!r} has no suspended run to resume; start a new run."
-                )
-            identity = RunIdentity(
-                run_id=record.run_id,
-                thread_id=thread_id,
-                agent_id=record.agent,
-                parent_thread_id=record.parent_thread_id,
-                parent_run_id=record.parent_run_id,
-            )
-            agent = AgentSpec(record.agent, record.active_hook_filter)
-            pending: list[tuple[ScheduledAction, str | None]] = []
-            letters: list[tuple[PendingAction, DecodeFailed]] = []
-            for saved in record.actions:
-                try:
-                    pending.append(self._decode_action(saved, thread_id))
-                except DecodeFailed as error:
-                    if self.components.actions[saved.key].spec.on_failure != "dead_letter":
-                        raise
-                    letters.append((saved, error))
-            run = self._make_run(identity, agent, thread, thread.run_values, pending)
-            for saved, failed in letters:
-                run._keep_undecodable(saved, failed)
-            return run, record.detail
-        except BaseException:
-            self._home.release(thread_id)
-            raise
-
-    # -- the journal: history, time travel, outside commits --------------------------------
-
-    async def history(
-        self, thread_id: str, *, since: int = 0, limit: int | None = None
-    ) -> list[CommitRecord]:
-        """The thread's saved commits with `revision > since`, oldest first (at most `limit`).
-
-        From the ThreadStore, or this kernel's memory without one. A live run's commits
-        appear once it saves them (at every checkpoint, suspension and run end)."""
-        return await self._history.history(thread_id, since=since, limit=limit)
-
-    async def state_at(self, thread_id: str, revision: int) -> Snapshot:
-        """The thread keys exactly as they were right after `revision` committed.
-
-        Rebuilt from the newest snapshot at or before it and the records after that. A
-        revision never reached, or pruned, raises `UnknownRevision`."""
-        return await self._history.state_at(thread_id, revision)
-
-    async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
-        """Make `new_thread_id` a thread whose state and history up to `revision` are the
-        source's; the source is untouched. An existing `new_thread_id` raises `StateError`."""
-        await self._history.fork(thread_id, revision, new_thread_id)
-
-    async def verify(self, thread_id: str) -> ReplayReport:
-        """Rebuild the thread from its journal alone and compare it with what was stored, at
-        every snapshot and at the head; the report names the first revision that differs."""
-        return await self._history.verify(thread_id)
-
-    async def prune(
-        self, thread_id: str, *, before: int | None = None, keep: int | None = None
-    ) -> None:
-        """Forget history older than revision `before` (or all but the newest `keep`
-        revisions), as far as snapshots allow: the newest snapshot at or before that
-        revision and everything after it stay. `state_at` of an older revision raises
-        `UnknownRevision`; everything newer still works."""
-        if (before is None) == (keep is None):
-            raise ValueError("prune takes one of before=<revision> or keep=<count of revisions>")
-        if keep is not None:
-            if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-                raise ValueError(f"keep must be a count of revisions (an int >= 0), got {keep!r}")
-            head = await self._history.head(thread_id)
-            if head is None:
-                return
-            before = max(head - keep, 0)
-        assert before is not None
-        await self._history.prune(thread_id, before=before)
-
-    async def update_state(
-        self,
-        thread_id: str,
-        command: StateCommand,
-        *,
-        replacing: Iterable[type[StateKey[Any, Any]]] = (),
-    ) -> int:
-        """Commit `command` to the thread's saved state outside any run; returns the new
-        revision.
-
-        Validated and atomic like every commit, journaled with source `"external"`. Only
-        thread-scoped keys can be written, and effects and scheduled actions are refused
-        (there is no run to dispatch them). A thread with a live or suspended run raises
-        `StateError`; so does one another kernel saved since this one loaded it
-        (`RevisionConflict`).
-
-        `replacing` names keys whose stored value is replaced, not read: each is cleared
-        first, in the same commit, and its stored bytes need not decode into today's type.
-        This is how a key whose type changed is dropped (`StateCommand()` with
-        `replacing=[K]`) or migrated (read its old value with `read_stored`, write the new
-        one in `command`).
-        """
-        if not isinstance(command, StateCommand):
-            raise TypeError(f"update_state takes a StateCommand, got {command!r}")
-        replaced = tuple(replacing)
-        if command.effects or command.scheduled_actions:
-            raise StateError(
-                f"update_state commits state ops only, but this command also carries "
-                f"{len(command.effects)} effect(s) and {len(command.scheduled_actions)} "
-                f"scheduled action(s), which need a run to dispatch; nothing was committed. "
-                f"Start a run and submit the command there."
-            )
-        keys = self.components.keys
-        for key in (*(key for key, _ in command.patch.ops), *replaced):
-            binding = keys.by_class.get(key)
-            if binding is not None and binding.scope is not KeyScope.THREAD:
-                raise StateError(
-                    f"update_state writes thread keys only, but key {binding.name!r} is "
-                    f"run-scoped: run keys start afresh in every run. Nothing was committed."
-                )
-        names = {keys.binding(key).name for key in replaced}
-        thread = await self._home.claim(thread_id, tolerate=bool(names))
-        try:
-            by_name = keys.by_name
-            set_aside = self._home.set_aside(thread_id)
-            unreadable = {
-                name for name in set_aside - names if name in by_name and by_name[name].stored
-            }
-            if names and unreadable and not self._home.skip_undecodable:
-                raise StateError(
-                    f"thread {thread_id!r}: keys {sorted(unreadable)} no longer decode either, "
-                    f"and update_state replaces only {sorted(names)}. Nothing was committed; "
-                    f"name them in replacing= too, or fix their declarations."
-                )
-            if replaced:
-                cleared = StateCommand()
-                for key in replaced:
-                    cleared.clear(key)
-                command = cleared.extend(command)
-            if thread.suspended is not None:
-                raise StateError(
-                    f"thread {thread_id!r} has a suspended run ({thread.suspended.run_id!r}); "
-                    f"resume or cancel it before updating the thread's state from outside."
-                )
-            state = LiveState(keys, values=thread.values, revision=thread.revision)
-            journal = self._home.run_journal(thread_id, None)
-            state.keep_journal(journal.writer)
-            if set_aside:
-                state.track_touched()
-            state.commit((Contribution(None, command, "external"),))
-            await self._home.save(
-                thread_id,
-                state.stored_values(),
-                revision=state.revision,
-                touched=state.touched_names,
-                journaled=journal.journaled(state.pending_commits()),
-            )
-            return state.revision
-        finally:
-            self._home.release(thread_id)
-
-    async def read_stored(self, thread_id: str, key: type[StateKey[Any, Any]]) -> Any:
-        """The value the thread last saved for `key`'s key string, read with `key`'s
-        declaration, which need not be the one this kernel registers: give the old
-        declaration of a key whose type changed, and this is its old value, typed as it was
-        (its snapshot and journal decoded and replayed with the old types and `apply`).
-        What a migration reads before it writes the new value with
-        `update_state(..., replacing=[NewKey])`. None when the thread holds no value.
-        Without a ThreadStore, values live in this kernel's memory, decoded with its own
-        declarations: the value held is returned as it is."""
-        return await self._home.read_as(thread_id, KeyBinding.of(key))
-
-    def _decode_action(
-        self, saved: PendingAction, thread_id: str
-    ) -> tuple[ScheduledAction, str | None]:
-        entry = self.components.actions.get(saved.key)
-        if entry is None:
-            raise UnknownActionHandler(saved.key, saved.origin)
-        payload_type = spec_info(entry.spec, ScheduledActionSpec).payload_type
-        try:
-            payload = msgspec.json.decode(saved.payload, type=payload_type, dec_hook=dec_hook)
-        except CODEC_ERRORS as error:
-            raise DecodeFailed(saved.key, f"{thread_id} (pending action)", error) from error
-        action = ScheduledAction(entry.spec, payload, attempt=saved.attempt, retries=saved.retries)
-        return action, saved.origin
-
-    def _check_filter(self, hook_filter: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [p for p in hook_filter if p not in self.components.plugin_ids]
-        if unknown:
-            raise ValueError(
-                f"active_hook_filter names plugins this kernel does not have: {unknown}; "
-                f"known plugins: {list(self.components.plugin_ids)}"
-            )
-        return hook_filter
-
-    def _make_run(
-        self,
-        identity: RunIdentity,
-        agent: AgentSpec,
-        thread: HeldThread,
-        run_values: Mapping[str, Any],
-        pending: Sequence[tuple[ScheduledAction, str | None]],
-    ) -> Run:
-        values = {**thread.values, **run_values}
-        state = LiveState(self.components.keys, values=values, revision=thread.revision)
-        journal = self._home.run_journal(identity.thread_id, identity.run_id)
-        state.keep_journal(journal.writer)
-        if thread.suspended is not None:
-            state.step = thread.suspended.step
-        if self._home.set_aside(identity.thread_id):
-            state.track_touched()  # to know which set-aside values this run replaced
-        lease = _Lease(self._home, identity.thread_id, journal)
-        return Run(self, identity, agent, state, lease, pending)
-
-
 @attrs.define
-class _Lease:
+class Lease:
     """A run's hold on its thread: where its saves go, its commits on their way to the
     journal, and how it lets the thread go."""
 
@@ -437,7 +106,7 @@ class Run:
         identity: RunIdentity,
         agent: AgentSpec,
         state: LiveState,
-        lease: _Lease,
+        lease: Lease,
         pending: Sequence[tuple[ScheduledAction, str | None]] = (),
     ) -> None:
         self._kernel = kernel
