@@ -93,4 +93,30 @@ def test_a_committed_value_an_op_cannot_copy_is_refused_naming_its_key() -> None
     with pytest.raises(StateValidationError, match="a value the kernel can copy") as caught:
         state.submit(StateCommand().update(Holder, "more"))
     assert caught.value.key == "w.holder"
+    message = str(caught.value)
+    assert message.startswith("value for 'w.holder' must be a value the kernel can copy, got dict")
+    assert "copying it raised TypeError: " in message
+    assert "in a closure, and keep plain data in state. Pass a value" in message
     assert state.revision == 1
+
+
+class Tree(StateKey[list[Any], list[Any]]):
+    """A value of arbitrary depth, replaced whole by each update."""
+
+    key = "w.tree"
+
+    @staticmethod
+    def apply(value: list[Any], update: list[Any]) -> list[Any]:
+        return update
+
+
+def test_a_value_nested_too_deeply_to_copy_is_refused_naming_its_key() -> None:
+    deep: list[Any] = []
+    for _ in range(100_000):  # far past the interpreter's recursion limit
+        deep = [deep]
+    with pytest.raises(StateValidationError) as caught:
+        LiveState.of(KeyRegistry.of(Tree), {Tree: deep})
+    assert caught.value.key == "w.tree"
+    message = str(caught.value)
+    assert message.startswith("value for 'w.tree' must be a value the kernel can copy, got list")
+    assert ": it is nested too deeply to copy; keep state values shallower. Pass a" in message
