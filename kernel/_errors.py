@@ -233,6 +233,32 @@ class DecodeFailed(StateError):
         self.__cause__ = cause
 
 
+class JournalCorrupted(StateError):
+    """A thread's stored journal was changed outside statekernel: a record lost, reordered,
+    altered, inserted or forged, a head moved, or a snapshot altered (§14.2's chain).
+
+    `revision` is the first revision that cannot be trusted; everything before it can (a
+    `fork` from `revision - 1` copies only what is whole).
+    """
+
+    def __init__(self, thread_id: str, revision: int, problem: str) -> None:
+        self.thread_id = thread_id
+        self.revision = revision
+        self.problem = problem
+        last_good = (
+            f"fork the thread from its last good revision: "
+            f"`await kernel.fork({thread_id!r}, {revision - 1}, <new thread id>)`"
+            if revision > 1
+            else "start the thread afresh (nothing of it before this revision is whole)"
+        )
+        super().__init__(
+            f"thread {thread_id!r}: its stored journal cannot be trusted from revision "
+            f"{revision}: {problem}. It was changed outside statekernel (a bad restore, a disk "
+            f"fault, a hand edit); nothing was loaded. Restore the store from a backup, or "
+            f"{last_good}."
+        )
+
+
 class StoreError(StateError):
     """A store operation failed; `cause` is what the backend raised."""
 

@@ -45,6 +45,7 @@ class Head(msgspec.Struct, kw_only=True, frozen=True):
     runs: int = 0
     run_values: dict[str, bytes] | None = None
     suspended: bytes | None = None
+    seal: bytes | None = None  # the kernel's, kept as it came (heads before seals: None)
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -140,6 +141,7 @@ def encode_head(save: ThreadSave, snapshot_revision: int) -> bytes:
             runs=save.runs,
             run_values=save.run_values,
             suspended=save.suspended,
+            seal=save.seal,
         )
     )
 
@@ -188,6 +190,7 @@ def state_of(
         run_values=head.run_values,
         suspended=head.suspended,
         position=position,
+        seal=head.seal,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -121,9 +122,17 @@ def is_reference(data: bytes) -> bool:
 
 
 def edit_snapshot(
-    path: Path, thread: str, revision: int, edit: Callable[[dict[str, bytes]], None]
+    path: Path,
+    thread: str,
+    revision: int,
+    edit: Callable[[dict[str, bytes]], None],
+    *,
+    reseal: bool = False,
 ) -> None:
-    """Change a stored snapshot's values in the file, as a tampering hand would."""
+    """Change a stored snapshot's values in the file, as a tampering hand would; `reseal`
+    recomputes its seal too, as the docs describe it (docs/durability.md), so that only what
+    the values now mean can tell (a value whose declaration changed, or a forger who knows
+    the format)."""
     with sqlite3.connect(path) as raw:
         (blob,) = raw.execute(
             "SELECT snapshot FROM thread_snapshots WHERE thread_id = ? AND revision = ?",
@@ -131,10 +140,25 @@ def edit_snapshot(
         ).fetchone()
         values = msgspec.msgpack.decode(blob, type=dict[str, bytes])
         edit(values)
+        if reseal:
+            values[SEAL] = seal_of(values, revision)
         raw.execute(
             "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = ? AND revision = ?",
             (msgspec.msgpack.encode(values), thread, revision),
         )
+
+
+SEAL = "statekernel.seal"
+
+
+def seal_of(values: dict[str, bytes], revision: int) -> bytes:
+    """A snapshot's seal as docs/durability.md defines it: the link it names, and BLAKE2b (16
+    bytes) of the MessagePack array [revision, link, [[name, bytes], ...]] of its other
+    values sorted by name."""
+    link = bytes.fromhex(msgspec.json.decode(values[SEAL])["link"])
+    items = sorted((name, data) for name, data in values.items() if name != SEAL)
+    digest = hashlib.blake2b(msgspec.msgpack.encode([revision, link, items]), digest_size=16)
+    return msgspec.json.encode({"link": link.hex(), "digest": digest.hexdigest()})
 
 
 def referring_keys() -> list[Plugin]:

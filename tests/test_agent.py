@@ -466,7 +466,7 @@ async def test_the_stored_thread_document_keeps_its_key_names() -> None:
     await agent.run("t", ["hi"])
     saved = await store.load("t")
     assert saved is not None
-    records = [msgspec.msgpack.decode(entry.data[8:]) for entry in saved.records]  # [:8]: digest
+    records = [msgspec.msgpack.decode(entry.data[16:]) for entry in saved.records]  # [:16]: link
     ops = [op for record in records for op in record["ops"]]
     appended = [
         item["content"]

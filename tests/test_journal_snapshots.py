@@ -390,7 +390,13 @@ async def test_a_reference_that_does_not_decode_is_refused_and_the_others_still_
     }
     await write_referring(path, *broken)
     for thread, data in broken.items():
-        edit_snapshot(path, thread, 4, lambda values, data=data: values.update({Log.key: data}))
+        edit_snapshot(
+            path,
+            thread,
+            4,
+            lambda values, data=data: values.update({Log.key: data}),
+            reseal=True,
+        )
     async with SqliteThreadStore(path) as store:
         kernel = Kernel(referring_keys(), thread_store=store)
         lenient = Kernel(referring_keys(), thread_store=store, restore_errors="skip")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
-from journal_samples import Count, Log, Mood, Total, plugins, thread_values
+from journal_samples import Count, Log, Mood, Total, edit_snapshot, plugins, thread_values
 from samples import Keys, commit_all, read
 
 from statekernel import (
@@ -124,14 +122,8 @@ async def test_time_travel_refuses_a_stored_value_that_does_not_decode(tmp_path:
         await commit_all(
             kernel, "t", *(StateCommand().update(Total, 1) for _ in range(3)), checkpoints=True
         )
-    with sqlite3.connect(path) as raw:
-        (blob,) = raw.execute("SELECT snapshot FROM thread_snapshots WHERE revision = 2").fetchone()
-        values = msgspec.msgpack.decode(blob)
-        values["e.total"] = b'"two"'
-        raw.execute(
-            "UPDATE thread_snapshots SET snapshot = ? WHERE revision = 2",
-            (msgspec.msgpack.encode(values),),
-        )
+    # (resealed: a value whose declaration changed, not a tampered file)
+    edit_snapshot(path, "t", 2, lambda values: values.update({"e.total": b'"two"'}), reseal=True)
     async with SqliteThreadStore(path) as store:
         kernel = Kernel([Keys(Total)], thread_store=store)
         with pytest.raises(DecodeFailed, match=r"'e\.total'"):

@@ -18,7 +18,7 @@ import msgspec
 
 from .._engine.registry import KeyRegistry
 from .._engine.snapshot import Snapshot
-from .._errors import DecodeFailed, ReplayFailed, StateError, UnknownRevision
+from .._errors import DecodeFailed, JournalCorrupted, ReplayFailed, StateError, UnknownRevision
 from .journal import CommitRecord
 from .replay import ReplayReport, apply_records, hash_of
 from .threads import ReplayBase, ThreadHome, ThreadJournal, check_thread_id
@@ -118,6 +118,10 @@ class ThreadHistory:
         if head is None:
             raise UnknownRevision(thread_id, 0, held=None)
         try:
+            await journal.check_whole()
+        except JournalCorrupted as error:
+            return ReplayReport(False, head, "", error.revision, str(error))
+        try:
             held = await _held(journal, head)
             assert held is not None
             start = held[0]  # records before it (a pruned thread's fork) are history only
@@ -128,7 +132,7 @@ class ThreadHistory:
             return ReplayReport(False, head, "", None, detail)
         try:
             records = await journal.records(start)
-        except DecodeFailed as error:  # a record changed on disk: its digest says which
+        except JournalCorrupted as error:  # (between the check and this read)
             return ReplayReport(False, head, "", error.revision, str(error))
         values, unreadable = base.values, set(base.raw)
         position, last_good = 0, start

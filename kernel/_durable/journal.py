@@ -26,16 +26,18 @@ import msgspec
 
 from .._engine.records import CommitRecord, JournalOp, OpWriter, PendingCommit, as_values
 from .._engine.registry import KeyRegistry
-from .._errors import DecodeFailed
+from .._errors import JournalCorrupted
 from .._values.keys import KeyScope
 
 __all__ = [
+    "LINK_SIZE",
     "CommitRecord",
     "JournalOp",
     "Journaled",
     "RunJournal",
     "decode_record",
     "encode_record_bytes",
+    "record_prev",
     "records_of",
 ]
 
@@ -165,30 +167,44 @@ class RunJournal:
 _record_encoder = msgspec.msgpack.Encoder()
 _record_decoder = msgspec.msgpack.Decoder(CommitRecord)
 
-
-_DIGEST_SIZE = 8
-
-
-def encode_record_bytes(record: CommitRecord) -> bytes:
-    """The record as a store keeps it: a digest of the body, then the body (MessagePack;
-    the update bytes inside are JSON). The digest makes a record changed on disk fail to
-    load, naming its revision, instead of being replayed into a state nobody committed."""
-    body = _record_encoder.encode(record)
-    return hashlib.blake2b(body, digest_size=_DIGEST_SIZE).digest() + body
+LINK_SIZE = 16
+"""Bytes of a chain link (BLAKE2b): what each stored record begins with (`_durable.chain`)."""
+_LEGACY_DIGEST = 8  # records stored before the chain began with their own digest's 8 bytes
 
 
-def decode_record(data: bytes, *, thread_id: str, revision: int | None = None) -> CommitRecord:
-    """A stored record back; bytes that were changed or do not decode raise `DecodeFailed`
-    naming the thread and the revision (also as its `revision` attribute)."""
-    where = thread_id if revision is None else f"{thread_id} (revision {revision})"
-    digest, body = data[:_DIGEST_SIZE], data[_DIGEST_SIZE:]
+def encode_record_bytes(record: CommitRecord, prev: bytes) -> bytes:
+    """The record as a store keeps it: `prev`, the link of the record before it (the chain,
+    `_durable.chain`), then the body (MessagePack; the update bytes inside are JSON)."""
+    return prev + _record_encoder.encode(record)
+
+
+def record_prev(data: bytes) -> bytes | None:
+    """The link a stored record names as its predecessor's, or None for a record stored
+    before the chain (those begin with a digest of their own body instead)."""
+    if _is_legacy(data):
+        return None
+    return data[:LINK_SIZE]
+
+
+def _is_legacy(data: bytes) -> bool:
+    digest = data[:_LEGACY_DIGEST]
+    return hashlib.blake2b(data[_LEGACY_DIGEST:], digest_size=_LEGACY_DIGEST).digest() == digest
+
+
+def decode_record(data: bytes, *, thread_id: str, revision: int) -> CommitRecord:
+    """A stored record back. Bytes that do not decode as a record, or a record of another
+    revision, mean the store was changed: `JournalCorrupted` naming the revision."""
+    body = data[_LEGACY_DIGEST:] if _is_legacy(data) else data[LINK_SIZE:]
     try:
-        if hashlib.blake2b(body, digest_size=_DIGEST_SIZE).digest() != digest:
-            raise msgspec.DecodeError("the record's bytes do not match its digest: changed")
         record = _record_decoder.decode(body)
     except msgspec.MsgspecError as error:
-        raise DecodeFailed("commit record", where, error, revision=revision) from error
-    if revision is not None and record.revision != revision:
-        mismatch = ValueError(f"it says revision {record.revision}")
-        raise DecodeFailed("commit record", where, mismatch, revision=revision)
+        raise JournalCorrupted(
+            thread_id, revision, f"the record of revision {revision} does not decode ({error})"
+        ) from error
+    if record.revision != revision:
+        raise JournalCorrupted(
+            thread_id,
+            revision,
+            f"the store holds the record of revision {record.revision} as revision {revision}",
+        )
     return record

@@ -187,6 +187,9 @@ class MemoryJournal:
             return set()
         return _differing(self._registry, values, self._thread.held.values, ignore)
 
+    async def check_whole(self) -> None:
+        """Nothing to check: no hand reaches the kernel's memory."""
+
 
 def _copies(binding: KeyBinding | None) -> bool:
     return binding is not None and (binding.copy_values or binding.copy_items)

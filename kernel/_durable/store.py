@@ -61,7 +61,9 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     fork) may give an older `snapshot_revision`, with records from before it up to
     `revision`. `runs` counts the thread's runs;
     `run_values` and `suspended`, while a run is suspended, are its run keys and the
-    kernel's opaque record of it; the next save replaces them.
+    kernel's opaque record of it; the next save replaces them. `seal` is the kernel's seal
+    of the journal up to `revision` (opaque to the store): the store keeps it in the head
+    and gives it back with every load, which is how a lost or forged record is caught.
     """
 
     revision: int
@@ -71,6 +73,7 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     runs: int = 0
     run_values: dict[str, bytes] | None = None
     suspended: bytes | None = None
+    seal: bytes | None = None
 
 
 class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,7 +83,8 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
     snapshot taken at `snapshot_revision`. `revision` is the head revision; `runs`,
     `run_values` and `suspended` are as last saved. `position` is the thread's write
     position, kept by the store: it grows by one at every save, whatever the save carries
-    (threads saved before positions existed start from their last revision).
+    (threads saved before positions existed start from their last revision). `seal` is
+    the last save's `ThreadSave.seal` (None for a thread saved before seals existed).
     """
 
     revision: int
@@ -91,6 +95,7 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
     run_values: dict[str, bytes] | None = None
     suspended: bytes | None = None
     position: int = 0
+    seal: bytes | None = None
 
 
 @runtime_checkable

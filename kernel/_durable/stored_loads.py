@@ -16,10 +16,11 @@ from typing import Any
 import msgspec
 
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import DecodeFailed, StateError, StoreError
+from .._errors import DecodeFailed, StateError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import RESERVED_PREFIX, KeyScope
-from .journal import CommitRecord, decode_record
+from .chain import START, Chain, check_head, read_head_seal, snapshot_link, walk
+from .journal import CommitRecord
 from .key_codec import Restored, decode_values
 from .replay import apply_records
 from .store import ThreadSnapshot, ThreadState, ThreadStore, store_failures
@@ -61,16 +62,21 @@ async def load_thread(
             HeldThread(_volatile(registry, held.values), held.revision, held.runs),
             whole=previous.whole,
         )
+    records, chain = trusted_records(thread_id, stored)  # before anything is decoded
     restored, bases = await _read_snapshot(
-        store, registry, thread_id, stored, skip_undecodable, lambda name: name in RESERVED_VALUES
+        store,
+        registry,
+        thread_id,
+        stored,
+        chain,
+        skip_undecodable,
+        lambda name: name in RESERVED_VALUES,
     )
     drop_marker = _drop_marker(stored, thread_id)
     dropped = frozenset(name for name in drop_marker if name not in registry.by_name)
     for name in dropped:  # its plugin is gone and said not to keep it
         restored.foreign.pop(name, None)
         restored.undecodable.pop(name, None)
-    records = _records_of(stored, thread_id)
-    _check_complete(stored, records, thread_id)
     if refuse_unknown:
         _check_known(registry, thread_id, restored.foreign, records, stored.run_values, dropped)
     stale = apply_records(
@@ -96,6 +102,7 @@ async def load_thread(
         dropped=dropped,
         drop_marker=drop_marker,
         whole=previous.whole,
+        chain=chain,
     )
 
 
@@ -107,10 +114,10 @@ async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding
     if stored is None:
         return None
     registry = KeyRegistry([binding])
+    records, chain = trusted_records(thread_id, stored)
     restored, _ = await _read_snapshot(
-        store, registry, thread_id, stored, False, lambda other: other != name
+        store, registry, thread_id, stored, chain, False, lambda other: other != name
     )
-    records = _records_of(stored, thread_id)
     apply_records(registry, restored.values, records, thread_id=thread_id, persistent_only=True)
     return restored.values.get(name)
 
@@ -121,12 +128,16 @@ async def _loaded(store: ThreadStore, thread_id: str) -> ThreadState | None:
         return await store.load(thread_id)
 
 
-def snapshot_fetcher(store: ThreadStore, thread_id: str) -> FetchSnapshot:
-    """How `read_snapshot` fetches the older snapshots a Vector extends."""
+def snapshot_fetcher(store: ThreadStore, thread_id: str, chain: Chain) -> FetchSnapshot:
+    """How `read_snapshot` fetches the older snapshots a Vector extends: each checked
+    against its seal (`snapshot_link`) before anything of it is read."""
 
     async def fetch(revision: int) -> ThreadSnapshot | None:
         with store_failures("thread snapshot read", thread_id):
-            return await store.snapshot_at(thread_id, revision)
+            snapshot = await store.snapshot_at(thread_id, revision)
+        if snapshot is not None:
+            snapshot_link(thread_id, snapshot, chain)
+        return snapshot
 
     return fetch
 
@@ -136,6 +147,7 @@ async def _read_snapshot(
     registry: KeyRegistry,
     thread_id: str,
     stored: ThreadState,
+    chain: Chain,
     skip_undecodable: bool,
     exclude: Callable[[str], bool],
 ) -> tuple[Restored, dict[str, VectorBase]]:
@@ -143,7 +155,7 @@ async def _read_snapshot(
     return await read_snapshot(
         registry,
         ThreadSnapshot(stored.snapshot_revision, stored.values),
-        snapshot_fetcher(store, thread_id),
+        snapshot_fetcher(store, thread_id, chain),
         record=thread_id,
         skip_undecodable=skip_undecodable,
         exclude=exclude,
@@ -226,25 +238,19 @@ def _drop_marker(stored: ThreadState, thread_id: str) -> frozenset[str]:
         raise DecodeFailed(DROPPED_ON_UNINSTALL, thread_id, error) from error
 
 
-def _check_complete(stored: ThreadState, records: list[CommitRecord], thread_id: str) -> None:
-    """Refuse a journal whose records stop short of its head."""
-    ends_at = records[-1].revision if records else stored.snapshot_revision
-    if ends_at != stored.revision:
-        raise StoreError(
-            "thread load",
-            ValueError(
-                f"the journal of thread {thread_id!r} ends at revision {ends_at} but its "
-                f"head is at revision {stored.revision}: the store lost records"
-            ),
-            key=thread_id,
-        )
-
-
-def _records_of(stored: ThreadState, thread_id: str) -> list[CommitRecord]:
-    return [
-        decode_record(entry.data, thread_id=thread_id, revision=entry.revision)
-        for entry in stored.records
-    ]
+def trusted_records(thread_id: str, stored: ThreadState) -> tuple[list[CommitRecord], Chain]:
+    """The loaded thread's records after its snapshot, once the chain proves them whole
+    and unchanged from the snapshot to the head (`chain`); and the chain at the head."""
+    chain = read_head_seal(thread_id, stored.revision, stored.seal)
+    after = stored.snapshot_revision
+    link: bytes | None = START if after == 0 and chain.chained_from == 1 else None
+    if stored.values:
+        link = snapshot_link(thread_id, ThreadSnapshot(after, stored.values), chain)
+    then = chain.link if chain.chained_from is not None else None
+    records, links = walk(thread_id, stored.records, after=after, link=link, chain=chain, then=then)
+    link = links[-1] if links else link
+    check_head(thread_id, stored.revision, records[-1].revision if records else after, link, chain)
+    return records, Chain(START if link is None else link, chain.chained_from)
 
 
 def _volatile(registry: KeyRegistry, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import attrs
 
+from .chain import Chain
 from .journal import CommitRecord
 from .key_codec import EncodeCache
 from .store import ThreadSave
@@ -34,6 +35,8 @@ class StoredThread:
     this kernel could not replay (no snapshot is written while there are any). `whole`
     holds, for the commits of this kernel that wrote `persistent=False` thread keys, the
     whole record (the store's lacks those ops). `cache` holds this claim's encodings.
+    `chain` is where the store's journal chain stands: the next save's records link on
+    from it.
     """
 
     held: HeldThread = attrs.field(factory=HeldThread)
@@ -53,6 +56,7 @@ class StoredThread:
     """The keys the stored snapshot lists as dropped on uninstall."""
     whole: list[CommitRecord] = attrs.field(factory=list)
     cache: EncodeCache = attrs.field(factory=EncodeCache)
+    chain: Chain = attrs.field(factory=Chain)
 
     def note_save(
         self,
@@ -64,9 +68,12 @@ class StoredThread:
         whole: tuple[CommitRecord, ...],
         bases: dict[str, VectorBase],
         drop_marker: frozenset[str],
+        chain: Chain,
     ) -> None:
-        """Note what the store now holds after `save` (its records of `size` bytes)."""
+        """Note what the store now holds after `save` (its records of `size` bytes, which
+        moved the chain to `chain`)."""
         self.position += 1
+        self.chain = chain
         self.whole.extend(whole)
         self.undecodable = undecodable
         if save.records:

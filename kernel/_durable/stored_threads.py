@@ -30,7 +30,8 @@ from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import StateError
 from .._values.keys import KeyScope
-from .journal import CommitRecord, Journaled, JournalOp, RunJournal, encode_record_bytes
+from .chain import START, Chain, chain_records, seal_snapshot
+from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
 from .store import JournalEntry, ThreadSave, ThreadStore, store_failures
 from .stored_journal import StoredJournal
@@ -138,7 +139,7 @@ class StoredThreads:
         """
         kept = self._threads[thread_id]
         records = _with_drop_clears(kept.dropped, journaled.records)
-        entries = tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records)
+        entries, chain = chain_records(records, kept.chain)
         size = sum(len(entry.data) for entry in entries)
         undecodable = {name: data for name, data in kept.undecodable.items() if name not in touched}
         needed, blocking, superseded = self._snapshot_needs(
@@ -149,6 +150,8 @@ class StoredThreads:
             snapshot, bases = self._snapshot(
                 thread_id, kept, values, undecodable, needed, blocking, revision
             )
+        if snapshot is not None:
+            snapshot = seal_snapshot(snapshot, revision, chain.link)
         save = ThreadSave(
             revision=revision,
             records=entries,
@@ -156,6 +159,7 @@ class StoredThreads:
             runs=kept.held.runs,
             run_values=self._run_values(values, kept.cache) if suspended is not None else None,
             suspended=msgspec.json.encode(suspended) if suspended is not None else None,
+            seal=chain.seal(),
         )
         interrupted = await self._write(thread_id, save, kept.position)
         registry = self._registry
@@ -167,6 +171,7 @@ class StoredThreads:
             whole=journaled.whole,
             bases=bases,
             drop_marker=registry.dropped_on_uninstall,
+            chain=chain,
         )
         # The store holds the persistent keys; memory keeps only what it must not.
         kept.held.note_saved(
@@ -293,18 +298,25 @@ class StoredThreads:
         records: Sequence[CommitRecord],
         values: dict[str, Any],
     ) -> None:
-        """The fork is a new thread in the store; this kernel holds nothing of it."""
+        """The fork is a new thread in the store, chained afresh from its first record;
+        this kernel holds nothing of it."""
         with store_failures("thread fork", thread_id):
             base = await self._store.snapshot_at(thread_id, revision)
             snapshot = None
             if base is not None:
-                fetch = snapshot_fetcher(self._store, thread_id)
+                fetch = snapshot_fetcher(self._store, thread_id, Chain(START, None))
                 snapshot = await whole_snapshot(base, fetch, record=thread_id)
+        start = Chain(START, records[0].revision if records else 1)
+        entries, chain = chain_records(records, start)
+        if snapshot is not None and base is not None:  # sealed with the link at its revision
+            _, at_base = chain_records((r for r in records if r.revision <= base.revision), start)
+            snapshot = seal_snapshot(snapshot, base.revision, at_base.link)
         save = ThreadSave(
             revision=revision,
-            records=tuple(JournalEntry(r.revision, encode_record_bytes(r)) for r in records),
+            records=entries,
             snapshot=snapshot,
             snapshot_revision=base.revision if base is not None else None,
+            seal=chain.seal(),
         )
         with store_failures("thread fork", new_thread_id):
             await self._store.save(new_thread_id, save, expected_position=0)

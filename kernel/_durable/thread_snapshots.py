@@ -28,6 +28,7 @@ from .._errors import DecodeFailed
 from .._values.codec import CODEC_ERRORS, dec_hook, enc_hook
 from .._values.keys import KeyScope
 from .._values.vector import Vector
+from .chain import SEAL
 from .key_codec import EncodeCache, Restored, decode_values, encode_scope
 from .store import ThreadSnapshot
 
@@ -51,7 +52,7 @@ snapshot read from one must leave it out."""
 DROPPED_ON_UNINSTALL = "statekernel.dropped_on_uninstall"
 """A snapshot's list of the keys a kernel without their plugin drops (declared with
 `retain_on_uninstall=False`): how a kernel that does not know a key learns it."""
-RESERVED_VALUES = frozenset({RUN_COUNT, DROPPED_ON_UNINSTALL})
+RESERVED_VALUES = frozenset({RUN_COUNT, DROPPED_ON_UNINSTALL, SEAL})
 """Names in a snapshot's values that are the kernel's notes, not keys."""
 _EXTENDS = "statekernel.extends"
 _encoder = msgspec.json.Encoder(enc_hook=enc_hook)

@@ -161,6 +161,11 @@ class ThreadJournal(Protocol):
         kernel does not hold the whole thread)."""
         ...
 
+    async def check_whole(self) -> None:
+        """Raise `JournalCorrupted` at the first revision of the held journal that cannot be
+        trusted (a broken chain, `_durable.chain`)."""
+        ...
+
 
 class ThreadHome(Protocol):
     """Where a kernel's threads live between its runs; one live run per thread."""

@@ -1,0 +1,247 @@
+"""The journal's chain: how a thread's stored journal proves that it is whole and unchanged.
+
+A store is a file or a server that an operator restores, a disk corrupts and a hand edits;
+a thread must not load from it missing a record, or with one nobody committed. So every
+record the kernel stores begins with the *link* of the record before it (16 bytes of
+BLAKE2b over that record's stored bytes), the head's *seal* names the newest link and the
+revision the chain starts at, and every snapshot carries its own seal: the link at its
+revision and a digest of its values and revision. A record lost, reordered, altered,
+inserted or forged, a head moved, or a snapshot altered (even one that still decodes)
+breaks a link, and the walk here names the first revision that cannot be trusted.
+
+A record is vouched for by the next one (whose link must be its digest) or, for the newest,
+by the head; so a broken link between two records names the earlier one, which is where
+the doubt starts. The chain catches damage and edits, not an adversary who rewrites every
+record after the one they forge and the head too: that needs a key the store never sees.
+
+Threads stored before the chain have no seal; their records begin with a digest of their
+own body. They load as they are, and their next save starts the chain (`chained_from`):
+from then on every record and snapshot is sealed, and the older records keep only their
+own digests until pruning drops them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import attrs
+import msgspec
+
+from .._errors import JournalCorrupted
+from .journal import LINK_SIZE, CommitRecord, decode_record, encode_record_bytes, record_prev
+from .store import JournalEntry, ThreadSnapshot
+
+__all__ = [
+    "SEAL",
+    "START",
+    "Chain",
+    "HeadSeal",
+    "chain_records",
+    "check_head",
+    "link_of",
+    "read_head_seal",
+    "seal_snapshot",
+    "snapshot_link",
+    "walk",
+]
+
+START = bytes(LINK_SIZE)
+"""The link before a thread's first record."""
+SEAL = "statekernel.seal"
+"""Where a snapshot's values hold its seal (a name no key can have)."""
+
+
+def link_of(data: bytes) -> bytes:
+    """The link of a stored record: the digest of its bytes, which the next record names."""
+    return hashlib.blake2b(data, digest_size=LINK_SIZE).digest()
+
+
+class HeadSeal(msgspec.Struct, frozen=True, array_like=True):
+    """What a thread's head says of its journal: the newest record's link, and the first
+    revision whose record is chained (1, unless the thread was stored before the chain)."""
+
+    link: bytes
+    chained_from: int
+
+
+_seal_encoder = msgspec.msgpack.Encoder()
+_head_seal = msgspec.msgpack.Decoder(HeadSeal)
+
+
+class _SnapshotSeal(msgspec.Struct, frozen=True):
+    link: str  # hex
+    digest: str  # hex
+
+
+_snapshot_seal = msgspec.json.Decoder(_SnapshotSeal)
+
+
+@attrs.frozen
+class Chain:
+    """Where a thread's chain stands: the link at its head and the revision it starts at
+    (None: a thread stored before the chain, whose next save starts it)."""
+
+    link: bytes = START
+    chained_from: int | None = 1
+
+    def seal(self) -> bytes | None:
+        if self.chained_from is None:
+            return None
+        return _seal_encoder.encode(HeadSeal(self.link, self.chained_from))
+
+
+def read_head_seal(thread_id: str, revision: int, data: bytes | None) -> Chain:
+    """The chain a loaded head names (`ThreadState.seal`)."""
+    if data is None:
+        return Chain(START, None)
+    try:
+        seal = _head_seal.decode(data)
+    except msgspec.MsgspecError as error:
+        raise JournalCorrupted(
+            thread_id, revision, f"the head's seal does not decode ({error})"
+        ) from error
+    return Chain(seal.link, seal.chained_from)
+
+
+def chain_records(
+    records: Iterable[CommitRecord], chain: Chain
+) -> tuple[tuple[JournalEntry, ...], Chain]:
+    """`records` as stored entries, each linked to the one before; and the chain after them
+    (a thread stored before the chain starts it at the first of them)."""
+    link = chain.link
+    entries: list[JournalEntry] = []
+    for record in records:
+        data = encode_record_bytes(record, link)
+        entries.append(JournalEntry(record.revision, data))
+        link = link_of(data)
+    if not entries:
+        return (), chain
+    chained_from = chain.chained_from if chain.chained_from is not None else entries[0].revision
+    return tuple(entries), Chain(link, chained_from)
+
+
+def seal_snapshot(values: dict[str, bytes], revision: int, link: bytes) -> dict[str, bytes]:
+    """`values` with their seal: the link at `revision` and a digest of everything else."""
+    digest = _snapshot_digest(values, revision, link)
+    sealed = {name: data for name, data in values.items() if name != SEAL}
+    sealed[SEAL] = msgspec.json.encode(_SnapshotSeal(link.hex(), digest.hex()))
+    return sealed
+
+
+def _snapshot_digest(values: dict[str, bytes], revision: int, link: bytes) -> bytes:
+    """BLAKE2b (16 bytes) of the MessagePack array `[revision, link, [[name, bytes], ...]]`,
+    the values sorted by name, the seal left out."""
+    items = sorted((name, data) for name, data in values.items() if name != SEAL)
+    return hashlib.blake2b(
+        _seal_encoder.encode([revision, link, items]), digest_size=LINK_SIZE
+    ).digest()
+
+
+def snapshot_link(thread_id: str, snapshot: ThreadSnapshot, chain: Chain) -> bytes | None:
+    """The link at a snapshot's revision, once its seal proves its values unchanged; None
+    for a snapshot stored before the chain (nothing to check it against)."""
+    revision = snapshot.revision
+    raw = snapshot.values.get(SEAL)
+    if raw is None:
+        if chain.chained_from is not None and revision >= chain.chained_from:
+            raise JournalCorrupted(
+                thread_id, revision, f"the snapshot at revision {revision} lost its seal"
+            )
+        return None
+    try:
+        seal = _snapshot_seal.decode(raw)
+        link, digest = bytes.fromhex(seal.link), bytes.fromhex(seal.digest)
+    except (msgspec.MsgspecError, ValueError) as error:
+        raise JournalCorrupted(
+            thread_id, revision, f"the seal of the snapshot at revision {revision} is damaged"
+        ) from error
+    if _snapshot_digest(snapshot.values, revision, link) != digest:
+        raise JournalCorrupted(
+            thread_id,
+            revision,
+            f"the snapshot at revision {revision} does not match its seal: it was changed",
+        )
+    return link
+
+
+def walk(
+    thread_id: str,
+    entries: Sequence[JournalEntry],
+    *,
+    after: int,
+    link: bytes | None,
+    chain: Chain,
+    then: bytes | None = None,
+) -> tuple[list[CommitRecord], list[bytes]]:
+    """The records of `entries`, which must follow revision `after` one by one, checked
+    link by link from `link` (the link at `after`, trusted; None: unknown, the first is
+    taken as it is), and the link at each of them. `then` is the link that vouches for the
+    last (the head's, when they end there). A break is `JournalCorrupted`."""
+    records: list[CommitRecord] = []
+    links: list[bytes] = []
+    expected = after + 1
+    for index, entry in enumerate(entries):
+        revision = entry.revision
+        if revision != expected:
+            raise JournalCorrupted(
+                thread_id, expected, f"the record of revision {expected} is missing"
+            )
+        record = decode_record(entry.data, thread_id=thread_id, revision=revision)
+        own = link_of(entry.data)
+        chained = chain.chained_from is not None and revision >= chain.chained_from
+        if chained and link is not None and record_prev(entry.data) != link:
+            _broken(thread_id, entries, index, own, then, trusted_start=index == 0)
+        records.append(record)
+        links.append(own)
+        link = own
+        expected = revision + 1
+    return records, links
+
+
+def _broken(
+    thread_id: str,
+    entries: Sequence[JournalEntry],
+    index: int,
+    own: bytes,
+    then: bytes | None,
+    *,
+    trusted_start: bool,
+) -> None:
+    """Name the record a broken link condemns. The record at `index` does not name the link
+    of the one before it: either it was changed (then nothing after it vouches for it
+    either) or the one before it was (and the record after this one still vouches for it)."""
+    revision = entries[index].revision
+    successor = record_prev(entries[index + 1].data) if index + 1 < len(entries) else then
+    if trusted_start or (successor is not None and successor != own):
+        raise JournalCorrupted(
+            thread_id,
+            revision,
+            f"the record of revision {revision} was changed or put there by hand: it does not "
+            f"follow the one before it",
+        )
+    raise JournalCorrupted(
+        thread_id,
+        revision - 1,
+        f"the record of revision {revision - 1} was changed: the record after it names another",
+    )
+
+
+def check_head(thread_id: str, head: int, reached: int, link: bytes | None, chain: Chain) -> None:
+    """The head must name the revision and the link the walk reached."""
+    if reached < head:
+        raise JournalCorrupted(
+            thread_id,
+            reached + 1,
+            f"the head is at revision {head} but the records end at revision {reached}",
+        )
+    if reached > head:
+        raise JournalCorrupted(
+            thread_id, head + 1, f"a record of revision {reached} lies beyond the head ({head})"
+        )
+    if chain.chained_from is not None and link is not None and link != chain.link:
+        raise JournalCorrupted(
+            thread_id,
+            head,
+            f"the head's seal does not name the record of revision {head}: one of them was changed",
+        )

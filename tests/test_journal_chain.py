@@ -1,0 +1,407 @@
+"""The journal's chain: a stored thread missing a record, or holding one nobody committed,
+never loads, and `verify` names the first revision that cannot be trusted.
+
+Each tampering is done twice: on the bytes a store hands back (any backend, through
+`Tampered`), and on a real SQLite file with `sqlite3`, as an operator's bad restore or a
+hand edit would leave it. The thread: 35 commits of one count, snapshots at 10, 20 and 30.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+import msgspec
+import pytest
+from journal_samples import Count, Mood, edit_snapshot, plugins
+from samples import commit_all, read
+
+from statekernel import (
+    CommitRecord,
+    JournalCorrupted,
+    Kernel,
+    StateCommand,
+    StateError,
+    ThreadStore,
+)
+from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from statekernel.stores import SqliteThreadStore
+
+HEAD = 35
+
+Entries = list[JournalEntry]
+
+
+class Tampered:
+    """A ThreadStore that hands back what the store under it holds, changed the way a
+    faulty disk or a bad restore would change it: its records, its head or a snapshot."""
+
+    def __init__(
+        self,
+        store: ThreadStore,
+        *,
+        records: Callable[[Entries], Entries] = lambda entries: entries,
+        head: int | None = None,
+        snapshot: Callable[[ThreadSnapshot], ThreadSnapshot] = lambda snapshot: snapshot,
+    ) -> None:
+        self.store = store
+        self.edit_records = records
+        self.head = head
+        self.edit_snapshot = snapshot
+
+    async def load(self, thread_id: str) -> ThreadState | None:
+        state = await self.store.load(thread_id)
+        if state is None:
+            return None
+        snapshot = self.edit_snapshot(ThreadSnapshot(state.snapshot_revision, state.values))
+        every = self.edit_records(await self.store.records(thread_id))
+        return msgspec.structs.replace(
+            state,
+            revision=state.revision if self.head is None else self.head,
+            values=snapshot.values,
+            records=tuple(e for e in every if e.revision > state.snapshot_revision),
+        )
+
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        await self.store.save(thread_id, save, expected_position=expected_position)
+
+    async def records(
+        self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
+    ) -> builtins.list[JournalEntry]:
+        every = self.edit_records(await self.store.records(thread_id))
+        found = [e for e in every if e.revision > since and (until is None or e.revision <= until)]
+        return found if limit is None else found[:limit]
+
+    async def snapshot_at(self, thread_id: str, revision: int) -> ThreadSnapshot | None:
+        snapshot = await self.store.snapshot_at(thread_id, revision)
+        return None if snapshot is None else self.edit_snapshot(snapshot)
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        await self.store.prune(thread_id, before=before)
+
+    async def delete(self, thread_id: str) -> None:
+        await self.store.delete(thread_id)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    async def __aenter__(self) -> Tampered:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+# -- the tamperings, on entries and on a SQLite file -----------------------------------------
+
+
+def forged_body(data: bytes) -> bytes:
+    """A record's bytes with its count update 1 made 7 (a decodable record nobody wrote)."""
+    forged = data.replace(b"\xa6update\xc4\x011", b"\xa6update\xc4\x017")
+    assert forged != data
+    return forged
+
+
+def forged_whole(data: bytes, revision: int) -> bytes:
+    """A well-formed record of `revision`, its own link to the record before it intact:
+    only the chain after it can tell it was not committed."""
+    record = msgspec.msgpack.decode(data[16:], type=CommitRecord)
+    assert record.revision == revision
+    other = msgspec.structs.replace(record, run_id="forger", sources=("external",))
+    return data[:16] + msgspec.msgpack.encode(other)
+
+
+def relinked(data: bytes) -> bytes:
+    """A record whose link to the record before it was overwritten (its body intact)."""
+    return bytes(16) + data[16:]
+
+
+def without(revision: int) -> Callable[[Entries], Entries]:
+    return lambda entries: [e for e in entries if e.revision != revision]
+
+
+def swapped(a: int, b: int) -> Callable[[Entries], Entries]:
+    def edit(entries: Entries) -> Entries:
+        data = {e.revision: e.data for e in entries}
+        swap = {a: data[b], b: data[a]}
+        return [JournalEntry(e.revision, swap.get(e.revision, e.data)) for e in entries]
+
+    return edit
+
+
+def rewritten(revision: int, change: Callable[[bytes], bytes]) -> Callable[[Entries], Entries]:
+    return lambda entries: [
+        JournalEntry(e.revision, change(e.data) if e.revision == revision else e.data)
+        for e in entries
+    ]
+
+
+def altered_snapshot(snapshot: ThreadSnapshot) -> ThreadSnapshot:
+    if snapshot.revision != 30:
+        return snapshot
+    return ThreadSnapshot(30, {**snapshot.values, Count.key: b"999"})  # still decodes
+
+
+TAMPERINGS: dict[str, tuple[dict[str, object], int]] = {
+    # name: (how `Tampered` changes what the store hands back, the first untrusted revision)
+    "a record deleted": ({"records": without(33)}, 33),
+    "two records swapped": ({"records": swapped(33, 34)}, 33),
+    "a byte changed": ({"records": rewritten(33, forged_body)}, 33),
+    "a record forged whole": (
+        {"records": rewritten(33, lambda data: forged_whole(data, 33))},
+        33,
+    ),
+    "a record's link changed": ({"records": rewritten(33, relinked)}, 33),
+    "the newest record changed": ({"records": rewritten(HEAD, forged_body)}, HEAD),
+    "the head raised": ({"head": 40}, HEAD + 1),
+    "a snapshot altered": ({"snapshot": altered_snapshot}, 30),
+}
+
+
+def on_disk(path: Path, name: str) -> None:
+    """The same tampering, done with sqlite3 to the file (thread "t")."""
+    with sqlite3.connect(path) as raw:
+        rows = dict(
+            raw.execute("SELECT revision, record FROM thread_records WHERE thread_id = 't'")
+        )
+
+        def put(revision: int, data: bytes) -> None:
+            raw.execute(
+                "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = ?",
+                (data, revision),
+            )
+
+        if name == "a record deleted":
+            raw.execute("DELETE FROM thread_records WHERE thread_id = 't' AND revision = 33")
+        elif name == "two records swapped":
+            put(33, rows[34])
+            put(34, rows[33])
+        elif name == "a byte changed":
+            put(33, forged_body(rows[33]))
+        elif name == "a record forged whole":
+            put(33, forged_whole(rows[33], 33))
+        elif name == "a record's link changed":
+            put(33, relinked(rows[33]))
+        elif name == "the newest record changed":
+            put(HEAD, forged_body(rows[HEAD]))
+        elif name == "the head raised":
+            (blob,) = raw.execute(
+                "SELECT state FROM thread_states WHERE thread_id = 't'"
+            ).fetchone()
+            head = msgspec.msgpack.decode(blob)
+            head["revision"] = 40
+            raw.execute(
+                "UPDATE thread_states SET state = ? WHERE thread_id = 't'",
+                (msgspec.msgpack.encode(head),),
+            )
+    if name == "a snapshot altered":
+        edit_snapshot(path, "t", 30, lambda values: values.update({Count.key: b"999"}))
+
+
+async def write_thread(store: ThreadStore) -> None:
+    kernel = Kernel(plugins(), thread_store=store, snapshot_every=10)
+    commands = [StateCommand().update(Count, 1) for _ in range(HEAD)]
+    assert await commit_all(kernel, "t", *commands, checkpoints=True) == HEAD
+    assert (await kernel.verify("t")).ok
+
+
+async def assert_refused(store: ThreadStore, first_untrusted: int) -> None:
+    kernel = Kernel(plugins(), thread_store=store)
+    with pytest.raises(JournalCorrupted) as refused:
+        await kernel.start_run("t")
+    error = refused.value
+    assert (error.thread_id, error.revision) == ("t", first_untrusted)
+    assert "Restore the store from a backup" in str(error)
+    assert "fork" in str(error) and "migrate" not in str(error).lower()
+    report = await kernel.verify("t")
+    assert not report.ok
+    assert report.first_divergence == first_untrusted, report.detail
+    assert f"from revision {first_untrusted}" in report.detail
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tampering", list(TAMPERINGS))
+async def test_every_tampering_of_what_a_store_hands_back_is_caught(
+    thread_store: ThreadStore, tampering: str
+) -> None:
+    await write_thread(thread_store)
+    edits, first_untrusted = TAMPERINGS[tampering]
+    await assert_refused(Tampered(thread_store, **edits), first_untrusted)  # type: ignore[arg-type]
+    untouched = Kernel(plugins(), thread_store=thread_store)
+    assert (await untouched.verify("t")).ok
+    assert await read(untouched, "t", Count) == HEAD
+
+
+@pytest.mark.parametrize("tampering", list(TAMPERINGS))
+async def test_every_tampering_of_a_sqlite_file_is_caught(tmp_path: Path, tampering: str) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+        kernel = Kernel(plugins(), thread_store=store)
+        await commit_all(kernel, "untouched", StateCommand().update(Count, 1))
+    on_disk(path, tampering)
+    async with SqliteThreadStore(path) as store:
+        await assert_refused(store, TAMPERINGS[tampering][1])
+        kernel = Kernel(plugins(), thread_store=store)
+        assert (await kernel.verify("untouched")).ok
+        run = await kernel.start_run("untouched")
+        assert run.snapshot.get(Count) == 1
+        await run.abandon()
+
+
+async def test_the_last_good_revision_forks_into_a_thread_that_loads_and_verifies(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+    on_disk(path, "a byte changed")
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        with pytest.raises(JournalCorrupted) as refused:
+            await kernel.start_run("t")
+        assert refused.value.revision == 33
+        assert "kernel.fork('t', 32, <new thread id>)" in str(refused.value)
+        await kernel.fork("t", 32, "t-restored")
+        assert (await kernel.verify("t-restored")).ok
+        run = await kernel.start_run("t-restored")
+        assert (run.revision, run.snapshot.get(Count)) == (32, 32)
+        await run.submit(StateCommand().update(Count, 1))
+        await run.finish()
+        assert (await kernel.verify("t-restored")).ok
+
+
+async def test_a_record_changed_before_the_newest_snapshot_is_named_by_verify(
+    tmp_path: Path,
+) -> None:
+    """A load reads only the newest snapshot and the records after it; `verify` walks the
+    whole held journal, so it finds a change a load never reads."""
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+    with sqlite3.connect(path) as raw:
+        (data,) = raw.execute(
+            "SELECT record FROM thread_records WHERE thread_id = 't' AND revision = 12"
+        ).fetchone()
+        raw.execute(
+            "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = 12",
+            (forged_whole(data, 12),),
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        report = await kernel.verify("t")
+        assert (report.ok, report.first_divergence) == (False, 12)
+        run = await kernel.start_run("t")  # from the snapshot at 30: what it reads is whole
+        assert run.snapshot.get(Count) == HEAD
+        await run.abandon()
+        with pytest.raises(JournalCorrupted, match="revision 12"):
+            await kernel.state_at("t", 15)  # replays 11..15 from the snapshot at 10
+
+
+async def test_a_snapshot_that_lost_its_seal_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+    edit_snapshot(path, "t", 30, lambda values: values.pop("statekernel.seal"))
+    async with SqliteThreadStore(path) as store:
+        await assert_refused(store, 30)
+
+
+async def test_a_snapshot_moved_to_another_revision_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+    with sqlite3.connect(path) as raw:  # the snapshot of 20 stands in for 30's
+        (blob,) = raw.execute(
+            "SELECT snapshot FROM thread_snapshots WHERE thread_id = 't' AND revision = 20"
+        ).fetchone()
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = 't' AND revision = 30",
+            (blob,),
+        )
+    async with SqliteThreadStore(path) as store:
+        await assert_refused(store, 30)
+
+
+async def test_journal_corrupted_is_a_state_error_that_teaches() -> None:
+    error = JournalCorrupted("t", 33, "the record of revision 33 is missing")
+    assert isinstance(error, StateError)
+    assert str(error) == (
+        "thread 't': its stored journal cannot be trusted from revision 33: the record of "
+        "revision 33 is missing. It was changed outside statekernel (a bad restore, a disk "
+        "fault, a hand edit); nothing was loaded. Restore the store from a backup, or fork "
+        "the thread from its last good revision: `await kernel.fork('t', 32, <new thread "
+        "id>)`."
+    )
+    assert "start the thread afresh" in str(JournalCorrupted("t", 1, "x"))
+
+
+async def test_a_thread_stored_before_the_chain_loads_and_is_chained_from_its_next_save(
+    tmp_path: Path,
+) -> None:
+    """A thread written before the chain: records with their own 8-byte digest and a head
+    without a seal. It loads; its next save starts the chain, so a record deleted after
+    that is caught."""
+    path = tmp_path / "old.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+    legacy(path)
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        assert (await kernel.verify("t")).ok
+        await commit_all(kernel, "t", *(StateCommand().update(Count, 1) for _ in range(3)))
+        assert (await kernel.verify("t")).ok
+        assert len(await kernel.history("t")) == HEAD + 3
+    with sqlite3.connect(path) as raw:
+        raw.execute("DELETE FROM thread_records WHERE thread_id = 't' AND revision = 37")
+    async with SqliteThreadStore(path) as store:
+        await assert_refused(store, 37)
+
+
+def legacy(path: Path) -> None:
+    """Rewrite thread "t" of the file as statekernel wrote it before the chain: each record
+    its own digest (8 bytes of BLAKE2b) and body, snapshots and the head without seals."""
+    import hashlib
+
+    with sqlite3.connect(path) as raw:
+        for revision, data in raw.execute(
+            "SELECT revision, record FROM thread_records WHERE thread_id = 't'"
+        ).fetchall():
+            body = data[16:]
+            old = hashlib.blake2b(body, digest_size=8).digest() + body
+            raw.execute(
+                "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = ?",
+                (old, revision),
+            )
+        (blob,) = raw.execute("SELECT state FROM thread_states WHERE thread_id = 't'").fetchone()
+        head = msgspec.msgpack.decode(blob)
+        del head["seal"]
+        raw.execute(
+            "UPDATE thread_states SET state = ? WHERE thread_id = 't'",
+            (msgspec.msgpack.encode(head),),
+        )
+    for revision in (10, 20, 30):
+        edit_snapshot(path, "t", revision, lambda values: values.pop("statekernel.seal"))
+
+
+async def test_memory_and_sqlite_seal_alike(thread_store: ThreadStore) -> None:
+    """Every backend keeps the kernel's seal with the head and gives it back on load."""
+    await write_thread(thread_store)
+    state = await thread_store.load("t")
+    assert state is not None and state.seal is not None
+    snapshot = await thread_store.snapshot_at("t", 30)
+    assert snapshot is not None and "statekernel.seal" in snapshot.values
+    kernel = Kernel(plugins(), thread_store=thread_store)
+    await commit_all(kernel, "t", StateCommand().update(Mood, "fine"))
+    later = await thread_store.load("t")
+    assert later is not None and later.seal not in (None, state.seal)
