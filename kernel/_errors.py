@@ -340,15 +340,20 @@ class UnknownRevision(StateError, LookupError):
 class ReplayFailed(StateError):
     """A journaled op could not be applied again: its key's `apply` raised."""
 
-    def __init__(self, thread_id: str, revision: int, key: str, cause: BaseException) -> None:
+    def __init__(
+        self, thread_id: str, revision: int, key: str, cause: BaseException, *, fix: str = ""
+    ) -> None:
         self.thread_id = thread_id
         self.revision = revision
         self.key = key
         self.cause = cause
+        fix = fix or (
+            "The key's apply no longer accepts what it once did; restore its old behaviour, "
+            "or migrate the thread."
+        )
         super().__init__(
             f"thread {thread_id!r}, revision {revision}: replaying the update of key {key!r} "
-            f"failed ({type(cause).__name__}: {cause}). The key's apply no longer accepts "
-            f"what it once did; restore its old behaviour, or migrate the thread."
+            f"failed ({type(cause).__name__}: {cause}). {fix}"
         )
 
 

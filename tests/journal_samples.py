@@ -11,7 +11,16 @@ from typing import Any
 import msgspec
 from samples import Keys, commit_all
 
-from statekernel import Kernel, KeyScope, MergeStrategy, Plugin, StateCommand, StateKey, Vector
+from statekernel import (
+    CommitRecord,
+    Kernel,
+    KeyScope,
+    MergeStrategy,
+    Plugin,
+    StateCommand,
+    StateKey,
+    Vector,
+)
 from statekernel.stores import SqliteThreadStore
 
 # -- keys that record updates, lists, text and run values ----------------------------------
@@ -179,3 +188,39 @@ async def write_referring(path: Path, *threads: str) -> None:
             await commit_all(kernel, thread, first, *grown, checkpoints=True)
             snapshot = await store.snapshot_at(thread, 4)
             assert snapshot is not None and is_reference(snapshot.values[Log.key])
+
+
+def written_before_the_chain(
+    path: Path,
+    thread: str,
+    edit: Callable[[CommitRecord], CommitRecord] = lambda record: record,
+) -> None:
+    """Rewrite a thread of the file as statekernel wrote it before the journal's chain: each
+    record its own digest (8 bytes of BLAKE2b) and body (changed by `edit`), its snapshots
+    and its head without seals."""
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute(
+            "SELECT revision, record FROM thread_records WHERE thread_id = ?", (thread,)
+        ).fetchall()
+        for revision, data in rows:
+            record = edit(msgspec.msgpack.decode(data[16:], type=CommitRecord))
+            body = msgspec.msgpack.encode(record)
+            old = hashlib.blake2b(body, digest_size=8).digest() + body
+            raw.execute(
+                "UPDATE thread_records SET record = ? WHERE thread_id = ? AND revision = ?",
+                (old, thread, revision),
+            )
+        (blob,) = raw.execute(
+            "SELECT state FROM thread_states WHERE thread_id = ?", (thread,)
+        ).fetchone()
+        head = msgspec.msgpack.decode(blob)
+        del head["seal"]
+        raw.execute(
+            "UPDATE thread_states SET state = ? WHERE thread_id = ?",
+            (msgspec.msgpack.encode(head), thread),
+        )
+        snapshots = raw.execute(
+            "SELECT revision FROM thread_snapshots WHERE thread_id = ?", (thread,)
+        ).fetchall()
+    for (revision,) in snapshots:
+        edit_snapshot(path, thread, revision, lambda values: values.pop(SEAL))

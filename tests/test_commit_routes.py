@@ -61,7 +61,7 @@ def _ops(record: Any) -> list[tuple[str, str, bytes | None]]:
     return [(op.key, op.kind, op.update) for op in record.ops]
 
 
-async def test_an_inexact_update_that_would_not_come_back_is_journaled_without_bytes() -> None:
+async def test_an_inexact_update_that_would_not_come_back_is_journaled_as_its_value() -> None:
     kernel = Kernel([KeysOf(Peak, Total)])
     run = await kernel.start_run("t")
     await run.submit(StateCommand().update(Peak, 1.5))
@@ -70,7 +70,7 @@ async def test_an_inexact_update_that_would_not_come_back_is_journaled_without_b
     await run.finish()
     first, second, third = await kernel.history("t")
     assert _ops(first) == [("r.peak", "update", b"1.5")]
-    assert _ops(second) == [("r.peak", "value", None), ("r.total", "update", b"1")]
+    assert _ops(second) == [("r.peak", "value", b"1.5"), ("r.total", "update", b"1")]
     assert _ops(third) == [("r.peak", "update", b"2.5")]
     assert run.snapshot.get(Peak) == 2.5
 

@@ -16,7 +16,7 @@ from types import TracebackType
 
 import msgspec
 import pytest
-from journal_samples import Count, Mood, edit_snapshot, plugins
+from journal_samples import Count, Mood, edit_snapshot, plugins, written_before_the_chain
 from samples import commit_all, read
 
 from statekernel import (
@@ -355,7 +355,7 @@ async def test_a_thread_stored_before_the_chain_loads_and_is_chained_from_its_ne
     path = tmp_path / "old.db"
     async with SqliteThreadStore(path) as store:
         await write_thread(store)
-    legacy(path)
+    written_before_the_chain(path, "t")
     async with SqliteThreadStore(path) as store:
         kernel = Kernel(plugins(), thread_store=store)
         assert (await kernel.verify("t")).ok
@@ -366,32 +366,6 @@ async def test_a_thread_stored_before_the_chain_loads_and_is_chained_from_its_ne
         raw.execute("DELETE FROM thread_records WHERE thread_id = 't' AND revision = 37")
     async with SqliteThreadStore(path) as store:
         await assert_refused(store, 37)
-
-
-def legacy(path: Path) -> None:
-    """Rewrite thread "t" of the file as statekernel wrote it before the chain: each record
-    its own digest (8 bytes of BLAKE2b) and body, snapshots and the head without seals."""
-    import hashlib
-
-    with sqlite3.connect(path) as raw:
-        for revision, data in raw.execute(
-            "SELECT revision, record FROM thread_records WHERE thread_id = 't'"
-        ).fetchall():
-            body = data[16:]
-            old = hashlib.blake2b(body, digest_size=8).digest() + body
-            raw.execute(
-                "UPDATE thread_records SET record = ? WHERE thread_id = 't' AND revision = ?",
-                (old, revision),
-            )
-        (blob,) = raw.execute("SELECT state FROM thread_states WHERE thread_id = 't'").fetchone()
-        head = msgspec.msgpack.decode(blob)
-        del head["seal"]
-        raw.execute(
-            "UPDATE thread_states SET state = ? WHERE thread_id = 't'",
-            (msgspec.msgpack.encode(head),),
-        )
-    for revision in (10, 20, 30):
-        edit_snapshot(path, "t", revision, lambda values: values.pop("statekernel.seal"))
 
 
 async def test_memory_and_sqlite_seal_alike(thread_store: ThreadStore) -> None:

@@ -23,6 +23,7 @@ from statekernel import (
     StateError,
     StateKey,
     StateKeyOptions,
+    StateValidationError,
     ThreadStore,
     Vector,
 )
@@ -70,11 +71,11 @@ async def test_a_key_written_twice_in_a_commit_by_an_unencodable_update_replays_
     assert run.snapshot.get(Score) == 12
     await run.finish()
     (_, doubled) = await kernel.history("t")
-    assert [(op.kind, op.update) for op in doubled.ops] == [("value", None)]  # one for both
+    # one op for both: the value they made, which replay sets as it is
+    assert [(op.kind, op.update) for op in doubled.ops] == [("value", b"12")]
     if store is not None:
         assert await read(Kernel([Doubler(), add_ten()], thread_store=store), "t", Score) == 12
-    else:
-        assert (await kernel.state_at("t", 2)).get(Score) == 12  # from a snapshot
+    assert (await kernel.state_at("t", 2)).get(Score) == 12
     assert (await kernel.verify("t")).ok
     if store is not None:
         await store.close()
@@ -86,24 +87,43 @@ class Blob(StateKey[Any, Any]):
     default = None
 
 
-async def test_an_unencodable_value_fails_its_checkpoint_and_the_run_can_still_save(
+async def test_an_unencodable_value_of_a_stored_key_is_refused_at_commit_and_the_run_goes_on(
     thread_store: ThreadStore,
 ) -> None:
+    """Neither the update nor the value can be journaled: the journal could never rebuild
+    the key, so the commit is refused before anything of it is published."""
     kernel = Kernel([Keys(Blob)], thread_store=thread_store)
     run = await kernel.start_run("t")
-    await run.submit(StateCommand().update(Blob, object()))
-    with pytest.raises(StateError, match=r"'e\.blob' cannot be encoded.*persistent=False"):
-        await run.checkpoint()
-    assert await thread_store.load("t") is None  # nothing was saved
+    with pytest.raises(StateValidationError) as refused:
+        await run.submit(StateCommand().update(Blob, object()))
+    assert refused.value.key == "e.blob"
+    assert "nothing was committed" in str(refused.value)
+    assert "cannot be encoded for persistence" in str(refused.value)
+    assert "persistent=False" in str(refused.value)
+    assert (run.revision, run.snapshot.get(Blob)) == (0, None)
     await run.submit(StateCommand().update(Blob, "fine now"))
-    await run.checkpoint()  # the unencodable revision is covered by a snapshot
     await run.finish()
     assert await read(Kernel([Keys(Blob)], thread_store=thread_store), "t", Blob) == "fine now"
+    (first,) = await kernel.history("t")
+    assert (first.ops[0].kind, first.ops[0].update) == ("update", b'"fine now"')
+    assert (await kernel.verify("t")).ok
+
+
+async def test_an_unencodable_value_without_a_store_is_held_and_travels_back() -> None:
+    """Without a store nothing is encoded to be kept: the kernel's memory holds the value
+    itself, and time travel and verify see it."""
+    kernel = Kernel([Keys(Blob)], snapshot_every=100)
+    thing = 1 + 2j  # no JSON for it
+    await commit_all(
+        kernel, "t", StateCommand().update(Blob, thing), StateCommand().update(Blob, "later")
+    )
     first, _ = await kernel.history("t")
     assert (first.ops[0].kind, first.ops[0].update) == ("value", None)
-    assert (await kernel.state_at("t", 2)).get(Blob) == "fine now"
-    assert Blob not in await kernel.state_at("t", 1)  # that value could not be kept
+    assert (await kernel.state_at("t", 1)).get(Blob) == thing
+    assert (await kernel.state_at("t", 2)).get(Blob) == "later"
     assert (await kernel.verify("t")).ok
+    await kernel.fork("t", 1, "copy")
+    assert (await kernel.state_at("copy", 1)).get(Blob) == thing
 
 
 class Floats(StateKey[Vector[float], Vector[float]]):
@@ -148,14 +168,14 @@ async def test_the_other_ops_of_a_commit_with_an_unencodable_update_replay_and_l
     await run.finish()  # one save: the snapshot at 4 covers the unencodable update
     _, doubled, _, _ = await kernel.history("t")
     assert [(op.key, op.kind, op.update) for op in doubled.ops] == [
-        ("e.score", "value", None),
+        ("e.score", "value", b"20"),  # the value the function made
         ("e.total", "update", b"1"),
     ]
+    assert (await thread_store.load("t")).values == {}  # type: ignore[union-attr]  # no snapshot
     await kernel.fork("t", 3, "copy")  # no snapshot at or before 3: records 1 to 3 only
-    # Score is unknown from revision 2 on (missing, not its older value); Total replays.
-    assert (await kernel.state_at("copy", 3)).to_dict() == {"e.total": 2}
+    assert (await kernel.state_at("copy", 3)).to_dict() == {"e.score": 21, "e.total": 2}
     run = await kernel.start_run("copy")
-    assert run.snapshot.to_dict() == {"e.total": 2}
+    assert run.snapshot.to_dict() == {"e.score": 21, "e.total": 2}
     await run.abandon()
 
 
@@ -187,7 +207,7 @@ async def test_a_non_persistent_key_with_an_unencodable_update_is_journaled_in_m
     records = await kernel.history("t")
     assert [[(op.key, op.kind, op.update) for op in r.ops] for r in records] == [
         [("e.jot", "update", b"3")],
-        [("e.total", "update", b"1"), ("e.jot", "value", None)],  # one op for both
+        [("e.total", "update", b"1"), ("e.jot", "value", b"26")],  # one op for both
     ]
     if store is not None:
         loaded = await store.load("t")
@@ -215,7 +235,7 @@ async def test_an_update_of_an_int_subclass_that_cannot_be_encoded_is_still_kept
     thread_store: ThreadStore,
 ) -> None:
     """An update of a key declared to take ints that cannot be encoded all the same is
-    journaled as a "value" op, and the save writes a snapshot to load the key from."""
+    journaled as a "value" op holding the value it made, which replay sets."""
     kernel = Kernel([Keys(Tally, Total)], thread_store=thread_store, snapshot_every=1_000)
     run = await kernel.start_run("t")
     await run.submit(StateCommand().update(Tally, 1))
@@ -225,7 +245,7 @@ async def test_an_update_of_an_int_subclass_that_cannot_be_encoded_is_still_kept
     await run.finish()
     _, second, _ = await kernel.history("t")
     assert [(op.key, op.kind, op.update) for op in second.ops] == [
-        ("e.tally", "value", None),
+        ("e.tally", "value", b"3"),
         ("e.total", "update", b"1"),
     ]
     assert await read(Kernel([Keys(Tally, Total)], thread_store=thread_store), "t", Tally) == 7
@@ -253,7 +273,7 @@ class Pair(StateKey[tuple[int, int], Any]):
         return (int(update[0]), int(update[1]))
 
 
-async def test_updates_that_would_not_decode_back_equal_are_covered_by_a_snapshot(
+async def test_updates_that_would_not_decode_back_equal_are_journaled_as_their_values(
     thread_store: ThreadStore,
 ) -> None:
     kernel = Kernel([Keys(Peak, Pair)], thread_store=thread_store)
@@ -275,9 +295,8 @@ async def test_encoding_failures_are_state_errors_naming_the_key() -> None:
 
     plug = Keys(LiveHandle, id="plug", options=StateKeyOptions(scope=KeyScope.THREAD))
     run = await Kernel([plug], thread_store=MemoryThreadStore()).start_run("t")
-    await run.submit(StateCommand().update(LiveHandle, Handle()))
     with pytest.raises(StateError, match="t.handle.*persistent=False"):
-        await run.checkpoint()
+        await run.submit(StateCommand().update(LiveHandle, Handle()))
 
 
 # -- what registration refuses -------------------------------------------------------------

@@ -19,13 +19,17 @@ from journal_samples import (
     plugins,
     referring_keys,
     write_referring,
+    written_before_the_chain,
 )
-from samples import Keys, commit_all
+from samples import Keys, commit_all, read
 
 from statekernel import (
+    CommitRecord,
     JournalCorrupted,
+    JournalOp,
     Kernel,
     KeyScope,
+    ReplayFailed,
     ReplayReport,
     StateCommand,
     StateKey,
@@ -245,3 +249,37 @@ async def test_verify_reports_a_stored_snapshot_value_that_does_not_decode(
         "stored value of key 'j.count' (record 't') does not decode into the declared type: "
         "ValidationError: Expected `int`, got `str`"
     )
+
+
+async def test_an_op_stored_without_its_bytes_is_reported_never_replaced_by_a_default(
+    tmp_path: Path,
+) -> None:
+    """A store written by a statekernel that kept some ops without their bytes (the value of
+    a commit whose update did not encode): a load starts from the snapshot after it, but
+    time travel between the op and that snapshot cannot rebuild the key and says so, and
+    `verify` is not ok, naming the key and the revision."""
+    path = tmp_path / "old.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1).update(Mood, f"m{i}") for i in range(6)]
+        await commit_all(kernel, "t", *commands, checkpoints=True)  # snapshot at 4
+
+    def without_bytes(record: CommitRecord) -> CommitRecord:
+        if record.revision != 2:
+            return record
+        ops = tuple(JournalOp(op.key, "value") if op.key == Count.key else op for op in record.ops)
+        return msgspec.structs.replace(record, ops=ops)
+
+    written_before_the_chain(path, "t", without_bytes)
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        assert (await kernel.state_at("t", 1)).get(Count) == 1
+        with pytest.raises(ReplayFailed) as refused:
+            await kernel.state_at("t", 3)
+        assert (refused.value.key, refused.value.revision) == (Count.key, 3)
+        assert "journaled without its bytes" in str(refused.value)
+        assert (await kernel.state_at("t", 4)).get(Count) == 4  # the snapshot holds it
+        assert await read(kernel, "t", Count) == 6
+        report = await kernel.verify("t")
+        assert (report.ok, report.first_divergence) == (False, 2)
+        assert "'j.count'" in report.detail

@@ -133,24 +133,22 @@ class Half(StateKey[Any, Any]):
     default = None
 
 
-async def test_a_value_that_could_not_be_restored_is_refused_at_checkpoint(
+async def test_a_value_that_could_not_be_restored_is_refused_at_commit(
     sqlite_thread_store: SqliteThreadStore,
 ) -> None:
     run = await Kernel([Keys(Half, id="half")], thread_store=sqlite_thread_store).start_run("t")
-    await run.submit(StateCommand().update(Half, HalfModel()))
-    with pytest.raises(StateError, match=r"'t\.half' cannot be encoded.*persistent=False"):
-        await run.checkpoint()
+    with pytest.raises(StateError, match=r"'t\.half'.*cannot be encoded.*persistent=False"):
+        await run.submit(StateCommand().update(Half, HalfModel()))
     await run.abandon()
     assert await sqlite_thread_store.load("t") is None
 
 
-async def test_a_value_that_would_come_back_different_is_refused_at_checkpoint_saying_why(
+async def test_a_value_that_would_come_back_different_is_refused_at_commit_saying_why(
     sqlite_thread_store: SqliteThreadStore,
 ) -> None:
     run = await Kernel([Keys(Half, id="half")], thread_store=sqlite_thread_store).start_run("t")
-    await run.submit(StateCommand().update(Half, (1, 2)))  # typed Any: JSON gives back a list
-    with pytest.raises(StateError, match=r"'t\.half' cannot be encoded for persistence") as e:
-        await run.checkpoint()
+    with pytest.raises(StateError, match=r"'t\.half'.*cannot be encoded for persistence") as e:
+        await run.submit(StateCommand().update(Half, (1, 2)))  # typed Any: JSON gives a list
     assert "it would not decode back equal (JSON has no infinity or NaN, and a tuple" in str(
         e.value
     )

@@ -31,6 +31,7 @@ class _Rebuilt:
     revision: int
     values: dict[str, Any]
     stale: frozenset[str]
+    lost: dict[str, int]  # keys whose op had no bytes, by that op's revision
 
 
 class ThreadHistory:
@@ -58,6 +59,8 @@ class ThreadHistory:
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
         rebuilt = await self._rebuild(self._journal(thread_id), thread_id, revision)
+        for name, at in rebuilt.lost.items():  # never a default in its place
+            raise _unjournaled(thread_id, revision, name, at)
         values = {
             name: value for name, value in rebuilt.values.items() if name not in rebuilt.stale
         }
@@ -76,6 +79,7 @@ class ThreadHistory:
         if not found:
             head = await journal.head()
             raise UnknownRevision(thread_id, revision, held=await _held(journal, head))
+        lost: dict[str, int] = {}
         stale = apply_records(
             self._registry,
             base.values,
@@ -84,8 +88,10 @@ class ThreadHistory:
             unreadable=base.raw,
             skip_undecodable=self._home.skip_undecodable,
             persistent_only=journal.persistent_only,
+            held=journal.held,
+            lost=lost,
         )
-        return _Rebuilt(revision, base.values, frozenset(stale | set(base.raw)))
+        return _Rebuilt(revision, base.values, frozenset(stale | set(base.raw)), lost)
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
         """A new thread holding the source's newest snapshot at or before `revision` and
@@ -135,6 +141,7 @@ class ThreadHistory:
         except JournalCorrupted as error:  # (between the check and this read)
             return ReplayReport(False, head, "", error.revision, str(error))
         values, unreadable = base.values, set(base.raw)
+        lost: dict[str, int] = {}
         position, last_good = 0, start
         for revision in [*checks, head]:
             chunk_end = position
@@ -151,7 +158,13 @@ class ThreadHistory:
                     unreadable=unreadable,
                     skip_undecodable=self._home.skip_undecodable,
                     persistent_only=journal.persistent_only,
+                    held=journal.held,
+                    lost=lost,
                 )
+                if lost:  # a value the journal cannot rebuild: never reported as ok
+                    name, at = min(lost.items(), key=lambda item: item[1])
+                    unjournaled = _unjournaled(thread_id, at, name, at)
+                    return ReplayReport(False, head, "", at, str(unjournaled))
                 if revision in checks:
                     where = f"what was stored at revision {revision}"
                     differing = await journal.differing(revision, values, unreadable)
@@ -178,6 +191,21 @@ class ThreadHistory:
             else ""
         )
         return ReplayReport(True, head, hash_of(self._registry, head, kept), None, detail)
+
+
+def _unjournaled(thread_id: str, revision: int, name: str, at: int) -> ReplayFailed:
+    return ReplayFailed(
+        thread_id,
+        revision,
+        name,
+        ValueError(f"the op of revision {at} was journaled without its bytes"),
+        fix=(
+            "The journal cannot rebuild this key between that op and the next snapshot (the "
+            "thread was saved by a statekernel that stored such ops without bytes). Travel to "
+            "a revision before it or at a later snapshot, or write the key anew with "
+            "kernel.update_state."
+        ),
+    )
 
 
 def _first_writer(records: list[CommitRecord], after: int, until: int, names: set[str]) -> int:

@@ -11,8 +11,9 @@ the rest of the save. A checkpoint therefore costs what changed, not what is hel
 An op is journaled as its update (`"update"`, replayed with the key's `apply`) or as
 `"clear"`. A persistent thread key whose declared update type cannot be encoded is refused
 at registration; an update that still cannot be encoded (a value of a type declared `Any`)
-is journaled as a `"value"` op without bytes, and the save then writes a snapshot, so that
-a load never needs the op.
+is journaled as the value it made (`"value"`, `OpWriter.complete`). A value that cannot be
+encoded either is refused at its commit for a key a store keeps; the kernel's memory holds
+it as it is (`Journaled.held`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 import msgspec
@@ -57,6 +59,9 @@ class Journaled:
     records: list[CommitRecord]
     unrecorded: frozenset[str]
     whole: tuple[CommitRecord, ...] = ()
+    held: dict[tuple[int, str], Any] = attrs.field(factory=dict)
+    """By (revision, key string): the values of keys that no op of that commit could
+    journal, held as they are (`PendingCommit.held`); the kernel's memory replays them."""
 
 
 def records_of(
@@ -78,7 +83,10 @@ def records_of(
     records: list[CommitRecord] = []
     whole_records: list[CommitRecord] = []
     unrecorded: set[str] = set()
+    held: dict[tuple[int, str], Any] = {}
     for commit in pending:
+        if commit.held:
+            held.update(((commit.revision, name), value) for name, value in commit.held.items())
         ops, failed, whole = commit.ops, commit.failed, commit.thread_ops
         if persistent_only and not commit.persistent_only:  # every op, for a listener: sort now
             ops, whole = _split_persistent(ops, registry)
@@ -107,7 +115,7 @@ def records_of(
         if whole is not None:
             whole = as_values(whole, failed) if failed else whole
             whole_records.append(msgspec.structs.replace(record, ops=whole))
-    return Journaled(records, frozenset(unrecorded), tuple(whole_records))
+    return Journaled(records, frozenset(unrecorded), tuple(whole_records), held)
 
 
 def _split_persistent(

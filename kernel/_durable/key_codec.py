@@ -18,7 +18,14 @@ import msgspec
 
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import CommitRejected, DecodeFailed, StateError
-from .._values.codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
+from .._values.codec import (
+    CODEC_ERRORS,
+    NOT_EXACT,
+    STORABLE_TYPES,
+    dec_hook,
+    decodes_back,
+    enc_hook,
+)
 from .._values.keys import KeyScope
 
 logger = logging.getLogger("statekernel")
@@ -65,16 +72,11 @@ class EncodeCache:
             if check_type is not None and not decodes_back(
                 raw, msgspec.json.Decoder(check_type, dec_hook=dec_hook), value
             ):
-                raise ValueError(
-                    "it would not decode back equal (JSON has no infinity or NaN, and a "
-                    "tuple, set or Vector in a field typed Any comes back a list); declare "
-                    "the type it holds"
-                )
+                raise ValueError(NOT_EXACT)
         except CODEC_ERRORS as error:
             raise StateError(
-                f"value of key {name!r} cannot be encoded for persistence: {error}. Use a "
-                f"msgspec-encodable type (Struct, dataclass, attrs class, pydantic model, "
-                f"builtins, Vector) or register the key with StateKeyOptions(persistent=False)."
+                f"value of key {name!r} cannot be encoded for persistence: {error}. "
+                f"{STORABLE_TYPES}"
             ) from error
         self._seen[name] = (value, raw)
         return raw

@@ -32,6 +32,8 @@ class MemoryThread:
     records: list[CommitRecord] = attrs.field(factory=list)
     snapshots: list[tuple[int, dict[str, Any]]] = attrs.field(factory=list)
     since_snapshot: int = 0
+    values_at: dict[tuple[int, str], Any] = attrs.field(factory=dict)
+    """Values no op could journal, by (revision, key string) (`Journaled.held`)."""
 
 
 class MemoryThreads:
@@ -82,6 +84,7 @@ class MemoryThreads:
         thread_values, run_values = _split_by_scope(self._registry, values)
         records = journaled.records
         kept.records.extend(records)
+        kept.values_at.update(journaled.held)
         kept.since_snapshot += len(records)
         if records and (journaled.unrecorded or kept.since_snapshot >= self._snapshot_every):
             kept.snapshots.append((revision, dict(thread_values)))
@@ -112,6 +115,7 @@ class MemoryThreads:
             HeldThread(values=values, revision=revision),
             records=list(records),
             snapshots=[(r, held) for r, held in source.snapshots if r <= revision],
+            values_at={at: value for at, value in source.values_at.items() if at[0] <= revision},
         )
 
     async def prune(self, thread_id: str, *, before: int) -> None:
@@ -124,6 +128,7 @@ class MemoryThreads:
         keep = held[-1]
         kept.records = [record for record in kept.records if record.revision > keep]
         kept.snapshots = [(r, values) for r, values in kept.snapshots if r >= keep]
+        kept.values_at = {at: value for at, value in kept.values_at.items() if at[0] > keep}
 
 
 class MemoryJournal:
@@ -134,6 +139,7 @@ class MemoryJournal:
     def __init__(self, thread: MemoryThread | None, registry: KeyRegistry) -> None:
         self._thread = thread
         self._registry = registry
+        self.held: Mapping[tuple[int, str], Any] = {} if thread is None else thread.values_at
 
     async def head(self) -> int | None:
         return None if self._thread is None else self._thread.held.revision

@@ -22,6 +22,7 @@ from .._engine.registry import KeyRegistry
 from .._engine.snapshot import Snapshot
 from .._errors import DecodeFailed, ReplayFailed
 from .._values.codec import CODEC_ERRORS, dec_hook
+from .._values.declared_types import copy_of
 from .._values.keys import KeyScope
 from .journal import CommitRecord
 
@@ -55,7 +56,8 @@ def apply_records(
     unreadable: Iterable[str] = (),
     skip_undecodable: bool = False,
     persistent_only: bool = True,
-    lost: set[str] | None = None,
+    held: Mapping[tuple[int, str], Any] | None = None,
+    lost: dict[str, int] | None = None,
 ) -> set[str]:
     """Apply `records` to `values` (thread keys by key string, changed in place), oldest first.
 
@@ -65,10 +67,11 @@ def apply_records(
     persistent thread keys, so an op on a key this kernel declares otherwise is stale too;
     records from the kernel's memory hold every op, and run keys' ops are history only. An
     update that no longer decodes is `DecodeFailed` (with `skip_undecodable`, its key is
-    dropped and stale instead); an `apply` that raises is `ReplayFailed`. A key whose op
-    was journaled without bytes is dropped from there on; given `lost`, it goes there
-    rather than among the stale keys (this kernel's own key, whose value is simply unknown
-    until a snapshot: nothing another kernel could rebuild either).
+    dropped and stale instead); an `apply` that raises is `ReplayFailed`. An op journaled
+    without bytes sets the value the kernel's memory `held` for it; without one (a store
+    written before every op had its bytes), its key is dropped from there on and, given
+    `lost`, goes there with the op's revision rather than among the stale keys (its value
+    is simply unknown until a snapshot: nothing another kernel could rebuild either).
 
     An update that a later clear of its key in `records` supersedes is not decoded at all:
     its value could not survive the clear, and a key whose type changed is migrated exactly
@@ -101,13 +104,18 @@ def apply_records(
                 continue
             if position < last_clear.get(name, -1):
                 continue  # cleared later on: whatever it did is gone by then
-            if op.update is None:  # never recorded: lost from here until a snapshot
-                values.pop(name, None)
+            if op.update is None:
+                kept = _MISSING if held is None else held.get((record.revision, name), _MISSING)
+                if kept is not _MISSING:  # the value as the kernel's memory held it
+                    copies = binding.copy_values or binding.copy_items
+                    values[name] = copy_of(kept, name) if copies else kept
+                    continue
+                values.pop(name, None)  # never recorded: lost from here until a snapshot
                 cannot_read.add(name)
                 if lost is None:
                     stale.add(name)
                 else:
-                    lost.add(name)
+                    lost.setdefault(name, record.revision)
                 continue
             try:
                 decoder = decoders.get((name, op.kind))

@@ -29,6 +29,7 @@ class StoredJournal:
     """One thread's stored journal; `whole` are the records this kernel holds whole."""
 
     persistent_only = True
+    held: Mapping[tuple[int, str], Any] = {}  # a store keeps every op's bytes
 
     def __init__(
         self,

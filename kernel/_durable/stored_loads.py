@@ -87,7 +87,7 @@ async def load_thread(
         thread_id=thread_id,
         unreadable=(*restored.foreign, *restored.undecodable),
         skip_undecodable=skip_undecodable,
-        lost=set(),  # unknown until a snapshot, but no reason to hold snapshots back
+        lost={},  # unknown until a snapshot, but no reason to hold snapshots back
     )
     return StoredThread(
         _held(registry, thread_id, stored, previous.held, restored.values, skip_undecodable),

@@ -126,6 +126,12 @@ class ThreadJournal(Protocol):
         then leaves the others alone)."""
         ...
 
+    @property
+    def held(self) -> Mapping[tuple[int, str], Any]:
+        """Values that no op of their commit could journal, by (revision, key string),
+        held as they are (a kernel's memory only; a store keeps every op's bytes)."""
+        ...
+
     async def head(self) -> int | None:
         """The saved head revision, or None for a thread never saved."""
         ...

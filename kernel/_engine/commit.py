@@ -171,7 +171,11 @@ class LiveState:
         if not working.values:
             return current
         changes = working.changes(contributions)
-        snapshot = Snapshot(revision, _with_changes(working.stored, changes), self._registry)
+        stored = _with_changes(working.stored, changes)
+        if pending is not None and pending.failed:  # before anything is published
+            assert self._writer is not None
+            pending = self._writer.complete(pending, stored)
+        snapshot = Snapshot(revision, stored, self._registry)
         if self._touched is not None:
             self._touched.update(changes)
         if pending is not None:

@@ -13,10 +13,10 @@ and the journal later only dates and labels what was written here (`CommitRecord
 The commit notes what was written as a `PendingCommit`, kept until a save.
 
 An `Overwrite` (a schema field's value replaced whole) is written as a `"value"` op holding
-that value, which replay sets as it is. An op that cannot be journaled as its update is
-written as a `"value"` op without bytes,
-and its key is `failed` for that commit: all of the key's ops in the commit then become one
-such op (`as_values`), and the save writes a snapshot to rebuild the key from.
+that value, which replay sets as it is. An op that cannot be journaled as its update makes
+its key `failed` for that commit: once the commit has applied its ops, all of the key's
+ops in it become one `"value"` op holding the value they made (`OpWriter.complete`), so
+every op replays.
 """
 
 from __future__ import annotations
@@ -24,13 +24,21 @@ from __future__ import annotations
 import datetime
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Literal
 
 import msgspec
 
-from .._values.codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
+from .._errors import StateValidationError
+from .._values.codec import (
+    CODEC_ERRORS,
+    NOT_EXACT,
+    STORABLE_TYPES,
+    dec_hook,
+    decodes_back,
+    enc_hook,
+)
 from .._values.commands import CLEAR, Overwrite
 from .._values.keys import KeyScope
 from .._values.phases import Phase
@@ -103,8 +111,8 @@ class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     `persistent_only` says which ops `ops` holds (see `OpWriter`); `thread_ops` is None
     unless a writer keeping persistent ops only set some aside: then it holds every thread
     key's op, memory-only ones included, for the kernel's memory. `failed` names keys some op
-    of which could not be journaled as its update. (A frozen msgspec Struct: one is built
-    for every commit.)
+    of which could not be journaled, even as the key's value (`OpWriter.complete`). (A
+    frozen msgspec Struct: one is built for every commit.)
     """
 
     revision: int
@@ -116,6 +124,9 @@ class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     failed: AbstractSet[str]
     persistent_only: bool
     at: float = msgspec.field(default_factory=time.time)
+    held: Mapping[str, Any] | None = None
+    """For the keys still in `failed` (their value could not be journaled either), their
+    value right after the commit, held as it is: only a kernel's memory keeps these."""
 
 
 class OpWriter:
@@ -130,10 +141,13 @@ class OpWriter:
     reads them sorts them (`_durable.journal.records_of`).
     """
 
-    __slots__ = ("_checks", "_registry", "hook_sources", "persistent_only", "routes")
+    __slots__ = ("_checks", "_registry", "hook_sources", "persistent_only", "routes", "to_store")
 
     def __init__(self, registry: KeyRegistry, *, persistent_only: bool) -> None:
         self._registry = registry
+        self.to_store = persistent_only
+        """Whether the persistent thread keys' ops go to a ThreadStore (then each must have
+        its bytes: `complete`)."""
         self.routes: dict[Any, str | Route] = {}
         """Key class -> its key string, for a key journaled as it is (`write` inlines
         those), or its `Route`; filled as keys are first seen."""
@@ -274,6 +288,65 @@ class OpWriter:
                 declared, dec_hook=dec_hook
             )
         return decodes_back(data, decoder, given)
+
+    def complete(self, pending: PendingCommit, values: Mapping[str, Any]) -> PendingCommit:
+        """`pending`, whose ops some keys could not journal as their updates (`failed`),
+        with each such key's ops made one `"value"` op holding its value right after the
+        commit (`values`, by key string; a key absent there is cleared). That keeps every
+        op replayable: `state_at` and `verify` never meet an op without bytes.
+
+        A value that cannot be journaled either (it does not encode, or would not decode
+        back equal) is refused for a key a ThreadStore keeps, before the commit publishes
+        anything: it could never be saved. For any other key the value is held as it is
+        (`PendingCommit.held`), for the kernel's memory.
+        """
+        filled: dict[str, JournalOp] = {}
+        held: dict[str, Any] = {}
+        for name in pending.failed:
+            binding = self._registry.by_name[name]
+            if name not in values:
+                filled[name] = JournalOp(name, "clear")
+                continue
+            value = values[name]
+            try:
+                data = encode_update(value)
+                if not binding.exact.values and not self._comes_back(binding, data, value, "value"):
+                    raise ValueError(NOT_EXACT)
+            except CODEC_ERRORS as error:
+                if self.to_store and binding.stored:
+                    raise StateValidationError(
+                        name,
+                        "a value a thread store keeps exactly",
+                        value,
+                        what="value",
+                        detail=(
+                            f"neither its update nor the value it made can be journaled, so "
+                            f"nothing was committed; the value cannot be encoded for "
+                            f"persistence: {error}. {STORABLE_TYPES}"
+                        ),
+                    ) from error
+                held[name] = value
+                continue
+            filled[name] = JournalOp(name, "value", data)
+        return msgspec.structs.replace(
+            pending,
+            ops=_filled(as_values(pending.ops, pending.failed), filled),
+            thread_ops=(
+                None
+                if pending.thread_ops is None
+                else _filled(as_values(pending.thread_ops, pending.failed), filled)
+            ),
+            failed=frozenset(held),
+            held=held or None,
+        )
+
+
+def _filled(ops: tuple[JournalOp, ...], filled: Mapping[str, JournalOp]) -> tuple[JournalOp, ...]:
+    """`ops` with each byte-less op of a key in `filled` replaced by that key's op."""
+    return tuple(
+        filled[op.key] if op.update is None and op.kind == "value" and op.key in filled else op
+        for op in ops
+    )
 
 
 def as_values(ops: tuple[JournalOp, ...], failed: AbstractSet[str]) -> tuple[JournalOp, ...]:

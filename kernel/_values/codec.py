@@ -21,7 +21,7 @@ import msgspec.inspect
 
 from .vector import Vector, _from_list
 
-__all__ = ["CODEC_ERRORS", "as_json_data", "dec_hook", "enc_hook"]
+__all__ = ["CODEC_ERRORS", "NOT_EXACT", "STORABLE_TYPES", "as_json_data", "dec_hook", "enc_hook"]
 
 CODEC_ERRORS: tuple[type[BaseException], ...] = (
     msgspec.MsgspecError,
@@ -32,6 +32,17 @@ CODEC_ERRORS: tuple[type[BaseException], ...] = (
 )
 """What msgspec raises for a value it cannot encode, convert or decode: the one list every
 boundary catches, so each failure becomes an error naming the key instead of escaping raw."""
+
+NOT_EXACT = (
+    "it would not decode back equal (JSON has no infinity or NaN, and a tuple, set or Vector "
+    "in a field typed Any comes back a list); declare the type it holds"
+)
+"""Why a value that encodes cannot be stored all the same."""
+STORABLE_TYPES = (
+    "Use a msgspec-encodable type (Struct, dataclass, attrs class, pydantic model, builtins, "
+    "Vector) or register the key with StateKeyOptions(persistent=False)."
+)
+"""The fix for a value a thread store cannot keep."""
 
 _ANY_ITEM: tuple[object, ...] = (Any, object)
 
