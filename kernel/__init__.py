@@ -13,6 +13,7 @@ from ._agents.run_result import PendingCall, RunResult
 from ._agents.suspension import Decision
 from ._durable.journal import CommitRecord, JournalOp
 from ._durable.replay import ReplayReport
+from ._durable.retention import Retention
 from ._durable.store import ThreadStore
 from ._engine.context import AgentSpec, PhaseContext, RunIdentity
 from ._engine.phase_engine import PhaseReport
@@ -111,6 +112,7 @@ __all__ = [
     "RemoveMessage",
     "ReplayFailed",
     "ReplayReport",
+    "Retention",
     "RevisionConflict",
     "Run",
     "RunIdentity",

@@ -21,6 +21,7 @@ from typing import Literal
 
 import attrs
 
+from .._durable.retention import Retention
 from .._durable.store import ThreadStore
 from .._durable.threads import SNAPSHOT_EVERY
 from .._engine.plugin import Plugin
@@ -71,6 +72,7 @@ class Agent:
         restore_errors: Literal["raise", "skip"] = "raise",
         unknown_keys: Literal["keep", "refuse"] = "keep",
         snapshot_every: int = SNAPSHOT_EVERY,
+        retention: Retention | None = None,
         on_phase: PhaseListener | None = None,
     ) -> None:
         if not callable(model):
@@ -85,6 +87,7 @@ class Agent:
             restore_errors=restore_errors,
             unknown_keys=unknown_keys,
             snapshot_every=snapshot_every,
+            retention=retention,
         )
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a string, got {system_prompt!r}")

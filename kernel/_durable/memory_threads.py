@@ -18,6 +18,7 @@ from .._values.declared_types import copy_of
 from .._values.keys import KeyScope
 from .journal import CommitRecord, Journaled, RunJournal
 from .replay import hash_of
+from .retention import Retention
 from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, ReplayBase, SuspendedRun
 
 __all__ = ["MemoryThreads"]
@@ -42,10 +43,16 @@ class MemoryThreads:
     durable = False
 
     def __init__(
-        self, registry: KeyRegistry, *, skip_undecodable: bool, snapshot_every: int = SNAPSHOT_EVERY
+        self,
+        registry: KeyRegistry,
+        *,
+        skip_undecodable: bool,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        retention: Retention | None = None,
     ) -> None:
         self._registry = registry
         self._snapshot_every = snapshot_every
+        self._retention = retention or Retention()
         self.skip_undecodable = skip_undecodable
         self._threads: dict[str, MemoryThread] = {}
         self._live = LiveRuns()
@@ -89,6 +96,9 @@ class MemoryThreads:
         if records and (journaled.unrecorded or kept.since_snapshot >= self._snapshot_every):
             kept.snapshots.append((revision, dict(thread_values)))
             kept.since_snapshot = 0
+            before = self._retention.prune_before(revision)
+            if before is not None:
+                await self.prune(thread_id, before=before)
         kept.held.note_saved(thread_values, run_values, revision, suspended)
         if on_saved is not None:
             on_saved()

@@ -21,6 +21,7 @@ hands it values to save.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ from .._values.keys import KeyScope
 from .chain import START, Chain, chain_records, seal_snapshot
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
+from .retention import Retention
 from .store import JournalEntry, ThreadSave, ThreadStore, store_failures
 from .stored_journal import StoredJournal
 from .stored_loads import load_thread, read_stored_as, snapshot_fetcher
@@ -48,6 +50,8 @@ from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, SuspendedRun
 
 __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 
+
+logger = logging.getLogger("statekernel")
 
 SNAPSHOT_BYTES = 1 << 20
 """A save writes a snapshot once the records saved since the last one hold as many bytes
@@ -68,8 +72,10 @@ class StoredThreads:
         skip_undecodable: bool,
         snapshot_every: int = SNAPSHOT_EVERY,
         refuse_unknown: bool = False,
+        retention: Retention | None = None,
     ) -> None:
         self._registry = registry
+        self._retention = retention or Retention()
         self._store = store
         self.skip_undecodable = skip_undecodable
         self._snapshot_every = snapshot_every
@@ -182,8 +188,24 @@ class StoredThreads:
         )
         if on_saved is not None:
             on_saved()
+        if save.snapshot is not None and not interrupted:
+            await self._retain(thread_id, revision)
         if interrupted:
             raise asyncio.CancelledError
+
+    async def _retain(self, thread_id: str, revision: int) -> None:
+        """Drop what the retention policy no longer keeps, now that a snapshot was written.
+        The save has landed, so a failure here is logged, not raised: the next snapshot's
+        save tries again, and nothing is lost meanwhile."""
+        before = self._retention.prune_before(revision)
+        if before is None:
+            return
+        try:
+            await self.prune(thread_id, before=before)
+        except StateError as error:
+            logger.warning(
+                "thread %r: pruning under the retention policy failed: %s", thread_id, error
+            )
 
     def _snapshot_needs(
         self,

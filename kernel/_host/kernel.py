@@ -18,6 +18,7 @@ from .._durable.history import ThreadHistory
 from .._durable.journal import CommitRecord
 from .._durable.memory_threads import MemoryThreads
 from .._durable.replay import ReplayReport
+from .._durable.retention import Retention
 from .._durable.store import ThreadStore
 from .._durable.stored_threads import StoredThreads
 from .._durable.threads import SNAPSHOT_EVERY, HeldThread, PendingAction, ThreadHome
@@ -72,6 +73,7 @@ class Kernel:
         restore_errors: Literal["raise", "skip"] = "raise",
         snapshot_every: int = SNAPSHOT_EVERY,
         unknown_keys: Literal["keep", "refuse"] = "keep",
+        retention: Retention | None = None,
     ) -> None:
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
             raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
@@ -83,6 +85,14 @@ class Kernel:
             raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
         if unknown_keys not in ("keep", "refuse"):
             raise ValueError(f"unknown_keys must be 'keep' or 'refuse', got {unknown_keys!r}")
+        if retention is None:
+            retention = Retention()
+        elif not isinstance(retention, Retention):
+            raise TypeError(
+                f"retention must be a statekernel.Retention (e.g. Retention(revisions=5000) or "
+                f"Retention.keep_all()), got {retention!r}"
+            )
+        self.retention = retention
         self.components = Components.build(
             plugins, extra_keys=(KeyBinding.of(DeadLetters, plugin=RESERVED_PLUGIN_ID),)
         )
@@ -103,9 +113,12 @@ class Kernel:
                 skip_undecodable=skip,
                 snapshot_every=snapshot_every,
                 refuse_unknown=unknown_keys == "refuse",
+                retention=retention,
             )
             if thread_store is not None
-            else MemoryThreads(keys, skip_undecodable=skip, snapshot_every=snapshot_every)
+            else MemoryThreads(
+                keys, skip_undecodable=skip, snapshot_every=snapshot_every, retention=retention
+            )
         )
         self._history = ThreadHistory(self._home, keys)
 

@@ -1,0 +1,50 @@
+"""`Retention`: how much of a thread's journal is kept, so that nothing grows without bound.
+
+A thread's cost per step is flat, but a journal that keeps every record grows with every
+step forever: in the store, and in a kernel's memory when it has no store. So by default a
+kernel keeps the last `DEFAULT_REVISIONS` revisions reachable (history, time travel, fork)
+and lets older records and snapshots go, each time a save writes a snapshot (the only time
+anything can go: a load needs the newest snapshot and the records after it).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["DEFAULT_REVISIONS", "Retention"]
+
+DEFAULT_REVISIONS = 1000
+
+
+def _check_revisions(instance: object, attribute: object, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"Retention(revisions=...) takes how many revisions to keep reachable (an int "
+            f">= 1), or use Retention.keep_all(); got {value!r}"
+        )
+
+
+@attrs.frozen
+class Retention:
+    """How much of each thread's journal a kernel keeps.
+
+    `revisions`: at least this many of the newest revisions stay reachable by `history`,
+    `state_at` and `fork`; older records and snapshots are dropped when a save writes a
+    snapshot (keeping the newest snapshot at or before the cut, so everything after it
+    still rebuilds). None keeps everything (`Retention.keep_all()`).
+    """
+
+    revisions: int | None = attrs.field(default=DEFAULT_REVISIONS, validator=_check_revisions)
+
+    @classmethod
+    def keep_all(cls) -> Retention:
+        """Keep every record and snapshot, until `kernel.prune` is called."""
+        return cls(revisions=None)
+
+    def prune_before(self, head: int) -> int | None:
+        """The revision before which a thread at `head` may be pruned, or None."""
+        if self.revisions is None or head - self.revisions <= 0:
+            return None
+        return head - self.revisions

@@ -1,0 +1,129 @@
+"""Retention: a thread's journal stays bounded by default, in a store and in memory."""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from journal_samples import Count, plugins
+from samples import commit_all
+
+from statekernel import (
+    Agent,
+    InferenceRequest,
+    InferenceResponse,
+    Kernel,
+    Retention,
+    StateCommand,
+    ThreadStore,
+    UnknownRevision,
+)
+from statekernel.stores import SqliteThreadStore
+
+
+def test_retention_keeps_the_newest_revisions_or_everything() -> None:
+    assert Retention().revisions == 1000
+    assert Retention.keep_all().revisions is None
+    assert Retention(revisions=10).prune_before(25) == 15
+    assert Retention(revisions=10).prune_before(10) is None
+    assert Retention.keep_all().prune_before(10**9) is None
+    for wrong in (0, -1, 1.5, True, "10"):
+        with pytest.raises(ValueError, match=r"Retention\(revisions=\.\.\.\).*keep_all"):
+            Retention(revisions=wrong)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="retention must be a statekernel.Retention"):
+        Kernel(plugins(), retention=100)  # type: ignore[arg-type]
+
+
+async def test_the_journal_keeps_the_newest_revisions_and_forgets_the_rest(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    kernel = Kernel(
+        plugins(),
+        thread_store=thread_store_or_none,
+        snapshot_every=10,
+        retention=Retention(revisions=25),
+    )
+    commands = [StateCommand().update(Count, 1) for _ in range(100)]
+    head = await commit_all(kernel, "t", *commands, checkpoints=True)
+    records = await kernel.history("t")
+    assert records[-1].revision == head == 100
+    assert 25 <= len(records) <= 25 + 10  # the newest 25, back to the snapshot before them
+    assert (await kernel.state_at("t", head - 25)).get(Count) == head - 25
+    with pytest.raises(UnknownRevision) as gone:
+        await kernel.state_at("t", 10)
+    assert gone.value.held is not None and gone.value.held[1] == head
+    assert (await kernel.verify("t")).ok
+    run = await kernel.start_run("t")
+    assert run.snapshot.get(Count) == head
+    await run.abandon()
+
+
+async def test_keep_all_keeps_every_revision(thread_store_or_none: ThreadStore | None) -> None:
+    kernel = Kernel(
+        plugins(),
+        thread_store=thread_store_or_none,
+        snapshot_every=10,
+        retention=Retention.keep_all(),
+    )
+    commands = [StateCommand().update(Count, 1) for _ in range(60)]
+    await commit_all(kernel, "t", *commands, checkpoints=True)
+    assert len(await kernel.history("t")) == 60
+    assert (await kernel.state_at("t", 1)).get(Count) == 1
+
+
+def used_bytes(path: Path) -> int:
+    """The bytes a SQLite file's pages hold (freed pages are reused, not returned)."""
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = raw.execute("PRAGMA page_count").fetchone()[0]
+        free = raw.execute("PRAGMA freelist_count").fetchone()[0]
+        size = raw.execute("PRAGMA page_size").fetchone()[0]
+    return int((pages - free) * size)
+
+
+async def test_a_sqlite_thread_of_20_000_steps_occupies_bounded_bytes_by_default(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "long.db"
+    sizes: dict[int, int] = {}
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)  # the default retention and snapshots
+        run = await kernel.start_run("t")
+        for step in range(1, 20_001):
+            await run.submit(StateCommand().update(Count, 1))
+            if step % 10 == 0:
+                await run.checkpoint()
+            if step in (10_000, 20_000):
+                sizes[step] = used_bytes(path)
+        await run.finish()
+        held = await kernel.history("t")
+        assert 1000 <= len(held) <= 1000 + 1000  # the newest 1,000, back to a snapshot
+        assert (await kernel.verify("t")).ok
+    assert sizes[20_000] - sizes[10_000] <= 16 * 1024, sizes  # flat: nothing piles up
+
+
+async def test_an_agent_without_a_store_runs_20_000_steps_in_bounded_memory() -> None:
+    """Each step adds two messages to the conversation, which the thread keeps by design;
+    the journal of those steps is bounded by the default retention, so memory grows by the
+    messages alone (about 300 bytes a step here, measured; about 1,340 with keep_all)."""
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse(text="ok")
+
+    agent = Agent([], model)
+    for _ in range(10_000):
+        await agent.run("t", "hello there")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(10_000):
+            await agent.run("t", "hello there")
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert grown / 10_000 < 600, f"{grown / 10_000:.0f} bytes per step"
+    assert len(await agent.kernel.history("t")) <= 2 * 1000 + 100
