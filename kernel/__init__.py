@@ -12,6 +12,7 @@ from ._agents.function_tools import tool
 from ._agents.run_result import PendingCall, RunResult
 from ._agents.suspension import Decision
 from ._durable.journal import CommitRecord, JournalOp
+from ._durable.rebase import Rebase
 from ._durable.replay import ReplayReport
 from ._durable.retention import Retention
 from ._durable.store import ThreadStore
@@ -109,6 +110,7 @@ __all__ = [
     "ProfileAccess",
     "ProfileKey",
     "ProfileStore",
+    "Rebase",
     "RemoveMessage",
     "ReplayFailed",
     "ReplayReport",

@@ -150,6 +150,15 @@ class RunJournal:
         self.writer = OpWriter(registry, persistent_only=persistent_only)
         """How the run's live state writes its ops (`LiveState.keep_journal`)."""
 
+    @property
+    def run_id(self) -> str | None:
+        return self._run_id
+
+    def rename(self, run_id: str) -> None:
+        """Journal the run's commits under `run_id` from now on (its number was taken by
+        another kernel's run that saved first: `_durable.rebase`)."""
+        self._run_id = run_id
+
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
         """The commits noted since the last save, as records."""
         return records_of(

@@ -25,15 +25,17 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
 import msgspec
 
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import StateError
+from .._errors import RevisionConflict, StateError
 from .._values.keys import KeyScope
 from .chain import START, Chain, chain_records, seal_snapshot
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
+from .rebase import Rebase, commutes, merged, renumbered
 from .retention import Retention
 from .store import JournalEntry, ThreadSave, ThreadStore, store_failures
 from .stored_journal import StoredJournal
@@ -46,12 +48,16 @@ from .thread_snapshots import (
     whole_snapshot,
     write_snapshot,
 )
-from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, SuspendedRun
+from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, Rebased, SuspendedRun
 
 __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 
 
 logger = logging.getLogger("statekernel")
+
+REBASE_ATTEMPTS = 8
+"""How many times a save that commutes tries to land after newer heads before it is a
+`RevisionConflict` (only when other kernels keep saving the thread in between)."""
 
 SNAPSHOT_BYTES = 1 << 20
 """A save writes a snapshot once the records saved since the last one hold as many bytes
@@ -136,14 +142,47 @@ class StoredThreads:
         journaled: Journaled,
         suspended: SuspendedRun | None = None,
         on_saved: Callable[[], None] | None = None,
-    ) -> None:
+    ) -> Rebased | None:
         """Append the run's records, with a snapshot of the persistent thread keys when the
         policy says so (`_snapshot_due`) or a key needs one (`_snapshot_needs`).
 
         Only what this save writes is looked at, so its cost follows what changed, not how
-        many keys the thread holds.
+        many keys the thread holds. A save another kernel's overtook rebases when its
+        commits only commute (`_rebase`), else it is a `RevisionConflict`.
         """
         kept = self._threads[thread_id]
+        rebased = None
+        try:
+            landed = await self._land(
+                thread_id, kept, values, revision, touched, journaled, suspended
+            )
+        except RevisionConflict as conflict:
+            if not _may_rebase(self._registry, kept, journaled, suspended):
+                raise
+            found = await self._rebase(thread_id, kept, values, touched, journaled)
+            if found is None:
+                raise conflict from None
+            rebased, landed = found
+            revision = rebased.report.revision
+        if on_saved is not None:
+            on_saved()
+        if landed.interrupted:
+            raise asyncio.CancelledError
+        if landed.snapshot:
+            await self._retain(thread_id, revision)
+        return rebased
+
+    async def _land(
+        self,
+        thread_id: str,
+        kept: StoredThread,
+        values: Mapping[str, Any],
+        revision: int,
+        touched: frozenset[str],
+        journaled: Journaled,
+        suspended: SuspendedRun | None,
+    ) -> _Landed:
+        """Write one save on top of what `kept` knows of the store, and note it there."""
         records = _with_drop_clears(kept.dropped, journaled.records)
         entries, chain = chain_records(records, kept.chain)
         size = sum(len(entry.data) for entry in entries)
@@ -186,12 +225,62 @@ class StoredThreads:
             revision,
             suspended,
         )
-        if on_saved is not None:
-            on_saved()
-        if save.snapshot is not None and not interrupted:
-            await self._retain(thread_id, revision)
-        if interrupted:
-            raise asyncio.CancelledError
+        return _Landed(interrupted, snapshot is not None)
+
+    async def _rebase(
+        self,
+        thread_id: str,
+        kept: StoredThread,
+        values: Mapping[str, Any],
+        touched: frozenset[str],
+        journaled: Journaled,
+    ) -> tuple[Rebased, _Landed] | None:
+        """Land the save after the newer head: load it, apply this save's commits to it
+        (renumbered, and under a new run number when the other kernel's run took this
+        one's), and save that; again while other kernels keep overtaking (a bounded number
+        of times). Nothing of it is stored unless the whole lands."""
+        registry = self._registry
+        for _ in range(REBASE_ATTEMPTS):
+            newer = await load_thread(
+                self._store,
+                registry,
+                thread_id,
+                kept,
+                skip_undecodable=self.skip_undecodable,
+                refuse_unknown=self._refuse_unknown,
+            )
+            if newer.held.suspended is not None or newer.position == kept.position:
+                return None  # a run waits there (exclusive), or nothing moved
+            onto = newer.held.revision
+            run_id = journaled.records[0].run_id if journaled.records else None
+            if run_id is not None and kept.held.runs <= newer.held.runs:
+                newer.held.runs += 1  # the other kernel's run took this one's number
+                run_id = f"{thread_id}:run-{newer.held.runs}"
+            elif run_id is not None:
+                newer.held.runs = kept.held.runs
+            records = renumbered(journaled.records, onto, run_id)
+            thread_values = merged(
+                registry,
+                dict(newer.held.values),
+                records,
+                thread_id=thread_id,
+                expected=kept.position,
+                actual=newer.position,
+            )
+            head = onto + len(records)
+            whole = tuple(renumbered(journaled.whole, onto, run_id)) if journaled.whole else ()
+            moved = attrs.evolve(journaled, records=records, whole=whole)
+            all_values = {**values, **_named(thread_values, registry.stored_names)}
+            try:
+                landed = await self._land(thread_id, newer, all_values, head, touched, moved, None)
+            except RevisionConflict:
+                kept = newer
+                continue
+            self._threads[thread_id] = newer
+            report = Rebase(onto, head, run_id)
+            logger.info("thread %r: a save rebased onto revision %d", thread_id, onto)
+            return Rebased(report, _named(thread_values, registry.stored_names)), landed
+        return None
 
     async def _retain(self, thread_id: str, revision: int) -> None:
         """Drop what the retention policy no longer keeps, now that a snapshot was written.
@@ -362,6 +451,25 @@ class StoredThreads:
         kept = self._threads.get(thread_id)
         if kept is not None:
             kept.whole = [r for r in kept.whole if r.revision > snapshot.revision]
+
+
+def _may_rebase(
+    registry: KeyRegistry,
+    kept: StoredThread,
+    journaled: Journaled,
+    suspended: SuspendedRun | None,
+) -> bool:
+    """Whether a stale save may land after the newer head: it carries commits, every op of
+    which commutes (`rebase.commutes`), and no suspension. (A save of nothing but a run
+    ending has nothing to merge, and stays a conflict, so a stale run learns it was.)"""
+    records = journaled.records
+    return bool(records) and suspended is None and not kept.dropped and commutes(registry, records)
+
+
+@attrs.frozen
+class _Landed:
+    interrupted: bool  # a cancellation arrived while it was written: raise it once noted
+    snapshot: bool  # it wrote a snapshot (so retention may prune)
 
 
 def _with_drop_clears(dropped: frozenset[str], records: list[CommitRecord]) -> list[CommitRecord]:

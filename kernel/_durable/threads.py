@@ -25,12 +25,14 @@ import msgspec
 from .._engine.registry import KeyBinding
 from .._errors import StateError
 from .journal import CommitRecord, Journaled, RunJournal
+from .rebase import Rebase
 
 __all__ = [
     "SNAPSHOT_EVERY",
     "HeldThread",
     "LiveRuns",
     "PendingAction",
+    "Rebased",
     "ReplayBase",
     "SuspendedRun",
     "ThreadHome",
@@ -104,6 +106,16 @@ class HeldThread:
         self.run_values = run_values if suspended is not None else {}
         self.revision = revision
         self.suspended = suspended
+
+
+@attrs.frozen
+class Rebased:
+    """How a save landed after another kernel's (`_durable.rebase`): the report the run
+    gives its caller, and the thread keys as they stand at the new head (the other
+    kernel's commits with this one's after them), which the run continues from."""
+
+    report: Rebase
+    values: dict[str, Any]
 
 
 @attrs.define
@@ -221,8 +233,9 @@ class ThreadHome(Protocol):
         journaled: Journaled,
         suspended: SuspendedRun | None = None,
         on_saved: Callable[[], None] | None = None,
-    ) -> None:
-        """Save a claimed thread's commits since its last save and where it stands.
+    ) -> Rebased | None:
+        """Save a claimed thread's commits since its last save and where it stands; a
+        save that rebased after another kernel's says how (`Rebased`).
 
         `values` are the run's values at `revision`, `journaled` its commits since the last
         save, `touched` the keys it wrote (what it replaced of `set_aside`). With

@@ -116,6 +116,18 @@ class LiveState:
         mutable value."""
         return self._snapshot._stored_values()
 
+    def rebase(self, values: Mapping[str, Any], revision: int) -> None:
+        """Continue from `revision`, where the persistent thread keys hold `values`: what a
+        save that rebased after another kernel's found (its commits and this run's). Run
+        keys and `persistent=False` keys stay as they are; nothing is journaled."""
+        stored = self._snapshot._stored_values().mutate()
+        for name in self._registry.stored_names:
+            if name in values:
+                stored[name] = values[name]
+            elif name in stored:
+                del stored[name]
+        self._snapshot = Snapshot(revision, stored.finish(), self._registry)
+
     def track_touched(self) -> None:
         """From now on, remember the key strings every commit touches (`touched_names`)."""
         if self._touched is None:

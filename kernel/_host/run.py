@@ -16,6 +16,7 @@ import attrs
 import msgspec
 
 from .._durable.journal import CommitRecord, RunJournal
+from .._durable.rebase import Rebase
 from .._durable.threads import PendingAction, SuspendedRun, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
@@ -75,15 +76,19 @@ class Lease:
     thread_id: str
     journal: RunJournal
     saves: int = 0
+    rebases: list[Rebase] = attrs.field(factory=list)
 
     async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
+        """Save the run's commits since the last save; one that rebased after another
+        kernel's moves the run on to the new head (and, if that run took this one's number,
+        to a new run id)."""
         pending = state.pending_commits()
 
         def saved() -> None:  # durable now (and only once the save succeeded)
             state.forget_commits(len(pending))
             self.saves += 1
 
-        await self.home.save(
+        rebased = await self.home.save(
             self.thread_id,
             state.stored_values(),
             revision=state.revision,
@@ -92,6 +97,11 @@ class Lease:
             suspended=suspended,
             on_saved=saved,
         )
+        if rebased is not None:
+            state.rebase(rebased.values, rebased.report.revision)
+            self.rebases.append(rebased.report)
+            if rebased.report.run_id is not None:
+                self.journal.rename(rebased.report.run_id)
 
     def release(self) -> None:
         self.home.release(self.thread_id)
@@ -147,6 +157,18 @@ class Run:
         """How many saves of this run succeeded (checkpoints, and the one of `finish` or
         `suspend`): 0 means nothing this run did is durable."""
         return self._lease.saves
+
+    @property
+    def rebases(self) -> tuple[Rebase, ...]:
+        """The saves of this run that landed after another kernel's (`Rebase`: onto which
+        revision, and the run id they were journaled under), oldest first."""
+        return tuple(self._lease.rebases)
+
+    async def _save(self, suspended: SuspendedRun | None = None) -> None:
+        await self._lease.save(self._state, suspended)
+        run_id = self._lease.journal.run_id
+        if run_id is not None and run_id != self.identity.run_id:
+            self.identity = attrs.evolve(self.identity, run_id=run_id)
 
     @property
     def durable(self) -> bool:
@@ -412,7 +434,7 @@ class Run:
         self._check_open()
         record = self._suspended_record(resumable) if resumable is not None else None
         async with self._lock:
-            await self._lease.save(self._state, record)
+            await self._save(record)
 
     async def finish(self, **fields: Any) -> PhaseReport:
         """Run RUN_END, save the thread keys and close the run.
@@ -492,7 +514,7 @@ class Run:
         try:
             if save:
                 async with self._lock:
-                    await self._lease.save(self._state)
+                    await self._save()
         finally:
             self._finished = True
             self._lease.release()
