@@ -104,6 +104,7 @@ _DELETE = (
     "DELETE FROM thread_records WHERE thread_id = ?",
     "DELETE FROM thread_snapshots WHERE thread_id = ?",
 )
+_INLINE_BYTES = 64 * 1024  # a save at most this big may run on the loop's thread
 _NO_LIMIT = -1  # SQLite's LIMIT -1: no limit
 _NO_END = 2**63 - 1
 
@@ -224,6 +225,18 @@ class _Save:
     thread_id: str
     save: ThreadSave
     expected: int
+
+    @property
+    def inline(self) -> bool:
+        """A step's save (records, no big snapshot) is cheaper than a hop to the thread."""
+        size = sum(len(entry.data) for entry in self.save.records)
+        if self.save.snapshot is not None:
+            size += sum(len(data) for data in self.save.snapshot.values())
+        return size <= _INLINE_BYTES
+
+    def run_alone(self, conn: sqlite3.Connection) -> None:
+        """In a transaction of its own (inline): a failure rolls the whole of it back."""
+        self._write(conn)
 
     def run(self, conn: sqlite3.Connection) -> None:
         # Other ops of the batch share the transaction: this one's writes go or stay whole.
