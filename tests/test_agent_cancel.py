@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from journal_samples import Count, plugins
 from samples import Ends, Hooks, answered
 
 from statekernel import (
@@ -15,8 +16,10 @@ from statekernel import (
     Decision,
     InferenceRequest,
     InferenceResponse,
+    Kernel,
     PhaseContext,
     ScriptedModel,
+    StateCommand,
     StateError,
     Suspend,
     ToolCall,
@@ -384,6 +387,7 @@ class CancellingStore(SqliteThreadStore):
         self.saves += 1
         if self.saves == self.at and self.task is not None:
             asyncio.get_running_loop().call_soon(self.task.cancel)
+            await asyncio.sleep(0)  # a save that waits (a big one, a busy file: threaded)
         await super().save(thread_id, save, expected_position=expected_position)
 
 
@@ -441,6 +445,7 @@ class ExpiringStore(SqliteThreadStore):
         self.saves += 1
         if self.saves == self.at and self.timeout is not None:
             self.timeout.reschedule(asyncio.get_running_loop().time())
+            await asyncio.sleep(0)  # a save that waits (a big one, a busy file: threaded)
         await super().save(thread_id, save, expected_position=expected_position)
 
 
@@ -461,3 +466,26 @@ async def test_a_timeout_during_a_save_is_a_timeout_and_nothing_is_left_pending(
         await asyncio.sleep(0)  # no stray cancellation arrives later
         result = await agent.run("t", ["again"])
     assert result.outcome == "success" and answered(result.messages)
+
+
+async def test_a_cancel_requested_while_a_small_save_runs_inline_arrives_once_it_landed(
+    tmp_path: Path,
+) -> None:
+    """A step's save to an idle SQLite file runs inline, without waiting: a cancellation
+    requested meanwhile cannot cut it short, and arrives at the run's next wait."""
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        run = await kernel.start_run("t")
+        await run.submit(StateCommand().update(Count, 1))
+        await run.checkpoint()  # opens the file (on its thread)
+        await run.submit(StateCommand().update(Count, 1))
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_soon(task.cancel)
+        await run.checkpoint()  # inline: landed before the cancellation could arrive
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        task.uncancel()
+        stored = await store.load("t")
+        assert stored is not None and stored.revision == 2
+        await run.abandon()
