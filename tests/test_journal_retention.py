@@ -8,7 +8,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from journal_samples import Count, plugins
+from journal_samples import Count, Log, plugins
 from samples import commit_all
 
 from statekernel import (
@@ -127,3 +127,22 @@ async def test_an_agent_without_a_store_runs_20_000_steps_in_bounded_memory() ->
         tracemalloc.stop()
     assert grown / 10_000 < 600, f"{grown / 10_000:.0f} bytes per step"
     assert len(await agent.kernel.history("t")) <= 2 * 1000 + 100
+
+
+async def test_retention_keeps_what_the_snapshots_of_a_growing_vector_read(
+    thread_store: ThreadStore,
+) -> None:
+    """A Vector's snapshot extends the one that holds its whole value: pruning keeps back to
+    that one, so every revision in the window still rebuilds (the whole value is written
+    again once the Vector doubled, so what is kept stays about the size of the state)."""
+    kernel = Kernel(
+        plugins(), thread_store=thread_store, snapshot_every=10, retention=Retention(revisions=25)
+    )
+    commands = [StateCommand().update(Log, (f"l{i}",)) for i in range(100)]
+    head = await commit_all(kernel, "t", *commands, checkpoints=True)
+    records = await kernel.history("t")
+    assert 25 <= len(records) < head  # pruned, but not into what the window reads
+    for revision in (head - 25, records[0].revision):
+        snapshot = await kernel.state_at("t", revision)
+        assert list(snapshot.get(Log)) == [f"l{i}" for i in range(revision)]
+    assert (await Kernel(plugins(), thread_store=thread_store).verify("t")).ok

@@ -24,7 +24,7 @@ from .journal import CommitRecord
 from .key_codec import Restored, decode_values
 from .replay import apply_records
 from .store import ThreadSnapshot, ThreadState, ThreadStore, store_failures
-from .stored_thread import StoredThread
+from .stored_thread import StoredThread, snapshot_origin
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
     RESERVED_VALUES,
@@ -103,6 +103,15 @@ async def load_thread(
         drop_marker=drop_marker,
         whole=previous.whole,
         chain=chain,
+        snapshot_origins=(
+            {
+                stored.snapshot_revision: snapshot_origin(
+                    stored.snapshot_revision, bases, {**restored.foreign, **restored.undecodable}
+                )
+            }
+            if stored.values
+            else {}
+        ),
     )
 
 

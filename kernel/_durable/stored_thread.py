@@ -10,16 +10,18 @@ save in it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from .chain import Chain
 from .journal import CommitRecord
 from .key_codec import EncodeCache
 from .store import ThreadSave
-from .thread_snapshots import VectorBase
+from .thread_snapshots import VectorBase, holds_references
 from .threads import HeldThread
 
-__all__ = ["StoredThread"]
+__all__ = ["StoredThread", "snapshot_origin"]
 
 
 @attrs.define
@@ -57,6 +59,11 @@ class StoredThread:
     whole: list[CommitRecord] = attrs.field(factory=list)
     cache: EncodeCache = attrs.field(factory=EncodeCache)
     chain: Chain = attrs.field(factory=Chain)
+    snapshot_origins: dict[int, int | None] = attrs.field(factory=dict)
+    """The snapshots this kernel knows of (revision -> the oldest snapshot it reads, through
+    Vector references; None: unknown), so that retention prunes without reading any."""
+    pruned_to: int = 0
+    """The revision retention last pruned before (nothing older is left)."""
 
     def note_save(
         self,
@@ -84,7 +91,20 @@ class StoredThread:
             self.bytes_since_snapshot += size
             return
         self.drop_marker = drop_marker
+        self.snapshot_origins[save.revision] = snapshot_origin(
+            save.revision, bases, {**self.foreign, **undecodable}
+        )
         self.since_snapshot = self.bytes_since_snapshot = 0
         self.snapshot_bytes = sum(len(data) for data in save.snapshot.values())
         self.vector_bases = bases
         self.stale = frozenset()
+
+
+def snapshot_origin(
+    revision: int, bases: Mapping[str, VectorBase], raw: Mapping[str, bytes]
+) -> int | None:
+    """The oldest snapshot the one at `revision` reads: where its Vectors' whole values are
+    (`bases`); unknown (None) when bytes this kernel keeps raw refer to older snapshots."""
+    if holds_references(raw):
+        return None
+    return min((base.origin for base in bases.values()), default=revision)

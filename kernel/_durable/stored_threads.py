@@ -283,18 +283,36 @@ class StoredThreads:
         return None
 
     async def _retain(self, thread_id: str, revision: int) -> None:
-        """Drop what the retention policy no longer keeps, now that a snapshot was written.
-        The save has landed, so a failure here is logged, not raised: the next snapshot's
-        save tries again, and nothing is lost meanwhile."""
+        """Drop what the retention policy no longer keeps, now that a snapshot was written:
+        from the newest snapshot this kernel knows at or before the cut, everything older
+        than what it reads (one store call, no reads). The save has landed, so a failure
+        here is logged, not raised: the next snapshot's save tries again."""
+        kept = self._threads.get(thread_id)
         before = self._retention.prune_before(revision)
-        if before is None:
+        if kept is None or before is None:
+            return
+        known = [at for at in kept.snapshot_origins if at <= before]
+        if not known:
+            return  # this claim knows no snapshot that old yet
+        newest = max(known)
+        origin = kept.snapshot_origins[newest]
+        point = newest if origin is None else origin
+        if point <= kept.pruned_to:
             return
         try:
-            await self.prune(thread_id, before=before)
+            if origin is None:  # raw bytes refer back: find how far, snapshot by snapshot
+                await self.prune(thread_id, before=newest)
+            else:
+                with store_failures("thread prune", thread_id):
+                    await self._store.prune(thread_id, before=point)
+                kept.whole = [r for r in kept.whole if r.revision > point]
         except StateError as error:
             logger.warning(
-                "thread %r: pruning under the retention policy failed: %s", thread_id, error
+                "thread %r: pruning by the retention policy failed: %s", thread_id, error
             )
+            return
+        kept.pruned_to = point
+        kept.snapshot_origins = {at: o for at, o in kept.snapshot_origins.items() if at >= point}
 
     def _snapshot_needs(
         self,

@@ -39,6 +39,7 @@ __all__ = [
     "RUN_COUNT",
     "VectorBase",
     "differing_keys",
+    "holds_references",
     "read_snapshot",
     "referenced_revisions",
     "whole_snapshot",
@@ -67,6 +68,7 @@ class VectorBase:
     value: Vector[Any]
     chain: int  # references between this snapshot and the last whole value
     whole: int  # how many items the last whole value held
+    origin: int  # the revision of the snapshot that holds that whole value
 
 
 class _Extension(msgspec.Struct, frozen=True, rename={"extends": _EXTENDS}):
@@ -99,10 +101,12 @@ def write_snapshot(
             extension = _extension(registry, name, value, base, cache)
             if extension is not None:
                 extended[name] = extension
-                new_bases[name] = VectorBase(revision, value, base.chain + 1, base.whole)
+                new_bases[name] = VectorBase(
+                    revision, value, base.chain + 1, base.whole, base.origin
+                )
                 del whole[name]
                 continue
-        new_bases[name] = VectorBase(revision, value, 0, len(value))
+        new_bases[name] = VectorBase(revision, value, 0, len(value), revision)
     encoded = encode_scope(registry, whole, KeyScope.THREAD, cache)
     return {**encoded, **extended}, {
         n: b for n, b in new_bases.items() if n in encoded or n in extended
@@ -161,7 +165,7 @@ async def read_snapshot(
         scope=KeyScope.THREAD,
     )
     bases: dict[str, VectorBase] = {
-        name: VectorBase(snapshot.revision, value, 0, len(value))
+        name: VectorBase(snapshot.revision, value, 0, len(value), snapshot.revision)
         for name, value in restored.values.items()
         if type(value) is Vector
     }
@@ -171,22 +175,25 @@ async def read_snapshot(
             restored.foreign[name] = data
             continue
         try:
-            value, chain, whole = await _follow(binding.value_type, name, data, fetch, record)
+            value, chain, whole, origin = await _follow(
+                binding.value_type, name, data, fetch, record, snapshot.revision
+            )
         except DecodeFailed:
             if not skip_undecodable:
                 raise
             restored.undecodable[name] = data
             continue
         restored.values[name] = value
-        bases[name] = VectorBase(snapshot.revision, value, chain, whole)
+        bases[name] = VectorBase(snapshot.revision, value, chain, whole, origin)
     return restored, bases
 
 
 async def _unchain(
-    name: str, data: bytes, fetch: FetchSnapshot, record: str
-) -> tuple[bytes, list[bytes]]:
-    """A key's snapshot bytes followed back through its references: the whole value they
-    start from, and the items each reference added, newest first."""
+    name: str, data: bytes, fetch: FetchSnapshot, record: str, revision: int
+) -> tuple[bytes, list[bytes], int]:
+    """A key's snapshot bytes (of the snapshot at `revision`) followed back through its
+    references: the whole value they start from, the items each reference added, newest
+    first, and the revision of the snapshot that holds the whole value."""
     parts: list[bytes] = []
     while _is_reference(data):
         try:
@@ -205,14 +212,16 @@ async def _unchain(
                 ),
             )
         data = older.values[name]
-    return data, parts
+        revision = older.revision
+    return data, parts, revision
 
 
 async def _follow(
-    value_type: Any, name: str, data: bytes, fetch: FetchSnapshot, record: str
-) -> tuple[Vector[Any], int, int]:
-    """The Vector a reference stands for: its base's items, then its own."""
-    data, parts = await _unchain(name, data, fetch, record)
+    value_type: Any, name: str, data: bytes, fetch: FetchSnapshot, record: str, revision: int
+) -> tuple[Vector[Any], int, int, int]:
+    """The Vector a reference stands for (its base's items, then its own), how many
+    references led to it, how many items the whole value held, and where that is."""
+    data, parts, origin = await _unchain(name, data, fetch, record, revision)
     chain = len(parts)
     try:
         value = msgspec.json.decode(data, type=value_type, dec_hook=dec_hook)
@@ -223,7 +232,12 @@ async def _follow(
         raise DecodeFailed(name, record, error) from error
     if type(value) is not Vector:
         raise DecodeFailed(name, record, TypeError("a snapshot reference is only for a Vector"))
-    return value, chain, whole
+    return value, chain, whole, origin
+
+
+def holds_references(values: Mapping[str, bytes]) -> bool:
+    """Whether any of a snapshot's values refers to an older snapshot."""
+    return any(_is_reference(data) for data in values.values())
 
 
 def referenced_revisions(snapshot: ThreadSnapshot) -> set[int]:
@@ -256,7 +270,7 @@ async def whole_snapshot(
     stands for, key by key as JSON, whatever the key (for a copy that must stand alone)."""
     whole: dict[str, bytes] = {}
     for name, stored in snapshot.values.items():
-        data, parts = await _unchain(name, stored, fetch, record)
+        data, parts, _ = await _unchain(name, stored, fetch, record, snapshot.revision)
         if parts:
             items: list[Any] = _any.decode(data)
             for part in reversed(parts):
