@@ -44,12 +44,12 @@ class Tampered:
         store: ThreadStore,
         *,
         records: Callable[[Entries], Entries] = lambda entries: entries,
-        head: int | None = None,
+        head: Callable[[ThreadState], ThreadState] = lambda state: state,
         snapshot: Callable[[ThreadSnapshot], ThreadSnapshot] = lambda snapshot: snapshot,
     ) -> None:
         self.store = store
         self.edit_records = records
-        self.head = head
+        self.edit_head = head
         self.edit_snapshot = snapshot
 
     async def load(self, thread_id: str) -> ThreadState | None:
@@ -58,11 +58,12 @@ class Tampered:
             return None
         snapshot = self.edit_snapshot(ThreadSnapshot(state.snapshot_revision, state.values))
         every = self.edit_records(await self.store.records(thread_id))
-        return msgspec.structs.replace(
-            state,
-            revision=state.revision if self.head is None else self.head,
-            values=snapshot.values,
-            records=tuple(e for e in every if e.revision > state.snapshot_revision),
+        return self.edit_head(
+            msgspec.structs.replace(
+                state,
+                values=snapshot.values,
+                records=tuple(e for e in every if e.revision > state.snapshot_revision),
+            )
         )
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
@@ -161,7 +162,11 @@ TAMPERINGS: dict[str, tuple[dict[str, object], int]] = {
     ),
     "a record's link changed": ({"records": rewritten(33, relinked)}, 33),
     "the newest record changed": ({"records": rewritten(HEAD, forged_body)}, HEAD),
-    "the head raised": ({"head": 40}, HEAD + 1),
+    "the head raised": ({"head": lambda state: msgspec.structs.replace(state, revision=40)}, 36),
+    "the head's seal removed": (
+        {"head": lambda state: msgspec.structs.replace(state, seal=None)},
+        HEAD,
+    ),
     "a snapshot altered": ({"snapshot": altered_snapshot}, 30),
 }
 
@@ -192,12 +197,15 @@ def on_disk(path: Path, name: str) -> None:
             put(33, relinked(rows[33]))
         elif name == "the newest record changed":
             put(HEAD, forged_body(rows[HEAD]))
-        elif name == "the head raised":
+        elif name in ("the head raised", "the head's seal removed"):
             (blob,) = raw.execute(
                 "SELECT state FROM thread_states WHERE thread_id = 't'"
             ).fetchone()
             head = msgspec.msgpack.decode(blob)
-            head["revision"] = 40
+            if name == "the head raised":
+                head["revision"] = 40
+            else:
+                del head["seal"]
             raw.execute(
                 "UPDATE thread_states SET state = ? WHERE thread_id = 't'",
                 (msgspec.msgpack.encode(head),),

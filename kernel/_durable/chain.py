@@ -177,7 +177,9 @@ def walk(
     """The records of `entries`, which must follow revision `after` one by one, checked
     link by link from `link` (the link at `after`, trusted; None: unknown, the first is
     taken as it is), and the link at each of them. `then` is the link that vouches for the
-    last (the head's, when they end there). A break is `JournalCorrupted`."""
+    last (the head's, when they end there). Every record from `chain.chained_from` on must
+    carry its link; before that (a thread stored before the chain) a record is checked
+    only if it carries one. A break is `JournalCorrupted`."""
     records: list[CommitRecord] = []
     links: list[bytes] = []
     expected = after + 1
@@ -189,8 +191,9 @@ def walk(
             )
         record = decode_record(entry.data, thread_id=thread_id, revision=revision)
         own = link_of(entry.data)
+        prev = record_prev(entry.data)
         chained = chain.chained_from is not None and revision >= chain.chained_from
-        if chained and link is not None and record_prev(entry.data) != link:
+        if link is not None and (chained or prev is not None) and prev != link:
             _broken(thread_id, entries, index, own, then, trusted_start=index == 0)
         records.append(record)
         links.append(own)
@@ -227,8 +230,16 @@ def _broken(
     )
 
 
-def check_head(thread_id: str, head: int, reached: int, link: bytes | None, chain: Chain) -> None:
-    """The head must name the revision and the link the walk reached."""
+def check_head(
+    thread_id: str, head: int, reached: int, link: bytes | None, chain: Chain, *, sealed: bool
+) -> None:
+    """The head must name the revision and the link the walk reached; and a head without a
+    seal is a thread stored before the chain only if nothing read was `sealed` (a record
+    with a link, a snapshot with a seal): else its seal was taken away."""
+    if chain.chained_from is None and sealed:
+        raise JournalCorrupted(
+            thread_id, reached, "the head lost its seal: nothing vouches for the newest record"
+        )
     if reached < head:
         raise JournalCorrupted(
             thread_id,

@@ -13,8 +13,8 @@ from typing import Any
 
 from .._engine.registry import KeyRegistry
 from .._errors import JournalCorrupted
-from .chain import START, Chain, check_head, read_head_seal, snapshot_link, walk
-from .journal import CommitRecord
+from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
+from .journal import CommitRecord, record_prev
 from .store import ThreadSnapshot, ThreadStore, store_failures
 from .stored_loads import trusted_records
 from .thread_snapshots import RESERVED_VALUES, differing_keys, read_snapshot
@@ -22,7 +22,9 @@ from .threads import ReplayBase
 
 __all__ = ["StoredJournal"]
 
-_SEALED_IF_SO = Chain(START, None)  # history reads check the seals they find
+_LINKED_ONLY = Chain(START, None)
+"""What history reads assume of a thread's chain without reading its head: they check
+the records and seals they find (a thread stored before the chain has none)."""
 
 
 class StoredJournal:
@@ -43,6 +45,7 @@ class StoredJournal:
         self._store, self._registry, self._thread_id = store, registry, thread_id
         self._skip = skip
         self._whole = whole
+        self._links: dict[int, bytes] = {}  # the link each sealed snapshot `base` read names
 
     async def head(self) -> int | None:
         with store_failures("thread history read", self._thread_id):
@@ -52,42 +55,30 @@ class StoredJournal:
     async def records(
         self, since: int, until: int | None = None, limit: int | None = None
     ) -> list[CommitRecord]:
-        """The records asked for, each checked against its neighbours' links: the one
-        after the last (read too) or the head vouches for it, and the snapshot at `since`
-        (when it is there) for the first."""
+        """The records asked for, each checked against its neighbours' links: the record
+        after the last (read too, when there is one) vouches for it, and the sealed
+        snapshot at `since` (when this journal just read it, as `state_at` does) or the
+        start of the thread for the first. (The head vouches for the newest record: loads
+        and `verify` check that.)"""
         thread_id = self._thread_id
         with store_failures("thread history read", thread_id):
-            stored = await self._store.load(thread_id)
             entries = await self._store.records(
                 thread_id,
                 since=since,
                 until=None if until is None else until + 1,
                 limit=None if limit is None else limit + 1,
             )
-        if stored is None or not entries:
+        if not entries:
             return []
-        chain = read_head_seal(thread_id, stored.revision, stored.seal)
-        after, link = entries[0].revision - 1, None
-        if after == since:
-            link = await self._link_at(since, chain)
-        then = chain.link if chain.chained_from is not None else None
-        records, links = walk(thread_id, entries, after=after, link=link, chain=chain, then=then)
-        link = links[-1]
+        after = entries[0].revision - 1
+        link = self._links.get(after) if after == since else None
+        if after == 0 and record_prev(entries[0].data) is not None:
+            link = START
+        records, _ = walk(thread_id, entries, after=after, link=link, chain=_LINKED_ONLY)
         wanted = len(records) if limit is None else min(limit, len(records))
         if until is not None:
             wanted = min(wanted, sum(1 for record in records if record.revision <= until))
-        if wanted == len(records):  # nothing after the last: the head vouches for it
-            check_head(thread_id, stored.revision, records[-1].revision, link, chain)
         return records[:wanted]
-
-    async def _link_at(self, revision: int, chain: Chain) -> bytes | None:
-        """The link the sealed snapshot at `revision` names (the start's, at 0), if known."""
-        if revision == 0:
-            return START if chain.chained_from == 1 else None
-        snapshot = await self.snapshot(revision)
-        if snapshot is None or snapshot.revision != revision:
-            return None
-        return snapshot_link(self._thread_id, snapshot, chain)
 
     async def shown(self, since: int, limit: int | None) -> list[CommitRecord]:
         records = await self.records(since, limit=limit)
@@ -101,7 +92,9 @@ class StoredJournal:
         snapshot = await self.snapshot(revision)
         if snapshot is None:
             return None
-        snapshot_link(self._thread_id, snapshot, _SEALED_IF_SO)  # a changed one is refused
+        link = snapshot_link(self._thread_id, snapshot, _LINKED_ONLY)  # a changed one is refused
+        if link is not None:
+            self._links[snapshot.revision] = link
         restored, _ = await read_snapshot(
             self._registry,
             snapshot,
@@ -184,16 +177,19 @@ class StoredJournal:
             raise unsealed
         at = {entry.revision: own for entry, own in zip(entries, links, strict=True)}
         for snapshot in snapshots:
-            sealed = snapshot_link(thread_id, snapshot, chain)
-            if sealed is not None and at.get(snapshot.revision, sealed) != sealed:
+            named = snapshot_link(thread_id, snapshot, chain)
+            if named is not None and at.get(snapshot.revision, named) != named:
                 raise JournalCorrupted(
                     thread_id,
                     snapshot.revision,
                     f"the snapshot at revision {snapshot.revision} does not belong to this "
                     f"journal (its seal names another record of that revision)",
                 )
+        sealed = any(SEAL in snapshot.values for snapshot in snapshots) or any(
+            record_prev(entry.data) for entry in entries
+        )
         last = entries[-1].revision
-        check_head(thread_id, stored.revision, last, links[-1], chain)
+        check_head(thread_id, stored.revision, last, links[-1], chain, sealed=sealed)
 
 
 def _first(error: JournalCorrupted, other: JournalCorrupted | None) -> JournalCorrupted:

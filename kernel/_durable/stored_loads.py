@@ -19,8 +19,8 @@ from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import DecodeFailed, StateError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import RESERVED_PREFIX, KeyScope
-from .chain import START, Chain, check_head, read_head_seal, snapshot_link, walk
-from .journal import CommitRecord
+from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
+from .journal import CommitRecord, record_prev
 from .key_codec import Restored, decode_values
 from .replay import apply_records
 from .store import ThreadSnapshot, ThreadState, ThreadStore, store_failures
@@ -258,7 +258,9 @@ def trusted_records(thread_id: str, stored: ThreadState) -> tuple[list[CommitRec
     then = chain.link if chain.chained_from is not None else None
     records, links = walk(thread_id, stored.records, after=after, link=link, chain=chain, then=then)
     link = links[-1] if links else link
-    check_head(thread_id, stored.revision, records[-1].revision if records else after, link, chain)
+    reached = records[-1].revision if records else after
+    sealed = SEAL in stored.values or any(record_prev(e.data) for e in stored.records)
+    check_head(thread_id, stored.revision, reached, link, chain, sealed=sealed)
     return records, Chain(START if link is None else link, chain.chained_from)
 
 
