@@ -32,6 +32,8 @@ from ._sqlite_connection import OpFailed, Schema, SqliteConnection, Synchronous
 
 __all__ = ["SqliteProfileStore"]
 
+_INLINE_CHARS = 64 * 1024  # a set of a value at most this long may run inline
+
 _SCHEMA = Schema(
     component="profile_store",
     version=1,
@@ -179,6 +181,11 @@ class _Set:
     data: str
     expected: int | None
 
+    @property
+    def inline(self) -> bool:
+        """A small value's write is cheaper than a hop to the connection's thread."""
+        return len(self.data) <= _INLINE_CHARS
+
     @staticmethod
     def run_many(conn: sqlite3.Connection, ops: Sequence[_Set]) -> list[Any]:
         """Many sets in a few statements: one lookup of the current versions, then one
@@ -255,6 +262,7 @@ class _Update:
 @attrs.frozen
 class _Delete:
     writes: ClassVar[bool] = True
+    inline: ClassVar[bool] = True  # one small statement: cheaper than a hop
     namespace: str
     key: str
 
