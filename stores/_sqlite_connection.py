@@ -24,10 +24,13 @@ another process is waited for here, on the connection's thread, with jittered ba
 "database is locked" reaches a caller only after `LOCK_PATIENCE_SECONDS` of uninterrupted
 contention, as a `StoreError`.
 
-Inline. A hop to the connection's thread and back costs more than a small write in NORMAL
-mode (a few tens of microseconds: no fsync). So when the connection is idle, an op that
-says it is small (`inline`, a step's save) runs on the event loop's thread at once, one
-attempt: if another process holds the lock, it goes to the thread and waits there.
+On the loop's thread. A hop to the connection's thread and back costs more than a small
+write in NORMAL mode (a few tens of microseconds: no fsync). So when the connection is
+idle, an op that says it is small (`inline`: a step's save, a small set) runs on the event
+loop's thread instead, in the next turn of the loop, together with every such op
+submitted in this one: one transaction for all of them (group commit without a hop), one
+attempt. If another process holds the lock, the batch goes to the connection's thread and
+waits there.
 
 Schema. Each component's schema version (`profile_store`, `thread_store`) is kept in the
 file, in table `statekernel_schema`, so that a later version of this package can migrate a
@@ -146,26 +149,32 @@ class SqliteConnection:
         self._opening = asyncio.Lock()
         self._in_flight = 0
         self._queue: list[tuple[SqliteOp[Any], asyncio.Future[Any]]] = []
+        self._on_loop: list[tuple[SqliteOp[Any], asyncio.Future[Any]]] = []  # `_run_on_loop`
         self._batches: set[asyncio.Task[None]] = set()
 
     async def submit(self, op: SqliteOp[T]) -> T:
-        """Run `op` on the connection's thread and return its result.
+        """Run `op` on the connection and return its result.
 
-        With nothing under way and nobody queued, the caller sends its op at once (one hop,
+        A small op on an idle connection runs on the loop's thread (`_run_on_loop`), with
+        the others submitted in this turn of the loop. Else, with nothing under way and
+        nobody queued, the caller sends its op to the connection's thread at once (one hop,
         no task switch); otherwise the op joins the queue, which goes to the thread as one
-        batch when the hop under way returns. Hops run in the order they were sent, so
+        batch when the batch under way returns. Batches run in the order they were sent, so
         operations take effect in the order they were submitted.
         """
+        if self._on_loop and not self._queue and runs_inline(op):  # the loop's batch: join
+            return cast(T, await self._join(self._on_loop, op))
         if self._queue or self._in_flight >= _MAX_IN_FLIGHT:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._queue.append((op, future))
             return cast(T, await future)
         if self._raw is not None and self._inline and runs_inline(op):
-            outcome = _inline(self._raw, op)
-            if outcome is not _BUSY:
-                if isinstance(outcome, OpFailed):
-                    raise _op_error(op, outcome.error)
-                return cast(T, outcome)
+            # Run on the loop's thread, with whatever else is submitted in this turn of the
+            # loop (one transaction for all: group commit, no hop). Counted in flight, so
+            # nothing reaches the connection's thread meanwhile.
+            self._in_flight += 1
+            asyncio.get_running_loop().call_soon(self._run_on_loop)
+            return cast(T, await self._join(self._on_loop, op))
         self._in_flight += 1
         try:
             try:
@@ -178,6 +187,31 @@ class SqliteConnection:
         if isinstance(outcome, OpFailed):
             raise _op_error(op, outcome.error)
         return cast(T, outcome)
+
+    @staticmethod
+    async def _join(batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]], op: SqliteOp[T]) -> T:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        batch.append((op, future))
+        return cast(T, await future)
+
+    def _run_on_loop(self) -> None:
+        """Run the loop's batch in one transaction on the loop's thread, at once and without
+        waiting for a lock: if another process holds it, the batch goes to the connection's
+        thread, which waits."""
+        batch, self._on_loop = self._on_loop, []
+        outcomes = _inline(self._raw, [op for op, _ in batch]) if self._raw else _BUSY
+        if outcomes is _BUSY:
+            self._queue[:0] = batch  # first in line: they were submitted first
+        else:
+            for (op, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():  # its caller was cancelled
+                    continue
+                if isinstance(outcome, OpFailed):
+                    future.set_exception(_op_error(op, outcome.error))
+                else:
+                    future.set_result(outcome)
+        self._in_flight -= 1
+        self._dispatch()
 
     async def close(self) -> None:
         """Finish queued operations, then close the connection (it reopens on next use)."""
@@ -344,25 +378,31 @@ def _each(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]], in_tx: bool) -
 _BUSY: Any = object()
 
 
-def _inline(conn: sqlite3.Connection, op: SqliteOp[Any]) -> Any:
-    """Run one op on the event loop's thread, once, without waiting for a lock: its
-    outcome (an `OpFailed` if it failed), or `_BUSY` when another connection holds the
-    lock (the caller then sends it to the connection's thread, which waits as usual).
+def _inline(conn: sqlite3.Connection, ops: Sequence[SqliteOp[Any]]) -> Any:
+    """Run a batch on the event loop's thread, once, without waiting for a lock: one
+    outcome per op (an `OpFailed` for one that failed alone), or `_BUSY` when another
+    connection holds the lock.
 
-    Safe because the connection is idle: nothing is in flight on its thread, and this runs
+    Safe because the connection is idle (nothing is in flight on its thread) and this runs
     to its end without yielding to the loop. Never in FULL mode (an fsync per commit would
     stall the loop)."""
-    alone = getattr(op, "run_alone", None)  # no savepoint needed: its own transaction
     try:
-        if op.writes:
-            return _in_transaction(conn, lambda: (alone or op.run)(conn))
-        return op.run(conn)
+        if len(ops) == 1:  # a transaction of its own: no savepoint needed
+            op = ops[0]
+            run = getattr(op, "run_alone", op.run) if op.writes else op.run
+            try:
+                return [_in_transaction(conn, lambda: run(conn)) if op.writes else run(conn)]
+            except sqlite3.OperationalError:
+                raise
+            except Exception as exc:
+                return [OpFailed(exc)]
+        if any(op.writes for op in ops):
+            return _in_transaction(conn, lambda: _all(conn, ops, True))
+        return _all(conn, ops, False)
     except sqlite3.OperationalError as exc:
         if _is_busy(exc):
             return _BUSY
-        return OpFailed(exc)
-    except Exception as exc:
-        return OpFailed(exc)
+        return [OpFailed(exc) for _ in ops]
 
 
 def _in_transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
