@@ -26,11 +26,12 @@ contention, as a `StoreError`.
 
 On the loop's thread. A hop to the connection's thread and back costs more than a small
 write in NORMAL mode (a few tens of microseconds: no fsync). So when the connection is
-idle, an op that says it is small (`inline`: a step's save, a small set) runs on the event
+idle, an op that says it is small (`inline`: a small set, a delete) runs on the event
 loop's thread instead, in the next turn of the loop, together with every such op
 submitted in this one: one transaction for all of them (group commit without a hop), one
-attempt. If another process holds the lock, the batch goes to the connection's thread and
-waits there.
+attempt. A step's save runs there at once, alone (`at_once`): it rarely has company, and
+waiting a turn for some costs the step more than it saves. If another process holds the
+lock, the op goes to the connection's thread and waits there.
 
 Schema. Each component's schema version (`profile_store`, `thread_store`) is kept in the
 file, in table `statekernel_schema`, so that a later version of this package can migrate a
@@ -104,8 +105,15 @@ class SqliteOp(Protocol[T_co]):
 
 def runs_inline(op: SqliteOp[Any]) -> bool:
     """Whether `op` may run on the event loop's own thread when the connection is idle: an
-    op says so with an `inline` attribute (True for a small write: a step's save)."""
+    op says so with an `inline` attribute (True for a small write: a set, a step's save)."""
     return bool(getattr(op, "inline", False))
+
+
+def runs_at_once(op: SqliteOp[Any]) -> bool:
+    """Whether an inline op runs at once, alone, rather than with the others submitted in
+    the same turn of the loop: an op says so with `at_once` (a step's save: one per run and
+    step, rarely in company, and every microsecond of it is the durable step's)."""
+    return bool(getattr(op, "at_once", False))
 
 
 @attrs.frozen
@@ -168,7 +176,13 @@ class SqliteConnection:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._queue.append((op, future))
             return cast(T, await future)
-        if self._raw is not None and self._inline and runs_inline(op):
+        if self._raw is not None and self._inline and runs_inline(op) and runs_at_once(op):
+            outcome = _inline(self._raw, [op])
+            if outcome is not _BUSY:
+                if isinstance(outcome[0], OpFailed):
+                    raise _op_error(op, outcome[0].error)
+                return cast(T, outcome[0])
+        elif self._raw is not None and self._inline and runs_inline(op):
             # Run on the loop's thread, with whatever else is submitted in this turn of the
             # loop (one transaction for all: group commit, no hop). Counted in flight, so
             # nothing reaches the connection's thread meanwhile.

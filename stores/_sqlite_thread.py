@@ -226,6 +226,8 @@ class _Save:
     save: ThreadSave
     expected: int
 
+    at_once: ClassVar[bool] = True  # see `runs_at_once`
+
     @property
     def inline(self) -> bool:
         """A step's save (records, no big snapshot) is cheaper than a hop to the thread."""
