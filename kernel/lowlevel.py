@@ -6,7 +6,7 @@ are stable, but using them means taking on what `Run` otherwise does for you: a 
 commits patches and nothing else, and a `partition` only decides what may commit together.
 """
 
-from ._durable.store import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from ._durable.store import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState, check_name
 from ._engine.commit import LiveState
 from ._engine.merge import Contribution, Partition, partition
 from ._engine.registry import KeyBinding, KeyRegistry
@@ -45,6 +45,7 @@ __all__ = [
     "ThreadSave",
     "ThreadSnapshot",
     "ThreadState",
+    "check_name",
     "encode_entry",
     "encode_record",
     "key_info",

@@ -34,8 +34,10 @@ from ._profile_codec import (
     decode_value,
 )
 from ._thread_codec import (
+    check_listing,
     check_position,
     check_save,
+    check_thread_id,
     decode_head,
     decode_snapshot,
     legacy_snapshot,
@@ -144,7 +146,7 @@ class MemoryThreadStore(ClosingStore):
         self._threads: dict[str, _Thread] = {}
 
     async def load(self, thread_id: str) -> ThreadState | None:
-        thread = self._threads.get(thread_id)
+        thread = self._threads.get(check_thread_id(thread_id))
         if thread is None:
             return None
         head = decode_head(thread_id, thread.head)
@@ -168,21 +170,21 @@ class MemoryThreadStore(ClosingStore):
     async def records(
         self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
     ) -> builtins.list[JournalEntry]:
-        thread = self._threads.get(thread_id)
+        thread = self._threads.get(check_thread_id(thread_id))
         if thread is None:
             return []
         found = thread.after(since, until)
         return found if limit is None else found[: max(limit, 0)]
 
     async def snapshot_at(self, thread_id: str, revision: int) -> ThreadSnapshot | None:
-        thread = self._threads.get(thread_id)
+        thread = self._threads.get(check_thread_id(thread_id))
         if thread is None:
             return None
         return self._newest_snapshot(thread_id, thread, revision)
 
     async def prune(self, thread_id: str, *, before: int) -> None:
         keep = prune_point(before, ())  # checks the argument first
-        thread = self._threads.get(thread_id)
+        thread = self._threads.get(check_thread_id(thread_id))
         if thread is None:
             return
         keep = prune_point(before, builtins.list(thread.snapshots))
@@ -192,7 +194,12 @@ class MemoryThreadStore(ClosingStore):
         thread.snapshots = {r: d for r, d in thread.snapshots.items() if r >= keep}
 
     async def delete(self, thread_id: str) -> None:
-        self._threads.pop(thread_id, None)
+        self._threads.pop(check_thread_id(thread_id), None)
+
+    async def threads(self, *, prefix: str = "", limit: int | None = None) -> builtins.list[str]:
+        prefix, limit = check_listing(prefix, limit)
+        found = sorted(thread_id for thread_id in self._threads if thread_id.startswith(prefix))
+        return found if limit is None else found[:limit]
 
     async def close(self) -> None:
         """Nothing to release; the threads stay until the store is dropped."""

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from statekernel import DecodeFailed, VersionConflict
-from statekernel.lowlevel import CODEC_ERRORS
+from statekernel.lowlevel import CODEC_ERRORS, check_name
 
 __all__ = [
     "check_expected",
@@ -26,12 +26,10 @@ __all__ = [
 
 
 def check_names(namespace: object, key: object) -> tuple[str, str]:
-    """Both names as plain strings (a StateScope becomes its string), or a TypeError."""
+    """Both names as plain strings (a StateScope becomes its string); a TypeError or
+    ValueError for a name no store can keep (`_names.check_text`)."""
     for label, name in (("namespace", namespace), ("key", key)):
-        if not isinstance(name, str):
-            raise TypeError(
-                f"profile store {label} must be a string, got {type(name).__name__} {name!r}"
-            )
+        check_name(f"profile store {label}", name)
     return str(namespace), str(key)
 
 

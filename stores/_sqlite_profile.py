@@ -22,6 +22,7 @@ from statekernel import StoreError, VersionConflict
 from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
 
 from ._closing import ClosingStore
+from ._key_range import prefix_upper_bound
 from ._profile_codec import (
     check_expected,
     check_expected_version,
@@ -294,7 +295,7 @@ class _List:
     def run(self, conn: sqlite3.Connection) -> list[tuple[str, str, int, float]]:
         if not self.prefix:
             return conn.execute(_LIST_ALL, (self.namespace,)).fetchall()
-        upper = _prefix_upper_bound(self.prefix)
+        upper = prefix_upper_bound(self.prefix)
         if upper is None:
             return conn.execute(_LIST_FROM, (self.namespace, self.prefix)).fetchall()
         return conn.execute(_LIST_RANGE, (self.namespace, self.prefix, upper)).fetchall()
@@ -323,25 +324,3 @@ def _lookup(
             for key, *rest in conn.execute(f"{select} ({marks})", (namespace, *chunk)):
                 found[(namespace, key)] = tuple(rest)
     return found
-
-
-_MAX_CODE_POINT = 0x10FFFF
-
-
-def _prefix_upper_bound(prefix: str) -> str | None:
-    """The least string above every string that starts with `prefix`, or None if none.
-
-    SQLite compares TEXT bytewise in UTF-8, which orders like code points, so bumping the
-    last code point that can be bumped gives the bound (skipping the surrogate range, which
-    UTF-8 cannot hold). The caller still filters with startswith, so the bound only has to
-    be safe, and it is exact.
-    """
-    chars = list(prefix)
-    while chars:
-        last = ord(chars.pop())
-        if last < _MAX_CODE_POINT:
-            bumped = last + 1
-            if 0xD800 <= bumped <= 0xDFFF:
-                bumped = 0xE000
-            return "".join(chars) + chr(bumped)
-    return None

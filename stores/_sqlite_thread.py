@@ -24,11 +24,14 @@ from statekernel import StoreError
 from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 
 from ._closing import ClosingStore
+from ._key_range import prefix_upper_bound
 from ._sqlite_connection import Schema, SqliteConnection, Synchronous
 from ._thread_codec import (
     Head,
+    check_listing,
     check_position,
     check_save,
+    check_thread_id,
     decode_head,
     decode_snapshot,
     legacy_snapshot,
@@ -105,6 +108,13 @@ _DELETE = (
     "DELETE FROM thread_snapshots WHERE thread_id = ?",
 )
 _INLINE_BYTES = 64 * 1024  # a save at most this big may run on the loop's thread
+_THREADS_FROM = (
+    "SELECT thread_id FROM thread_states WHERE thread_id >= ? ORDER BY thread_id LIMIT ?"
+)
+_THREADS_RANGE = (
+    "SELECT thread_id FROM thread_states WHERE thread_id >= ? AND thread_id < ? "
+    "ORDER BY thread_id LIMIT ?"
+)
 _NO_LIMIT = -1  # SQLite's LIMIT -1: no limit
 _NO_END = 2**63 - 1
 
@@ -153,14 +163,17 @@ class SqliteThreadStore(ClosingStore):
         _check_id(thread_id)
         await self._db.submit(_Delete(thread_id))
 
+    async def threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        prefix, limit = check_listing(prefix, limit)
+        return await self._db.submit(_Threads(prefix, _NO_LIMIT if limit is None else limit))
+
     async def close(self) -> None:
         """Finish pending saves and close the file; the store reopens it on next use."""
         await self._db.close()
 
 
 def _check_id(thread_id: object) -> None:
-    if not isinstance(thread_id, str):
-        raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
+    check_thread_id(thread_id)
 
 
 @contextlib.contextmanager
@@ -317,6 +330,24 @@ class _Prune:
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"prune of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _Threads:
+    writes: ClassVar[bool] = False
+    prefix: str
+    limit: int
+
+    def run(self, conn: sqlite3.Connection) -> list[str]:
+        upper = prefix_upper_bound(self.prefix)
+        if upper is None:
+            rows = conn.execute(_THREADS_FROM, (self.prefix, self.limit)).fetchall()
+        else:
+            rows = conn.execute(_THREADS_RANGE, (self.prefix, upper, self.limit)).fetchall()
+        return [str(row[0]) for row in rows if str(row[0]).startswith(self.prefix)]
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"list of threads with prefix {self.prefix!r}", cause)
 
 
 @attrs.frozen

@@ -17,12 +17,20 @@ import attrs
 import msgspec
 
 from statekernel import DecodeFailed, RevisionConflict, StoreError
-from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from statekernel.lowlevel import (
+    JournalEntry,
+    ThreadSave,
+    ThreadSnapshot,
+    ThreadState,
+    check_name,
+)
 
 __all__ = [
+    "check_listing",
     "check_position",
     "check_records",
     "check_save",
+    "check_thread_id",
     "decode_head",
     "decode_snapshot",
     "encode_head",
@@ -53,10 +61,23 @@ _HEAD = msgspec.msgpack.Decoder(Head)
 _VALUES = msgspec.msgpack.Decoder(dict[str, bytes])
 
 
+def check_thread_id(thread_id: object) -> str:
+    """A thread id every store can keep: a string of valid Unicode text (else TypeError or
+    ValueError, from every backend alike)."""
+    return check_name("thread_id", thread_id)
+
+
+def check_listing(prefix: object, limit: object) -> tuple[str, int | None]:
+    """The arguments of `threads`, checked."""
+    prefix = check_name("prefix", prefix)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+    return prefix, limit
+
+
 def check_save(thread_id: object, save: object, expected_position: object) -> ThreadSave:
     """The arguments of a `save`, checked (a wrong one is a TypeError or ValueError)."""
-    if not isinstance(thread_id, str):
-        raise TypeError(f"thread_id must be a string, got {type(thread_id).__name__}")
+    check_thread_id(thread_id)
     if not isinstance(save, ThreadSave):
         raise TypeError(
             f"a thread store saves statekernel.lowlevel.ThreadSave, got {type(save).__name__}"

@@ -86,6 +86,9 @@ class Tampered:
     async def delete(self, thread_id: str) -> None:
         await self.store.delete(thread_id)
 
+    async def threads(self, *, prefix: str = "", limit: int | None = None) -> builtins.list[str]:
+        return await self.store.threads(prefix=prefix, limit=limit)
+
     async def close(self) -> None:
         await self.store.close()
 

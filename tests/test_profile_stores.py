@@ -104,19 +104,35 @@ async def test_concurrent_reads_each_get_their_own_record(profile_store: Profile
             assert (entry.namespace, entry.key, entry.value) == (f"ns{i % 3}", f"k{i}", {"i": i})
 
 
-async def test_a_set_sqlite_cannot_store_fails_alone_in_its_batch(tmp_path: Path) -> None:
+async def test_a_set_that_fails_fails_alone_in_its_batch(tmp_path: Path) -> None:
     async with SqliteProfileStore(tmp_path / "batch.db") as made:
         await made.set("ns", "warm", 0)
         keys = [f"k{i}" for i in range(10)]
-        keys[4] = "lone surrogate \ud800"  # UTF-8 cannot hold it: SQLite refuses the key
         outcomes = await asyncio.gather(
-            *(made.set("ns", key, i) for i, key in enumerate(keys)), return_exceptions=True
+            *(
+                made.set("ns", key, i, expected_version=5 if i == 4 else None)
+                for i, key in enumerate(keys)
+            ),
+            return_exceptions=True,
         )
         failure = outcomes.pop(4)
-        assert isinstance(failure, StoreError) and failure.key == "ns"
+        assert isinstance(failure, VersionConflict) and failure.key == "k4"
         assert all(isinstance(outcome, Entry) for outcome in outcomes)
         stored = {entry.key: entry.value for entry in await made.list("ns", "k")}
         assert stored == {key: i for i, key in enumerate(keys) if i != 4}
+
+
+async def test_a_name_no_store_can_keep_is_refused_alike_by_every_store(
+    profile_store: ProfileStore,
+) -> None:
+    for namespace, key in (("ns", "lone surrogate \ud800"), ("\udfff", "k")):
+        with pytest.raises(ValueError, match="lone surrogate at index"):
+            await profile_store.set(namespace, key, 1)
+        with pytest.raises(ValueError, match="not valid Unicode text"):
+            await profile_store.get(namespace, key)
+    with pytest.raises(TypeError, match="must be a string"):
+        await profile_store.get("ns", 123)  # type: ignore[arg-type]
+    assert await profile_store.list("ns") == []
 
 
 async def test_delete_removes_and_is_a_no_op_when_absent(profile_store: ProfileStore) -> None:

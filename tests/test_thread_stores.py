@@ -16,8 +16,17 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from journal_samples import Mood
+from samples import Keys, commit_all
 
-from statekernel import DecodeFailed, RevisionConflict, StoreError, ThreadStore
+from statekernel import (
+    DecodeFailed,
+    Kernel,
+    RevisionConflict,
+    StateCommand,
+    StoreError,
+    ThreadStore,
+)
 from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
@@ -413,3 +422,42 @@ def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     assert loaded == ThreadState(
         revision=1, values={"k": b'"child"'}, snapshot_revision=1, position=1
     )
+
+
+async def test_threads_lists_the_held_ids_sorted_by_literal_prefix(
+    thread_store: ThreadStore,
+) -> None:
+    kernel = Kernel([Keys(Mood, id="mood")], thread_store=thread_store)
+    for thread in ("b-2", "a_1", "b-1", "a%1", "c", "b"):
+        await commit_all(kernel, thread, StateCommand().update(Mood, thread))
+    assert await thread_store.threads() == ["a%1", "a_1", "b", "b-1", "b-2", "c"]
+    assert await thread_store.threads(prefix="b-") == ["b-1", "b-2"]
+    assert await thread_store.threads(prefix="a_") == ["a_1"]  # no wildcard
+    assert await thread_store.threads(prefix="b", limit=2) == ["b", "b-1"]
+    assert await thread_store.threads(prefix="zzz") == []
+    await thread_store.delete("c")
+    assert "c" not in await thread_store.threads()
+    with pytest.raises(ValueError, match="limit"):
+        await thread_store.threads(limit=-1)
+    with pytest.raises(TypeError, match="prefix must be a string"):
+        await thread_store.threads(prefix=1)  # type: ignore[arg-type]
+
+
+async def test_every_thread_store_refuses_the_same_thread_ids_the_same_way(
+    thread_store: ThreadStore,
+) -> None:
+    for reading in (
+        thread_store.load,
+        thread_store.records,
+        thread_store.delete,
+        lambda thread: thread_store.snapshot_at(thread, 1),
+        lambda thread: thread_store.prune(thread, before=1),
+    ):
+        with pytest.raises(TypeError, match="thread_id must be a string"):
+            await reading(123)
+        with pytest.raises(ValueError, match="lone surrogate at index 1"):
+            await reading("t\ud800")
+    kernel = Kernel([Keys(Mood, id="mood")], thread_store=thread_store)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        await kernel.start_run("t\ud800")  # refused before anything commits
+    assert await thread_store.threads() == []

@@ -29,6 +29,7 @@ __all__ = [
     "ThreadSnapshot",
     "ThreadState",
     "ThreadStore",
+    "check_name",
     "store_failures",
 ]
 
@@ -136,6 +137,11 @@ class ThreadStore(Protocol):
         """Forget the thread, its records and snapshots (a no-op when absent)."""
         ...
 
+    async def threads(self, *, prefix: str = "", limit: int | None = None) -> builtins.list[str]:
+        """The ids of the threads the store holds that start with `prefix` (literally: no
+        wildcards), sorted, at most `limit` of them."""
+        ...
+
     async def close(self) -> None: ...
 
     async def __aenter__(self) -> ThreadStore: ...
@@ -146,6 +152,23 @@ class ThreadStore(Protocol):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None: ...
+
+
+def check_name(label: str, name: object) -> str:
+    """`name` itself, once it is a string every store can keep: a name that is not a
+    string is a TypeError; one that is not valid Unicode text (a lone surrogate, which no
+    UTF-8 database can hold) a ValueError naming where it breaks. Every store, and the
+    kernel for thread ids, refuses names alike, before anything is stored."""
+    if not isinstance(name, str):
+        raise TypeError(f"{label} must be a string, got {type(name).__name__} {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{label} {name!r} is not valid Unicode text: it holds a lone surrogate at index "
+            f"{error.start}, which no store can keep. Use text that encodes as UTF-8."
+        ) from None
+    return name
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from .._engine.registry import KeyBinding
 from .._errors import StateError
 from .journal import CommitRecord, Journaled, RunJournal
 from .rebase import Rebase
+from .store import check_name
 
 __all__ = [
     "SNAPSHOT_EVERY",
@@ -277,6 +278,7 @@ class ThreadHome(Protocol):
 def check_thread_id(thread_id: object) -> None:
     if not isinstance(thread_id, str) or not thread_id:
         raise ValueError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    check_name("thread_id", thread_id)  # text every store can keep
 
 
 class LiveRuns:
