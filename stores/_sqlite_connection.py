@@ -60,8 +60,10 @@ import attrs
 from statekernel import StateError, StoreError
 
 __all__ = [
+    "FILE_MODE",
     "LOCK_PATIENCE_SECONDS",
     "OpFailed",
+    "OtherTables",
     "Schema",
     "SqliteConnection",
     "SqliteOp",
@@ -83,6 +85,11 @@ faster on CPython, where both sides spend most of that time holding the GIL, and
 batches smaller."""
 
 Synchronous = Literal["NORMAL", "FULL"]
+OtherTables = Literal["refuse", "allow"]
+
+FILE_MODE = 0o600
+"""The permissions of a database file the stores create (and so of its -wal and -shm): the
+owner's only, since a thread's journal and profiles hold what users said."""
 
 
 class SqliteOp(Protocol[T_co]):
@@ -141,11 +148,27 @@ class SqliteConnection:
     """One SQLite file: opened on first use, operations pipelined, closed by `close()`."""
 
     def __init__(
-        self, path: str | os.PathLike[str], schema: Schema, *, synchronous: Synchronous = "NORMAL"
+        self,
+        path: str | os.PathLike[str],
+        schema: Schema,
+        *,
+        synchronous: Synchronous = "NORMAL",
+        file_mode: int = FILE_MODE,
+        other_tables: OtherTables = "refuse",
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        if (
+            isinstance(file_mode, bool)
+            or not isinstance(file_mode, int)
+            or not 0 <= file_mode <= 0o777
+        ):
+            raise ValueError(f"file_mode must be permission bits such as 0o600, got {file_mode!r}")
+        if other_tables not in ("refuse", "allow"):
+            raise ValueError(f"other_tables must be 'refuse' or 'allow', got {other_tables!r}")
         self.path = os.fspath(path)
+        self._file_mode = file_mode
+        self._other_tables = other_tables
         self._schema = schema
         self._synchronous = synchronous
         # A small write in NORMAL mode (no fsync) costs a few tens of microseconds, less
@@ -294,6 +317,10 @@ class SqliteConnection:
         async with self._opening:
             if self._execute is not None:
                 return
+            try:
+                _create_file(self.path, self._file_mode)
+            except OSError as exc:
+                raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
             pending = aiosqlite.connect(
                 self.path,
                 timeout=0,  # never wait inside SQLite: `_retrying` waits, off the loop
@@ -325,7 +352,7 @@ class SqliteConnection:
             execute: Callable[..., Awaitable[Any]] = aio._execute
             raw = aio._conn
             try:
-                await execute(_prepare, raw, self._schema, self._synchronous)
+                await execute(_prepare, raw, self._schema, self._synchronous, self._other_tables)
             except BaseException as exc:
                 await aio.close()
                 if isinstance(exc, StateError) or not isinstance(exc, Exception):
@@ -455,7 +482,50 @@ def _is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _prepare(conn: sqlite3.Connection, schema: Schema, synchronous: Synchronous) -> None:
+def _create_file(path: str, mode: int) -> None:
+    """Create the database file (and its missing folders) with `mode` before SQLite opens
+    it: SQLite gives its -wal and -shm files the database file's permissions, so all three
+    are owner-only by default. An existing file keeps its own."""
+    if path == ":memory:" or path.startswith("file:") or os.path.exists(path):
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
+    except FileExistsError:  # another process made it a moment ago: it keeps its own
+        return
+    os.close(descriptor)
+    os.chmod(path, mode)  # whatever the umask took away or added
+
+
+def _check_other_tables(conn: sqlite3.Connection, other_tables: OtherTables) -> None:
+    """Refuse a database that holds another application's tables (it has tables but not
+    statekernel's schema table), unless told to share it."""
+    names = [
+        str(row[0])
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+        )
+    ]
+    if not names or "statekernel_schema" in names or other_tables == "allow":
+        return
+    raise StoreError(
+        "open of SQLite file",
+        ValueError(
+            f"the file holds tables of another application ({', '.join(sorted(names))}) and "
+            f"none of statekernel's: nothing was added to it. Give statekernel a file of its "
+            f"own, or pass other_tables='allow' to keep its tables beside them"
+        ),
+    )
+
+
+def _prepare(
+    conn: sqlite3.Connection,
+    schema: Schema,
+    synchronous: Synchronous,
+    other_tables: OtherTables = "refuse",
+) -> None:
+    _retrying(lambda: _check_other_tables(conn, other_tables))
     _retrying(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
     conn.execute(f"PRAGMA synchronous = {synchronous}")  # a checked literal, see module doc
     _retrying(lambda: _in_transaction(conn, lambda: _ensure_schema(conn, schema)))

@@ -29,7 +29,14 @@ from ._profile_codec import (
     check_names,
     decode_value,
 )
-from ._sqlite_connection import OpFailed, Schema, SqliteConnection, Synchronous
+from ._sqlite_connection import (
+    FILE_MODE,
+    OpFailed,
+    OtherTables,
+    Schema,
+    SqliteConnection,
+    Synchronous,
+)
 
 __all__ = ["SqliteProfileStore"]
 
@@ -81,6 +88,8 @@ class SqliteProfileStore(ClosingStore):
 
     `max_value_bytes` refuses larger values (as encoded JSON) before any write;
     `synchronous="FULL"` makes every commit survive power loss too, at an fsync per commit.
+    A file it creates (and its missing folders) is owner-only, `file_mode=0o600`; a file
+    holding another application's tables is refused unless `other_tables="allow"`.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -91,8 +100,16 @@ class SqliteProfileStore(ClosingStore):
         *,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         synchronous: Synchronous = "NORMAL",
+        file_mode: int = FILE_MODE,
+        other_tables: OtherTables = "refuse",
     ) -> None:
-        self._db = SqliteConnection(path, _SCHEMA, synchronous=synchronous)
+        self._db = SqliteConnection(
+            path,
+            _SCHEMA,
+            synchronous=synchronous,
+            file_mode=file_mode,
+            other_tables=other_tables,
+        )
         self._max_value_bytes = max_value_bytes
 
     @property

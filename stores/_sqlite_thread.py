@@ -25,7 +25,7 @@ from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, Threa
 
 from ._closing import ClosingStore
 from ._key_range import prefix_upper_bound
-from ._sqlite_connection import Schema, SqliteConnection, Synchronous
+from ._sqlite_connection import FILE_MODE, OtherTables, Schema, SqliteConnection, Synchronous
 from ._thread_codec import (
     Head,
     check_listing,
@@ -123,13 +123,26 @@ class SqliteThreadStore(ClosingStore):
     """A ThreadStore in a SQLite file (created on first use, with its schema).
 
     May share its file with a SqliteProfileStore. `synchronous="FULL"` makes every save
-    survive power loss too, at an fsync per commit.
+    survive power loss too, at an fsync per commit. A file it creates (and its missing
+    folders) is owner-only, `file_mode=0o600`; a file holding another application's tables
+    is refused unless `other_tables="allow"`.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, synchronous: Synchronous = "NORMAL"
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "NORMAL",
+        file_mode: int = FILE_MODE,
+        other_tables: OtherTables = "refuse",
     ) -> None:
-        self._db = SqliteConnection(path, _SCHEMA, synchronous=synchronous)
+        self._db = SqliteConnection(
+            path,
+            _SCHEMA,
+            synchronous=synchronous,
+            file_mode=file_mode,
+            other_tables=other_tables,
+        )
 
     @property
     def path(self) -> str:

@@ -319,7 +319,8 @@ async def test_a_store_reopens_after_close(tmp_path: Path) -> None:
 
 
 async def test_an_unopenable_file_is_a_store_error(tmp_path: Path) -> None:
-    async with SqliteProfileStore(tmp_path / "no" / "such" / "dir.db") as made:
+    (tmp_path / "a file").write_text("not a folder")
+    async with SqliteProfileStore(tmp_path / "a file" / "dir.db") as made:
         with pytest.raises(StoreError, match=r"open of SQLite file"):
             await made.get("ns", "k")
 

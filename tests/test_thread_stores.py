@@ -8,11 +8,14 @@ journal)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -28,7 +31,7 @@ from statekernel import (
     ThreadStore,
 )
 from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
-from statekernel.stores import MemoryThreadStore, SqliteThreadStore
+from statekernel.stores import MemoryThreadStore, SqliteProfileStore, SqliteThreadStore
 
 
 def entries(first: int, last: int) -> tuple[JournalEntry, ...]:
@@ -461,3 +464,55 @@ async def test_every_thread_store_refuses_the_same_thread_ids_the_same_way(
     with pytest.raises(ValueError, match="lone surrogate"):
         await kernel.start_run("t\ud800")  # refused before anything commits
     assert await thread_store.threads() == []
+
+
+@pytest.mark.parametrize("kind", ["thread", "profile"])
+async def test_sqlite_files_are_owner_only_in_folders_made_for_them(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "new" / "deeper" / "state.db"  # neither folder exists yet
+    old_mask = os.umask(0o022)
+    try:
+        await _touch_store(kind, path)
+    finally:
+        os.umask(old_mask)
+    for name in ("state.db", "state.db-wal", "state.db-shm"):
+        file = path.parent / name
+        if file.exists():  # (-wal and -shm go once the last connection closes)
+            assert stat.S_IMODE(file.stat().st_mode) == 0o600, name
+    shared = tmp_path / "shared.db"
+    await _touch_store(kind, shared, file_mode=0o640)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o640
+
+
+async def test_a_file_holding_another_applications_tables_is_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "theirs.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    for kind in ("thread", "profile"):
+        with pytest.raises(StoreError, match=r"another application \(invoices\)"):
+            await _touch_store(kind, path)
+    with sqlite3.connect(path) as raw:
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    assert tables == {"invoices"}  # nothing was added
+    await _touch_store("thread", path, other_tables="allow")
+    await _touch_store("profile", path)  # statekernel's tables are there now: its file too
+    with sqlite3.connect(path) as raw:
+        tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    assert {"invoices", "thread_states", "profile_records", "statekernel_schema"} <= tables
+    with pytest.raises(ValueError, match="other_tables must be"):
+        SqliteThreadStore(path, other_tables="sure")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="file_mode"):
+        SqliteProfileStore(path, file_mode=0o1777)
+
+
+async def _touch_store(kind: str, path: Path, **options: Any) -> None:
+    """Open a store of `kind` on `path` and use it once."""
+    if kind == "thread":
+        async with SqliteThreadStore(path, **options) as store:
+            await store.threads()
+    else:
+        async with SqliteProfileStore(path, **options) as profiles:
+            await profiles.get("ns", "k")
