@@ -32,6 +32,7 @@ from ._profile_codec import (
     check_expected_version,
     check_names,
     decode_value,
+    listed,
 )
 from ._thread_codec import (
     check_listing,
@@ -102,7 +103,8 @@ class MemoryProfileStore(ClosingStore):
         namespace, prefix = check_names(namespace, prefix)
         table = self._records.get(namespace, {})
         found = sorted(key for key in table if key.startswith(prefix))
-        return [_entry(namespace, key, table[key]) for key in found]
+        rows = ((key, table[key].data, table[key].version, table[key].updated_at) for key in found)
+        return listed(namespace, rows)
 
     async def clear(self, namespace: str) -> None:
         namespace, _ = check_names(namespace, "")

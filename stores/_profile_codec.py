@@ -10,27 +10,50 @@ uses, so a value it already encoded (an `EncodedValue`) is written without encod
 
 from __future__ import annotations
 
+import builtins
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
 from statekernel import DecodeFailed, VersionConflict
-from statekernel.lowlevel import CODEC_ERRORS, check_name
+from statekernel.lowlevel import CODEC_ERRORS, Entry, check_name
 
 __all__ = [
     "check_expected",
     "check_expected_version",
     "check_names",
     "decode_value",
+    "listed",
 ]
+
+logger = logging.getLogger("statekernel")
 
 
 def check_names(namespace: object, key: object) -> tuple[str, str]:
     """Both names as plain strings (a StateScope becomes its string); a TypeError or
-    ValueError for a name no store can keep (`_names.check_text`)."""
+    ValueError for a name no store can keep (`statekernel.lowlevel.check_name`)."""
     for label, name in (("namespace", namespace), ("key", key)):
         check_name(f"profile store {label}", name)
     return str(namespace), str(key)
+
+
+def listed(
+    namespace: str, rows: Iterable[tuple[str, bytes | str, int, float]]
+) -> builtins.list[Entry]:
+    """The entries of a listing's rows (key, data, version, updated_at); a row that no
+    longer decodes is left out and logged, so it costs only itself (a `get` of it still
+    raises `DecodeFailed`)."""
+    entries = []
+    for key, data, version, updated_at in rows:
+        try:
+            value = decode_value(namespace, key, data)
+        except DecodeFailed as error:
+            logger.warning("profile store list left out an entry: %s", error)
+            continue
+        entries.append(Entry(namespace, key, value, version, updated_at))
+    return entries
 
 
 def decode_value(namespace: str, key: str, data: bytes | str) -> Any:

@@ -28,6 +28,7 @@ from ._profile_codec import (
     check_expected_version,
     check_names,
     decode_value,
+    listed,
 )
 from ._sqlite_connection import (
     FILE_MODE,
@@ -151,11 +152,7 @@ class SqliteProfileStore(ClosingStore):
     async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
         namespace, prefix = check_names(namespace, prefix)
         rows = await self._db.submit(_List(namespace, prefix))
-        return [
-            Entry(namespace, key, decode_value(namespace, key, data), version, updated_at)
-            for key, data, version, updated_at in rows
-            if key.startswith(prefix)
-        ]
+        return listed(namespace, (row for row in rows if row[0].startswith(prefix)))
 
     async def clear(self, namespace: str) -> None:
         namespace, _ = check_names(namespace, "")

@@ -13,6 +13,7 @@ import pytest
 from samples import Keys
 
 from statekernel import (
+    DecodeFailed,
     Kernel,
     Phase,
     PhaseContext,
@@ -68,6 +69,21 @@ async def test_list_returns_every_record_of_one_owner_typed(kernel: Kernel) -> N
     assert list(records) == [Prefs, Quota]  # by key string; Notes: alice holds none
     assert await profile.list(StateScope.agent_type("planner")) == {Notes: ["shared"]}
     assert await profile.list("nobody") == {}
+
+
+async def test_one_entry_that_no_longer_decodes_costs_list_only_itself(
+    kernel: Kernel, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    profile = access(kernel)
+    await profile.write(Quota, "alice", 7)
+    await profile.write(Notes, "alice", ["kept"])
+    store = kernel.profile_store
+    assert store is not None
+    await store.set("prefs", "alice", {"tone": 3})  # not a Preferences any more
+    assert await profile.list("alice") == {Notes: ["kept"], Quota: 7}
+    assert "left out an entry" in caplog.text and "'prefs'" in caplog.text
+    with pytest.raises(DecodeFailed):
+        await profile.read(Prefs, "alice")
 
 
 async def test_clear_removes_one_owners_records_and_nothing_of_another(kernel: Kernel) -> None:

@@ -275,7 +275,9 @@ async def test_an_update_function_that_raises_writes_nothing(profile_store: Prof
     assert entry is not None and (entry.value, entry.version) == (1, 1)
 
 
-async def test_a_row_that_is_no_longer_json_fails_for_that_record_only(tmp_path: Path) -> None:
+async def test_a_row_that_is_no_longer_json_fails_for_that_record_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "corrupt.db"
     async with SqliteProfileStore(path) as made:
         await made.set("ns", "bad", {"ok": True})
@@ -287,6 +289,9 @@ async def test_a_row_that_is_no_longer_json_fails_for_that_record_only(tmp_path:
             await made.get("ns", "bad")
         assert (caught.value.key, caught.value.record) == ("ns", "bad")
         assert (await made.get("ns", "good")).value == {"ok": True}  # type: ignore[union-attr]
+        listed = await made.list("ns")  # the bad row costs only itself, and says so
+        assert [entry.key for entry in listed] == ["good"]
+        assert "left out an entry" in caplog.text and "'bad'" in caplog.text
         await made.set("ns", "bad", "repaired")
         assert (await made.get("ns", "bad")).value == "repaired"  # type: ignore[union-attr]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeVar, cast
@@ -41,6 +42,8 @@ from .store import (
     check_size,
     encode_json,
 )
+
+logger = logging.getLogger("statekernel")
 
 __all__ = [
     "DEFAULT_MAX_UPDATE_ATTEMPTS",
@@ -156,14 +159,28 @@ class ProfileAccess:
         """Every entry `owner` holds (an agent, `"system"`, a scope string), across every
         registered profile key: key class -> its value, decoded to the key's type. A key
         `owner` holds no entry of is left out (rather than given its default), so the
-        result says what is stored. Keys come in the order of their key strings."""
+        result says what is stored. Keys come in the order of their key strings.
+
+        An entry that no longer decodes is left out and logged (a warning naming its key,
+        owner and why), so one bad entry costs only itself; `read` of it still raises
+        `DecodeFailed`."""
         keys = self._registered("list", owner)
-        raws = await asyncio.gather(*(self._raw(key_cls, owner) for key_cls in keys))
-        return {
-            key_cls: self._decode(profile_key_info(key_cls), owner, raw)
-            for key_cls, raw in zip(keys, raws, strict=True)
-            if raw is not _ABSENT
-        }
+        raws = await asyncio.gather(
+            *(self._raw(key_cls, owner) for key_cls in keys), return_exceptions=True
+        )
+        found: dict[type[ProfileKey[Any]], Any] = {}
+        for key_cls, raw in zip(keys, raws, strict=True):
+            if isinstance(raw, BaseException) and not isinstance(raw, DecodeFailed):
+                raise raw
+            if raw is _ABSENT:
+                continue
+            try:
+                if isinstance(raw, DecodeFailed):
+                    raise raw
+                found[key_cls] = self._decode(profile_key_info(key_cls), owner, raw)
+            except DecodeFailed as error:
+                logger.warning("profile list of %r left out an entry: %s", owner, error)
+        return found
 
     async def forget(self, owner: str) -> None:
         """Remove every entry `owner` holds, across every registered profile key; entries
