@@ -240,13 +240,7 @@ class SqliteConnection:
         if outcomes is _BUSY:
             self._queue[:0] = batch  # first in line: they were submitted first
         else:
-            for (op, future), outcome in zip(batch, outcomes, strict=True):
-                if future.done():  # its caller was cancelled
-                    continue
-                if isinstance(outcome, OpFailed):
-                    future.set_exception(_op_error(op, outcome.error))
-                else:
-                    future.set_result(outcome)
+            _settle(batch, outcomes)
         self._in_flight -= 1
         self._dispatch()
 
@@ -299,13 +293,7 @@ class SqliteConnection:
                 if not future.done():
                     future.set_exception(_op_error(op, exc))
             return
-        for (op, future), outcome in zip(batch, outcomes, strict=True):
-            if future.done():  # its caller was cancelled
-                continue
-            if isinstance(outcome, OpFailed):
-                future.set_exception(_op_error(op, outcome.error))
-            else:
-                future.set_result(outcome)
+        _settle(batch, outcomes)
 
     async def _run_batch(self, ops: Sequence[SqliteOp[Any]]) -> list[Any]:
         if self._execute is None:
@@ -359,6 +347,17 @@ class SqliteConnection:
                     raise
                 raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
             self._aio, self._raw, self._execute = aio, raw, execute
+
+
+def _settle(batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]], outcomes: list[Any]) -> None:
+    """Hand each op's caller its outcome (an `OpFailed` as its error)."""
+    for (op, future), outcome in zip(batch, outcomes, strict=True):
+        if future.done():  # its caller was cancelled
+            continue
+        if isinstance(outcome, OpFailed):
+            future.set_exception(_op_error(op, outcome.error))
+        else:
+            future.set_result(outcome)
 
 
 def _op_error(op: SqliteOp[Any], exc: BaseException) -> BaseException:
