@@ -450,3 +450,14 @@ def test_add_accepts_any_iterable(make: Callable[[], Any]) -> None:
     v = Vector([1])
     assert (v + make()).tolist() == [1, 2, 3, 4]
     assert v == [1]
+
+
+def test_startswith_compares_every_chunk_of_two_forks_of_one_base() -> None:
+    """Two vectors extended from one base share its leaves; the first shared chunk says
+    nothing of the chunks after it."""
+    base = Vector(range(40))  # one full leaf of 32, shared by both forks
+    mine = base.extend(range(100, 140))
+    other = base.extend(range(200, 240))
+    assert mine.startswith(base) and other.startswith(base)
+    assert not mine.startswith(other) and not other.startswith(mine[:50])
+    assert mine.startswith(mine[:50]) and mine.startswith(list(mine[:70]))
