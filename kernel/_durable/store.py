@@ -155,10 +155,11 @@ class ThreadStore(Protocol):
 
 
 def check_name(label: str, name: object) -> str:
-    """`name` itself, once it is a string every store can keep: a name that is not a
-    string is a TypeError; one that is not valid Unicode text (a lone surrogate, which no
-    UTF-8 database can hold) a ValueError naming where it breaks. Every store, and the
-    kernel for thread ids, refuses names alike, before anything is stored."""
+    """`name` itself, once it is a name every store can keep: a name that is not a string
+    is a TypeError; one that is not text every database can hold (a lone surrogate, which
+    UTF-8 cannot encode, or a NUL character, which PostgreSQL's text refuses) a ValueError
+    naming where it breaks. Every store, and the kernel for thread ids, refuses names alike,
+    before anything is stored."""
     if not isinstance(name, str):
         raise TypeError(f"{label} must be a string, got {type(name).__name__} {name!r}")
     try:
@@ -168,6 +169,11 @@ def check_name(label: str, name: object) -> str:
             f"{label} {name!r} is not valid Unicode text: it holds a lone surrogate at index "
             f"{error.start}, which no store can keep. Use text that encodes as UTF-8."
         ) from None
+    if "\x00" in name:
+        raise ValueError(
+            f"{label} {name!r} holds a NUL character at index {name.index(chr(0))}, which not "
+            f"every store can keep. Leave it out of names."
+        )
     return name
 
 

@@ -18,14 +18,14 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from ._engine.commit import LiveState
-from ._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
-from ._engine.plugin import Components, Plugin
-from ._engine.registry import KeyBinding, KeyRegistry
-from ._engine.snapshot import Snapshot
-from ._values.commands import StateCommand
-from ._values.keys import StateKey, key_info
-from ._values.phases import Phase
+from .._engine.commit import LiveState
+from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
+from .._engine.plugin import Components, Plugin
+from .._engine.registry import KeyBinding, KeyRegistry
+from .._engine.snapshot import Snapshot
+from .._values.commands import StateCommand
+from .._values.keys import StateKey, key_info
+from .._values.phases import Phase
 
 V = TypeVar("V")
 U = TypeVar("U")

@@ -1,0 +1,450 @@
+"""A conformance suite for store backends: any ProfileStore or ThreadStore runs it against
+itself, and every backend then behaves the same on every input it tries.
+
+statekernel runs it against its memory and SQLite stores. A backend of your own (Redis,
+DynamoDB, a service) subclasses the contract in its tests and gives it a fresh, empty store
+per test as a fixture::
+
+    import pytest
+    from statekernel.testing.store_contract import ProfileStoreContract, ThreadStoreContract
+
+    class TestMyThreadStore(ThreadStoreContract):
+        @pytest.fixture
+        async def thread_store(self):
+            async with MyThreadStore(...) as store:
+                yield store
+
+    class TestMyProfileStore(ProfileStoreContract):
+        @pytest.fixture
+        async def profile_store(self):
+            async with MyProfileStore(...) as store:
+                yield store
+
+        @pytest.fixture
+        def break_entry(self, profile_store):
+            # make one stored entry no longer decode, the way your backend could hold it
+            ...
+
+It needs pytest and pytest-asyncio (async fixtures in their "auto" mode, or declared with
+`pytest_asyncio.fixture`). Each test says in its name what a user relies on; a failure names
+the input and what the store did with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from .._durable.chain import Chain, chain_records
+from .._durable.journal import CommitRecord, JournalOp
+from .._durable.store import JournalEntry, ThreadSave, ThreadStore
+from .._engine.plugin import Plugin, PluginRegistrar
+from .._errors import (
+    DecodeFailed,
+    JournalCorrupted,
+    RevisionConflict,
+    StateValidationError,
+    StoreError,
+    VersionConflict,
+)
+from .._host.kernel import Kernel
+from .._profile.store import ProfileStore
+from .._values.commands import StateCommand
+from .._values.keys import KeyScope, MergeStrategy, StateKey
+
+__all__ = ["HOSTILE_NAMES", "ProfileStoreContract", "ThreadStoreContract"]
+
+HOSTILE_NAMES = (
+    "'; DROP TABLE thread_states; --",
+    'quote " and \\ backslash',
+    "%_ wildcards_%",
+    "\U0010ffff last code point",
+    "tab\tnew\nline",
+    "é" * 300,
+)
+"""Names every store keeps as they are: SQL metacharacters, LIKE wildcards, escapes, the
+last code point, control characters, a long name."""
+
+REFUSED_NAMES = (("t\ud800", "lone surrogate"), ("t\x00nul", "NUL character"))
+"""Names every store refuses with ValueError, before anything is stored."""
+
+_MARK = pytest.mark.asyncio
+
+
+class _Count(StateKey[int, int]):
+    key = "contract.count"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class _Note(StateKey[str, str]):
+    key = "contract.note"
+    scope = KeyScope.THREAD
+    default = ""
+
+
+class _Keys(Plugin):
+    id = "contract"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(_Count)
+        registrar.register_key(_Note)
+
+
+def _record(thread_id: str, revision: int, value: int) -> CommitRecord:
+    return CommitRecord(
+        thread_id=thread_id,
+        revision=revision,
+        run_id=None,
+        phase=None,
+        step=0,
+        sources=("external",),
+        ops=(JournalOp(_Count.key, "update", str(value).encode()),),
+        created_at=datetime.datetime.fromtimestamp(0, datetime.UTC),
+    )
+
+
+def _save(thread_id: str, first: int, last: int, chain: Chain, **fields: Any) -> ThreadSave:
+    """A save of records `first..last` (their ops add 1 each), linked on from `chain`."""
+    records = [_record(thread_id, revision, 1) for revision in range(first, last + 1)]
+    entries, after = chain_records(records, chain)
+    return ThreadSave(revision=last, records=entries, seal=after.seal(), **fields)
+
+
+async def _commits(kernel: Kernel, thread_id: str, count: int, *, every: int = 0) -> None:
+    run = await kernel.start_run(thread_id)
+    for index in range(count):
+        await run.submit(StateCommand().update(_Count, 1))
+        if every and (index + 1) % every == 0:
+            await run.checkpoint()
+    await run.finish()
+
+
+@_MARK
+class ThreadStoreContract:
+    """The ThreadStore contract (`statekernel.lowlevel.ThreadSave` and friends): subclass it
+    and give it a `thread_store` fixture yielding a fresh, empty store."""
+
+    @pytest.fixture
+    async def thread_store(self) -> ThreadStore:
+        pytest.fail(f"{type(self).__name__} needs a `thread_store` fixture: a fresh store")
+
+    async def test_a_thread_never_saved_is_absent_everywhere(
+        self, thread_store: ThreadStore
+    ) -> None:
+        assert await thread_store.load("never") is None
+        assert await thread_store.records("never") == []
+        assert await thread_store.snapshot_at("never", 10) is None
+        assert await thread_store.threads() == []
+        await thread_store.delete("never")  # a no-op
+        await thread_store.prune("never", before=5)  # a no-op
+
+    async def test_a_save_loads_back_byte_for_byte(self, thread_store: ThreadStore) -> None:
+        save = _save("t", 1, 3, Chain(), runs=2, run_values={"r": b"1"}, suspended=b"waiting")
+        await thread_store.save("t", save, expected_position=0)
+        state = await thread_store.load("t")
+        assert state is not None
+        assert (state.revision, state.runs, state.position) == (3, 2, 1)
+        assert (state.run_values, state.suspended, state.seal) == (
+            {"r": b"1"},
+            b"waiting",
+            save.seal,
+        )
+        assert state.records == save.records  # the chain needs every byte as it was given
+        assert (state.values, state.snapshot_revision) == ({}, 0)
+
+    async def test_only_the_first_of_two_saves_from_one_position_lands(
+        self, thread_store: ThreadStore
+    ) -> None:
+        first = _save("t", 1, 1, Chain())
+        await thread_store.save("t", first, expected_position=0)
+        with pytest.raises(RevisionConflict):
+            await thread_store.save("t", _save("t", 1, 1, Chain()), expected_position=0)
+        state = await thread_store.load("t")
+        assert state is not None and (state.revision, state.position) == (1, 1)
+        empty = ThreadSave(revision=1, seal=first.seal)  # moves the position, carries nothing
+        await thread_store.save("t", empty, expected_position=1)
+        with pytest.raises(RevisionConflict):
+            await thread_store.save("t", empty, expected_position=1)
+        state = await thread_store.load("t")
+        assert state is not None and state.position == 2
+
+    async def test_concurrent_savers_of_one_position_yield_exactly_one_winner(
+        self, thread_store: ThreadStore
+    ) -> None:
+        await thread_store.save("t", _save("t", 1, 1, Chain()), expected_position=0)
+        outcomes = await asyncio.gather(
+            *(
+                thread_store.save("t", _save("t", 2, 2, Chain()), expected_position=1)
+                for _ in range(8)
+            ),
+            return_exceptions=True,
+        )
+        assert sum(outcome is None for outcome in outcomes) == 1
+        assert all(o is None or isinstance(o, RevisionConflict) for o in outcomes)
+
+    async def test_records_must_follow_the_head_one_by_one(self, thread_store: ThreadStore) -> None:
+        await thread_store.save("t", _save("t", 1, 2, Chain()), expected_position=0)
+        with pytest.raises(StoreError):  # a gap: revision 3 is missing
+            await thread_store.save("t", _save("t", 4, 4, Chain()), expected_position=1)
+        with pytest.raises(StoreError):  # revision 2 again
+            await thread_store.save("t", _save("t", 2, 3, Chain()), expected_position=1)
+        state = await thread_store.load("t")
+        assert state is not None and (state.revision, state.position) == (2, 1)
+
+    async def test_records_and_snapshots_are_read_by_revision(
+        self, thread_store: ThreadStore
+    ) -> None:
+        chain = Chain()
+        for position, first in enumerate((1, 4, 7)):
+            save = _save("t", first, first + 2, chain)
+            values = {"contract.count": str(first + 2).encode()}
+            save = msgspec.structs.replace(save, snapshot=values)
+            await thread_store.save("t", save, expected_position=position)
+            chain = chain_records([_record("t", r, 1) for r in range(first, first + 3)], chain)[1]
+        held = await thread_store.records("t", since=2, until=6)
+        assert [entry.revision for entry in held] == [3, 4, 5, 6]
+        assert [e.revision for e in await thread_store.records("t", since=5, limit=2)] == [6, 7]
+        assert [e.revision for e in await thread_store.records("t")] == list(range(1, 10))
+        snapshot = await thread_store.snapshot_at("t", 8)
+        assert snapshot is not None and snapshot.revision == 6
+        assert await thread_store.snapshot_at("t", 2) is None
+        state = await thread_store.load("t")  # the newest snapshot and what follows it
+        assert state is not None and state.snapshot_revision == 9 and state.records == ()
+
+    async def test_prune_keeps_the_newest_snapshot_at_or_before_the_cut(
+        self, thread_store: ThreadStore
+    ) -> None:
+        kernel = Kernel([_Keys()], thread_store=thread_store, snapshot_every=5)
+        await _commits(kernel, "t", 20, every=1)  # snapshots at 5, 10, 15, 20
+        await thread_store.prune("t", before=12)
+        held = await thread_store.records("t")
+        assert held[0].revision == 11  # from the snapshot at 10 on
+        assert (await kernel.state_at("t", 10)).get(_Count) == 10
+        assert (await kernel.verify("t")).ok
+
+    async def test_threads_are_listed_sorted_by_literal_prefix(
+        self, thread_store: ThreadStore
+    ) -> None:
+        for thread in ("b-2", "a_1", "b-1", "a%1", "c"):
+            await thread_store.save(thread, _save(thread, 1, 1, Chain()), expected_position=0)
+        assert await thread_store.threads() == ["a%1", "a_1", "b-1", "b-2", "c"]
+        assert await thread_store.threads(prefix="a_") == ["a_1"]
+        assert await thread_store.threads(prefix="b", limit=1) == ["b-1"]
+        await thread_store.delete("c")
+        assert await thread_store.threads(prefix="c") == []
+        assert await thread_store.load("c") is None
+
+    async def test_hostile_thread_ids_are_kept_as_they_are(self, thread_store: ThreadStore) -> None:
+        for name in HOSTILE_NAMES:
+            await thread_store.save(name, _save(name, 1, 1, Chain()), expected_position=0)
+            state = await thread_store.load(name)
+            assert state is not None and state.revision == 1, name
+        assert await thread_store.threads() == sorted(HOSTILE_NAMES)
+
+    async def test_ids_no_store_can_keep_are_refused_alike(self, thread_store: ThreadStore) -> None:
+        calls: list[Callable[[Any], Awaitable[Any]]] = [
+            thread_store.load,
+            thread_store.records,
+            thread_store.delete,
+            lambda name: thread_store.snapshot_at(name, 1),
+            lambda name: thread_store.prune(name, before=1),
+            lambda name: thread_store.save(name, _save("x", 1, 1, Chain()), expected_position=0),
+        ]
+        for call in calls:
+            with pytest.raises(TypeError):
+                await call(123)
+            for name, why in REFUSED_NAMES:
+                with pytest.raises(ValueError, match=why):
+                    await call(name)
+        assert await thread_store.threads() == []
+
+    async def test_the_kernel_catches_a_record_the_store_was_handed_altered(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """The chain works over the store: a thread saved with one record altered (a bad
+        restore would leave one) is refused on load, naming the revision."""
+        kernel = Kernel([_Keys()], thread_store=thread_store)
+        await _commits(kernel, "source", 5)
+        state = await thread_store.load("source")
+        assert state is not None and state.seal is not None
+        records = list(state.records)
+        third = records[2]
+        records[2] = JournalEntry(
+            third.revision, third.data.replace(b"update\xc4\x011", b"update\xc4\x017")
+        )
+        assert records[2] != third
+        copy = ThreadSave(revision=state.revision, records=tuple(records), seal=state.seal)
+        await thread_store.save("copy", copy, expected_position=0)
+        with pytest.raises(JournalCorrupted) as refused:
+            await kernel.start_run("copy")
+        assert refused.value.revision == 3
+        report = await kernel.verify("copy")
+        assert (report.ok, report.first_divergence) == (False, 3)
+        assert (await kernel.verify("source")).ok
+
+    async def test_two_kernels_adding_to_one_thread_both_land(
+        self, thread_store: ThreadStore
+    ) -> None:
+        await _commits(Kernel([_Keys()], thread_store=thread_store), "t", 1)
+        first = await Kernel([_Keys()], thread_store=thread_store).start_run("t")
+        second = await Kernel([_Keys()], thread_store=thread_store).start_run("t")
+        await first.submit(StateCommand().update(_Count, 10))
+        await second.submit(StateCommand().update(_Count, 100))
+        await first.finish()
+        await second.finish()  # rebases: it only added
+        reader = Kernel([_Keys()], thread_store=thread_store)
+        assert (await reader.state_at("t", 3)).get(_Count) == 111
+        assert (await reader.verify("t")).ok
+        exclusive = await Kernel([_Keys()], thread_store=thread_store).start_run("t")
+        other = await Kernel([_Keys()], thread_store=thread_store).start_run("t")
+        await exclusive.submit(StateCommand().update(_Note, "mine"))
+        await other.submit(StateCommand().update(_Note, "theirs"))
+        await exclusive.finish()
+        with pytest.raises(RevisionConflict):
+            await other.finish()
+
+
+@_MARK
+class ProfileStoreContract:
+    """The ProfileStore contract: subclass it and give it a `profile_store` fixture yielding
+    a fresh, empty store (with the default size limit), and `break_entry`, a function
+    `(namespace, key)` that makes one stored entry no longer decode, the way the backend
+    could come to hold it."""
+
+    @pytest.fixture
+    async def profile_store(self) -> ProfileStore:
+        pytest.fail(f"{type(self).__name__} needs a `profile_store` fixture: a fresh store")
+
+    @pytest.fixture
+    def break_entry(self) -> Callable[[str, str], Awaitable[None]]:
+        pytest.fail(
+            f"{type(self).__name__} needs a `break_entry` fixture: an async function "
+            f"(namespace, key) that makes that stored entry no longer decode"
+        )
+
+    async def test_an_entry_sets_gets_and_counts_versions(
+        self, profile_store: ProfileStore
+    ) -> None:
+        assert await profile_store.get("ns", "k") is None
+        first = await profile_store.set("ns", "k", {"a": [1, 2]})
+        assert (first.value, first.version) == ({"a": [1, 2]}, 1)
+        second = await profile_store.set("ns", "k", (1, 2))
+        assert second.version == 2
+        got = await profile_store.get("ns", "k")  # JSON: a tuple comes back a list
+        assert got is not None and (got.value, got.version) == ([1, 2], 2)
+
+    async def test_compare_and_set_refuses_and_keeps_what_is_stored(
+        self, profile_store: ProfileStore
+    ) -> None:
+        await profile_store.set("ns", "k", 1, expected_version=0)  # must not exist: it does not
+        with pytest.raises(VersionConflict):
+            await profile_store.set("ns", "k", 2, expected_version=0)
+        with pytest.raises(VersionConflict):
+            await profile_store.set("ns", "k", 2, expected_version=5)
+        entry = await profile_store.set("ns", "k", 3, expected_version=1)
+        assert entry.version == 2
+        got = await profile_store.get("ns", "k")
+        assert got is not None and got.value == 3
+
+    async def test_a_value_that_is_not_json_is_refused(self, profile_store: ProfileStore) -> None:
+        with pytest.raises(StateValidationError):
+            await profile_store.set("ns", "k", object())
+        assert await profile_store.get("ns", "k") is None
+
+    async def test_a_value_over_the_size_limit_is_refused_and_ten_megabytes_kept(
+        self, profile_store: ProfileStore
+    ) -> None:
+        big = "x" * (10 * 1024 * 1024)
+        await profile_store.set("ns", "big", big)
+        got = await profile_store.get("ns", "big")
+        assert got is not None and got.value == big
+        with pytest.raises(StoreError):
+            await profile_store.set("ns", "huge", "x" * (17 * 1024 * 1024))
+        assert await profile_store.get("ns", "huge") is None
+
+    async def test_list_is_sorted_by_literal_prefix_and_clear_empties_one_namespace(
+        self, profile_store: ProfileStore
+    ) -> None:
+        for key in ("b-2", "a_1", "b-1", "a%1", "c"):
+            await profile_store.set("ns", key, key)
+        await profile_store.set("other", "a_1", 0)
+        assert [e.key for e in await profile_store.list("ns")] == ["a%1", "a_1", "b-1", "b-2", "c"]
+        assert [e.key for e in await profile_store.list("ns", "a_")] == ["a_1"]
+        await profile_store.delete("ns", "c")
+        await profile_store.delete("ns", "c")  # a no-op
+        await profile_store.clear("ns")
+        assert await profile_store.list("ns") == []
+        assert [e.key for e in await profile_store.list("other")] == ["a_1"]
+
+    async def test_hostile_names_are_kept_as_they_are(self, profile_store: ProfileStore) -> None:
+        for name in HOSTILE_NAMES:
+            await profile_store.set(name, name, name)
+            got = await profile_store.get(name, name)
+            assert got is not None and got.value == name, name
+        assert [e.key for e in await profile_store.list(HOSTILE_NAMES[0])] == [HOSTILE_NAMES[0]]
+
+    async def test_names_no_store_can_keep_are_refused_alike(
+        self, profile_store: ProfileStore
+    ) -> None:
+        for name, why in REFUSED_NAMES:
+            with pytest.raises(ValueError, match=why):
+                await profile_store.set("ns", name, 1)
+            with pytest.raises(ValueError, match=why):
+                await profile_store.get(name, "k")
+        with pytest.raises(TypeError):
+            await profile_store.get("ns", 123)  # type: ignore[arg-type]
+        assert await profile_store.list("ns") == []
+
+    async def test_one_entry_that_no_longer_decodes_costs_only_itself(
+        self,
+        profile_store: ProfileStore,
+        break_entry: Callable[[str, str], Awaitable[None]],
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        await profile_store.set("ns", "bad", 1)
+        await profile_store.set("ns", "good", 2)
+        await break_entry("ns", "bad")
+        with pytest.raises(DecodeFailed) as refused:
+            await profile_store.get("ns", "bad")
+        assert (refused.value.key, refused.value.record) == ("ns", "bad")
+        with caplog.at_level(logging.WARNING, logger="statekernel"):
+            assert [entry.key for entry in await profile_store.list("ns")] == ["good"]
+        assert "'bad'" in caplog.text
+        await profile_store.set("ns", "bad", "repaired")
+        got = await profile_store.get("ns", "bad")
+        assert got is not None and got.value == "repaired"
+
+    async def test_concurrent_writers_lose_no_update(self, profile_store: ProfileStore) -> None:
+        update = getattr(profile_store, "update", None)
+
+        async def add_one() -> None:
+            if update is not None:
+                await update("ns", "n", lambda entry: 1 if entry is None else entry.value + 1)
+                return
+            while True:  # compare-and-set, as ProfileAccess does without an atomic update
+                entry = await profile_store.get("ns", "n")
+                try:
+                    await profile_store.set(
+                        "ns",
+                        "n",
+                        1 if entry is None else entry.value + 1,
+                        expected_version=0 if entry is None else entry.version,
+                    )
+                    return
+                except VersionConflict:
+                    continue
+
+        await asyncio.gather(*(add_one() for _ in range(50)))
+        got = await profile_store.get("ns", "n")
+        assert got is not None and got.value == 50

@@ -1,0 +1,71 @@
+"""The store contract (`statekernel.testing.store_contract`) run against the bundled
+backends: every one behaves the same on every input the contract tries."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from statekernel.stores import (
+    MemoryProfileStore,
+    MemoryThreadStore,
+    SqliteProfileStore,
+    SqliteThreadStore,
+)
+from statekernel.testing.store_contract import ProfileStoreContract, ThreadStoreContract
+
+BreakEntry = Callable[[str, str], Awaitable[None]]
+
+
+class TestMemoryThreadStore(ThreadStoreContract):
+    @pytest.fixture
+    async def thread_store(self) -> AsyncIterator[MemoryThreadStore]:
+        async with MemoryThreadStore() as store:
+            yield store
+
+
+class TestSqliteThreadStore(ThreadStoreContract):
+    @pytest.fixture
+    async def thread_store(self, tmp_path: Path) -> AsyncIterator[SqliteThreadStore]:
+        async with SqliteThreadStore(tmp_path / "threads.db") as store:
+            yield store
+
+
+class TestMemoryProfileStore(ProfileStoreContract):
+    @pytest.fixture
+    async def profile_store(self) -> AsyncIterator[MemoryProfileStore]:
+        async with MemoryProfileStore() as store:
+            yield store
+
+    @pytest.fixture
+    def break_entry(self, profile_store: MemoryProfileStore) -> BreakEntry:
+        async def corrupt(namespace: str, key: str) -> None:
+            entry = profile_store._records[namespace][key]  # the store's own table
+            profile_store._records[namespace][key] = type(entry)(
+                b"{not json", entry.version, entry.updated_at
+            )
+
+        return corrupt
+
+
+class TestSqliteProfileStore(ProfileStoreContract):
+    @pytest.fixture
+    async def profile_store(self, tmp_path: Path) -> AsyncIterator[SqliteProfileStore]:
+        async with SqliteProfileStore(tmp_path / "profiles.db") as store:
+            yield store
+
+    @pytest.fixture
+    def break_entry(self, profile_store: SqliteProfileStore) -> BreakEntry:
+        async def corrupt(namespace: str, key: str) -> None:
+            await profile_store.close()  # every write is in the file
+            with sqlite3.connect(profile_store.path) as raw:
+                raw.execute(
+                    "UPDATE profile_records SET value = '{not json' "
+                    "WHERE namespace = ? AND key = ?",
+                    (namespace, key),
+                )
+
+        return corrupt
