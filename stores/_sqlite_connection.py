@@ -212,18 +212,26 @@ class SqliteConnection:
             self._in_flight += 1
             asyncio.get_running_loop().call_soon(self._run_on_loop)
             return cast(T, await self._join(self._on_loop, op))
+        # The hop counts as in flight until the connection's thread is done with it, even if
+        # the caller is cancelled meanwhile: nothing else may use the connection till then.
         self._in_flight += 1
+        hop = asyncio.ensure_future(self._run_batch([op]))
+        hop.add_done_callback(self._hop_done)
         try:
-            try:
-                outcome = (await self._run_batch([op]))[0]
-            except Exception as exc:
-                raise _op_error(op, exc)  # noqa: B904 - a StoreError sets its own __cause__
-        finally:
-            self._in_flight -= 1
-            self._dispatch()
+            outcome = (await asyncio.shield(hop))[0]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _op_error(op, exc)  # noqa: B904 - a StoreError sets its own __cause__
         if isinstance(outcome, OpFailed):
             raise _op_error(op, outcome.error)
         return cast(T, outcome)
+
+    def _hop_done(self, hop: asyncio.Future[Any]) -> None:
+        if not hop.cancelled():
+            hop.exception()  # read here: its caller may have gone (cancelled)
+        self._in_flight -= 1
+        self._dispatch()
 
     @staticmethod
     async def _join(batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]], op: SqliteOp[T]) -> T:
@@ -236,13 +244,19 @@ class SqliteConnection:
         waiting for a lock: if another process holds it, the batch goes to the connection's
         thread, which waits."""
         batch, self._on_loop = self._on_loop, []
-        outcomes = _inline(self._raw, [op for op, _ in batch]) if self._raw else _BUSY
-        if outcomes is _BUSY:
-            self._queue[:0] = batch  # first in line: they were submitted first
-        else:
-            _settle(batch, outcomes)
-        self._in_flight -= 1
-        self._dispatch()
+        try:
+            outcomes = _inline(self._raw, [op for op, _ in batch]) if self._raw else _BUSY
+            if outcomes is _BUSY:
+                self._queue[:0] = batch  # first in line: they were submitted first
+            else:
+                _settle(batch, outcomes)
+        except Exception as exc:  # the batch failed as a whole (COMMIT itself, say)
+            for op, future in batch:
+                if not future.done():
+                    future.set_exception(_op_error(op, exc))
+        finally:
+            self._in_flight -= 1
+            self._dispatch()
 
     async def close(self) -> None:
         """Finish queued operations, then close the connection (it reopens on next use)."""

@@ -154,6 +154,10 @@ def altered_snapshot(snapshot: ThreadSnapshot) -> ThreadSnapshot:
     return ThreadSnapshot(30, {**snapshot.values, Count.key: b"999"})  # still decodes
 
 
+def emptied_snapshot(snapshot: ThreadSnapshot) -> ThreadSnapshot:
+    return ThreadSnapshot(30, {}) if snapshot.revision == 30 else snapshot
+
+
 TAMPERINGS: dict[str, tuple[dict[str, object], int]] = {
     # name: (how `Tampered` changes what the store hands back, the first untrusted revision)
     "a record deleted": ({"records": without(33)}, 33),
@@ -171,6 +175,7 @@ TAMPERINGS: dict[str, tuple[dict[str, object], int]] = {
         HEAD,
     ),
     "a snapshot altered": ({"snapshot": altered_snapshot}, 30),
+    "a snapshot emptied": ({"snapshot": emptied_snapshot}, 30),
 }
 
 
@@ -215,6 +220,8 @@ def on_disk(path: Path, name: str) -> None:
             )
     if name == "a snapshot altered":
         edit_snapshot(path, "t", 30, lambda values: values.update({Count.key: b"999"}))
+    if name == "a snapshot emptied":
+        edit_snapshot(path, "t", 30, lambda values: values.clear())
 
 
 async def write_thread(store: ThreadStore) -> None:

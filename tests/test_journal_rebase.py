@@ -3,6 +3,7 @@ its commits only add to commutative keys, and conflicts as before otherwise."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -23,7 +24,8 @@ from statekernel import (
     ThreadStore,
     Vector,
 )
-from statekernel.stores import SqliteThreadStore
+from statekernel.lowlevel import ThreadSave
+from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
 async def seeded(store: ThreadStore) -> None:
@@ -170,3 +172,52 @@ async def test_two_processes_adding_to_one_thread_both_land(tmp_path: Path) -> N
         assert await read(reader, "t", Count) == 111
         assert await read(reader, "t", Log) == Vector(["seed", "other process", "this process"])
         assert (await reader.verify("t")).ok
+
+
+class CancellingStore(MemoryThreadStore):
+    """Cancels `task` (the run's caller) during the `cancel_at`-th save, which then waits."""
+
+    saves = 0
+    cancel_at = 0
+    task: asyncio.Task[object] | None = None
+
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        self.saves += 1
+        if self.saves == self.cancel_at and self.task is not None:
+            asyncio.get_running_loop().call_soon(self.task.cancel)
+            await asyncio.sleep(0)
+        await super().save(thread_id, save, expected_position=expected_position)
+
+
+async def test_a_rebase_cut_short_by_a_cancel_still_moves_the_run_on() -> None:
+    store = CancellingStore()
+    await seeded(store)
+    first = await Kernel(plugins(), thread_store=store).start_run("t")
+    second = await Kernel(plugins(), thread_store=store).start_run("t")
+    await first.submit(StateCommand().update(Count, 1))
+    await first.finish()
+    await second.submit(StateCommand().update(Count, 5))
+    store.cancel_at = store.saves + 2  # its first attempt conflicts; the rebased one lands
+    task = asyncio.current_task()
+    assert task is not None
+    store.task = task
+    with pytest.raises(asyncio.CancelledError):
+        await second.checkpoint()
+    task.uncancel()
+    assert (second.revision, second.snapshot.get(Count)) == (3, 16)
+    assert [r.onto for r in second.rebases] == [2]
+    await second.submit(StateCommand().update(Count, 7))
+    await second.finish()
+    reader = Kernel(plugins(), thread_store=store)
+    assert await read(reader, "t", Count) == 23
+    assert (await reader.verify("t")).ok
+
+
+async def test_a_save_onto_a_thread_deleted_meanwhile_conflicts(thread_store: ThreadStore) -> None:
+    await seeded(thread_store)
+    run = await Kernel(plugins(), thread_store=thread_store).start_run("t")
+    await thread_store.delete("t")
+    await run.submit(StateCommand().update(Count, 1))
+    with pytest.raises(RevisionConflict):
+        await run.finish()
+    assert await thread_store.load("t") is None  # not brought back by a rebase

@@ -19,7 +19,7 @@ from .._values.keys import KeyScope
 from .journal import CommitRecord, Journaled, RunJournal
 from .replay import hash_of
 from .retention import Retention
-from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, ReplayBase, SuspendedRun
+from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, Rebased, ReplayBase, SuspendedRun
 
 __all__ = ["MemoryThreads"]
 
@@ -85,7 +85,7 @@ class MemoryThreads:
         touched: frozenset[str],
         journaled: Journaled,
         suspended: SuspendedRun | None = None,
-        on_saved: Callable[[], None] | None = None,
+        on_saved: Callable[[Rebased | None], None] | None = None,
     ) -> None:
         kept = self._threads[thread_id]
         thread_values, run_values = _split_by_scope(self._registry, values)
@@ -101,7 +101,7 @@ class MemoryThreads:
                 await self.prune(thread_id, before=before)
         kept.held.note_saved(thread_values, run_values, revision, suspended)
         if on_saved is not None:
-            on_saved()
+            on_saved(None)
 
     async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
         # Values are held decoded with this kernel's declarations: the one held is it.

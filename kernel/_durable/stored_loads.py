@@ -253,7 +253,7 @@ def trusted_records(thread_id: str, stored: ThreadState) -> tuple[list[CommitRec
     chain = read_head_seal(thread_id, stored.revision, stored.seal)
     after = stored.snapshot_revision
     link: bytes | None = START if after == 0 and chain.chained_from == 1 else None
-    if stored.values:
+    if stored.values or after:  # a snapshot the store says it has, even an emptied one
         link = snapshot_link(thread_id, ThreadSnapshot(after, stored.values), chain)
     then = chain.link if chain.chained_from is not None else None
     records, links = walk(thread_id, stored.records, after=after, link=link, chain=chain, then=then)

@@ -141,7 +141,7 @@ class StoredThreads:
         touched: frozenset[str],
         journaled: Journaled,
         suspended: SuspendedRun | None = None,
-        on_saved: Callable[[], None] | None = None,
+        on_saved: Callable[[Rebased | None], None] | None = None,
     ) -> Rebased | None:
         """Append the run's records, with a snapshot of the persistent thread keys when the
         policy says so (`_snapshot_due`) or a key needs one (`_snapshot_needs`).
@@ -164,8 +164,8 @@ class StoredThreads:
                 raise conflict from None
             rebased, landed = found
             revision = rebased.report.revision
-        if on_saved is not None:
-            on_saved()
+        if on_saved is not None:  # (before a cancellation is raised: the save has landed)
+            on_saved(rebased)
         if landed.interrupted:
             raise asyncio.CancelledError
         if landed.snapshot:
@@ -240,6 +240,8 @@ class StoredThreads:
         one's), and save that; again while other kernels keep overtaking (a bounded number
         of times). Nothing of it is stored unless the whole lands."""
         registry = self._registry
+        number = kept.held.runs  # this run's number, as it counted itself
+        original = journaled.records[0].run_id if journaled.records else None
         for _ in range(REBASE_ATTEMPTS):
             newer = await load_thread(
                 self._store,
@@ -249,15 +251,17 @@ class StoredThreads:
                 skip_undecodable=self.skip_undecodable,
                 refuse_unknown=self._refuse_unknown,
             )
-            if newer.held.suspended is not None or newer.position == kept.position:
-                return None  # a run waits there (exclusive), or nothing moved
+            if newer.position == 0 or newer.held.suspended is not None:
+                return None  # deleted meanwhile, or a run waits there: nothing to merge onto
+            if newer.position == kept.position:
+                return None  # nothing moved: not a rebase's case
             onto = newer.held.revision
-            run_id = journaled.records[0].run_id if journaled.records else None
-            if run_id is not None and kept.held.runs <= newer.held.runs:
+            run_id = original
+            if run_id is not None and number <= newer.held.runs:
                 newer.held.runs += 1  # the other kernel's run took this one's number
                 run_id = f"{thread_id}:run-{newer.held.runs}"
             elif run_id is not None:
-                newer.held.runs = kept.held.runs
+                newer.held.runs = number
             records = renumbered(journaled.records, onto, run_id)
             thread_values = merged(
                 registry,

@@ -233,7 +233,7 @@ class ThreadHome(Protocol):
         touched: frozenset[str],
         journaled: Journaled,
         suspended: SuspendedRun | None = None,
-        on_saved: Callable[[], None] | None = None,
+        on_saved: Callable[[Rebased | None], None] | None = None,
     ) -> Rebased | None:
         """Save a claimed thread's commits since its last save and where it stands; a
         save that rebased after another kernel's says how (`Rebased`).
@@ -242,9 +242,9 @@ class ThreadHome(Protocol):
         save, `touched` the keys it wrote (what it replaced of `set_aside`). With
         `suspended`, the run keys are saved too, with the record. Raises before changing
         anything if a value cannot be saved; the run then stays open, so the caller can
-        still end it cleanly. `on_saved` is called once the save is done and noted, before
-        anything else can happen (also when a cancellation arrived during the save: it is
-        raised after).
+        still end it cleanly. `on_saved(rebased)` is called once the save is done and noted
+        (with how it rebased, or None), before anything else can happen (also when a
+        cancellation arrived during the save: it is raised after).
         """
         ...
 

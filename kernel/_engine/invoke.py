@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import types
-from collections.abc import Callable, Coroutine, Generator
-from typing import Any, NoReturn, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
 
 from .._errors import HookFailed, StateError, _preview
 
@@ -47,21 +46,16 @@ async def outcome(function: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
-async def through_cancellation(work: Coroutine[Any, Any, T]) -> tuple[T, bool]:
+async def through_cancellation(work: Awaitable[T]) -> tuple[T, bool]:
     """Await `work` to its end even if the caller is cancelled meanwhile; returns its result
     and whether the caller was cancelled (it then raises `CancelledError` itself, once it
     took note of the result: late, never lost). For what must not stop half-way: a
     store save that may commit anyway. `work`'s own failure is raised as it is.
 
-    `work` first runs in the caller's task: one that finishes without waiting (a save run
-    inline) cannot be interrupted, and costs no task. Only once it waits does the rest of
-    it move to a task of its own, which the caller's cancellation cannot reach.
+    `work` runs in a task of its own from its first step, so that what it starts (a
+    timeout, a task group) belongs to it, not to the caller.
     """
-    try:
-        waiting_on = work.send(None)
-    except StopIteration as done:
-        return cast(T, done.value), False
-    task: asyncio.Future[T] = asyncio.ensure_future(_resumed(work, waiting_on))
+    task = asyncio.ensure_future(work)
     interrupted = False
     while not task.done():
         try:
@@ -78,25 +72,6 @@ async def through_cancellation(work: Coroutine[Any, Any, T]) -> tuple[T, bool]:
         if (error := task.exception()) is not None:
             raise asyncio.CancelledError from error
     return task.result(), interrupted
-
-
-@types.coroutine
-def _resumed(work: Coroutine[Any, Any, T], waiting_on: Any) -> Generator[Any, Any, T]:
-    """The rest of `work`, which has run up to waiting on `waiting_on` (what it yielded to
-    the event loop): each outcome of what it waits on is passed in, as `await` would."""
-    while True:
-        try:
-            sent = yield waiting_on
-        except BaseException as error:  # what it waited on failed, or the task is cancelled
-            try:
-                waiting_on = work.throw(error)
-            except StopIteration as done:
-                return cast(T, done.value)
-        else:
-            try:
-                waiting_on = work.send(sent)
-            except StopIteration as done:
-                return cast(T, done.value)
 
 
 def reraise(owner: str, phase: str, error: Exception) -> NoReturn:

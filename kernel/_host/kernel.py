@@ -21,7 +21,7 @@ from .._durable.replay import ReplayReport
 from .._durable.retention import Retention
 from .._durable.store import ThreadStore
 from .._durable.stored_threads import StoredThreads
-from .._durable.threads import SNAPSHOT_EVERY, HeldThread, PendingAction, ThreadHome
+from .._durable.threads import SNAPSHOT_EVERY, HeldThread, PendingAction, Rebased, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, RunIdentity
 from .._engine.merge import Contribution
@@ -315,14 +315,21 @@ class Kernel:
             if set_aside:
                 state.track_touched()
             state.commit((Contribution(None, command, "external"),))
+            landed: list[int] = [state.revision]
+
+            def saved(rebased: Rebased | None) -> None:
+                if rebased is not None:  # it landed after another kernel's save
+                    landed[0] = rebased.report.revision
+
             await self._home.save(
                 thread_id,
                 state.stored_values(),
                 revision=state.revision,
                 touched=state.touched_names,
                 journaled=journal.journaled(state.pending_commits()),
+                on_saved=saved,
             )
-            return state.revision
+            return landed[0]
         finally:
             self._home.release(thread_id)
 

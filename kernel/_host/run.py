@@ -17,7 +17,7 @@ import msgspec
 
 from .._durable.journal import CommitRecord, RunJournal
 from .._durable.rebase import Rebase
-from .._durable.threads import PendingAction, SuspendedRun, ThreadHome
+from .._durable.threads import PendingAction, Rebased, SuspendedRun, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from .._engine.invoke import call, checked, outcome
@@ -84,11 +84,16 @@ class Lease:
         to a new run id)."""
         pending = state.pending_commits()
 
-        def saved() -> None:  # durable now (and only once the save succeeded)
+        def saved(rebased: Rebased | None) -> None:  # durable now, even if cancelled after
             state.forget_commits(len(pending))
             self.saves += 1
+            if rebased is not None:
+                state.rebase(rebased.values, rebased.report.revision)
+                self.rebases.append(rebased.report)
+                if rebased.report.run_id is not None:
+                    self.journal.rename(rebased.report.run_id)
 
-        rebased = await self.home.save(
+        await self.home.save(
             self.thread_id,
             state.stored_values(),
             revision=state.revision,
@@ -97,11 +102,6 @@ class Lease:
             suspended=suspended,
             on_saved=saved,
         )
-        if rebased is not None:
-            state.rebase(rebased.values, rebased.report.revision)
-            self.rebases.append(rebased.report)
-            if rebased.report.run_id is not None:
-                self.journal.rename(rebased.report.run_id)
 
     def release(self) -> None:
         self.home.release(self.thread_id)
