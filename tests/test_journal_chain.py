@@ -16,7 +16,16 @@ from types import TracebackType
 
 import msgspec
 import pytest
-from journal_samples import Count, Mood, edit_snapshot, plugins, written_before_the_chain
+from journal_samples import (
+    Count,
+    Log,
+    Mood,
+    edit_snapshot,
+    plugins,
+    referring_keys,
+    write_referring,
+    written_before_the_chain,
+)
 from samples import commit_all, read
 
 from statekernel import (
@@ -397,3 +406,27 @@ async def test_memory_and_sqlite_seal_alike(thread_store: ThreadStore) -> None:
     await commit_all(kernel, "t", StateCommand().update(Mood, "fine"))
     later = await thread_store.load("t")
     assert later is not None and later.seal not in (None, state.seal)
+
+
+async def test_a_forged_newest_record_cannot_be_laundered_through_a_fork(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    async with SqliteThreadStore(path) as store:
+        await write_thread(store)
+    on_disk(path, "the newest record changed")
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        with pytest.raises(JournalCorrupted, match=f"revision {HEAD}"):
+            await kernel.fork("t", HEAD, "laundered")
+        assert await store.load("laundered") is None
+        await kernel.fork("t", HEAD - 1, "good")  # the record after it vouches for it
+        assert (await kernel.verify("good")).ok
+
+
+async def test_time_travel_refuses_an_altered_snapshot_a_vector_extends(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    await write_referring(path, "t")  # snapshots at 1..4, each extending the one before
+    edit_snapshot(path, "t", 1, lambda values: values.update({Log.key: b'["FORGED"]'}))
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(referring_keys(), thread_store=store)
+        with pytest.raises(JournalCorrupted, match="revision 1"):
+            await kernel.state_at("t", 3)

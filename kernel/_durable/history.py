@@ -107,6 +107,8 @@ class ThreadHistory:
                 f"exists. Fork into a new thread id, or delete it first."
             )
         rebuilt = await self._rebuild(source, thread_id, revision)  # raises UnknownRevision
+        if revision == await source.head():  # only the head vouches for its newest record
+            await source.check_whole()
         records = [
             msgspec.structs.replace(record, thread_id=new_thread_id)
             for record in await source.records(0, until=revision)

@@ -98,13 +98,20 @@ class StoredJournal:
         restored, _ = await read_snapshot(
             self._registry,
             snapshot,
-            self.snapshot,
+            self._sealed_snapshot,
             record=self._thread_id,
             skip_undecodable=self._skip,
             exclude=lambda name: name in RESERVED_VALUES,
         )
         foreign = {**restored.foreign, **restored.undecodable}
         return ReplayBase(snapshot.revision, restored.values, foreign)
+
+    async def _sealed_snapshot(self, revision: int) -> ThreadSnapshot | None:
+        """An older snapshot a Vector extends, checked against its seal like the first."""
+        snapshot = await self.snapshot(revision)
+        if snapshot is not None:
+            snapshot_link(self._thread_id, snapshot, _LINKED_ONLY)
+        return snapshot
 
     async def snapshot(self, revision: int) -> ThreadSnapshot | None:
         with store_failures("thread history read", self._thread_id):
