@@ -150,7 +150,7 @@ def edit_snapshot(
         values = msgspec.msgpack.decode(blob, type=dict[str, bytes])
         edit(values)
         if reseal:
-            values[SEAL] = seal_of(values, revision)
+            values[SEAL] = seal_of(thread, values, revision)
         raw.execute(
             "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = ? AND revision = ?",
             (msgspec.msgpack.encode(values), thread, revision),
@@ -160,13 +160,15 @@ def edit_snapshot(
 SEAL = "statekernel.seal"
 
 
-def seal_of(values: dict[str, bytes], revision: int) -> bytes:
+def seal_of(thread: str, values: dict[str, bytes], revision: int) -> bytes:
     """A snapshot's seal as docs/durability.md defines it: the link it names, and BLAKE2b (16
-    bytes) of the MessagePack array [revision, link, [[name, bytes], ...]] of its other
-    values sorted by name."""
+    bytes) of the MessagePack array [thread_id, revision, link, [[name, bytes], ...]] of its
+    other values sorted by name."""
     link = bytes.fromhex(msgspec.json.decode(values[SEAL])["link"])
     items = sorted((name, data) for name, data in values.items() if name != SEAL)
-    digest = hashlib.blake2b(msgspec.msgpack.encode([revision, link, items]), digest_size=16)
+    digest = hashlib.blake2b(
+        msgspec.msgpack.encode([thread, revision, link, items]), digest_size=16
+    )
     return msgspec.json.encode({"link": link.hex(), "digest": digest.hexdigest()})
 
 

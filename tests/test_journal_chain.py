@@ -430,3 +430,24 @@ async def test_time_travel_refuses_an_altered_snapshot_a_vector_extends(tmp_path
         kernel = Kernel(referring_keys(), thread_store=store)
         with pytest.raises(JournalCorrupted, match="revision 1"):
             await kernel.state_at("t", 3)
+
+
+async def test_a_snapshot_of_another_thread_does_not_pass_for_this_ones(tmp_path: Path) -> None:
+    """Two threads with the same values: thread b's snapshot at 1, which a's snapshot at 4
+    extends (a Vector reference), swapped in for a's. Its seal names b."""
+    path = tmp_path / "v.db"
+    await write_referring(path, "a", "b")
+    with sqlite3.connect(path) as raw:
+        (blob,) = raw.execute(
+            "SELECT snapshot FROM thread_snapshots WHERE thread_id = 'b' AND revision = 1"
+        ).fetchone()
+        raw.execute(
+            "UPDATE thread_snapshots SET snapshot = ? WHERE thread_id = 'a' AND revision = 1",
+            (blob,),
+        )
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(referring_keys(), thread_store=store)
+        with pytest.raises(JournalCorrupted, match="revision 1"):
+            await kernel.start_run("a")
+        run = await kernel.start_run("b")  # b is untouched
+        await run.abandon()

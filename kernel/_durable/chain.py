@@ -121,20 +121,24 @@ def chain_records(
     return tuple(entries), Chain(link, chained_from)
 
 
-def seal_snapshot(values: dict[str, bytes], revision: int, link: bytes) -> dict[str, bytes]:
-    """`values` with their seal: the link at `revision` and a digest of everything else."""
-    digest = _snapshot_digest(values, revision, link)
+def seal_snapshot(
+    thread_id: str, values: dict[str, bytes], revision: int, link: bytes
+) -> dict[str, bytes]:
+    """`values` with their seal: the link at `revision` and a digest of everything else
+    (the thread's id included: a snapshot of another thread does not pass for this one's)."""
+    digest = _snapshot_digest(thread_id, values, revision, link)
     sealed = {name: data for name, data in values.items() if name != SEAL}
     sealed[SEAL] = msgspec.json.encode(_SnapshotSeal(link.hex(), digest.hex()))
     return sealed
 
 
-def _snapshot_digest(values: dict[str, bytes], revision: int, link: bytes) -> bytes:
-    """BLAKE2b (16 bytes) of the MessagePack array `[revision, link, [[name, bytes], ...]]`,
-    the values sorted by name, the seal left out."""
+def _snapshot_digest(thread_id: str, values: dict[str, bytes], revision: int, link: bytes) -> bytes:
+    """BLAKE2b (16 bytes) of the MessagePack array
+    `[thread_id, revision, link, [[name, bytes], ...]]`, the values sorted by name, the seal
+    left out."""
     items = sorted((name, data) for name, data in values.items() if name != SEAL)
     return hashlib.blake2b(
-        _seal_encoder.encode([revision, link, items]), digest_size=LINK_SIZE
+        _seal_encoder.encode([thread_id, revision, link, items]), digest_size=LINK_SIZE
     ).digest()
 
 
@@ -156,7 +160,7 @@ def snapshot_link(thread_id: str, snapshot: ThreadSnapshot, chain: Chain) -> byt
         raise JournalCorrupted(
             thread_id, revision, f"the seal of the snapshot at revision {revision} is damaged"
         ) from error
-    if _snapshot_digest(snapshot.values, revision, link) != digest:
+    if _snapshot_digest(thread_id, snapshot.values, revision, link) != digest:
         raise JournalCorrupted(
             thread_id,
             revision,

@@ -196,7 +196,7 @@ class StoredThreads:
                 thread_id, kept, values, undecodable, needed, blocking, revision
             )
         if snapshot is not None:
-            snapshot = seal_snapshot(snapshot, revision, chain.link)
+            snapshot = seal_snapshot(thread_id, snapshot, revision, chain.link)
         save = ThreadSave(
             revision=revision,
             records=entries,
@@ -443,7 +443,7 @@ class StoredThreads:
         entries, chain = chain_records(records, start)
         if snapshot is not None and base is not None:  # sealed with the link at its revision
             _, at_base = chain_records((r for r in records if r.revision <= base.revision), start)
-            snapshot = seal_snapshot(snapshot, base.revision, at_base.link)
+            snapshot = seal_snapshot(new_thread_id, snapshot, base.revision, at_base.link)
         save = ThreadSave(
             revision=revision,
             records=entries,
