@@ -212,26 +212,33 @@ class SqliteConnection:
             self._in_flight += 1
             asyncio.get_running_loop().call_soon(self._run_on_loop)
             return cast(T, await self._join(self._on_loop, op))
-        # The hop counts as in flight until the connection's thread is done with it, even if
-        # the caller is cancelled meanwhile: nothing else may use the connection till then.
         self._in_flight += 1
-        hop = asyncio.ensure_future(self._run_batch([op]))
-        hop.add_done_callback(self._hop_done)
         try:
-            outcome = (await asyncio.shield(hop))[0]
+            outcome = (await self._run_batch([op]))[0]
         except asyncio.CancelledError:
+            # The connection's thread may still be running the op: it stays in flight
+            # until a no-op sent after it comes back (the thread runs calls in order).
+            self._batches.add(task := asyncio.ensure_future(self._release_after_thread()))
+            task.add_done_callback(self._batches.discard)
             raise
         except Exception as exc:
+            self._in_flight -= 1
+            self._dispatch()
             raise _op_error(op, exc)  # noqa: B904 - a StoreError sets its own __cause__
+        self._in_flight -= 1
+        self._dispatch()
         if isinstance(outcome, OpFailed):
             raise _op_error(op, outcome.error)
         return cast(T, outcome)
 
-    def _hop_done(self, hop: asyncio.Future[Any]) -> None:
-        if not hop.cancelled():
-            hop.exception()  # read here: its caller may have gone (cancelled)
-        self._in_flight -= 1
-        self._dispatch()
+    async def _release_after_thread(self) -> None:
+        try:
+            if self._execute is not None:
+                with contextlib.suppress(Exception):
+                    await self._execute(_nothing)
+        finally:
+            self._in_flight -= 1
+            self._dispatch()
 
     @staticmethod
     async def _join(batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]], op: SqliteOp[T]) -> T:
@@ -361,6 +368,10 @@ class SqliteConnection:
                     raise
                 raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
             self._aio, self._raw, self._execute = aio, raw, execute
+
+
+def _nothing() -> None:
+    """A call that only marks its place in the connection's thread's queue."""
 
 
 def _settle(batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]], outcomes: list[Any]) -> None:
