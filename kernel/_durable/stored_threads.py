@@ -32,7 +32,7 @@ from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import RevisionConflict, StateError
 from .._values.keys import KeyScope
-from .chain import START, Chain, chain_records, seal_snapshot
+from .chain import START, Chain, chain_records, link_of, seal_snapshot
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
 from .rebase import Rebase, commutes, merged, renumbered
@@ -442,8 +442,9 @@ class StoredThreads:
         start = Chain(START, records[0].revision if records else 1)
         entries, chain = chain_records(records, start)
         if snapshot is not None and base is not None:  # sealed with the link at its revision
-            _, at_base = chain_records((r for r in records if r.revision <= base.revision), start)
-            snapshot = seal_snapshot(new_thread_id, snapshot, base.revision, at_base.link)
+            at_base = [e for e in entries if e.revision == base.revision]
+            link = link_of(at_base[0].data) if at_base else START
+            snapshot = seal_snapshot(new_thread_id, snapshot, base.revision, link)
         save = ThreadSave(
             revision=revision,
             records=entries,

@@ -137,3 +137,13 @@ def _registry(source: Plugin | Iterable[type[StateKey[Any, Any]]]) -> KeyRegistr
     if isinstance(source, Plugin):
         return Components.build([source]).keys
     return KeyRegistry(KeyBinding.of(key) for key in source)
+
+
+def __getattr__(name: str) -> Any:
+    """`statekernel.testing.store_contract`, the store conformance suite, imported on first
+    use: it needs pytest, which the rest of this module does not."""
+    if name == "store_contract":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.store_contract")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
