@@ -1,4 +1,5 @@
-"""ProfileStore and ThreadStore backends (memory, SQLite) implementing kernel's protocols.
+"""ProfileStore and ThreadStore backends (memory, SQLite, PostgreSQL) implementing the
+kernel's protocols.
 
 The protocols are defined in `statekernel` (the core depends on no backend) and re-exported here
 so that `from statekernel.stores import ProfileStore, SqliteProfileStore` reads naturally.
@@ -8,12 +9,14 @@ Every module behind this one is private.
 from statekernel import ProfileStore, ThreadStore
 
 from ._memory import MemoryProfileStore, MemoryThreadStore
-from ._sqlite_profile import SqliteProfileStore
-from ._sqlite_thread import SqliteThreadStore
+from ._postgres import PostgresProfileStore, PostgresThreadStore
+from ._sqlite import SqliteProfileStore, SqliteThreadStore
 
 __all__ = [
     "MemoryProfileStore",
     "MemoryThreadStore",
+    "PostgresProfileStore",
+    "PostgresThreadStore",
     "ProfileStore",
     "SqliteProfileStore",
     "SqliteThreadStore",

@@ -1,8 +1,12 @@
-"""Fixtures the test modules share: a live state of the sample keys, thread and profile stores."""
+"""Fixtures the test modules share: a live state of the sample keys, thread and profile stores,
+and a throwaway PostgreSQL server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +17,22 @@ from statekernel.lowlevel import KeyRegistry, LiveState
 from statekernel.stores import (
     MemoryProfileStore,
     MemoryThreadStore,
+    PostgresProfileStore,
+    PostgresThreadStore,
     SqliteProfileStore,
     SqliteThreadStore,
 )
+from statekernel.testing.postgres import (
+    HOW_TO_INSTALL,
+    PostgresServer,
+    find_binaries,
+    throwaway_postgres,
+)
+
+# .ci/run sets it: there, a test that needs PostgreSQL fails instead of being skipped.
+REQUIRE_POSTGRES = os.environ.get("STATEKERNEL_REQUIRE_POSTGRES") == "1"
+_NO_POSTGRES = f"PostgreSQL is not installed here: {HOW_TO_INSTALL}"
+_skipped_for_postgres: list[str] = []
 
 
 @pytest.fixture
@@ -28,21 +45,32 @@ def state(registry: KeyRegistry) -> LiveState:
     return LiveState(registry)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def thread_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ThreadStore]:
-    """Each ThreadStore backend in turn, open: memory, and SQLite on a file under tmp_path."""
-    made: ThreadStore = (
-        MemoryThreadStore()
-        if request.param == "memory"
-        else SqliteThreadStore(tmp_path / "threads.db")
-    )
+    """Each ThreadStore backend in turn, open: memory, SQLite on a file under tmp_path, and
+    PostgreSQL in a fresh schema of the throwaway server."""
+    async with _thread_store(request, tmp_path, request.param) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def _thread_store(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> AsyncIterator[ThreadStore]:
+    made: ThreadStore
+    if kind == "memory":
+        made = MemoryThreadStore()
+    elif kind == "sqlite":
+        made = SqliteThreadStore(tmp_path / "threads.db")
+    else:
+        made = PostgresThreadStore(await _fresh_schema(request))
     async with made:
         yield made
 
 
-@pytest.fixture(params=["kernel memory", "memory", "sqlite"])
+@pytest.fixture(params=["kernel memory", "memory", "sqlite", "postgres"])
 async def thread_store_or_none(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ThreadStore | None]:
@@ -51,12 +79,7 @@ async def thread_store_or_none(
     if request.param == "kernel memory":
         yield None
         return
-    made: ThreadStore = (
-        MemoryThreadStore()
-        if request.param == "memory"
-        else SqliteThreadStore(tmp_path / "threads.db")
-    )
-    async with made:
+    async with _thread_store(request, tmp_path, request.param) as made:
         yield made
 
 
@@ -67,15 +90,69 @@ async def sqlite_thread_store(tmp_path: Path) -> AsyncIterator[SqliteThreadStore
         yield opened
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def profile_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ProfileStore]:
-    """Each ProfileStore backend in turn, open: memory, and SQLite on a file under tmp_path."""
-    made: ProfileStore = (
-        MemoryProfileStore()
-        if request.param == "memory"
-        else SqliteProfileStore(tmp_path / "profiles.db")
-    )
+    """Each ProfileStore backend in turn, open: memory, SQLite on a file under tmp_path, and
+    PostgreSQL in a fresh schema of the throwaway server."""
+    made: ProfileStore
+    if request.param == "memory":
+        made = MemoryProfileStore()
+    elif request.param == "sqlite":
+        made = SqliteProfileStore(tmp_path / "profiles.db")
+    else:
+        made = PostgresProfileStore(await _fresh_schema(request))
     async with made:
         yield made
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL cluster for the whole session (fsync off), from the machine's
+    own binaries; the tests that need it are skipped, and say so, where there are none."""
+    if find_binaries() is None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(_NO_POSTGRES)
+        pytest.skip(_NO_POSTGRES)
+    with throwaway_postgres() as server:
+        yield server
+
+
+_schemas = itertools.count(1)
+
+
+@pytest.fixture
+async def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """A DSN on the throwaway server whose tables land in a fresh, empty schema."""
+    return await _fresh_schema_dsn(postgres_server)
+
+
+async def _fresh_schema(request: pytest.FixtureRequest) -> str:
+    return await _fresh_schema_dsn(request.getfixturevalue("postgres_server"))
+
+
+async def _fresh_schema_dsn(server: PostgresServer) -> str:
+    import asyncpg
+
+    schema = f"test_{os.getpid()}_{next(_schemas)}"
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        await conn.execute(f"CREATE SCHEMA {schema}")
+    finally:
+        await conn.close()
+    return f"{server.dsn}?search_path={schema}"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and _NO_POSTGRES in str(report.longrepr):
+        _skipped_for_postgres.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skipped_for_postgres:
+        terminalreporter.write_sep("!", "PostgreSQL tests skipped", yellow=True)
+        terminalreporter.write_line(
+            f"{len(_skipped_for_postgres)} tests that need a PostgreSQL server were SKIPPED: "
+            f"{_NO_POSTGRES}. (.ci/run installs it and never skips them.)"
+        )

@@ -33,7 +33,8 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
     """(line, absolute module name) for every import in a Python file; relative imports in
     stores/ and plugins/ are resolved against the package they install as."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = PACKAGE_OF.get(path.relative_to(ROOT).parts[0], "").split(".")
+    top, *folders, _ = path.relative_to(ROOT).parts
+    package = [*PACKAGE_OF.get(top, "").split("."), *folders]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:

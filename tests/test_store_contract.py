@@ -1,5 +1,6 @@
 """The store contract (`statekernel.testing.store_contract`) run against the bundled
-backends: every one behaves the same on every input the contract tries."""
+backends (memory, SQLite, PostgreSQL): every one behaves the same on every input the contract
+tries."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from statekernel.stores import (
     MemoryProfileStore,
     MemoryThreadStore,
+    PostgresProfileStore,
+    PostgresThreadStore,
     SqliteProfileStore,
     SqliteThreadStore,
 )
@@ -31,6 +34,13 @@ class TestSqliteThreadStore(ThreadStoreContract):
     @pytest.fixture
     async def thread_store(self, tmp_path: Path) -> AsyncIterator[SqliteThreadStore]:
         async with SqliteThreadStore(tmp_path / "threads.db") as store:
+            yield store
+
+
+class TestPostgresThreadStore(ThreadStoreContract):
+    @pytest.fixture
+    async def thread_store(self, postgres_dsn: str) -> AsyncIterator[PostgresThreadStore]:
+        async with PostgresThreadStore(postgres_dsn) as store:
             yield store
 
 
@@ -67,5 +77,30 @@ class TestSqliteProfileStore(ProfileStoreContract):
                     "WHERE namespace = ? AND key = ?",
                     (namespace, key),
                 )
+
+        return corrupt
+
+
+class TestPostgresProfileStore(ProfileStoreContract):
+    @pytest.fixture
+    async def profile_store(self, postgres_dsn: str) -> AsyncIterator[PostgresProfileStore]:
+        async with PostgresProfileStore(postgres_dsn) as store:
+            yield store
+
+    @pytest.fixture
+    def break_entry(self, postgres_dsn: str) -> BreakEntry:
+        async def corrupt(namespace: str, key: str) -> None:
+            import asyncpg
+
+            raw = await asyncpg.connect(postgres_dsn)
+            try:
+                await raw.execute(
+                    "UPDATE statekernel_profile_entries SET value = '{not json' "
+                    "WHERE namespace = $1 AND key = $2",
+                    namespace,
+                    key,
+                )
+            finally:
+                await raw.close()
 
         return corrupt

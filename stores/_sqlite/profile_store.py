@@ -1,6 +1,6 @@
 """The SQLite ProfileStore: shared and profile entries in one table of a SQLite file.
 
-Safe for many tasks and several processes on one file (see `_sqlite_connection` for the
+Safe for many tasks and several processes on one file (see `connection` for the
 locking, group commit and durability story). A value is stored as JSON text, so the rows
 can be read with any SQLite tool; a row whose text is no longer JSON fails with
 `DecodeFailed` for that entry only. Compare-and-set checks the version inside the same
@@ -21,16 +21,16 @@ import attrs
 from statekernel import StoreError, VersionConflict
 from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
 
-from ._closing import ClosingStore
-from ._key_range import prefix_upper_bound
-from ._profile_codec import (
+from .._closing import ClosingStore
+from .._key_range import prefix_upper_bound
+from .._profile_codec import (
     check_expected,
     check_expected_version,
     check_names,
     decode_value,
     listed,
 )
-from ._sqlite_connection import (
+from .connection import (
     FILE_MODE,
     OpFailed,
     OtherTables,

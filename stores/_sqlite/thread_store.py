@@ -6,7 +6,7 @@ the kernel sends one) and replaces the head inside one transaction that first co
 stored write position and moves it by one, so a stale writer in another process gets
 `RevisionConflict` whatever either save carried, and a save lands whole or not at all. A
 checkpoint therefore writes what changed, not what is held. Concurrent checkpoints of many
-threads share transactions through the connection's pipeline (`_sqlite_connection`).
+threads share transactions through the connection's pipeline (`connection`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import attrs
 from statekernel import StoreError
 from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
 
-from ._closing import ClosingStore
-from ._key_range import prefix_upper_bound
-from ._sqlite_connection import FILE_MODE, OtherTables, Schema, SqliteConnection, Synchronous
-from ._thread_codec import (
+from .._closing import ClosingStore
+from .._key_range import prefix_upper_bound
+from .._thread_codec import (
     Head,
     check_listing,
     check_position,
@@ -39,6 +38,7 @@ from ._thread_codec import (
     prune_point,
     state_of,
 )
+from .connection import FILE_MODE, OtherTables, Schema, SqliteConnection, Synchronous
 
 __all__ = ["SqliteThreadStore"]
 

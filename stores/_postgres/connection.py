@@ -1,0 +1,320 @@
+"""One PostgreSQL database as the PostgreSQL stores use it: a bounded pool, the schema, and
+the one retry policy every operation goes through.
+
+The pool (asyncpg's) opens on first use, at most `pool_size` connections, and is rebuilt if
+the store is used from another event loop. On first use the component's tables are created,
+or migrated from an older version, under an advisory lock, so that processes starting at
+once do not race; a database written by a newer statekernel is refused.
+
+**Retries that cannot apply a write twice.** A failure is retried until `retry_for` seconds
+have passed when it is one of:
+
+- the server could not be reached or would not take the connection (it is starting,
+  restarting, or out of connections): nothing was sent;
+- the server answered that it rolled the transaction back (it is shutting down, or a
+  serialization failure or deadlock): nothing was applied;
+- the connection broke while the answer was on its way. Then a read is simply retried, and a
+  write asks the database what became of it (`Write.settle`): every write stores a random
+  write id beside what it writes (a thread head and a profile entry keep the ids of their last
+  `WRITE_IDS_KEPT` writes), so the write's own id says it landed. It is re-sent only when it
+  certainly did not land, and then under the same compare-and-set, which cannot pass twice.
+  When the database cannot say (more than `WRITE_IDS_KEPT` other writes to the same entry
+  in between), the write fails with a `StoreError` saying its outcome is unknown.
+
+Anything else (a constraint the store checks, a bug) is not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import attrs
+
+from statekernel import StateError, StoreError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+__all__ = [
+    "WRITE_IDS_KEPT",
+    "Outcome",
+    "PostgresConnection",
+    "Schema",
+    "Settled",
+    "UserCodeFailed",
+    "Write",
+]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+WRITE_IDS_KEPT = 8
+"""How many of its last writes' ids a head or an entry keeps: enough to tell, after a lost
+answer, whether a write landed while fewer than this many others wrote there since."""
+
+_SCHEMA_TABLE = """
+CREATE TABLE IF NOT EXISTS statekernel_schema (
+    component TEXT PRIMARY KEY,
+    version   INTEGER NOT NULL
+)
+"""
+# One advisory lock for every statekernel schema change in the database.
+_SCHEMA_LOCK = int.from_bytes(hashlib.blake2b(b"statekernel schema", digest_size=8).digest()) >> 1
+
+# SQLSTATEs after which the server has certainly not applied the transaction.
+_ROLLED_BACK = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now
+    "53300",  # too_many_connections
+}
+
+
+@attrs.frozen
+class Schema:
+    """A component's tables: created with its version row when missing; `migrations[n]`
+    takes a database from version `n` to `n + 1`, in one transaction."""
+
+    component: str
+    version: int
+    statements: tuple[str, ...]
+    migrations: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)
+
+
+class Outcome(enum.Enum):
+    """What became of a write whose answer was lost."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not applied"
+    UNKNOWN = "unknown"
+
+
+@attrs.frozen
+class Settled(Generic[T]):
+    """A settled write: its outcome, and when it was applied, its result."""
+
+    outcome: Outcome
+    result: T | None = None
+
+
+class UserCodeFailed(Exception):
+    """Raised by a write around an exception of the caller's own code that it ran (the
+    function of a profile `update`): the store raises `error` itself, unchanged, and retries
+    nothing."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class Write(Protocol[T_co]):
+    """A write: `run` performs it on a connection; `settle`, after a lost answer, reads what
+    became of it (by its write id) on a fresh connection."""
+
+    def run(self, conn: Any) -> Awaitable[T_co]: ...
+
+    def settle(self, conn: Any) -> Awaitable[Settled[Any]]: ...
+
+
+class PostgresConnection:
+    """A lazily opened, bounded asyncpg pool on one database, with the component's schema."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: Schema,
+        *,
+        pool_size: int = 10,
+        retry_for: float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise TypeError(
+                f"dsn must be a PostgreSQL connection string such as "
+                f"'postgresql://user@host:5432/db', got {dsn!r}"
+            )
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
+        if not isinstance(retry_for, int | float) or retry_for < 0:
+            raise ValueError(f"retry_for must be a number of seconds >= 0, got {retry_for!r}")
+        self._driver = driver()
+        self.dsn = dsn
+        self._schema = schema
+        self._pool_size = pool_size
+        self._retry_for = float(retry_for)
+        self._connect_timeout = connect_timeout
+        self._pool: asyncpg.Pool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: asyncio.Lock | None = None
+
+    async def read(self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
+        """Run a read, retried through any transient failure."""
+        deadline = time.monotonic() + self._retry_for
+        pause = 0.01
+        while True:
+            try:
+                pool = await self._open()
+                async with pool.acquire() as conn:
+                    return await body(conn)
+            except Exception as error:
+                if not _transient(error) or time.monotonic() >= deadline:
+                    raise _store_error(operation, key, error) from error
+            pause = await _backoff(pause)
+
+    async def write(self, operation: str, key: str | None, write: Write[T]) -> T:
+        """Run a write under the retry policy in the module's docstring."""
+        deadline = time.monotonic() + self._retry_for
+        pause = 0.01
+        while True:
+            sent = False
+            try:
+                pool = await self._open()
+                async with pool.acquire() as conn:
+                    sent = True
+                    return await write.run(conn)
+            except UserCodeFailed as failed:
+                raise failed.error from None
+            except Exception as error:
+                if isinstance(error, StateError):
+                    raise
+                lost = sent and _answer_lost(error)
+                if not (lost or _rolled_back(error) or (not sent and _transient(error))):
+                    raise _store_error(operation, key, error) from error
+                if time.monotonic() >= deadline:
+                    raise _store_error(operation, key, error) from error
+                if lost:
+                    checking = f"{operation} (checking a lost answer)"
+                    settled = await self.read(checking, key, write.settle)
+                    if settled.outcome is Outcome.APPLIED:
+                        return settled.result  # type: ignore[return-value]
+                    if settled.outcome is Outcome.UNKNOWN:
+                        raise StoreError(
+                            operation,
+                            RuntimeError(
+                                f"the connection broke before the server answered, and more than "
+                                f"{WRITE_IDS_KEPT} other writes have reached the same place since, "
+                                f"so whether this write landed is unknown: read it back before "
+                                f"writing again"
+                            ),
+                            key=key,
+                        ) from error
+            pause = await _backoff(pause)
+
+    async def close(self) -> None:
+        """Close the pool's connections; the store reopens them on next use."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            if self._loop is asyncio.get_running_loop():
+                await pool.close()
+            else:
+                pool.terminate()
+
+    async def _open(self) -> asyncpg.Pool:
+        loop = asyncio.get_running_loop()
+        if self._pool is not None and self._loop is loop:
+            return self._pool
+        if self._opening is None or self._loop is not loop:
+            if self._pool is not None:  # made on another event loop: unusable on this one
+                self._pool.terminate()
+                self._pool = None
+            self._opening = asyncio.Lock()
+            self._loop = loop
+        async with self._opening:
+            if self._pool is None:
+                pool = await self._driver.create_pool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    timeout=self._connect_timeout,
+                    command_timeout=None,
+                )
+                try:
+                    async with pool.acquire() as conn:
+                        await _ensure_schema(conn, self._schema)
+                except BaseException:
+                    pool.terminate()
+                    raise
+                self._pool = pool
+        return self._pool
+
+
+async def _ensure_schema(conn: Any, schema: Schema) -> None:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+        await conn.execute(_SCHEMA_TABLE)
+        found = await conn.fetchval(
+            "SELECT version FROM statekernel_schema WHERE component = $1", schema.component
+        )
+        if found is None:
+            for statement in schema.statements:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO statekernel_schema (component, version) VALUES ($1, $2)",
+                schema.component,
+                schema.version,
+            )
+            return
+        if found > schema.version:
+            raise StoreError(
+                "open",
+                RuntimeError(
+                    f"the database's {schema.component} tables are at schema version {found}, "
+                    f"newer than this statekernel's {schema.version}: upgrade statekernel"
+                ),
+            )
+        for version in range(found, schema.version):
+            for statement in schema.migrations[version]:
+                await conn.execute(statement)
+        if found != schema.version:
+            await conn.execute(
+                "UPDATE statekernel_schema SET version = $2 WHERE component = $1",
+                schema.component,
+                schema.version,
+            )
+
+
+def driver() -> Any:
+    """asyncpg, or an ImportError saying how to install it (it is an extra)."""
+    try:
+        import asyncpg
+    except ImportError as error:
+        raise ImportError(
+            "the PostgreSQL stores need asyncpg: pip install 'statekernel[postgres]'"
+        ) from error
+    return asyncpg
+
+
+def _transient(error: BaseException) -> bool:
+    """The server could not be reached, or refused the connection for now, or the answer
+    was lost: for a read, a retry is always safe."""
+    return _answer_lost(error) or _rolled_back(error) or isinstance(error, asyncio.TimeoutError)
+
+
+def _answer_lost(error: BaseException) -> bool:
+    asyncpg = driver()
+    return isinstance(
+        error, asyncpg.ConnectionDoesNotExistError | asyncpg.PostgresConnectionError | OSError
+    )
+
+
+def _rolled_back(error: BaseException) -> bool:
+    return getattr(error, "sqlstate", None) in _ROLLED_BACK
+
+
+def _store_error(operation: str, key: str | None, error: BaseException) -> BaseException:
+    if isinstance(error, StateError):
+        return error
+    return StoreError(operation, error, key=key)
+
+
+async def _backoff(pause: float) -> float:
+    await asyncio.sleep(random.uniform(pause / 2, pause))
+    return min(pause * 2, 0.5)

@@ -1,0 +1,322 @@
+"""The PostgreSQL ProfileStore: shared and profile entries in one table, for agents on many
+hosts.
+
+Every operation is one statement (an `update` is one short transaction), so the pool's
+connections are shared by every task and no lock in this process serialises writes: the
+server orders them. A value is stored as JSON text (readable with psql, and a row whose text
+is no longer JSON fails with `DecodeFailed` for that entry only). Compare-and-set is the
+statement's own condition; `update` holds the row's lock (`SELECT ... FOR UPDATE`) while its
+function runs. The retry policy is `connection`'s: each write keeps a write id in
+the row, so a lost answer never makes it apply twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any, ClassVar
+
+import attrs
+
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
+
+from .._closing import ClosingStore
+from .._key_range import prefix_upper_bound
+from .._profile_codec import (
+    check_expected,
+    check_expected_version,
+    check_names,
+    decode_value,
+    listed,
+)
+from .connection import (
+    WRITE_IDS_KEPT,
+    Outcome,
+    PostgresConnection,
+    Schema,
+    Settled,
+    UserCodeFailed,
+)
+
+__all__ = ["PostgresProfileStore"]
+
+_SCHEMA = Schema(
+    component="profile_store",
+    version=1,
+    statements=(
+        """
+        CREATE TABLE statekernel_profile_entries (
+            namespace  TEXT COLLATE "C" NOT NULL,
+            key        TEXT COLLATE "C" NOT NULL,
+            value      TEXT NOT NULL,
+            version    BIGINT NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL,
+            write_ids  BYTEA[] NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )
+        """,
+    ),
+)
+
+_NOW = "extract(epoch FROM clock_timestamp())"
+_KEEP_ID = f"(ARRAY[$4::bytea] || t.write_ids)[1:{WRITE_IDS_KEPT}]"
+_SET = (
+    "INSERT INTO statekernel_profile_entries AS t "
+    f"VALUES ($1, $2, $3, 1, {_NOW}, ARRAY[$4::bytea]) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, "
+    f"version = t.version + 1, updated_at = EXCLUDED.updated_at, write_ids = {_KEEP_ID} "
+    "RETURNING version, updated_at"
+)
+_CREATE = (
+    "INSERT INTO statekernel_profile_entries AS t "
+    f"VALUES ($1, $2, $3, 1, {_NOW}, ARRAY[$4::bytea]) "
+    "ON CONFLICT (namespace, key) DO NOTHING RETURNING version, updated_at"
+)
+_REPLACE = (
+    "UPDATE statekernel_profile_entries AS t SET value = $3, version = t.version + 1, "
+    f"updated_at = {_NOW}, write_ids = {_KEEP_ID} "
+    "WHERE namespace = $1 AND key = $2 AND version = $5 RETURNING version, updated_at"
+)
+_GET = (
+    "SELECT value, version, updated_at FROM statekernel_profile_entries "
+    "WHERE namespace = $1 AND key = $2"
+)
+_LOCK = _GET + " FOR UPDATE"
+_WRITES = (
+    "SELECT version, updated_at, write_ids FROM statekernel_profile_entries "
+    "WHERE namespace = $1 AND key = $2"
+)
+_DELETE = "DELETE FROM statekernel_profile_entries WHERE namespace = $1 AND key = $2"
+_CLEAR = "DELETE FROM statekernel_profile_entries WHERE namespace = $1"
+_LIST = (
+    "SELECT key, value, version, updated_at FROM statekernel_profile_entries WHERE namespace = $1"
+)
+_LIST_ALL = _LIST + " ORDER BY key"
+_LIST_FROM = _LIST + " AND key >= $2 ORDER BY key"
+_LIST_RANGE = _LIST + " AND key >= $2 AND key < $3 ORDER BY key"
+
+
+class PostgresProfileStore(ClosingStore):
+    """A ProfileStore in a PostgreSQL database (its table created on first use).
+
+    `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    `pool_size` bounds this store's connections; `retry_for` is how long a transient failure
+    (the server restarting, a broken connection) is retried before a `StoreError`.
+    `max_value_bytes` refuses larger values (as encoded JSON) before any write.
+    """
+
+    accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 10,
+        retry_for: float = 30.0,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
+        self._max_value_bytes = max_value_bytes
+        self._writing: dict[tuple[str, str], asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def _in_call_order(self, namespace: str, key: str) -> AsyncIterator[None]:
+        """Writes of one entry through this store reach the server in the order they were
+        called, as with the other stores (the pool's connections would race them); writes of
+        different entries do not wait for each other."""
+        entry = (namespace, key)
+        lock = self._writing.get(entry)
+        if lock is None:
+            lock = self._writing[entry] = asyncio.Lock()
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._writing.get(entry) is lock:
+                del self._writing[entry]
+
+    @property
+    def dsn(self) -> str:
+        return self._db.dsn
+
+    async def get(self, namespace: str, key: str) -> Entry | None:
+        namespace, key = check_names(namespace, key)
+
+        async def get(conn: Any) -> Any:
+            return await conn.fetchrow(_GET, namespace, key)
+
+        row = await self._db.read(f"get of entry {key!r}", namespace, get)
+        if row is None:
+            return None
+        value = decode_value(namespace, key, row[0])
+        return Entry(namespace, key, value, row[1], row[2])
+
+    async def set(
+        self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
+    ) -> Entry:
+        namespace, key = check_names(namespace, key)
+        expected = check_expected_version(expected_version)
+        encoded = encode_entry(namespace, key, value, self._max_value_bytes)
+        write = _Set(namespace, key, encoded.data.decode(), expected, os.urandom(16))
+        async with self._in_call_order(namespace, key):
+            version, updated_at = await self._db.write(f"set of entry {key!r}", namespace, write)
+        return Entry(namespace, key, encoded.value, version, updated_at)
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
+        """Set the entry to `fn(current entry or None)` in one transaction.
+
+        The row stays locked while `fn` runs, so no other writer (in any process) comes in
+        between the read and the write: `fn` must be pure and quick. Its exceptions propagate
+        unchanged, and nothing is written.
+        """
+        namespace, key = check_names(namespace, key)
+        write = _Update(namespace, key, fn, self._max_value_bytes, os.urandom(16))
+        async with self._in_call_order(namespace, key):
+            return await self._db.write(f"update of entry {key!r}", namespace, write)
+
+    async def delete(self, namespace: str, key: str) -> None:
+        namespace, key = check_names(namespace, key)
+        delete = _Statement(_DELETE, (namespace, key))
+        async with self._in_call_order(namespace, key):
+            await self._db.write(f"delete of entry {key!r}", namespace, delete)
+
+    async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
+        namespace, prefix = check_names(namespace, prefix)
+        upper = prefix_upper_bound(prefix)
+
+        async def rows(conn: Any) -> Any:
+            if not prefix:
+                return await conn.fetch(_LIST_ALL, namespace)
+            if upper is None:
+                return await conn.fetch(_LIST_FROM, namespace, prefix)
+            return await conn.fetch(_LIST_RANGE, namespace, prefix, upper)
+
+        found = await self._db.read(f"list of prefix {prefix!r}", namespace, rows)
+        return listed(namespace, (tuple(row) for row in found if row[0].startswith(prefix)))
+
+    async def clear(self, namespace: str) -> None:
+        namespace, _ = check_names(namespace, "")
+        await self._db.write("clear", namespace, _Statement(_CLEAR, (namespace,)))
+
+    async def close(self) -> None:
+        """Close the pool's connections; the store reopens them on next use."""
+        await self._db.close()
+
+
+@attrs.frozen
+class _Statement:
+    """A write that lands the same however often it runs (a delete)."""
+
+    sql: str
+    args: tuple[Any, ...]
+
+    async def run(self, conn: Any) -> None:
+        await conn.execute(self.sql, *self.args)
+
+    async def settle(self, conn: Any) -> Settled[None]:
+        return Settled(Outcome.NOT_APPLIED)  # running it again is harmless
+
+
+@attrs.frozen
+class _Set:
+    namespace: str
+    key: str
+    data: str
+    expected: int | None
+    write_id: bytes
+
+    async def run(self, conn: Any) -> tuple[int, float]:
+        args = (self.namespace, self.key, self.data, self.write_id)
+        while True:
+            if self.expected is None:
+                row = await conn.fetchrow(_SET, *args)
+            elif self.expected == 0:
+                row = await conn.fetchrow(_CREATE, *args)
+            else:
+                row = await conn.fetchrow(_REPLACE, *args, self.expected)
+            if row is not None:
+                return int(row[0]), float(row[1])
+            # The compare-and-set failed: say against what (unless the entry changed back).
+            current = await conn.fetchrow(_WRITES, self.namespace, self.key)
+            check_expected(self.namespace, self.key, self.expected, _version(current))
+
+    async def settle(self, conn: Any) -> Settled[tuple[int, float]]:
+        row = await conn.fetchrow(_WRITES, self.namespace, self.key)
+        landed = _landed(row, self.write_id)
+        if landed is not None:
+            return Settled(Outcome.APPLIED, landed)
+        if self.expected is None:  # last write wins: this one is still the last
+            return Settled(Outcome.NOT_APPLIED)
+        current = _version(row)
+        if current == (self.expected or None):
+            return Settled(Outcome.NOT_APPLIED)
+        if current is not None and current - self.expected >= WRITE_IDS_KEPT:
+            return Settled(Outcome.UNKNOWN)
+        check_expected(self.namespace, self.key, self.expected, current)  # raises
+        return Settled(Outcome.NOT_APPLIED)  # pragma: no cover - check_expected raised
+
+
+@attrs.frozen
+class _Update:
+    namespace: str
+    key: str
+    fn: Callable[[Entry | None], Any]
+    max_bytes: int
+    write_id: bytes
+    read_version: list[int] = attrs.field(factory=list)  # the version the last try read
+    written: list[Any] = attrs.field(factory=list)  # the value the last try wrote
+
+    async def run(self, conn: Any) -> Entry:
+        namespace, key = self.namespace, self.key
+        while True:
+            async with conn.transaction():
+                row = await conn.fetchrow(_LOCK, namespace, key)
+                old = None
+                if row is not None:
+                    value = decode_value(namespace, key, row[0])
+                    old = Entry(namespace, key, value, row[1], row[2])
+                self.read_version[:] = [0 if old is None else old.version]
+                try:
+                    new = self.fn(old)
+                except Exception as error:
+                    raise UserCodeFailed(error) from error
+                encoded = encode_entry(namespace, key, new, self.max_bytes)
+                self.written[:] = [encoded.value]
+                args = (namespace, key, encoded.data.decode(), self.write_id)
+                if old is None:
+                    done = await conn.fetchrow(_CREATE, *args)
+                    if done is None:  # another writer created it first: read it, locked
+                        continue
+                else:
+                    done = await conn.fetchrow(_REPLACE, *args, old.version)
+            return Entry(namespace, key, encoded.value, int(done[0]), float(done[1]))
+
+    async def settle(self, conn: Any) -> Settled[Entry]:
+        row = await conn.fetchrow(_WRITES, self.namespace, self.key)
+        landed = _landed(row, self.write_id)
+        if landed is not None and self.written:
+            version, updated_at = landed
+            entry = Entry(self.namespace, self.key, self.written[0], version, updated_at)
+            return Settled(Outcome.APPLIED, entry)
+        read = self.read_version[0] if self.read_version else 0
+        current = _version(row) or 0
+        if current - read < WRITE_IDS_KEPT:
+            return Settled(Outcome.NOT_APPLIED)  # it would still hold this write's id
+        return Settled(Outcome.UNKNOWN)
+
+
+def _version(row: Any) -> int | None:
+    return None if row is None else int(row[0])
+
+
+def _landed(row: Any, write_id: bytes) -> tuple[int, float] | None:
+    """The (version, updated_at) this write produced, if the entry still remembers its id."""
+    if row is None:
+        return None
+    ids = list(row[2])
+    if write_id not in ids:
+        return None
+    return int(row[0]) - ids.index(write_id), float(row[1])

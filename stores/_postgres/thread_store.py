@@ -1,0 +1,329 @@
+"""The PostgreSQL ThreadStore: each thread's journal in three tables, for agents on many hosts.
+
+`statekernel_thread_heads` holds one small head row per thread (its write position and
+revision as plain columns, the kernel's head document, the ids of its last saves),
+`statekernel_thread_records` its commit records and `statekernel_thread_snapshots` its
+periodic snapshots. A save is one statement: a data-modifying CTE that moves the head by
+compare-and-set on the write position (and on the revision the records continue) and, only
+if that row moved, appends the records and the snapshot. One statement is one transaction,
+so a save lands whole or not at all, in one round trip, and saves of different threads never
+wait for each other (nor for a lock of this process). A load is one statement too, so it sees
+one consistent state of the head, the newest snapshot and the records after it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from typing import Any
+
+import attrs
+
+from statekernel import RevisionConflict, StoreError
+from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+
+from .._closing import ClosingStore
+from .._key_range import prefix_upper_bound
+from .._thread_codec import (
+    check_listing,
+    check_position,
+    check_records,
+    check_save,
+    check_thread_id,
+    decode_head,
+    decode_snapshot,
+    encode_head,
+    encode_snapshot,
+    prune_point,
+    snapshot_taken_at,
+    state_of,
+)
+from .connection import WRITE_IDS_KEPT, Outcome, PostgresConnection, Schema, Settled
+
+__all__ = ["PostgresThreadStore"]
+
+_SCHEMA = Schema(
+    component="thread_store",
+    version=1,
+    statements=(
+        """
+        CREATE TABLE statekernel_thread_heads (
+            thread_id TEXT COLLATE "C" PRIMARY KEY,
+            position  BIGINT NOT NULL,
+            revision  BIGINT NOT NULL,
+            head      BYTEA NOT NULL,
+            save_ids  BYTEA[] NOT NULL,
+            saved_at  DOUBLE PRECISION NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE statekernel_thread_records (
+            thread_id TEXT COLLATE "C" NOT NULL,
+            revision  BIGINT NOT NULL,
+            record    BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, revision)
+        )
+        """,
+        """
+        CREATE TABLE statekernel_thread_snapshots (
+            thread_id TEXT COLLATE "C" NOT NULL,
+            revision  BIGINT NOT NULL,
+            snapshot  BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, revision)
+        )
+        """,
+    ),
+)
+
+_NOW = "extract(epoch FROM clock_timestamp())"
+# What a save appends once its head moved ($1 thread id; the records and the snapshot from
+# parameter `n` on, numbered by _appending).
+_APPEND = """
+records AS (
+    INSERT INTO statekernel_thread_records (thread_id, revision, record)
+    SELECT head.thread_id, r.revision, r.record
+    FROM head, unnest(${0}::bigint[], ${1}::bytea[]) AS r(revision, record)
+),
+snapshot AS (
+    INSERT INTO statekernel_thread_snapshots (thread_id, revision, snapshot)
+    SELECT head.thread_id, ${2}::bigint, ${3}::bytea FROM head WHERE ${3}::bytea IS NOT NULL
+    ON CONFLICT (thread_id, revision) DO UPDATE SET snapshot = EXCLUDED.snapshot
+)
+SELECT count(*) FROM head
+"""
+
+
+def _appending(first: int) -> str:
+    return _APPEND.format(*range(first, first + 4))
+
+
+_CREATE = (
+    "WITH head AS (INSERT INTO statekernel_thread_heads "
+    "(thread_id, position, revision, head, save_ids, saved_at) "
+    f"VALUES ($1, 1, $2, $3, ARRAY[$4::bytea], {_NOW}) "
+    "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id),"
+) + _appending(5)
+_ADVANCE = (
+    "WITH head AS (UPDATE statekernel_thread_heads AS h SET position = h.position + 1, "
+    f"revision = $2, head = $3, save_ids = (ARRAY[$4::bytea] || h.save_ids)[1:{WRITE_IDS_KEPT}], "
+    f"saved_at = {_NOW} "
+    "WHERE h.thread_id = $1 AND h.position = $9 AND h.revision = $10 RETURNING h.thread_id),"
+) + _appending(5)
+_HEAD = "SELECT position, revision, save_ids FROM statekernel_thread_heads WHERE thread_id = $1"
+_LOAD = """
+SELECT h.position, h.head, s.revision, s.snapshot,
+    (SELECT array_agg(r.revision ORDER BY r.revision) FROM statekernel_thread_records r
+     WHERE r.thread_id = h.thread_id AND r.revision > coalesce(s.revision, 0)
+       AND r.revision <= h.revision),
+    (SELECT array_agg(r.record ORDER BY r.revision) FROM statekernel_thread_records r
+     WHERE r.thread_id = h.thread_id AND r.revision > coalesce(s.revision, 0)
+       AND r.revision <= h.revision)
+FROM statekernel_thread_heads h
+LEFT JOIN LATERAL (
+    SELECT revision, snapshot FROM statekernel_thread_snapshots
+    WHERE thread_id = h.thread_id AND revision <= h.revision ORDER BY revision DESC LIMIT 1
+) s ON true
+WHERE h.thread_id = $1
+"""
+_RECORDS = (
+    "SELECT revision, record FROM statekernel_thread_records WHERE thread_id = $1 "
+    "AND revision > $2 AND revision <= $3 ORDER BY revision LIMIT $4"
+)
+_SNAPSHOT_AT = (
+    "SELECT revision, snapshot FROM statekernel_thread_snapshots WHERE thread_id = $1 "
+    "AND revision <= $2 ORDER BY revision DESC LIMIT 1"
+)
+_SNAPSHOT_REVISIONS = "SELECT revision FROM statekernel_thread_snapshots WHERE thread_id = $1"
+_PRUNE = (
+    "DELETE FROM statekernel_thread_records WHERE thread_id = $1 AND revision <= $2",
+    "DELETE FROM statekernel_thread_snapshots WHERE thread_id = $1 AND revision < $2",
+)
+_DELETE = (
+    "DELETE FROM statekernel_thread_heads WHERE thread_id = $1",
+    "DELETE FROM statekernel_thread_records WHERE thread_id = $1",
+    "DELETE FROM statekernel_thread_snapshots WHERE thread_id = $1",
+)
+_THREADS_FROM = (
+    "SELECT thread_id FROM statekernel_thread_heads WHERE thread_id >= $1 "
+    "ORDER BY thread_id LIMIT $2"
+)
+_THREADS_RANGE = (
+    "SELECT thread_id FROM statekernel_thread_heads WHERE thread_id >= $1 AND thread_id < $3 "
+    "ORDER BY thread_id LIMIT $2"
+)
+_NO_END = 2**63 - 1
+
+
+class PostgresThreadStore(ClosingStore):
+    """A ThreadStore in a PostgreSQL database (its tables created on first use).
+
+    `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    `pool_size` bounds this store's connections; `retry_for` is how long a transient failure
+    (the server restarting, a broken connection) is retried before a `StoreError`. May share
+    its database (and its DSN) with a PostgresProfileStore.
+    """
+
+    def __init__(self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0) -> None:
+        self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
+
+    @property
+    def dsn(self) -> str:
+        return self._db.dsn
+
+    async def load(self, thread_id: str) -> ThreadState | None:
+        check_thread_id(thread_id)
+
+        async def load(conn: Any) -> Any:
+            return await conn.fetchrow(_LOAD, thread_id)
+
+        row = await self._db.read(f"load of thread {thread_id!r}", thread_id, load)
+        if row is None:
+            return None
+        position, head_data, snapshot_revision, snapshot_data, revisions, records = row
+        head = decode_head(thread_id, head_data)
+        snapshot = None
+        if snapshot_revision is not None:
+            snapshot = decode_snapshot(thread_id, snapshot_revision, snapshot_data)
+        entries = [JournalEntry(r, d) for r, d in zip(revisions or (), records or (), strict=True)]
+        return state_of(head, position, snapshot, entries)
+
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        save = check_save(thread_id, save, expected_position)
+        creates = expected_position == 0
+        base = 0 if creates else save.records[0].revision - 1 if save.records else save.revision
+        operation = f"save of thread {thread_id!r}"
+        try:
+            check_records(thread_id, save, base, creates=creates)
+        except StoreError:
+            # A stale position is the first thing every store reports, whatever the records.
+            async def head(conn: Any) -> Any:
+                return await conn.fetchrow(_HEAD, thread_id)
+
+            row = await self._db.read(operation, thread_id, head)
+            check_position(expected_position, None if row is None else row[0])
+            raise
+        write = _Save(thread_id, save, expected_position, base, os.urandom(16))
+        await self._db.write(operation, thread_id, write)
+
+    async def records(
+        self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
+    ) -> builtins.list[JournalEntry]:
+        check_thread_id(thread_id)
+        end = _NO_END if until is None else until
+
+        async def records(conn: Any) -> Any:
+            return await conn.fetch(_RECORDS, thread_id, since, end, limit)
+
+        rows = await self._db.read(f"history of thread {thread_id!r}", thread_id, records)
+        return [JournalEntry(int(row[0]), bytes(row[1])) for row in rows]
+
+    async def snapshot_at(self, thread_id: str, revision: int) -> ThreadSnapshot | None:
+        check_thread_id(thread_id)
+
+        async def snapshot(conn: Any) -> Any:
+            return await conn.fetchrow(_SNAPSHOT_AT, thread_id, revision)
+
+        row = await self._db.read(f"snapshot of thread {thread_id!r}", thread_id, snapshot)
+        return None if row is None else decode_snapshot(thread_id, int(row[0]), bytes(row[1]))
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        check_thread_id(thread_id)
+        prune_point(before, ())  # checks the argument before anything is sent
+        await self._db.write(f"prune of thread {thread_id!r}", thread_id, _Prune(thread_id, before))
+
+    async def delete(self, thread_id: str) -> None:
+        check_thread_id(thread_id)
+        await self._db.write(f"delete of thread {thread_id!r}", thread_id, _Delete(thread_id))
+
+    async def threads(self, *, prefix: str = "", limit: int | None = None) -> builtins.list[str]:
+        prefix, limit = check_listing(prefix, limit)
+        upper = prefix_upper_bound(prefix)
+
+        async def threads(conn: Any) -> Any:
+            if upper is None:
+                return await conn.fetch(_THREADS_FROM, prefix, limit)
+            return await conn.fetch(_THREADS_RANGE, prefix, limit, upper)
+
+        rows = await self._db.read(f"list of threads with prefix {prefix!r}", None, threads)
+        return [row[0] for row in rows if row[0].startswith(prefix)]
+
+    async def close(self) -> None:
+        """Close the pool's connections; the store reopens them on next use."""
+        await self._db.close()
+
+
+@attrs.frozen
+class _Save:
+    thread_id: str
+    save: ThreadSave
+    expected: int
+    base: int  # the stored revision the save's records continue
+    save_id: bytes
+
+    async def run(self, conn: Any) -> None:
+        save = self.save
+        snapshot_revision = snapshot_taken_at(save) if save.snapshot is not None else None
+        snapshot = encode_snapshot(dict(save.snapshot)) if save.snapshot is not None else None
+        # Snapshots are found by revision; the head's own snapshot revision (0) only marks it
+        # as a journal head.
+        head = encode_head(save, 0)
+        appended = (
+            [entry.revision for entry in save.records],
+            [entry.data for entry in save.records],
+            snapshot_revision,
+            snapshot,
+        )
+        while True:
+            args = (self.thread_id, save.revision, head, self.save_id, *appended)
+            if self.expected == 0:
+                moved = await conn.fetchval(_CREATE, *args)
+            else:
+                moved = await conn.fetchval(_ADVANCE, *args, self.expected, self.base)
+            if moved:
+                return
+            # The head did not move: say why (unless the thread changed back meanwhile).
+            row = await conn.fetchrow(_HEAD, self.thread_id)
+            check_position(self.expected, None if row is None else row[0])
+            if row is not None:
+                check_records(self.thread_id, save, row[1], creates=False)
+
+    async def settle(self, conn: Any) -> Settled[None]:
+        row = await conn.fetchrow(_HEAD, self.thread_id)
+        if row is not None and self.save_id in row[2]:
+            return Settled(Outcome.APPLIED)
+        position = 0 if row is None else row[0]
+        if position == self.expected:
+            return Settled(Outcome.NOT_APPLIED)
+        if position - self.expected <= WRITE_IDS_KEPT:  # it would still hold this save's id
+            raise RevisionConflict(self.expected, position, what="thread save", position=True)
+        return Settled(Outcome.UNKNOWN)
+
+
+@attrs.frozen
+class _Prune:
+    thread_id: str
+    before: int
+
+    async def run(self, conn: Any) -> None:
+        async with conn.transaction():
+            rows = await conn.fetch(_SNAPSHOT_REVISIONS, self.thread_id)
+            keep = prune_point(self.before, [int(row[0]) for row in rows])
+            if keep is not None:
+                for statement in _PRUNE:
+                    await conn.execute(statement, self.thread_id, keep)
+
+    async def settle(self, conn: Any) -> Settled[None]:
+        return Settled(Outcome.NOT_APPLIED)  # pruning again removes nothing more
+
+
+@attrs.frozen
+class _Delete:
+    thread_id: str
+
+    async def run(self, conn: Any) -> None:
+        async with conn.transaction():
+            for statement in _DELETE:
+                await conn.execute(statement, self.thread_id)
+
+    async def settle(self, conn: Any) -> Settled[None]:
+        return Settled(Outcome.NOT_APPLIED)  # deleting again is a no-op
