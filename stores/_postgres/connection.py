@@ -11,15 +11,20 @@ have passed when it is one of:
 
 - the server could not be reached or would not take the connection (it is starting,
   restarting, or out of connections): nothing was sent;
-- the server answered that it rolled the transaction back (it is shutting down, or a
-  serialization failure or deadlock): nothing was applied;
-- the connection broke while the answer was on its way. Then a read is simply retried, and a
-  write asks the database what became of it (`Write.settle`): every write stores a random
-  write id beside what it writes (a thread head and a profile entry keep the ids of their last
-  `WRITE_IDS_KEPT` writes), so the write's own id says it landed. It is re-sent only when it
-  certainly did not land, and then under the same compare-and-set, which cannot pass twice.
-  When the database cannot say (more than `WRITE_IDS_KEPT` other writes to the same entry
-  in between), the write fails with a `StoreError` saying its outcome is unknown.
+- the server answered that it aborted the transaction (a serialization failure or a
+  deadlock): nothing was applied;
+- the connection broke, or the server said it is shutting down, after the statement was
+  sent: the statement may have committed with its answer unsent. Then a read is simply
+  retried, and a write asks the database what became of it (`Write.settle`): every write
+  stores a random write id beside what it writes (a thread head and a profile entry keep the
+  ids of their last `WRITE_IDS_KEPT` writes), so the write's own id says it landed. It is
+  re-sent only when it certainly did not land, and then under the same compare-and-set,
+  which cannot pass twice. When the database cannot say (more than `WRITE_IDS_KEPT` other
+  writes to the same entry in between, or the server still unreachable), the write fails
+  with a `StoreError` saying its outcome is unknown.
+
+When the time is up, a write that certainly did not land fails with a `StoreError` saying
+"not applied", so that the caller may safely write it again.
 
 Anything else (a constraint the store checks, a bug) is not retried.
 """
@@ -67,15 +72,17 @@ CREATE TABLE IF NOT EXISTS statekernel_schema (
 # One advisory lock for every statekernel schema change in the database.
 _SCHEMA_LOCK = int.from_bytes(hashlib.blake2b(b"statekernel schema", digest_size=8).digest()) >> 1
 
-# SQLSTATEs after which the server has certainly not applied the transaction.
+# SQLSTATEs after which the server has certainly not applied the transaction: it aborted it,
+# or it refused the connection before anything ran.
 _ROLLED_BACK = {
     "40001",  # serialization_failure
     "40P01",  # deadlock_detected
-    "57P01",  # admin_shutdown
-    "57P02",  # crash_shutdown
     "57P03",  # cannot_connect_now
     "53300",  # too_many_connections
 }
+# The server is going down: a statement may have committed with its answer still unsent.
+_SHUTTING_DOWN = {"57P01", "57P02"}  # admin_shutdown, crash_shutdown
+_SETTLE_PATIENCE = 10.0  # seconds to keep asking what became of a write, at least
 
 
 @attrs.frozen
@@ -155,9 +162,17 @@ class PostgresConnection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Lock | None = None
 
-    async def read(self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
+    async def read(
+        self,
+        operation: str,
+        key: str | None,
+        body: Callable[[Any], Awaitable[T]],
+        *,
+        deadline: float | None = None,
+    ) -> T:
         """Run a read, retried through any transient failure."""
-        deadline = time.monotonic() + self._retry_for
+        if deadline is None:
+            deadline = time.monotonic() + self._retry_for
         pause = 0.01
         while True:
             try:
@@ -185,28 +200,46 @@ class PostgresConnection:
             except Exception as error:
                 if isinstance(error, StateError):
                     raise
-                lost = sent and _answer_lost(error)
-                if not (lost or _rolled_back(error) or (not sent and _transient(error))):
-                    raise _store_error(operation, key, error) from error
-                if time.monotonic() >= deadline:
-                    raise _store_error(operation, key, error) from error
-                if lost:
-                    checking = f"{operation} (checking a lost answer)"
-                    settled = await self.read(checking, key, write.settle)
+                if sent and _outcome_unknown(error):
+                    settled = await self._settle(operation, key, write, deadline, error)
                     if settled.outcome is Outcome.APPLIED:
                         return settled.result  # type: ignore[return-value]
-                    if settled.outcome is Outcome.UNKNOWN:
-                        raise StoreError(
-                            operation,
-                            RuntimeError(
-                                f"the connection broke before the server answered, and more than "
-                                f"{WRITE_IDS_KEPT} other writes have reached the same place since, "
-                                f"so whether this write landed is unknown: read it back before "
-                                f"writing again"
-                            ),
-                            key=key,
-                        ) from error
+                elif not (_rolled_back(error) or (not sent and _transient(error))):
+                    raise _store_error(operation, key, error) from error
+                if time.monotonic() >= deadline:  # it certainly did not land
+                    raise StoreError(
+                        operation,
+                        RuntimeError(f"not applied: {type(error).__name__}: {error}"),
+                        key=key,
+                    ) from error
             pause = await _backoff(pause)
+
+    async def _settle(
+        self, operation: str, key: str | None, write: Write[Any], deadline: float, error: Exception
+    ) -> Settled[Any]:
+        """What became of a write whose answer was lost; a StoreError saying its outcome is
+        unknown when the database cannot say (or cannot be asked before the deadline)."""
+        why = f"more than {WRITE_IDS_KEPT} other writes reached the same place since"
+        try:
+            settled = await self.read(
+                f"{operation} (checking a lost answer)",
+                key,
+                write.settle,
+                deadline=max(deadline, time.monotonic() + _SETTLE_PATIENCE),
+            )
+        except StoreError:
+            settled, why = Settled(Outcome.UNKNOWN), "the server could not be asked"
+        if settled.outcome is Outcome.UNKNOWN:
+            raise StoreError(
+                operation,
+                RuntimeError(
+                    f"outcome unknown: the connection broke before the server answered, and "
+                    f"{why}, so this write may or may not have landed: read it back before "
+                    f"writing it again"
+                ),
+                key=key,
+            ) from error
+        return settled
 
     async def close(self) -> None:
         """Close the pool's connections; the store reopens them on next use."""
@@ -293,15 +326,25 @@ def driver() -> Any:
 
 
 def _transient(error: BaseException) -> bool:
-    """The server could not be reached, or refused the connection for now, or the answer
-    was lost: for a read, a retry is always safe."""
-    return _answer_lost(error) or _rolled_back(error) or isinstance(error, asyncio.TimeoutError)
+    """The server could not be reached or refused the connection for now, it rolled the
+    transaction back, or the answer was lost: for a read, a retry is always safe."""
+    return _outcome_unknown(error) or _rolled_back(error) or isinstance(error, asyncio.TimeoutError)
 
 
-def _answer_lost(error: BaseException) -> bool:
+def _outcome_unknown(error: BaseException) -> bool:
+    """The connection broke, or the server is going down (it may have committed a statement
+    whose answer never left it): whether a write landed needs asking."""
     asyncpg = driver()
+    if getattr(error, "sqlstate", None) in _SHUTTING_DOWN:
+        return True
+    # (asyncpg's client errors: a connection whose protocol state broke mid-statement.)
     return isinstance(
-        error, asyncpg.ConnectionDoesNotExistError | asyncpg.PostgresConnectionError | OSError
+        error,
+        asyncpg.ConnectionDoesNotExistError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.InterfaceError
+        | asyncpg.InternalClientError
+        | OSError,
     )
 
 
