@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import asyncpg
 
 __all__ = [
+    "UNTRACEABLE",
     "WRITE_IDS_KEPT",
     "Outcome",
     "PostgresConnection",
@@ -54,6 +55,8 @@ __all__ = [
     "Settled",
     "UserCodeFailed",
     "Write",
+    "outcome_unknown",
+    "refused",
 ]
 
 T = TypeVar("T")
@@ -82,6 +85,7 @@ _ROLLED_BACK = {
 }
 # The server is going down: a statement may have committed with its answer still unsent.
 _SHUTTING_DOWN = {"57P01", "57P02"}  # admin_shutdown, crash_shutdown
+UNTRACEABLE = f"more than {WRITE_IDS_KEPT} other writes reached the same place since"
 _SETTLE_PATIENCE = 10.0  # seconds to keep asking what became of a write, at least
 
 
@@ -219,7 +223,7 @@ class PostgresConnection:
     ) -> Settled[Any]:
         """What became of a write whose answer was lost; a StoreError saying its outcome is
         unknown when the database cannot say (or cannot be asked before the deadline)."""
-        why = f"more than {WRITE_IDS_KEPT} other writes reached the same place since"
+        why = UNTRACEABLE
         try:
             settled = await self.read(
                 f"{operation} (checking a lost answer)",
@@ -230,15 +234,7 @@ class PostgresConnection:
         except StoreError:
             settled, why = Settled(Outcome.UNKNOWN), "the server could not be asked"
         if settled.outcome is Outcome.UNKNOWN:
-            raise StoreError(
-                operation,
-                RuntimeError(
-                    f"outcome unknown: the connection broke before the server answered, and "
-                    f"{why}, so this write may or may not have landed: read it back before "
-                    f"writing it again"
-                ),
-                key=key,
-            ) from error
+            raise outcome_unknown(operation, key, why) from error
         return settled
 
     async def close(self) -> None:
@@ -268,6 +264,7 @@ class PostgresConnection:
                     max_size=self._pool_size,
                     timeout=self._connect_timeout,
                     command_timeout=None,
+                    reset=_keep_session,
                 )
                 try:
                     async with pool.acquire() as conn:
@@ -314,6 +311,14 @@ async def _ensure_schema(conn: Any, schema: Schema) -> None:
             )
 
 
+async def _keep_session(conn: Any) -> None:
+    """What a connection needs before it goes back to the pool: nothing more than asyncpg's
+    own rollback of a transaction left open. asyncpg's default also sends a reset query
+    (`RESET ALL`, `UNLISTEN *`, unlock advisory locks): a second round trip per operation
+    that undoes nothing here, since the stores never change a session's settings, listen,
+    or take session-level locks (the schema lock is a transaction's)."""
+
+
 def driver() -> Any:
     """asyncpg, or an ImportError saying how to install it (it is an extra)."""
     try:
@@ -323,6 +328,24 @@ def driver() -> Any:
             "the PostgreSQL stores need asyncpg: pip install 'statekernel[postgres]'"
         ) from error
     return asyncpg
+
+
+def outcome_unknown(operation: str, key: str | None, why: str) -> StoreError:
+    """The error of a write that may or may not have landed, `why` it cannot be told."""
+    return StoreError(
+        operation,
+        RuntimeError(
+            f"outcome unknown: the connection broke before the server answered, and {why}, "
+            f"so this write may or may not have landed: read it back before writing it again"
+        ),
+        key=key,
+    )
+
+
+def refused(error: BaseException) -> bool:
+    """The server refused the statement itself (a constraint it broke, a value it cannot
+    take): nothing was applied, and sending it unchanged would fail again."""
+    return isinstance(error, driver().PostgresError) and not _transient(error)
 
 
 def _transient(error: BaseException) -> bool:

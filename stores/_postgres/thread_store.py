@@ -9,12 +9,19 @@ if that row moved, appends the records and the snapshot. One statement is one tr
 so a save lands whole or not at all, in one round trip, and saves of different threads never
 wait for each other (nor for a lock of this process). A load is one statement too, so it sees
 one consistent state of the head, the newest snapshot and the records after it.
-"""
+
+Saves of different threads that arrive while others are in flight are sent together
+(`group_commit`): one statement moves every head whose compare-and-set holds and appends
+only those heads' records, so each thread's save still lands whole or not at all, and a save
+whose head did not move is sent again on its own, which says why."""
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import operator
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,7 +45,17 @@ from .._thread_codec import (
     snapshot_taken_at,
     state_of,
 )
-from .connection import WRITE_IDS_KEPT, Outcome, PostgresConnection, Schema, Settled
+from .connection import (
+    UNTRACEABLE,
+    WRITE_IDS_KEPT,
+    Outcome,
+    PostgresConnection,
+    Schema,
+    Settled,
+    outcome_unknown,
+    refused,
+)
+from .group_commit import GroupCommit
 
 __all__ = ["PostgresThreadStore"]
 
@@ -109,6 +126,48 @@ _ADVANCE = (
     f"saved_at = {_NOW} "
     "WHERE h.thread_id = $1 AND h.position = $9 AND h.revision = $10 RETURNING h.thread_id),"
 ) + _appending(5)
+# Many threads' saves in one statement ($1-$6 one row per save, $7-$9 every record, $10-$12
+# every snapshot): the heads that move are those whose compare-and-set holds, and only their
+# records and snapshots are written. Returns the moved thread ids.
+_SAVE_MANY = f"""
+WITH saves AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
+        $6::bytea[]) AS s(thread_id, expected, base, revision, head, save_id)
+),
+created AS (
+    INSERT INTO statekernel_thread_heads (thread_id, position, revision, head, save_ids, saved_at)
+    SELECT thread_id, 1, revision, head, ARRAY[save_id], {_NOW} FROM saves WHERE expected = 0
+    ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id
+),
+advanced AS (
+    UPDATE statekernel_thread_heads AS h SET position = h.position + 1, revision = s.revision,
+        head = s.head, save_ids = (ARRAY[s.save_id] || h.save_ids)[1:{WRITE_IDS_KEPT}],
+        saved_at = {_NOW}
+    FROM saves AS s
+    WHERE s.expected > 0 AND h.thread_id = s.thread_id AND h.position = s.expected
+        AND h.revision = s.base
+    RETURNING h.thread_id
+),
+moved AS (SELECT thread_id FROM created UNION ALL SELECT thread_id FROM advanced),
+records AS (
+    INSERT INTO statekernel_thread_records (thread_id, revision, record)
+    SELECT r.thread_id, r.revision, r.record
+    FROM unnest($7::text[], $8::bigint[], $9::bytea[]) AS r(thread_id, revision, record)
+    WHERE r.thread_id IN (SELECT thread_id FROM moved)
+),
+snapshots AS (
+    INSERT INTO statekernel_thread_snapshots (thread_id, revision, snapshot)
+    SELECT n.thread_id, n.revision, n.snapshot
+    FROM unnest($10::text[], $11::bigint[], $12::bytea[]) AS n(thread_id, revision, snapshot)
+    WHERE n.thread_id IN (SELECT thread_id FROM moved)
+    ON CONFLICT (thread_id, revision) DO UPDATE SET snapshot = EXCLUDED.snapshot
+)
+SELECT thread_id FROM moved
+"""
+_HEADS = (
+    "SELECT thread_id, position, save_ids FROM statekernel_thread_heads "
+    "WHERE thread_id = ANY($1::text[])"
+)
 _HEAD = "SELECT position, revision, save_ids FROM statekernel_thread_heads WHERE thread_id = $1"
 _LOAD = """
 SELECT h.position, h.head, s.revision, s.snapshot,
@@ -152,6 +211,7 @@ _THREADS_RANGE = (
     "ORDER BY thread_id LIMIT $2"
 )
 _NO_END = 2**63 - 1
+_LARGEST_BATCH = 500  # saves in one statement
 
 
 class PostgresThreadStore(ClosingStore):
@@ -165,6 +225,13 @@ class PostgresThreadStore(ClosingStore):
 
     def __init__(self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0) -> None:
         self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
+        # Half the pool for batches of saves leaves the other half to loads and reads.
+        self._saves: GroupCommit[_Save, None] = GroupCommit(
+            self._send_saves,
+            key=operator.attrgetter("thread_id"),
+            in_flight=max(1, pool_size // 2),
+            largest=_LARGEST_BATCH,
+        )
 
     @property
     def dsn(self) -> str:
@@ -202,8 +269,32 @@ class PostgresThreadStore(ClosingStore):
             row = await self._db.read(operation, thread_id, head)
             check_position(expected_position, None if row is None else row[0])
             raise
-        write = _Save(thread_id, save, expected_position, base, os.urandom(16))
-        await self._db.write(operation, thread_id, write)
+        await self._saves.write(_Save.of(thread_id, save, expected_position, base))
+
+    async def _send_saves(self, saves: Sequence[_Save]) -> builtins.list[BaseException | None]:
+        """Write a batch of saves of different threads: each caller's outcome, in order."""
+        landed: Mapping[str, Outcome] = {}
+        if len(saves) > 1:
+            batch = _SaveBatch(tuple(saves))
+            landed = await self._db.write(f"save of {len(saves)} threads", None, batch)
+        # A save whose head did not move in the batch (or a batch the server refused as a
+        # whole) is sent on its own: it lands, or says why not.
+        alone = [save for save in saves if save.thread_id not in landed]
+        sent = await asyncio.gather(*(self._save_alone(save) for save in alone))
+        outcomes = dict(zip((save.thread_id for save in alone), sent, strict=True))
+        for thread_id, outcome in landed.items():
+            if outcome is Outcome.UNKNOWN:
+                outcomes[thread_id] = outcome_unknown(
+                    f"save of thread {thread_id!r}", thread_id, UNTRACEABLE
+                )
+        return [outcomes.get(save.thread_id) for save in saves]
+
+    async def _save_alone(self, save: _Save) -> BaseException | None:
+        try:
+            await self._db.write(f"save of thread {save.thread_id!r}", save.thread_id, save)
+        except Exception as error:  # the caller's, raised in its own task
+            return error
+        return None
 
     async def records(
         self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
@@ -248,33 +339,48 @@ class PostgresThreadStore(ClosingStore):
         return [row[0] for row in rows if row[0].startswith(prefix)]
 
     async def close(self) -> None:
-        """Close the pool's connections; the store reopens them on next use."""
+        """Close the pool's connections (after the saves in flight); the store reopens them
+        on next use."""
+        await self._saves.drain()
         await self._db.close()
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class _Save:
+    """One thread's save, encoded once however often it is sent."""
+
     thread_id: str
     save: ThreadSave
     expected: int
     base: int  # the stored revision the save's records continue
     save_id: bytes
+    head: bytes
+    snapshot_revision: int | None
+    snapshot: bytes | None
+
+    @classmethod
+    def of(cls, thread_id: str, save: ThreadSave, expected: int, base: int) -> _Save:
+        snapshot_revision = snapshot = None
+        if save.snapshot is not None:
+            snapshot_revision = snapshot_taken_at(save)
+            snapshot = encode_snapshot(dict(save.snapshot))
+        # Snapshots are found by revision; the head's own snapshot revision (0) only marks
+        # it as a journal head.
+        head = encode_head(save, 0)
+        return cls(
+            thread_id, save, expected, base, os.urandom(16), head, snapshot_revision, snapshot
+        )
 
     async def run(self, conn: Any) -> None:
         save = self.save
-        snapshot_revision = snapshot_taken_at(save) if save.snapshot is not None else None
-        snapshot = encode_snapshot(dict(save.snapshot)) if save.snapshot is not None else None
-        # Snapshots are found by revision; the head's own snapshot revision (0) only marks it
-        # as a journal head.
-        head = encode_head(save, 0)
         appended = (
             [entry.revision for entry in save.records],
             [entry.data for entry in save.records],
-            snapshot_revision,
-            snapshot,
+            self.snapshot_revision,
+            self.snapshot,
         )
         while True:
-            args = (self.thread_id, save.revision, head, self.save_id, *appended)
+            args = (self.thread_id, save.revision, self.head, self.save_id, *appended)
             if self.expected == 0:
                 moved = await conn.fetchval(_CREATE, *args)
             else:
@@ -289,14 +395,74 @@ class _Save:
 
     async def settle(self, conn: Any) -> Settled[None]:
         row = await conn.fetchrow(_HEAD, self.thread_id)
-        if row is not None and self.save_id in row[2]:
-            return Settled(Outcome.APPLIED)
-        position = 0 if row is None else row[0]
+        outcome = self.outcome(None if row is None else (row[0], row[2]))
+        if outcome is None:
+            raise RevisionConflict(self.expected, row[0], what="thread save", position=True)
+        return Settled(outcome)
+
+    def outcome(self, head: tuple[int, Sequence[bytes]] | None) -> Outcome | None:
+        """What became of this save, given its thread's head now (position, save ids):
+        None when it certainly did not land because another save took its place."""
+        if head is not None and self.save_id in head[1]:
+            return Outcome.APPLIED
+        position = 0 if head is None else head[0]
         if position == self.expected:
-            return Settled(Outcome.NOT_APPLIED)
+            return Outcome.NOT_APPLIED
         if position - self.expected <= WRITE_IDS_KEPT:  # it would still hold this save's id
-            raise RevisionConflict(self.expected, position, what="thread save", position=True)
-        return Settled(Outcome.UNKNOWN)
+            return None
+        return Outcome.UNKNOWN
+
+
+@attrs.frozen
+class _SaveBatch:
+    """Saves of different threads in one statement. Its result names the threads whose head
+    moved (APPLIED), or, settled after a lost answer, whose save may have moved it (UNKNOWN);
+    it is empty when the server refused the statement as a whole."""
+
+    saves: tuple[_Save, ...]
+
+    async def run(self, conn: Any) -> Mapping[str, Outcome]:
+        saves = self.saves
+        records: builtins.list[tuple[Any, ...]] = []
+        snapshots: builtins.list[tuple[Any, ...]] = []
+        for save in saves:
+            records.extend((save.thread_id, e.revision, e.data) for e in save.save.records)
+            if save.snapshot is not None:
+                snapshots.append((save.thread_id, save.snapshot_revision, save.snapshot))
+        try:
+            rows = await conn.fetch(
+                _SAVE_MANY,
+                [save.thread_id for save in saves],
+                [save.expected for save in saves],
+                [save.base for save in saves],
+                [save.save.revision for save in saves],
+                [save.head for save in saves],
+                [save.save_id for save in saves],
+                *_columns(records, 3),
+                *_columns(snapshots, 3),
+            )
+        except Exception as error:
+            if refused(error):  # nothing landed; each save on its own finds the culprit
+                return {}
+            raise
+        return {row[0]: Outcome.APPLIED for row in rows}
+
+    async def settle(self, conn: Any) -> Settled[Mapping[str, Outcome]]:
+        rows = await conn.fetch(_HEADS, [save.thread_id for save in self.saves])
+        heads = {row[0]: (row[1], row[2]) for row in rows}
+        outcomes = {save.thread_id: save.outcome(heads.get(save.thread_id)) for save in self.saves}
+        # One statement: it landed for every thread it moved, or for none.
+        if Outcome.APPLIED in outcomes.values():
+            kept = (Outcome.APPLIED, Outcome.UNKNOWN)
+            return Settled(Outcome.APPLIED, {t: o for t, o in outcomes.items() if o in kept})
+        if Outcome.UNKNOWN in outcomes.values():
+            return Settled(Outcome.UNKNOWN)
+        return Settled(Outcome.NOT_APPLIED)
+
+
+def _columns(rows: builtins.list[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
+    """Rows as `width` parallel lists, the shape `unnest` takes."""
+    return [[row[n] for row in rows] for n in range(width)]
 
 
 @attrs.frozen
