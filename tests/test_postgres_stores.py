@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import asyncpg
 import pytest
 
-from statekernel import RevisionConflict, StoreError
+from statekernel import DecodeFailed, RevisionConflict, StoreError
 from statekernel.lowlevel import JournalEntry, ThreadSave
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
 from statekernel.testing.postgres import PostgresServer
@@ -47,7 +47,7 @@ async def test_saves_of_many_threads_at_once_land_whole_in_a_few_transactions(
     postgres_dsn: str,
 ) -> None:
     threads = [f"t{n:03d}" for n in range(100)]
-    async with PostgresThreadStore(postgres_dsn, pool_size=2) as store:
+    async with PostgresThreadStore(postgres_dsn, pool_size=1) as store:
 
         async def five_saves(thread_id: str) -> None:
             for revision in range(1, 6):
@@ -71,7 +71,7 @@ async def test_a_stale_save_in_a_batch_fails_alone_and_the_others_land(
     async with PostgresThreadStore(postgres_dsn) as other:
         await other.save("taken", one_record(1), expected_position=0)
     threads = [f"t{n:02d}" for n in range(20)]
-    async with PostgresThreadStore(postgres_dsn, pool_size=2) as store:
+    async with PostgresThreadStore(postgres_dsn, pool_size=1) as store:
         outcomes = await asyncio.gather(
             *(store.save(t, one_record(1), expected_position=0) for t in threads),
             store.save("taken", one_record(1), expected_position=0),
@@ -99,7 +99,7 @@ async def test_a_batch_the_server_refuses_is_sent_save_by_save(postgres_dsn: str
         "VALUES ('bad', 1, 'stray')",
     )
     threads = [f"t{n:02d}" for n in range(10)]
-    async with PostgresThreadStore(postgres_dsn, pool_size=2) as store:
+    async with PostgresThreadStore(postgres_dsn, pool_size=1) as store:
         outcomes = await asyncio.gather(
             store.save("first", one_record(1), expected_position=0),
             store.save("bad", one_record(1), expected_position=0),
@@ -111,6 +111,61 @@ async def test_a_batch_the_server_refuses_is_sent_save_by_save(postgres_dsn: str
         assert "'bad'" in str(outcomes[1]) and "duplicate key" in str(outcomes[1])
         assert await store.load("bad") is None  # nothing of the refused save landed
         assert sorted(await store.threads()) == sorted(["first", *threads])
+
+
+async def rows_transactions(dsn: str, namespace: str) -> int:
+    rows = await fetch(
+        dsn,
+        "SELECT count(DISTINCT xmin::text) FROM statekernel_profile_entries WHERE namespace = $1",
+        namespace,
+    )
+    return int(rows[0][0])
+
+
+class TestProfileGroupCommit:
+    async def test_concurrent_sets_of_many_entries_land_in_a_few_transactions(
+        self, postgres_dsn: str
+    ) -> None:
+        async with PostgresProfileStore(postgres_dsn, pool_size=1) as store:
+            written = await asyncio.gather(
+                *(store.set("ns", f"k{n:03d}", {"n": n}) for n in range(200))
+            )
+            assert [(e.key, e.value, e.version) for e in written] == [
+                (f"k{n:03d}", {"n": n}, 1) for n in range(200)
+            ]
+            listed = await store.list("ns")
+            assert [(e.key, e.value) for e in listed] == [
+                (f"k{n:03d}", {"n": n}) for n in range(200)
+            ]
+        assert await rows_transactions(postgres_dsn, "ns") <= 20
+
+    async def test_concurrent_sets_of_one_entry_land_in_call_order(self, postgres_dsn: str) -> None:
+        async with PostgresProfileStore(postgres_dsn, pool_size=1) as store:
+            written = await asyncio.gather(
+                *(store.set("ns", "hot", n) for n in range(30)),
+                *(store.set("ns", f"cold{n}", n) for n in range(30)),
+            )
+            assert [e.version for e in written[:30]] == list(range(1, 31))
+            hot = await store.get("ns", "hot")
+            assert hot is not None and (hot.value, hot.version) == (29, 30)
+
+    async def test_concurrent_gets_each_see_their_own_entry_and_a_bad_row_fails_alone(
+        self, postgres_dsn: str
+    ) -> None:
+        async with PostgresProfileStore(postgres_dsn, pool_size=1) as store:
+            for n in range(20):
+                await store.set("ns", f"k{n}", n)
+            await fetch(
+                postgres_dsn,
+                "UPDATE statekernel_profile_entries SET value = 'not json' WHERE key = 'k7'",
+            )
+            keys = [f"k{n}" for n in range(20)] + ["k3", "k3", "missing"]
+            got = await asyncio.gather(
+                *(store.get("ns", key) for key in keys), return_exceptions=True
+            )
+        assert isinstance(got[7], DecodeFailed) and "'k7'" in str(got[7])
+        values = [None if isinstance(e, BaseException) or e is None else e.value for e in got]
+        assert values == [*range(7), None, *range(8, 20), 3, 3, None]
 
 
 class TestSchema:

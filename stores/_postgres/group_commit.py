@@ -1,4 +1,4 @@
-"""Group commit: writes that arrive while earlier ones are in flight go to the server together.
+"""Group commit: operations that arrive while earlier ones are in flight go to the server together.
 
 A thousand threads stepping at once each want a durable save per step. Sent one by one, every
 save is a transaction of its own: a round trip, a commit, a wait for the log to reach the
@@ -7,8 +7,14 @@ when one of its `in_flight` slots is free; while all are busy, the writes that a
 together and leave as one batch (at most `largest`) when a slot frees. Alone, a write is not
 delayed at all; under load, a batch costs the server one transaction for many writes.
 
-A batch holds at most one write per `key` (one thread's saves depend on each other's
-outcome), so a second write to the same key waits, in arrival order, for the next batch.
+The stores keep two batches of a kind in flight: one fills while the other commits (a commit
+waits for the server's log to reach the disk, the slowest step of a write). More would split
+the same writes into more commits; measured with `benchmarks/postgres_stores.py`, one or two
+do best.
+
+With a `key`, a batch holds at most one write per key (one thread's saves depend on each
+other's outcome), so a second write to the same key waits, in arrival order, for the next
+batch; reads need no key.
 `send(batch)` returns one outcome per write, in order: its result, or the exception that
 write's caller receives; an exception of `send` itself goes to every caller in the batch.
 
@@ -34,7 +40,7 @@ class GroupCommit(Generic[W, R]):
         self,
         send: Callable[[Sequence[W]], Awaitable[Sequence[R | BaseException]]],
         *,
-        key: Callable[[W], Hashable],
+        key: Callable[[W], Hashable] | None,
         in_flight: int,
         largest: int,
     ) -> None:
@@ -74,10 +80,10 @@ class GroupCommit(Generic[W, R]):
         later: list[tuple[W, asyncio.Future[R]]] = []
         keys: set[Hashable] = set()
         for waiting in self._waiting:
-            key = self._key(waiting[0])
             if waiting[1].done():  # its caller was cancelled before it left
                 continue
-            if key in keys or len(batch) >= self._largest:
+            key = None if self._key is None else self._key(waiting[0])
+            if len(batch) >= self._largest or (key is not None and key in keys):
                 later.append(waiting)
             else:
                 keys.add(key)

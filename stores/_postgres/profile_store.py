@@ -8,6 +8,10 @@ is no longer JSON fails with `DecodeFailed` for that entry only). Compare-and-se
 statement's own condition; `update` holds the row's lock (`SELECT ... FOR UPDATE`) while its
 function runs. The retry policy is `connection`'s: each write keeps a write id in
 the row, so a lost answer never makes it apply twice.
+
+Gets, and sets without an expected version, that arrive while others are in flight leave
+together (`group_commit`): one statement reads many entries, or upserts many (one write per
+entry per batch, in call order), and each caller gets its own entry back.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import asyncio
 import builtins
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -33,15 +37,22 @@ from .._profile_codec import (
     listed,
 )
 from .connection import (
+    UNTRACEABLE,
     WRITE_IDS_KEPT,
     Outcome,
     PostgresConnection,
     Schema,
     Settled,
     UserCodeFailed,
+    outcome_unknown,
+    refused,
 )
+from .group_commit import GroupCommit
 
 __all__ = ["PostgresProfileStore"]
+
+_LARGEST_BATCH = 500  # operations in one statement
+_IN_FLIGHT = 2  # batches of one kind at a time (see group_commit)
 
 _SCHEMA = Schema(
     component="profile_store",
@@ -85,6 +96,28 @@ _GET = (
     "WHERE namespace = $1 AND key = $2"
 )
 _LOCK = _GET + " FOR UPDATE"
+# Many entries in one statement ($1 namespaces, $2 keys; `_SET_MANY` $3 values, $4 write
+# ids): the group-committed forms of _GET and of _SET (last write wins, so every row lands).
+_GET_MANY = (
+    "SELECT s.namespace, s.key, t.value, t.version, t.updated_at "
+    "FROM unnest($1::text[], $2::text[]) AS s(namespace, key) "
+    "JOIN statekernel_profile_entries AS t ON t.namespace = s.namespace AND t.key = s.key"
+)
+_SET_MANY = (
+    "INSERT INTO statekernel_profile_entries AS t "
+    f"SELECT s.namespace, s.key, s.value, 1, {_NOW}, ARRAY[s.write_id] "
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) "
+    "AS s(namespace, key, value, write_id) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, "
+    "version = t.version + 1, updated_at = EXCLUDED.updated_at, "
+    f"write_ids = (EXCLUDED.write_ids || t.write_ids)[1:{WRITE_IDS_KEPT}] "
+    "RETURNING namespace, key, version, updated_at"
+)
+_WRITES_MANY = (
+    "SELECT s.namespace, s.key, t.version, t.updated_at, t.write_ids "
+    "FROM unnest($1::text[], $2::text[]) AS s(namespace, key) "
+    "JOIN statekernel_profile_entries AS t ON t.namespace = s.namespace AND t.key = s.key"
+)
 _WRITES = (
     "SELECT version, updated_at, write_ids FROM statekernel_profile_entries "
     "WHERE namespace = $1 AND key = $2"
@@ -121,6 +154,15 @@ class PostgresProfileStore(ClosingStore):
         self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
         self._max_value_bytes = max_value_bytes
         self._writing: dict[tuple[str, str], asyncio.Lock] = {}
+        # Gets and plain sets that arrive while others are in flight leave together, at most
+        # `_IN_FLIGHT` batches of each at a time (see group_commit).
+        slots = min(_IN_FLIGHT, pool_size)
+        self._gets: GroupCommit[tuple[str, str], Any] = GroupCommit(
+            self._send_gets, key=None, in_flight=slots, largest=_LARGEST_BATCH
+        )
+        self._sets: GroupCommit[_Set, tuple[int, float]] = GroupCommit(
+            self._send_sets, key=_Set.entry, in_flight=slots, largest=_LARGEST_BATCH
+        )
 
     @contextlib.asynccontextmanager
     async def _in_call_order(self, namespace: str, key: str) -> AsyncIterator[None]:
@@ -144,15 +186,28 @@ class PostgresProfileStore(ClosingStore):
 
     async def get(self, namespace: str, key: str) -> Entry | None:
         namespace, key = check_names(namespace, key)
-
-        async def get(conn: Any) -> Any:
-            return await conn.fetchrow(_GET, namespace, key)
-
-        row = await self._db.read(f"get of entry {key!r}", namespace, get)
+        row = await self._gets.write((namespace, key))
         if row is None:
             return None
         value = decode_value(namespace, key, row[0])
         return Entry(namespace, key, value, row[1], row[2])
+
+    async def _send_gets(self, entries: Sequence[tuple[str, str]]) -> builtins.list[Any]:
+        """The rows (value, version, updated_at) of a batch of gets, in order."""
+        if len(entries) == 1:
+            namespace, key = entries[0]
+
+            async def get(conn: Any) -> Any:
+                return await conn.fetchrow(_GET, namespace, key)
+
+            return [await self._db.read(f"get of entry {key!r}", namespace, get)]
+
+        async def get_many(conn: Any) -> Any:
+            return await conn.fetch(_GET_MANY, *_columns(entries, 2))
+
+        rows = await self._db.read(f"get of {len(entries)} entries", None, get_many)
+        found = {(row[0], row[1]): row[2:] for row in rows}
+        return [found.get(entry) for entry in entries]
 
     async def set(
         self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
@@ -162,8 +217,32 @@ class PostgresProfileStore(ClosingStore):
         encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         write = _Set(namespace, key, encoded.data.decode(), expected, os.urandom(16))
         async with self._in_call_order(namespace, key):
-            version, updated_at = await self._db.write(f"set of entry {key!r}", namespace, write)
+            if expected is None:
+                version, updated_at = await self._sets.write(write)
+            else:  # a compare-and-set, alone: its failure names the version it met
+                version, updated_at = await self._db.write(write.operation, namespace, write)
         return Entry(namespace, key, encoded.value, version, updated_at)
+
+    async def _send_sets(self, sets: Sequence[_Set]) -> builtins.list[Any]:
+        """Write a batch of plain sets of different entries: each caller's outcome, in order."""
+        landed: Mapping[tuple[str, str], tuple[int, float] | None] = {}
+        if len(sets) > 1:
+            batch = _SetBatch(tuple(sets))
+            landed = await self._db.write(f"set of {len(sets)} entries", None, batch)
+        # A batch the server refused as a whole is sent set by set: each lands or says why.
+        alone = [write for write in sets if write.entry() not in landed]
+        sent = await asyncio.gather(
+            *(self._db.write(write.operation, write.namespace, write) for write in alone),
+            return_exceptions=True,
+        )
+        outcomes: dict[tuple[str, str], Any] = dict(landed)
+        outcomes.update(zip((write.entry() for write in alone), sent, strict=True))
+        for write in sets:
+            if outcomes[write.entry()] is None:  # settled after a lost answer, untraceable
+                outcomes[write.entry()] = outcome_unknown(
+                    write.operation, write.namespace, UNTRACEABLE
+                )
+        return [outcomes[write.entry()] for write in sets]
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
         """Set the entry to `fn(current entry or None)` in one transaction.
@@ -202,7 +281,10 @@ class PostgresProfileStore(ClosingStore):
         await self._db.write("clear", namespace, _Statement(_CLEAR, (namespace,)))
 
     async def close(self) -> None:
-        """Close the pool's connections; the store reopens them on next use."""
+        """Close the pool's connections (after the operations in flight); the store reopens
+        them on next use."""
+        await self._sets.drain()
+        await self._gets.drain()
         await self._db.close()
 
 
@@ -227,6 +309,13 @@ class _Set:
     data: str
     expected: int | None
     write_id: bytes
+
+    @property
+    def operation(self) -> str:
+        return f"set of entry {self.key!r}"
+
+    def entry(self) -> tuple[str, str]:
+        return self.namespace, self.key
 
     async def run(self, conn: Any) -> tuple[int, float]:
         args = (self.namespace, self.key, self.data, self.write_id)
@@ -257,6 +346,44 @@ class _Set:
             return Settled(Outcome.UNKNOWN)
         check_expected(self.namespace, self.key, self.expected, current)  # raises
         return Settled(Outcome.NOT_APPLIED)  # pragma: no cover - check_expected raised
+
+
+@attrs.frozen
+class _SetBatch:
+    """Plain sets of different entries in one statement. Its result maps each entry to its
+    (version, updated_at), or, settled after a lost answer, to None when the entry no longer
+    remembers the write; it is empty when the server refused the statement as a whole."""
+
+    sets: tuple[_Set, ...]
+
+    async def run(self, conn: Any) -> Mapping[tuple[str, str], tuple[int, float] | None]:
+        sets = self.sets
+        try:
+            rows = await conn.fetch(
+                _SET_MANY,
+                [write.namespace for write in sets],
+                [write.key for write in sets],
+                [write.data for write in sets],
+                [write.write_id for write in sets],
+            )
+        except Exception as error:
+            if refused(error):  # nothing landed; each set on its own finds the culprit
+                return {}
+            raise
+        return {(row[0], row[1]): (int(row[2]), float(row[3])) for row in rows}
+
+    async def settle(
+        self, conn: Any
+    ) -> Settled[Mapping[tuple[str, str], tuple[int, float] | None]]:
+        rows = await conn.fetch(_WRITES_MANY, *_columns([w.entry() for w in self.sets], 2))
+        current = {(row[0], row[1]): row[2:] for row in rows}
+        landed = {w.entry(): _landed(current.get(w.entry()), w.write_id) for w in self.sets}
+        # One statement, and every row of it lands: if one entry remembers it, it landed.
+        if any(found is not None for found in landed.values()):
+            return Settled(Outcome.APPLIED, landed)
+        if any(w.entry() in current for w in self.sets):
+            return Settled(Outcome.UNKNOWN)  # too many writes since to tell
+        return Settled(Outcome.NOT_APPLIED)
 
 
 @attrs.frozen
@@ -306,6 +433,11 @@ class _Update:
         if current - read < WRITE_IDS_KEPT:
             return Settled(Outcome.NOT_APPLIED)  # it would still hold this write's id
         return Settled(Outcome.UNKNOWN)
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
+    """Rows as `width` parallel lists, the shape `unnest` takes."""
+    return [[row[n] for row in rows] for n in range(width)]
 
 
 def _version(row: Any) -> int | None:

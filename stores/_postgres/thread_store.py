@@ -212,6 +212,7 @@ _THREADS_RANGE = (
 )
 _NO_END = 2**63 - 1
 _LARGEST_BATCH = 500  # saves in one statement
+_IN_FLIGHT = 2  # batches at a time (see group_commit)
 
 
 class PostgresThreadStore(ClosingStore):
@@ -225,11 +226,11 @@ class PostgresThreadStore(ClosingStore):
 
     def __init__(self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0) -> None:
         self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
-        # Half the pool for batches of saves leaves the other half to loads and reads.
+        # At most `_IN_FLIGHT` batches of saves at a time (see group_commit).
         self._saves: GroupCommit[_Save, None] = GroupCommit(
             self._send_saves,
             key=operator.attrgetter("thread_id"),
-            in_flight=max(1, pool_size // 2),
+            in_flight=min(_IN_FLIGHT, pool_size),
             largest=_LARGEST_BATCH,
         )
 
