@@ -10,7 +10,9 @@ the machine's PostgreSQL binaries, fsync on), in one run, taking turns:
 
 each sequentially and from 64 tasks at once through a pool of 10 connections (asyncpg's own
 pool; psycopg_pool's AsyncConnectionPool), with prepared statements as each driver does
-them by default. Prints operations per second per driver and asyncpg / psycopg.
+them by default, and each pool as the stores would configure it: asyncpg's without its reset
+query on release (the stores never change a session; psycopg_pool sends none by default).
+Prints operations per second per driver and asyncpg / psycopg.
 
 Run: .venv-bench/bin/python benchmarks/postgres_drivers.py [--ops N] [--repeats N]
 """
@@ -62,6 +64,10 @@ def psycopg_sql(statement: str) -> str:
     return statement
 
 
+async def keep_session(conn: Any) -> None:
+    """No reset query when a connection goes back to asyncpg's pool (as in the stores)."""
+
+
 class Asyncpg:
     name = "asyncpg"
 
@@ -69,7 +75,9 @@ class Asyncpg:
         self.dsn = dsn
 
     async def open(self) -> None:
-        self.pool = await asyncpg.create_pool(self.dsn, min_size=POOL, max_size=POOL)
+        self.pool = await asyncpg.create_pool(
+            self.dsn, min_size=POOL, max_size=POOL, reset=keep_session
+        )
 
     async def close(self) -> None:
         await self.pool.close()
