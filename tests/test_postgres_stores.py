@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
@@ -16,6 +17,8 @@ from statekernel import DecodeFailed, RevisionConflict, StoreError
 from statekernel.lowlevel import JournalEntry, ThreadSave
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
 from statekernel.testing.postgres import PostgresServer
+
+T = TypeVar("T")
 
 
 def one_record(revision: int) -> ThreadSave:
@@ -265,3 +268,213 @@ async def test_saves_through_a_server_restart_land_once_and_none_acknowledged_is
             assert stored == list(range(1, state.revision + 1))
             assert acked[thread_id] <= state.revision  # nothing acknowledged is lost
             assert state.revision <= unknown.get(thread_id, acked[thread_id])
+
+
+# -- batches under row locks, lost answers and cancellation ---------------------------------
+
+
+async def blocked(dsn: str, count: int) -> None:
+    """Wait until `count` statements wait for a row lock."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(500):
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            )
+            if waiting >= count:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"only {waiting} of {count} statements wait for a lock")
+    finally:
+        await conn.close()
+
+
+def within(awaitable: Awaitable[T], seconds: float = 30.0) -> Awaitable[T]:
+    """`awaitable`, or a TimeoutError when a write that should finish hangs instead."""
+    return asyncio.wait_for(awaitable, seconds)
+
+
+class RowLock:
+    """A row held by another session's open transaction (`SELECT ... FOR UPDATE`)."""
+
+    def __init__(self, conn: asyncpg.Connection, transaction: Any) -> None:
+        self.conn, self.transaction = conn, transaction
+
+    async def release(self) -> None:
+        if not self.conn.is_closed():
+            await self.transaction.rollback()
+            await self.conn.close()
+
+
+class HeldRows:
+    """Rows other sessions hold; every one is let go on leaving the block (before the store
+    under test closes, which would otherwise wait for the writes they hold up)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.held: list[RowLock] = []
+
+    async def entry(self, key: str) -> RowLock:
+        return await self._hold(
+            "SELECT 1 FROM statekernel_profile_entries WHERE namespace = 'ns' AND key = $1", key
+        )
+
+    async def head(self, thread_id: str) -> RowLock:
+        return await self._hold(
+            "SELECT 1 FROM statekernel_thread_heads WHERE thread_id = $1", thread_id
+        )
+
+    async def _hold(self, query: str, arg: str) -> RowLock:
+        conn = await asyncpg.connect(self.dsn)
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.execute(query + " FOR UPDATE", arg)
+        self.held.append(RowLock(conn, transaction))
+        return self.held[-1]
+
+    async def __aenter__(self) -> HeldRows:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for row in self.held:
+            await row.release()
+
+
+async def cut_connections_running(dsn: str, pattern: str) -> int:
+    """Terminate the sessions whose statement matches `pattern` (as a server going down
+    does): their answers are lost."""
+    rows = await fetch(
+        dsn,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE query LIKE $1 AND pid <> pg_backend_pid()",
+        pattern,
+    )
+    return len(rows)
+
+
+class TestBatchesInFlight:
+    async def test_a_set_whose_caller_gave_up_in_flight_lands_before_its_entrys_next_set(
+        self, postgres_dsn: str
+    ) -> None:
+        async with (
+            PostgresProfileStore(postgres_dsn, pool_size=4) as store,  # two slots
+            HeldRows(postgres_dsn) as rows,
+        ):
+            for key in "XYWE":
+                await store.set("ns", key, "before")
+            x, y, w = [await rows.entry(key) for key in "XYW"]
+            set_x = asyncio.create_task(store.set("ns", "X", "x"))  # a slot, held up
+            set_y = asyncio.create_task(store.set("ns", "Y", "y"))  # the other slot
+            await blocked(postgres_dsn, 2)
+            set_w = asyncio.create_task(store.set("ns", "W", "w"))
+            old = asyncio.create_task(store.set("ns", "E", "old"))  # one batch with W
+            await asyncio.sleep(0.05)
+            await y.release()
+            await set_y
+            await blocked(postgres_dsn, 2)  # X alone, and the batch [W, E] held up by W
+            await x.release()
+            await set_x  # a slot is free again
+            old.cancel()  # E's caller gives up while its batch is on its way
+            with pytest.raises(asyncio.CancelledError):
+                await old
+            new = asyncio.create_task(store.set("ns", "E", "new"))
+            await asyncio.sleep(0.2)
+            assert not new.done()  # it waits for the write before it, which still runs
+            await w.release()
+            await within(set_w)
+            assert (await within(new)).version == 3
+            entry = await store.get("ns", "E")
+            assert entry is not None and (entry.value, entry.version) == ("new", 3)
+
+    async def test_sets_of_one_entry_land_in_the_order_they_were_called(
+        self, postgres_dsn: str
+    ) -> None:
+        async with PostgresProfileStore(postgres_dsn) as store:
+            calls = []
+            for index in range(600):
+                calls.append(asyncio.create_task(store.set("ns", "hot", index)))
+                for _ in range(index % 4):  # calls come as the loop turns, unevenly
+                    await asyncio.sleep(0)
+            versions = [entry.version for entry in await within(asyncio.gather(*calls))]
+            assert versions == list(range(1, 601))
+            entry = await store.get("ns", "hot")
+            assert entry is not None and entry.value == 599
+
+    async def test_a_batch_of_sets_whose_answer_is_lost_lands_once(self, postgres_dsn: str) -> None:
+        async with (
+            PostgresProfileStore(postgres_dsn, pool_size=1) as store,  # one slot
+            HeldRows(postgres_dsn) as rows,
+        ):
+            for key in "XWE":
+                await store.set("ns", key, "before")
+            x, w = await rows.entry("X"), await rows.entry("W")
+            set_x = asyncio.create_task(store.set("ns", "X", "x"))
+            await blocked(postgres_dsn, 1)
+            set_w = asyncio.create_task(store.set("ns", "W", "w"))
+            set_e = asyncio.create_task(store.set("ns", "E", "e"))
+            await asyncio.sleep(0.05)
+            await x.release()
+            await set_x
+            await blocked(postgres_dsn, 1)  # the batch [W, E], held up by W
+            assert await cut_connections_running(postgres_dsn, "%unnest($1::text[]%") == 1
+            await asyncio.sleep(0.2)
+            await w.release()  # the batch is sent again (nothing of it landed) and lands
+            assert [(await within(t)).version for t in (set_w, set_e)] == [2, 2]
+            for key, value in (("W", "w"), ("E", "e")):
+                entry = await store.get("ns", key)
+                assert entry is not None and (entry.value, entry.version) == (value, 2)
+
+    async def test_a_lost_answer_of_a_batch_with_a_stale_save_resends_the_others(
+        self, postgres_dsn: str
+    ) -> None:
+        async with (
+            PostgresThreadStore(postgres_dsn, pool_size=1) as store,
+            HeldRows(postgres_dsn) as rows,
+        ):
+            for thread_id in ("first", "valid", "stale"):
+                await store.save(thread_id, one_record(1), expected_position=0)
+            for revision in range(2, 12):  # "stale" moves 10 positions on
+                await store.save("stale", one_record(revision), expected_position=revision - 1)
+            first, valid = await rows.head("first"), await rows.head("valid")
+            save_first = asyncio.create_task(
+                store.save("first", one_record(2), expected_position=1)
+            )
+            await blocked(postgres_dsn, 1)
+            save_valid = asyncio.create_task(
+                store.save("valid", one_record(2), expected_position=1)
+            )
+            save_stale = asyncio.create_task(
+                store.save("stale", one_record(3), expected_position=2)
+            )
+            await asyncio.sleep(0.05)
+            await first.release()
+            await save_first
+            await blocked(postgres_dsn, 1)  # the batch [valid, stale], held up by "valid"
+            assert await cut_connections_running(postgres_dsn, "%WITH saves AS%") == 1
+            await asyncio.sleep(0.2)
+            await valid.release()
+            assert await within(save_valid) is None  # its head had not moved: sent again, landed
+            with pytest.raises(RevisionConflict) as conflict:
+                await within(save_stale)
+            assert (conflict.value.expected, conflict.value.actual) == (2, 11)
+            state = await store.load("valid")
+            assert state is not None and (state.position, state.revision) == (2, 2)
+
+    async def test_a_close_given_up_on_leaves_the_writes_in_flight_to_finish(
+        self, postgres_dsn: str
+    ) -> None:
+        store = PostgresProfileStore(postgres_dsn)
+        try:
+            async with HeldRows(postgres_dsn) as rows:
+                await store.set("ns", "E", "before")
+                held = await rows.entry("E")
+                write = asyncio.create_task(store.set("ns", "E", "after"))
+                await blocked(postgres_dsn, 1)
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(store.close(), 0.2)
+                await held.release()
+                assert (await within(write)).value == "after"  # its caller never gave up
+            entry = await store.get("ns", "E")
+            assert entry is not None and entry.value == "after"
+        finally:
+            await store.close()

@@ -32,6 +32,7 @@ Anything else (a constraint the store checks, a bug) is not retried.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import random
@@ -244,7 +245,7 @@ class PostgresConnection:
             if self._loop is asyncio.get_running_loop():
                 await pool.close()
             else:
-                pool.terminate()
+                _abandon(pool)
 
     async def _open(self) -> asyncpg.Pool:
         loop = asyncio.get_running_loop()
@@ -252,7 +253,7 @@ class PostgresConnection:
             return self._pool
         if self._opening is None or self._loop is not loop:
             if self._pool is not None:  # made on another event loop: unusable on this one
-                self._pool.terminate()
+                _abandon(self._pool)
                 self._pool = None
             self._opening = asyncio.Lock()
             self._loop = loop
@@ -309,6 +310,13 @@ async def _ensure_schema(conn: Any, schema: Schema) -> None:
                 schema.component,
                 schema.version,
             )
+
+
+def _abandon(pool: asyncpg.Pool) -> None:
+    """Drop a pool made on another event loop: its sockets are closed now if that loop still
+    runs, else when it is collected (a closed loop cannot close them)."""
+    with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+        pool.terminate()
 
 
 async def _keep_session(conn: Any) -> None:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from statekernel import StoreError
 from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
 
 from .._closing import ClosingStore
@@ -53,6 +54,7 @@ __all__ = ["PostgresProfileStore"]
 
 _LARGEST_BATCH = 500  # operations in one statement
 _IN_FLIGHT = 2  # batches of one kind at a time (see group_commit)
+_BATCH_BYTES = 8 * 1024 * 1024  # values in one statement, unless one alone is larger
 
 _SCHEMA = Schema(
     component="profile_store",
@@ -153,7 +155,7 @@ class PostgresProfileStore(ClosingStore):
     ) -> None:
         self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
         self._max_value_bytes = max_value_bytes
-        self._writing: dict[tuple[str, str], asyncio.Lock] = {}
+        self._writing: dict[tuple[str, str], _Turn] = {}
         # Gets and plain sets that arrive while others are in flight leave together, at most
         # `_IN_FLIGHT` batches of each at a time (see group_commit).
         slots = min(_IN_FLIGHT, pool_size)
@@ -161,7 +163,12 @@ class PostgresProfileStore(ClosingStore):
             self._send_gets, key=None, in_flight=slots, largest=_LARGEST_BATCH
         )
         self._sets: GroupCommit[_Set, tuple[int, float]] = GroupCommit(
-            self._send_sets, key=_Set.entry, in_flight=slots, largest=_LARGEST_BATCH
+            self._send_sets,
+            key=_Set.entry,
+            in_flight=slots,
+            largest=_LARGEST_BATCH,
+            size=lambda write: len(write.data),
+            budget=_BATCH_BYTES,
         )
 
     @contextlib.asynccontextmanager
@@ -170,15 +177,34 @@ class PostgresProfileStore(ClosingStore):
         called, as with the other stores (the pool's connections would race them); writes of
         different entries do not wait for each other."""
         entry = (namespace, key)
-        lock = self._writing.get(entry)
-        if lock is None:
-            lock = self._writing[entry] = asyncio.Lock()
+        turn = await self._turn(entry)
         try:
-            async with lock:
-                yield
+            yield
         finally:
-            if not lock.locked() and self._writing.get(entry) is lock:
-                del self._writing[entry]
+            self._pass_on(entry, turn)
+
+    async def _turn(self, entry: tuple[str, str]) -> _Turn:
+        """Wait for `entry`'s turn (its earlier writes through this store have finished)."""
+        turn = self._writing.get(entry)
+        if turn is None:
+            turn = self._writing[entry] = _Turn()
+        turn.users += 1
+        try:
+            await turn.lock.acquire()
+        except BaseException:
+            turn.users -= 1
+            self._forget(entry, turn)
+            raise
+        return turn
+
+    def _pass_on(self, entry: tuple[str, str], turn: _Turn) -> None:
+        turn.lock.release()
+        turn.users -= 1
+        self._forget(entry, turn)
+
+    def _forget(self, entry: tuple[str, str], turn: _Turn) -> None:
+        if turn.users == 0 and self._writing.get(entry) is turn:
+            del self._writing[entry]
 
     @property
     def dsn(self) -> str:
@@ -216,11 +242,25 @@ class PostgresProfileStore(ClosingStore):
         expected = check_expected_version(expected_version)
         encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         write = _Set(namespace, key, encoded.data.decode(), expected, os.urandom(16))
-        async with self._in_call_order(namespace, key):
-            if expected is None:
-                version, updated_at = await self._sets.write(write)
-            else:  # a compare-and-set, alone: its failure names the version it met
+        if expected is not None:  # a compare-and-set, alone: its failure names the version
+            async with self._in_call_order(namespace, key):
                 version, updated_at = await self._db.write(write.operation, namespace, write)
+            return Entry(namespace, key, encoded.value, version, updated_at)
+        entry = write.entry()
+        turn = await self._turn(entry)
+        ticket = self._sets.submit(write)
+        try:
+            version, updated_at = await asyncio.shield(ticket.outcome)
+        except asyncio.CancelledError:
+            if not ticket.withdraw():  # on its way: the entry's next write waits for it
+                ticket.outcome.add_done_callback(lambda _: self._pass_on(entry, turn))
+                raise
+            self._pass_on(entry, turn)
+            raise
+        except BaseException:
+            self._pass_on(entry, turn)
+            raise
+        self._pass_on(entry, turn)
         return Entry(namespace, key, encoded.value, version, updated_at)
 
     async def _send_sets(self, sets: Sequence[_Set]) -> builtins.list[Any]:
@@ -228,7 +268,10 @@ class PostgresProfileStore(ClosingStore):
         landed: Mapping[tuple[str, str], tuple[int, float] | None] = {}
         if len(sets) > 1:
             batch = _SetBatch(tuple(sets))
-            landed = await self._db.write(f"set of {len(sets)} entries", None, batch)
+            try:
+                landed = await self._db.write(f"set of {len(sets)} entries", None, batch)
+            except StoreError as error:  # the batch as a whole: each caller its own error
+                return [StoreError(w.operation, error.cause, key=w.namespace) for w in sets]
         # A batch the server refused as a whole is sent set by set: each lands or says why.
         alone = [write for write in sets if write.entry() not in landed]
         sent = await asyncio.gather(
@@ -286,6 +329,14 @@ class PostgresProfileStore(ClosingStore):
         await self._sets.drain()
         await self._gets.drain()
         await self._db.close()
+
+
+@attrs.define(eq=False)
+class _Turn:
+    """An entry's writes waiting in call order: the lock, and how many hold or wait for it."""
+
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    users: int = 0
 
 
 @attrs.frozen
@@ -381,8 +432,8 @@ class _SetBatch:
         # One statement, and every row of it lands: if one entry remembers it, it landed.
         if any(found is not None for found in landed.values()):
             return Settled(Outcome.APPLIED, landed)
-        if any(w.entry() in current for w in self.sets):
-            return Settled(Outcome.UNKNOWN)  # too many writes since to tell
+        # Last write wins: as for one set (`_Set.settle`), sending them again is writing
+        # them later.
         return Settled(Outcome.NOT_APPLIED)
 
 

@@ -6,14 +6,16 @@ revision as plain columns, the kernel's head document, the ids of its last saves
 periodic snapshots. A save is one statement: a data-modifying CTE that moves the head by
 compare-and-set on the write position (and on the revision the records continue) and, only
 if that row moved, appends the records and the snapshot. One statement is one transaction,
-so a save lands whole or not at all, in one round trip, and saves of different threads never
-wait for each other (nor for a lock of this process). A load is one statement too, so it sees
-one consistent state of the head, the newest snapshot and the records after it.
+so a save lands whole or not at all, in one round trip, and no lock (of this process or of a
+table) serialises saves of different threads. A load is one statement too, so it sees one
+consistent state of the head, the newest snapshot and the records after it.
 
 Saves of different threads that arrive while others are in flight are sent together
 (`group_commit`): one statement moves every head whose compare-and-set holds and appends
 only those heads' records, so each thread's save still lands whole or not at all, and a save
-whose head did not move is sent again on its own, which says why."""
+whose head did not move is sent again on its own, which says why. A batch waits for its
+slowest row: a head locked by another process's transaction holds up the saves batched with
+it until that transaction ends."""
 
 from __future__ import annotations
 
@@ -213,6 +215,7 @@ _THREADS_RANGE = (
 _NO_END = 2**63 - 1
 _LARGEST_BATCH = 500  # saves in one statement
 _IN_FLIGHT = 2  # batches at a time (see group_commit)
+_BATCH_BYTES = 8 * 1024 * 1024  # records and snapshots in one statement, unless one is larger
 
 
 class PostgresThreadStore(ClosingStore):
@@ -232,6 +235,8 @@ class PostgresThreadStore(ClosingStore):
             key=operator.attrgetter("thread_id"),
             in_flight=min(_IN_FLIGHT, pool_size),
             largest=_LARGEST_BATCH,
+            size=_Save.size,
+            budget=_BATCH_BYTES,
         )
 
     @property
@@ -277,7 +282,13 @@ class PostgresThreadStore(ClosingStore):
         landed: Mapping[str, Outcome] = {}
         if len(saves) > 1:
             batch = _SaveBatch(tuple(saves))
-            landed = await self._db.write(f"save of {len(saves)} threads", None, batch)
+            try:
+                landed = await self._db.write(f"save of {len(saves)} threads", None, batch)
+            except StoreError as error:  # the batch as a whole: each caller its own error
+                return [
+                    StoreError(f"save of thread {s.thread_id!r}", error.cause, key=s.thread_id)
+                    for s in saves
+                ]
         # A save whose head did not move in the batch (or a batch the server refused as a
         # whole) is sent on its own: it lands, or says why not.
         alone = [save for save in saves if save.thread_id not in landed]
@@ -372,6 +383,10 @@ class _Save:
             thread_id, save, expected, base, os.urandom(16), head, snapshot_revision, snapshot
         )
 
+    def size(self) -> int:
+        records = sum(len(entry.data) for entry in self.save.records)
+        return records + len(self.head) + len(self.snapshot or b"")
+
     async def run(self, conn: Any) -> None:
         save = self.save
         appended = (
@@ -397,8 +412,9 @@ class _Save:
     async def settle(self, conn: Any) -> Settled[None]:
         row = await conn.fetchrow(_HEAD, self.thread_id)
         outcome = self.outcome(None if row is None else (row[0], row[2]))
-        if outcome is None:
-            raise RevisionConflict(self.expected, row[0], what="thread save", position=True)
+        if outcome is None:  # another save took its place (or the thread was deleted)
+            actual = 0 if row is None else row[0]
+            raise RevisionConflict(self.expected, actual, what="thread save", position=True)
         return Settled(outcome)
 
     def outcome(self, head: tuple[int, Sequence[bytes]] | None) -> Outcome | None:
@@ -452,13 +468,14 @@ class _SaveBatch:
         rows = await conn.fetch(_HEADS, [save.thread_id for save in self.saves])
         heads = {row[0]: (row[1], row[2]) for row in rows}
         outcomes = {save.thread_id: save.outcome(heads.get(save.thread_id)) for save in self.saves}
-        # One statement: it landed for every thread it moved, or for none.
+        # One statement: it landed for every thread it moved, or for none. A head still at
+        # its save's position would have moved had it landed, so then none did.
         if Outcome.APPLIED in outcomes.values():
             kept = (Outcome.APPLIED, Outcome.UNKNOWN)
             return Settled(Outcome.APPLIED, {t: o for t, o in outcomes.items() if o in kept})
-        if Outcome.UNKNOWN in outcomes.values():
-            return Settled(Outcome.UNKNOWN)
-        return Settled(Outcome.NOT_APPLIED)
+        if Outcome.NOT_APPLIED in outcomes.values() or Outcome.UNKNOWN not in outcomes.values():
+            return Settled(Outcome.NOT_APPLIED)
+        return Settled(Outcome.UNKNOWN)
 
 
 def _columns(rows: builtins.list[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
