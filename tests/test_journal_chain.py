@@ -17,6 +17,7 @@ from types import TracebackType
 import msgspec
 import pytest
 from journal_samples import (
+    SEAL,
     Count,
     Log,
     Mood,
@@ -167,24 +168,67 @@ def emptied_snapshot(snapshot: ThreadSnapshot) -> ThreadSnapshot:
     return ThreadSnapshot(30, {}) if snapshot.revision == 30 else snapshot
 
 
-TAMPERINGS: dict[str, tuple[dict[str, object], int]] = {
-    # name: (how `Tampered` changes what the store hands back, the first untrusted revision)
-    "a record deleted": ({"records": without(33)}, 33),
-    "two records swapped": ({"records": swapped(33, 34)}, 33),
-    "a byte changed": ({"records": rewritten(33, forged_body)}, 33),
+def damaged_seal(snapshot: ThreadSnapshot) -> ThreadSnapshot:
+    if snapshot.revision != 30:
+        return snapshot
+    return ThreadSnapshot(30, {**snapshot.values, SEAL: b"not a seal"})
+
+
+TAMPERINGS: dict[str, tuple[dict[str, object], int, str]] = {
+    # name: (how `Tampered` changes what the store hands back, the first untrusted revision,
+    # what the error says went wrong)
+    "a record deleted": ({"records": without(33)}, 33, "the record of revision 33 is missing"),
+    "two records swapped": (
+        {"records": swapped(33, 34)},
+        33,
+        "the store holds the record of revision 34 as revision 33",
+    ),
+    "a byte changed": (
+        {"records": rewritten(33, forged_body)},
+        33,
+        "the record of revision 33 was changed: the record after it names another",
+    ),
     "a record forged whole": (
         {"records": rewritten(33, lambda data: forged_whole(data, 33))},
         33,
+        "the record of revision 33 was changed: the record after it names another",
     ),
-    "a record's link changed": ({"records": rewritten(33, relinked)}, 33),
-    "the newest record changed": ({"records": rewritten(HEAD, forged_body)}, HEAD),
-    "the head raised": ({"head": lambda state: msgspec.structs.replace(state, revision=40)}, 36),
+    "a record's link changed": (
+        {"records": rewritten(33, relinked)},
+        33,
+        "the record of revision 33 was changed or put there by hand: it does not follow the "
+        "one before it",
+    ),
+    "the newest record changed": (
+        {"records": rewritten(HEAD, forged_body)},
+        HEAD,
+        f"the head's seal does not name the record of revision {HEAD}",
+    ),
+    "the head raised": (
+        {"head": lambda state: msgspec.structs.replace(state, revision=40)},
+        36,
+        f"the head is at revision 40 but the records end at revision {HEAD}",
+    ),
     "the head's seal removed": (
         {"head": lambda state: msgspec.structs.replace(state, seal=None)},
         HEAD,
+        "the head lost its seal",
     ),
-    "a snapshot altered": ({"snapshot": altered_snapshot}, 30),
-    "a snapshot emptied": ({"snapshot": emptied_snapshot}, 30),
+    "a snapshot altered": (
+        {"snapshot": altered_snapshot},
+        30,
+        "the snapshot at revision 30 does not match its seal: it was changed",
+    ),
+    "a snapshot emptied": (
+        {"snapshot": emptied_snapshot},
+        30,
+        "the snapshot at revision 30 lost its seal",
+    ),
+    "a snapshot's seal damaged": (
+        {"snapshot": damaged_seal},
+        30,
+        "the seal of the snapshot at revision 30 is damaged",
+    ),
 }
 
 
@@ -231,6 +275,8 @@ def on_disk(path: Path, name: str) -> None:
         edit_snapshot(path, "t", 30, lambda values: values.update({Count.key: b"999"}))
     if name == "a snapshot emptied":
         edit_snapshot(path, "t", 30, lambda values: values.clear())
+    if name == "a snapshot's seal damaged":
+        edit_snapshot(path, "t", 30, lambda values: values.update({SEAL: b"not a seal"}))
 
 
 async def write_thread(store: ThreadStore) -> None:
@@ -240,12 +286,13 @@ async def write_thread(store: ThreadStore) -> None:
     assert (await kernel.verify("t")).ok
 
 
-async def assert_refused(store: ThreadStore, first_untrusted: int) -> None:
+async def assert_refused(store: ThreadStore, first_untrusted: int, problem: str = "") -> None:
     kernel = Kernel(plugins(), thread_store=store)
     with pytest.raises(JournalCorrupted) as refused:
         await kernel.start_run("t")
     error = refused.value
     assert (error.thread_id, error.revision) == ("t", first_untrusted)
+    assert problem in error.problem and f": {error.problem}." in str(error)
     assert "Restore the store from a backup" in str(error)
     assert "fork" in str(error) and "migrate" not in str(error).lower()
     report = await kernel.verify("t")
@@ -262,8 +309,8 @@ async def test_every_tampering_of_what_a_store_hands_back_is_caught(
     thread_store: ThreadStore, tampering: str
 ) -> None:
     await write_thread(thread_store)
-    edits, first_untrusted = TAMPERINGS[tampering]
-    await assert_refused(Tampered(thread_store, **edits), first_untrusted)  # type: ignore[arg-type]
+    edits, first_untrusted, problem = TAMPERINGS[tampering]
+    await assert_refused(Tampered(thread_store, **edits), first_untrusted, problem)  # type: ignore[arg-type]
     untouched = Kernel(plugins(), thread_store=thread_store)
     assert (await untouched.verify("t")).ok
     assert await read(untouched, "t", Count) == HEAD
@@ -278,7 +325,7 @@ async def test_every_tampering_of_a_sqlite_file_is_caught(tmp_path: Path, tamper
         await commit_all(kernel, "untouched", StateCommand().update(Count, 1))
     on_disk(path, tampering)
     async with SqliteThreadStore(path) as store:
-        await assert_refused(store, TAMPERINGS[tampering][1])
+        await assert_refused(store, *TAMPERINGS[tampering][1:])
         kernel = Kernel(plugins(), thread_store=store)
         assert (await kernel.verify("untouched")).ok
         run = await kernel.start_run("untouched")
@@ -339,9 +386,9 @@ async def test_a_snapshot_that_lost_its_seal_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with SqliteThreadStore(path) as store:
         await write_thread(store)
-    edit_snapshot(path, "t", 30, lambda values: values.pop("statekernel.seal"))
+    edit_snapshot(path, "t", 30, lambda values: values.pop(SEAL))
     async with SqliteThreadStore(path) as store:
-        await assert_refused(store, 30)
+        await assert_refused(store, 30, "the snapshot at revision 30 lost its seal")
 
 
 async def test_a_snapshot_moved_to_another_revision_is_refused(tmp_path: Path) -> None:

@@ -126,12 +126,48 @@ async def test_a_merged_value_that_validate_refuses_is_a_revision_conflict(
     await first.submit(StateCommand().update(Bounded, 2))
     await second.submit(StateCommand().update(Bounded, 2))
     await first.finish()
-    with pytest.raises(RevisionConflict, match="could not be applied after the newer head"):
+    with pytest.raises(RevisionConflict) as refused:
         await second.checkpoint()
+    conflict = refused.value
+    assert (conflict.expected, conflict.actual, conflict.position) == (0, 1, True)
+    assert str(conflict).startswith(
+        "thread save expected the thread's write position 0 but the store is at 1"
+    )
+    assert "could not be applied after the newer head (ValueError: 4 is over 3)" in str(conflict)
     await second.abandon()
     reader = Kernel([Keys(Bounded)], thread_store=thread_store)
     assert await read(reader, "b", Bounded) == 2
     assert (await reader.verify("b")).ok
+
+
+async def test_a_merged_value_that_validate_accepts_lands(thread_store: ThreadStore) -> None:
+    first = await Kernel([Keys(Bounded)], thread_store=thread_store).start_run("b")
+    second = await Kernel([Keys(Bounded)], thread_store=thread_store).start_run("b")
+    await first.submit(StateCommand().update(Bounded, 1))
+    await second.submit(StateCommand().update(Bounded, 2))
+    await first.finish()
+    await second.finish()  # rebases: 1 + 2 is still at most 3
+    assert second.rebases == (Rebase(onto=1, revision=2, run_id="b:run-2"),)
+    reader = Kernel([Keys(Bounded)], thread_store=thread_store)
+    assert await read(reader, "b", Bounded) == 3
+
+
+async def test_a_stale_save_that_clears_a_commutative_key_conflicts(
+    thread_store: ThreadStore,
+) -> None:
+    """Only updates commute: a clear (the value dropped whole) is not merged blind."""
+    await seeded(thread_store)
+    first = await Kernel(plugins(), thread_store=thread_store).start_run("t")
+    second = await Kernel(plugins(), thread_store=thread_store).start_run("t")
+    await first.submit(StateCommand().update(Count, 1))
+    await second.submit(StateCommand().clear(Count))
+    await first.finish()
+    with pytest.raises(RevisionConflict):
+        await second.checkpoint()
+    assert second.rebases == ()
+    await second.abandon()
+    reader = Kernel(plugins(), thread_store=thread_store)
+    assert await read(reader, "t", Count) == 11
 
 
 WRITER = textwrap.dedent(
