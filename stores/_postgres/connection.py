@@ -37,7 +37,7 @@ import enum
 import hashlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
@@ -56,6 +56,7 @@ __all__ = [
     "Settled",
     "UserCodeFailed",
     "Write",
+    "columns",
     "outcome_unknown",
     "refused",
 ]
@@ -336,6 +337,12 @@ def driver() -> Any:
             "the PostgreSQL stores need asyncpg: pip install 'statekernel[postgres]'"
         ) from error
     return asyncpg
+
+
+def columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Rows as `width` parallel lists: the shape `unnest` takes, so that one statement writes
+    or reads a whole batch."""
+    return [[row[n] for row in rows] for n in range(width)]
 
 
 def outcome_unknown(operation: str, key: str | None, why: str) -> StoreError:

@@ -45,6 +45,7 @@ from .connection import (
     Schema,
     Settled,
     UserCodeFailed,
+    columns,
     outcome_unknown,
     refused,
 )
@@ -229,7 +230,7 @@ class PostgresProfileStore(ClosingStore):
             return [await self._db.read(f"get of entry {key!r}", namespace, get)]
 
         async def get_many(conn: Any) -> Any:
-            return await conn.fetch(_GET_MANY, *_columns(entries, 2))
+            return await conn.fetch(_GET_MANY, *columns(entries, 2))
 
         rows = await self._db.read(f"get of {len(entries)} entries", None, get_many)
         found = {(row[0], row[1]): row[2:] for row in rows}
@@ -426,7 +427,7 @@ class _SetBatch:
     async def settle(
         self, conn: Any
     ) -> Settled[Mapping[tuple[str, str], tuple[int, float] | None]]:
-        rows = await conn.fetch(_WRITES_MANY, *_columns([w.entry() for w in self.sets], 2))
+        rows = await conn.fetch(_WRITES_MANY, *columns([w.entry() for w in self.sets], 2))
         current = {(row[0], row[1]): row[2:] for row in rows}
         landed = {w.entry(): _landed(current.get(w.entry()), w.write_id) for w in self.sets}
         # One statement, and every row of it lands: if one entry remembers it, it landed.
@@ -484,11 +485,6 @@ class _Update:
         if current - read < WRITE_IDS_KEPT:
             return Settled(Outcome.NOT_APPLIED)  # it would still hold this write's id
         return Settled(Outcome.UNKNOWN)
-
-
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
-    """Rows as `width` parallel lists, the shape `unnest` takes."""
-    return [[row[n] for row in rows] for n in range(width)]
 
 
 def _version(row: Any) -> int | None:

@@ -54,6 +54,7 @@ from .connection import (
     PostgresConnection,
     Schema,
     Settled,
+    columns,
     outcome_unknown,
     refused,
 )
@@ -455,8 +456,8 @@ class _SaveBatch:
                 [save.save.revision for save in saves],
                 [save.head for save in saves],
                 [save.save_id for save in saves],
-                *_columns(records, 3),
-                *_columns(snapshots, 3),
+                *columns(records, 3),
+                *columns(snapshots, 3),
             )
         except Exception as error:
             if refused(error):  # nothing landed; each save on its own finds the culprit
@@ -476,11 +477,6 @@ class _SaveBatch:
         if Outcome.NOT_APPLIED in outcomes.values() or Outcome.UNKNOWN not in outcomes.values():
             return Settled(Outcome.NOT_APPLIED)
         return Settled(Outcome.UNKNOWN)
-
-
-def _columns(rows: builtins.list[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
-    """Rows as `width` parallel lists, the shape `unnest` takes."""
-    return [[row[n] for row in rows] for n in range(width)]
 
 
 @attrs.frozen
