@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,19 @@ class Scratch(StateKey[int, int]):
 
 
 # -- a kernel's keys, and what a thread holds ----------------------------------------------
+
+
+def counters(count: int, prefix: str = "n") -> list[type[StateKey[int, int]]]:
+    """`count` thread keys of ints, `{prefix}.0` and on: many keys, so that a test does not
+    hang on the order a set of key strings comes in (the hash seed decides it)."""
+
+    def counter(index: int) -> type[StateKey[int, int]]:
+        def body(namespace: dict[str, Any]) -> None:
+            namespace.update(key=f"{prefix}.{index}", scope=KeyScope.THREAD)
+
+        return types.new_class(f"Counter{index}", (StateKey[int, int],), exec_body=body)
+
+    return [counter(index) for index in range(count)]
 
 
 def plugins(*extra: Plugin) -> list[Plugin]:

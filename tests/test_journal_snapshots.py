@@ -120,6 +120,23 @@ async def test_snapshots_of_a_growing_vector_write_only_the_new_items(tmp_path: 
         await fresh.abandon()
 
 
+async def test_a_snapshot_of_several_whole_vectors_loads_in_a_new_kernel_which_extends_them(
+    thread_store: ThreadStore,
+) -> None:
+    kernel = Kernel(referring_keys(), thread_store=thread_store, snapshot_every=1)
+    first = StateCommand().update(Log, ("l0", "l1")).update(Tags, ("t0", "t1"))
+    await commit_all(kernel, "t", first, checkpoints=True)  # a snapshot of two whole Vectors
+    fresh = Kernel(referring_keys(), thread_store=thread_store, snapshot_every=1)
+    grown = StateCommand().update(Log, ("l2",)).update(Tags, ("t2",))
+    assert await commit_all(fresh, "t", grown, checkpoints=True) == 2  # loaded, then saved
+    snapshot = await thread_store.snapshot_at("t", 2)
+    assert snapshot is not None and snapshot.revision == 2
+    assert is_reference(snapshot.values[Log.key]) and is_reference(snapshot.values[Tags.key])
+    again = Kernel(referring_keys(), thread_store=thread_store)
+    assert list(await read(again, "t", Log)) == ["l0", "l1", "l2"]
+    assert list(await read(again, "t", Tags)) == ["t0", "t1", "t2"]
+
+
 async def test_pruning_keeps_the_snapshots_a_kept_one_refers_to(thread_store: ThreadStore) -> None:
     store = thread_store
     kernel = await _grow(store, 60, snapshot_every=2)

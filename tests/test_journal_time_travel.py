@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from statekernel import (
     KeyScope,
     StateCommand,
     StateKey,
+    StateValidationError,
     ThreadStore,
     UnknownRevision,
 )
@@ -155,3 +157,98 @@ async def test_without_a_store_time_travel_never_changes_what_it_travels_back_to
     assert await read(kernel, "copy", Appended) == ["a", "b", "c"]
     assert (await kernel.verify("t")).ok
     assert (await kernel.state_at("copy", 2)).get(Appended) == ["a", "b"]
+
+
+# -- a key whose type changed, migrated by a clear -----------------------------------------
+
+
+class Place(StateKey[str, str]):
+    key = "e.place"
+    scope = KeyScope.THREAD
+
+
+class PlaceNumber(StateKey[int, int]):
+    """Place's key string, its type changed: the strings journaled before do not decode."""
+
+    key = "e.place"
+    scope = KeyScope.THREAD
+
+
+async def test_updates_of_a_keys_old_type_before_the_clear_that_replaced_it_are_never_decoded(
+    tmp_path: Path,
+) -> None:
+    async with SqliteThreadStore(tmp_path / "e.db") as store:
+        old = Kernel([Keys(Mood, Place)], thread_store=store)
+        await old.update_state("t", StateCommand().update(Mood, "calm").update(Place, "home"))
+        new = Kernel([Keys(Mood, PlaceNumber)], thread_store=store)
+        await new.update_state("t", StateCommand().update(PlaceNumber, 7), replacing=[PlaceNumber])
+        records = await new.history("t")
+        assert [[(op.key, op.kind) for op in r.ops] for r in records] == [
+            [(Mood.key, "update"), (Place.key, "update")],  # the old update is not the first op
+            [(Place.key, "clear"), (Place.key, "update")],
+        ]
+        assert (await new.verify("t")).ok  # replays both records: the old update superseded
+        assert thread_values(await new.state_at("t", 2)) == {Mood.key: "calm", Place.key: 7}
+        assert await read(new, "t", PlaceNumber) == 7
+
+
+async def test_read_stored_refuses_a_journal_the_declaration_given_does_not_fit(
+    tmp_path: Path,
+) -> None:
+    async with SqliteThreadStore(tmp_path / "e.db") as store:
+        kernel = Kernel([Keys(Place)], thread_store=store)
+        await kernel.update_state("t", StateCommand().update(Place, "home"))
+        assert await kernel.read_stored("t", Place) == "home"
+        with pytest.raises(DecodeFailed, match=r"'e\.place'") as refused:
+            await kernel.read_stored("t", PlaceNumber)  # never None: the thread holds a value
+        assert refused.value.key == Place.key
+
+
+# -- values no op could journal, held in the kernel's memory -------------------------------
+
+
+class Bag(StateKey[list[Any], Any]):
+    """Takes an item to append in place (the kernel hands apply a copy), or a function of
+    the value (which no codec can store)."""
+
+    key = "e.bag"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: list[Any], update: Any) -> list[Any]:
+        if callable(update):
+            return list(update(value))
+        value.append(update)
+        return value
+
+
+async def test_without_a_store_a_value_no_op_could_journal_is_replayed_as_a_copy() -> None:
+    """A function that makes a value no codec stores (a complex number): the kernel's memory
+    holds the value, replay starts from a copy of it, and the other ops of its commit replay
+    too."""
+    kernel = Kernel([Keys(Bag, Total)])
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Bag, lambda value: [*value, 1j]).update(Total, 1),
+        StateCommand().update(Bag, "x"),  # appended in place, to what replay holds then
+        StateCommand().update(Total, 1),
+    )
+    assert [op.update for op in (await kernel.history("t"))[0].ops] == [None, b"1"]
+    for _ in range(2):
+        at_2 = await kernel.state_at("t", 2)
+        assert (at_2.get(Bag), at_2.get(Total)) == ([1j, "x"], 1)
+        assert (await kernel.state_at("t", 1)).get(Bag) == [1j]
+
+
+async def test_without_a_store_time_travel_names_a_held_value_it_cannot_copy() -> None:
+    kernel = Kernel([Keys(Bag, Total)])
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Bag, lambda value: [*value, threading.Lock()]),
+        StateCommand().update(Total, 1),  # the thread's snapshot is at revision 2
+    )
+    with pytest.raises(StateValidationError, match=r"'e\.bag'.*live resource") as refused:
+        await kernel.state_at("t", 1)
+    assert refused.value.key == Bag.key

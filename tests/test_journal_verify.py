@@ -15,6 +15,7 @@ from journal_samples import (
     Log,
     Mood,
     Step,
+    counters,
     edit_snapshot,
     plugins,
     referring_keys,
@@ -283,3 +284,67 @@ async def test_an_op_stored_without_its_bytes_is_reported_never_replaced_by_a_de
         report = await kernel.verify("t")
         assert (report.ok, report.first_divergence) == (False, 2)
         assert "'j.count'" in report.detail
+
+
+async def test_a_fork_between_an_op_stored_without_its_bytes_and_its_snapshot_loads_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Forked between such ops and the snapshot after them, a thread holds them in the
+    records its load replays: the keys they wrote are unknown there (never a value from
+    before the op, never a default), and every other op of their records still replays."""
+    path = tmp_path / "old.db"
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1).update(Log, (f"l{i}",)) for i in (1, 2, 3)]
+        commands[2].update(Mood, "m3")  # Mood's first op
+        await commit_all(kernel, "t", *commands, StateCommand().update(Count, 1), checkpoints=True)
+
+    def without_bytes(record: CommitRecord) -> CommitRecord:
+        lost = {2: Count.key, 3: Mood.key}.get(record.revision)
+        ops = tuple(JournalOp(op.key, "value") if op.key == lost else op for op in record.ops)
+        return msgspec.structs.replace(record, ops=ops)
+
+    written_before_the_chain(path, "t", without_bytes)
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        await kernel.fork("t", 3, "fork")
+        records = await kernel.history("fork")
+        assert [[(op.key, op.update is None) for op in r.ops] for r in records] == [
+            [(Count.key, False), (Log.key, False)],
+            [(Count.key, True), (Log.key, False)],  # Count's op comes before another's
+            [(Count.key, False), (Log.key, False), (Mood.key, True)],
+        ]
+        run = await kernel.start_run("fork")
+        assert list(run.snapshot.get(Log)) == ["l1", "l2", "l3"]
+        assert Count not in run.snapshot and Mood not in run.snapshot
+        await run.abandon()
+        assert await kernel.read_stored("fork", Count) is None
+        assert list(await kernel.read_stored("fork", Log)) == ["l1", "l2", "l3"]
+
+
+async def test_verify_skipping_stored_values_that_do_not_decode_still_names_every_other_key(
+    tmp_path: Path,
+) -> None:
+    """With `restore_errors="skip"`, a stored value that no longer decodes is set aside; the
+    keys checked after it in the same snapshot are still checked (many of each, so that the
+    order the keys come in cannot hide one)."""
+    keys = counters(24)
+    unreadable, changed = keys[:12], keys[12:]
+    path = tmp_path / "tamper.db"
+    async with SqliteThreadStore(path) as store:
+        command = StateCommand()
+        for key in keys:
+            command.update(key, 1)
+        await commit_all(Kernel([Keys(*keys)], thread_store=store, snapshot_every=1), "t", command)
+
+    def tamper(values: dict[str, bytes]) -> None:
+        values.update({key.key: b'"one"' for key in unreadable})
+        values.update({key.key: b"2" for key in changed})
+
+    edit_snapshot(path, "t", 1, tamper, reseal=True)
+    async with SqliteThreadStore(path) as store:
+        kernel = Kernel([Keys(*keys)], thread_store=store, restore_errors="skip")
+        report = await kernel.verify("t")
+    assert (report.ok, report.first_divergence) == (False, 1)
+    named = sorted(key.key for key in changed)
+    assert report.detail.startswith(f"the journal rebuilds keys {named} differently from what")

@@ -446,6 +446,17 @@ async def test_threads_lists_the_held_ids_sorted_by_literal_prefix(
         await thread_store.threads(prefix=1)  # type: ignore[arg-type]
 
 
+async def test_threads_takes_a_limit_of_0_and_refuses_one_that_is_not_an_int(
+    thread_store: ThreadStore,
+) -> None:
+    await thread_store.save("t", ThreadSave(revision=1, records=entries(1, 1)), expected_position=0)
+    assert await thread_store.threads(limit=0) == []  # a count: none is a valid answer
+    assert await thread_store.threads(limit=1) == ["t"]
+    for limit in (True, "1", 1.0):  # a bool is no count, though Python's bools are ints
+        with pytest.raises(ValueError, match=r"limit must be None or an int >= 0, got"):
+            await thread_store.threads(limit=limit)  # type: ignore[arg-type]
+
+
 async def test_every_thread_store_refuses_the_same_thread_ids_the_same_way(
     thread_store: ThreadStore,
 ) -> None:
