@@ -97,6 +97,10 @@ async def test_an_unencodable_value_of_a_stored_key_is_refused_at_commit_and_the
     with pytest.raises(StateValidationError) as refused:
         await run.submit(StateCommand().update(Blob, object()))
     assert refused.value.key == "e.blob"
+    assert refused.value.expected == "a value a thread store keeps exactly"
+    assert str(refused.value).startswith(
+        "value for 'e.blob' must be a value a thread store keeps exactly, got object"
+    )
     assert "nothing was committed" in str(refused.value)
     assert "cannot be encoded for persistence" in str(refused.value)
     assert "persistent=False" in str(refused.value)
@@ -124,6 +128,43 @@ async def test_an_unencodable_value_without_a_store_is_held_and_travels_back() -
     assert (await kernel.verify("t")).ok
     await kernel.fork("t", 1, "copy")
     assert (await kernel.state_at("copy", 1)).get(Blob) == thing
+
+
+def memory_only_blob() -> Keys:
+    return Keys(Blob, Total, options={Blob: StateKeyOptions(persistent=False)})
+
+
+async def test_a_memory_only_value_no_codec_encodes_is_held_and_costs_the_store_nothing(
+    thread_store: ThreadStore,
+) -> None:
+    """A `persistent=False` key given a value that neither its update nor the value can
+    journal: the kernel's memory holds the value, a record listener and this kernel's history
+    see its op (without bytes), and the store keeps the other keys' ops and needs no
+    snapshot for it."""
+    kernel = Kernel([memory_only_blob()], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    heard: list[CommitRecord] = []
+    run.add_record_listener(heard.append)
+    await run.submit(StateCommand().update(Blob, 1j).update(Total, 1))
+    await run.submit(StateCommand().update(Total, 1))
+    await run.finish()
+
+    def ops(records: list[CommitRecord]) -> list[list[tuple[str, str, bytes | None]]]:
+        return [[(op.key, op.kind, op.update) for op in r.ops] for r in records]
+
+    whole = [
+        [("e.blob", "value", None), ("e.total", "update", b"1")],
+        [("e.total", "update", b"1")],
+    ]
+    assert ops(heard) == whole
+    assert ops(await kernel.history("t")) == whole
+    loaded = await thread_store.load("t")
+    assert loaded is not None and loaded.values == {}  # no snapshot was needed
+    other = Kernel([memory_only_blob()], thread_store=thread_store)
+    assert ops(await other.history("t")) == [[("e.total", "update", b"1")]] * 2
+    run = await kernel.start_run("t")
+    assert (run.snapshot.get(Blob), run.snapshot.get(Total)) == (1j, 2)  # held in memory
+    await run.abandon()
 
 
 class Floats(StateKey[Vector[float], Vector[float]]):
@@ -363,3 +404,47 @@ async def test_a_vector_in_a_key_typed_any_is_refused_rather_than_stored_as_some
         await run.checkpoint()
     await run.abandon()
     assert await thread_store.load("t") is None
+
+
+class Blob2(StateKey[Any, Any]):
+    key = "e.blob2"
+    scope = KeyScope.THREAD
+    default = None
+
+
+async def test_unencodable_updates_cleared_in_the_same_commit_are_journaled_as_clears(
+    thread_store: ThreadStore,
+) -> None:
+    """The value such an update made is gone by the end of the commit: the journal keeps a
+    clear, which replays to the default, for every key it happens to."""
+    kernel = Kernel([Keys(Blob, Blob2)], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Blob, "kept").update(Blob2, "kept too"))
+    await run.submit(
+        StateCommand().update(Blob, object()).clear(Blob).update(Blob2, object()).clear(Blob2)
+    )
+    assert (run.snapshot.get(Blob), run.snapshot.get(Blob2)) == (None, None)
+    await run.finish()
+    _, cleared = await kernel.history("t")
+    assert sorted((op.key, op.kind, op.update) for op in cleared.ops) == [
+        ("e.blob", "clear", None),
+        ("e.blob2", "clear", None),
+    ]
+    reader = Kernel([Keys(Blob, Blob2)], thread_store=thread_store)
+    assert (await read(reader, "t", Blob), await read(reader, "t", Blob2)) == (None, None)
+    assert (await reader.state_at("t", 1)).get(Blob2) == "kept too"
+    assert (await reader.verify("t")).ok
+
+
+async def test_unencodable_values_of_several_keys_without_a_store_are_all_held() -> None:
+    kernel = Kernel([Keys(Blob, Blob2)])
+    one, two = 1 + 2j, 3 + 4j  # no JSON for either
+    await commit_all(
+        kernel,
+        "t",
+        StateCommand().update(Blob, one).update(Blob2, two),
+        StateCommand().update(Blob, "later").update(Blob2, "later"),
+    )
+    travelled = await kernel.state_at("t", 1)
+    assert (travelled.get(Blob), travelled.get(Blob2)) == (one, two)
+    assert (await kernel.verify("t")).ok
