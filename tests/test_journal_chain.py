@@ -9,6 +9,7 @@ hand edit would leave it. The thread: 35 commits of one count, snapshots at 10, 
 from __future__ import annotations
 
 import builtins
+import hashlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -138,6 +139,24 @@ def relinked(data: bytes) -> bytes:
     return bytes(16) + data[16:]
 
 
+def link_of(data: bytes) -> bytes:
+    """A stored record's link, as docs/durability.md defines it: BLAKE2b (16 bytes) of its
+    bytes, which the record after it begins with."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def before_the_chain(data: bytes) -> bytes:
+    """A record as statekernel stored it before the chain: its body after 8 bytes of its own
+    digest, naming no record before it."""
+    body = data[16:]
+    return hashlib.blake2b(body, digest_size=8).digest() + body
+
+
+def cut_short(data: bytes) -> bytes:
+    """A record whose bytes end halfway (a torn write): its body no longer decodes."""
+    return data[: len(data) // 2]
+
+
 def without(revision: int) -> Callable[[Entries], Entries]:
     return lambda entries: [e for e in entries if e.revision != revision]
 
@@ -176,7 +195,7 @@ def damaged_seal(snapshot: ThreadSnapshot) -> ThreadSnapshot:
 
 TAMPERINGS: dict[str, tuple[dict[str, object], int, str]] = {
     # name: (how `Tampered` changes what the store hands back, the first untrusted revision,
-    # what the error says went wrong)
+    # what the error says went wrong: all of it, or how it begins when it quotes the decoder)
     "a record deleted": ({"records": without(33)}, 33, "the record of revision 33 is missing"),
     "two records swapped": (
         {"records": swapped(33, 34)},
@@ -199,20 +218,47 @@ TAMPERINGS: dict[str, tuple[dict[str, object], int, str]] = {
         "the record of revision 33 was changed or put there by hand: it does not follow the "
         "one before it",
     ),
+    "a record cut short": (
+        {"records": rewritten(33, cut_short)},
+        33,
+        "the record of revision 33 does not decode (",
+    ),
+    "a record stored as before the chain": (
+        {"records": rewritten(33, before_the_chain)},
+        33,
+        "the record of revision 33 was changed or put there by hand: it does not follow the "
+        "one before it",
+    ),
     "the newest record changed": (
         {"records": rewritten(HEAD, forged_body)},
         HEAD,
-        f"the head's seal does not name the record of revision {HEAD}",
+        f"the head's seal does not name the record of revision {HEAD}: one of them was changed",
+    ),
+    "the newest record's link changed": (
+        {"records": rewritten(HEAD, relinked)},
+        HEAD,
+        f"the record of revision {HEAD} was changed or put there by hand: it does not follow "
+        f"the one before it",
     ),
     "the head raised": (
         {"head": lambda state: msgspec.structs.replace(state, revision=40)},
         36,
         f"the head is at revision 40 but the records end at revision {HEAD}",
     ),
+    "the head lowered": (
+        {"head": lambda state: msgspec.structs.replace(state, revision=HEAD - 1)},
+        HEAD,
+        f"a record of revision {HEAD} lies beyond the head ({HEAD - 1})",
+    ),
     "the head's seal removed": (
         {"head": lambda state: msgspec.structs.replace(state, seal=None)},
         HEAD,
-        "the head lost its seal",
+        "the head lost its seal: nothing vouches for the newest record",
+    ),
+    "the head's seal damaged": (
+        {"head": lambda state: msgspec.structs.replace(state, seal=b"not a seal")},
+        HEAD,
+        "the head's seal does not decode (",
     ),
     "a snapshot altered": (
         {"snapshot": altered_snapshot},
@@ -256,15 +302,25 @@ def on_disk(path: Path, name: str) -> None:
             put(33, forged_whole(rows[33], 33))
         elif name == "a record's link changed":
             put(33, relinked(rows[33]))
+        elif name == "a record cut short":
+            put(33, cut_short(rows[33]))
+        elif name == "a record stored as before the chain":
+            put(33, before_the_chain(rows[33]))
         elif name == "the newest record changed":
             put(HEAD, forged_body(rows[HEAD]))
-        elif name in ("the head raised", "the head's seal removed"):
+        elif name == "the newest record's link changed":
+            put(HEAD, relinked(rows[HEAD]))
+        elif name.startswith("the head"):
             (blob,) = raw.execute(
                 "SELECT state FROM thread_states WHERE thread_id = 't'"
             ).fetchone()
             head = msgspec.msgpack.decode(blob)
             if name == "the head raised":
                 head["revision"] = 40
+            elif name == "the head lowered":
+                head["revision"] = HEAD - 1
+            elif name == "the head's seal damaged":
+                head["seal"] = b"not a seal"
             else:
                 del head["seal"]
             raw.execute(
@@ -292,9 +348,11 @@ async def assert_refused(store: ThreadStore, first_untrusted: int, problem: str 
         await kernel.start_run("t")
     error = refused.value
     assert (error.thread_id, error.revision) == ("t", first_untrusted)
-    assert problem in error.problem and f": {error.problem}." in str(error)
+    assert error.problem.startswith(problem) and f": {error.problem}." in str(error)
     assert "Restore the store from a backup" in str(error)
-    assert "fork" in str(error) and "migrate" not in str(error).lower()
+    # the way on: a fork from the last good revision, or (nothing before it) a fresh start
+    assert ("fork" in str(error)) == (first_untrusted > 1)
+    assert "migrate" not in str(error).lower()
     report = await kernel.verify("t")
     assert not report.ok
     assert report.first_divergence == first_untrusted, report.detail
@@ -389,6 +447,54 @@ async def test_a_snapshot_that_lost_its_seal_is_refused(tmp_path: Path) -> None:
     edit_snapshot(path, "t", 30, lambda values: values.pop(SEAL))
     async with SqliteThreadStore(path) as store:
         await assert_refused(store, 30, "the snapshot at revision 30 lost its seal")
+
+
+def restarted(entries: Entries) -> Entries:
+    """Record 1 made to follow some other record (as if copied from another thread), and
+    record 2 made to follow it: only the start of the chain can tell."""
+    data = {e.revision: e.data for e in entries}
+    data[1] = b"\xff" * 16 + data[1][16:]
+    data[2] = link_of(data[1]) + data[2][16:]
+    return [JournalEntry(e.revision, data[e.revision]) for e in entries]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [rewritten(1, before_the_chain), restarted],
+    ids=["stored as before the chain", "following another record"],
+)
+async def test_the_first_record_of_a_thread_must_follow_the_start_of_the_chain(
+    thread_store: ThreadStore, edit: Callable[[Entries], Entries]
+) -> None:
+    """A thread's first record names the start of the chain (no record before it); one that
+    does not was changed or put there by hand, whatever the records after it say."""
+    kernel = Kernel(plugins(), thread_store=thread_store)
+    await commit_all(kernel, "t", *(StateCommand().update(Count, 1) for _ in range(3)))
+    assert (await thread_store.load("t")).values == {}  # type: ignore[union-attr]  # no snapshot
+    await assert_refused(
+        Tampered(thread_store, records=edit),
+        1,
+        "the record of revision 1 was changed or put there by hand: it does not follow the one "
+        "before it",
+    )
+
+
+async def test_a_snapshot_at_the_first_revision_that_lost_its_seal_is_refused(
+    thread_store: ThreadStore,
+) -> None:
+    """The chain starts at revision 1, so a snapshot taken there carries a seal too."""
+    kernel = Kernel(plugins(), thread_store=thread_store, snapshot_every=1)
+    await commit_all(kernel, "t", StateCommand().update(Count, 1))
+    stored = await thread_store.snapshot_at("t", 1)
+    assert stored is not None and stored.revision == 1 and SEAL in stored.values
+
+    def unsealed(snapshot: ThreadSnapshot) -> ThreadSnapshot:
+        values = {name: data for name, data in snapshot.values.items() if name != SEAL}
+        return ThreadSnapshot(snapshot.revision, values)
+
+    await assert_refused(
+        Tampered(thread_store, snapshot=unsealed), 1, "the snapshot at revision 1 lost its seal"
+    )
 
 
 async def test_a_snapshot_moved_to_another_revision_is_refused(tmp_path: Path) -> None:

@@ -31,6 +31,19 @@ def test_clear_returns_a_key_to_its_default(state: LiveState) -> None:
     assert state.revision == 2
 
 
+def test_a_snapshot_refuses_to_be_changed_and_says_how_state_changes(state: LiveState) -> None:
+    snapshot = state.snapshot
+    with pytest.raises(AttributeError) as refused_set:
+        snapshot.revision = 7  # type: ignore[misc]
+    assert str(refused_set.value) == (
+        "a Snapshot is frozen (cannot set 'revision'); change state with a StateCommand"
+    )
+    with pytest.raises(AttributeError) as refused_delete:
+        del snapshot.revision  # type: ignore[misc]
+    assert str(refused_delete.value) == "a Snapshot is frozen (cannot delete 'revision')"
+    assert snapshot.revision == 0
+
+
 def test_reading_an_unregistered_key_is_an_error(state: LiveState) -> None:
     class Stranger(StateKey[int, int]):
         key = "t.stranger"
