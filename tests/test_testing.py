@@ -1,6 +1,12 @@
-"""kernel.testing: what plugin authors use to test hooks and commutativity claims."""
+"""kernel.testing: what plugin authors use to test hooks and commutativity claims, and the
+throwaway PostgreSQL server store tests run on."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from sample_keys import Counter, Items, Log, Msg, Title
@@ -16,6 +22,7 @@ from statekernel import (
     Vector,
 )
 from statekernel.testing import assert_commutative, run_hooks, run_hooks_sync, snapshot_of
+from statekernel.testing.postgres import PostgresServer
 
 
 class Greeter(Plugin):
@@ -83,3 +90,34 @@ def test_assert_commutative_samples_when_orders_are_many() -> None:
 
     with pytest.raises(AssertionError, match="t.sub"):
         assert_commutative(Sub, 0, list(range(10)), max_orders=50)
+
+
+def test_a_throwaway_postgres_whose_owner_is_killed_is_stopped_and_deleted(
+    postgres_server: PostgresServer,  # skips (or fails, under .ci/run) without the binaries
+) -> None:
+    """A test run killed outright (SIGKILL, as a timeout does) runs no `finally`: the
+    cluster's watchdog stops it and deletes its folder instead of leaving a server running."""
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\n"
+            "from statekernel.testing.postgres import throwaway_postgres\n"
+            "with throwaway_postgres() as server:\n"
+            "    print(server.folder, flush=True)\n"
+            "    time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    folder = Path(owner.stdout.readline().strip())
+    assert (folder / "data" / "postmaster.pid").exists()
+    owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not folder.exists()
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(folder) not in running

@@ -1,6 +1,7 @@
 """A throwaway PostgreSQL server for tests and benchmarks, started from the machine's own
 PostgreSQL binaries: a fresh cluster in a temporary folder, on a free port of 127.0.0.1,
-stopped and deleted when the `with` block ends, also when it ends in an error.
+stopped and deleted when the `with` block ends, also when it ends in an error, and also
+when the process that started it is killed outright (a watchdog process stops it then).
 
     from statekernel.testing.postgres import throwaway_postgres
 
@@ -21,6 +22,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,7 +129,12 @@ def throwaway_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
         )
         server.start()
         started = True
-        yield server
+        watchdog = _watch(server)
+        try:
+            yield server
+        finally:
+            watchdog.kill()
+            watchdog.wait()
     except subprocess.CalledProcessError as error:
         output = (error.stdout or b"").decode(errors="replace")
         raise PostgresUnavailable(
@@ -140,6 +147,44 @@ def throwaway_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
                     server.stop()
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+# Stops the cluster and deletes its folder once the process that started it is gone: a
+# test run killed by a timeout (SIGKILL, or SIGTERM, which runs no `finally`) would
+# otherwise leave a server running.
+_WATCHDOG = """
+import os, shutil, subprocess, sys, time
+owner, pg_ctl, data, folder, user = sys.argv[1:]
+while True:
+    try:
+        os.kill(int(owner), 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.5)
+subprocess.run([pg_ctl, "-D", data, "stop", "-m", "immediate"], user=user or None,
+               group=user or None, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def _watch(server: PostgresServer) -> subprocess.Popen[bytes]:
+    user = "postgres" if os.geteuid() == 0 else ""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _WATCHDOG,
+            str(os.getpid()),
+            str(server.binaries / "pg_ctl"),
+            str(server.data),
+            str(server.folder),
+            user,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives a kill of the owner's process group
+    )
 
 
 def _run(*command: str | Path) -> None:
