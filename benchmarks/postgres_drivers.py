@@ -119,6 +119,7 @@ async def reset(dsn: str, threads: int) -> None:
 
 
 async def timed(ops: int, concurrency: int, one: Callable[[int], Awaitable[Any]]) -> float:
+    """Operations per second of `one(0..ops-1)` spread over `concurrency` tasks."""
     queue = iter(range(ops))
 
     async def worker() -> None:

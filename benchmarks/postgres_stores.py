@@ -63,6 +63,7 @@ from journal_checkpoint import (
     pair_message,
     seed_command,
 )
+from postgres_drivers import timed  # ops/s of one operation over N tasks
 
 from statekernel import (
     Kernel,
@@ -96,19 +97,6 @@ async def fresh_schema(server_dsn: str) -> str:
     finally:
         await conn.close()
     return f"{server_dsn}?search_path={name}"
-
-
-async def timed(ops: int, concurrency: int, one: Callable[[int], Awaitable[Any]]) -> float:
-    """Operations per second of `one(0..ops-1)` spread over `concurrency` tasks."""
-    queue = iter(range(ops))
-
-    async def worker() -> None:
-        for index in queue:
-            await one(index)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return ops / (time.perf_counter() - start)
 
 
 # --- profile ---------------------------------------------------------------------------
