@@ -100,6 +100,17 @@ def test_a_committed_value_an_op_cannot_copy_is_refused_naming_its_key() -> None
     assert state.revision == 1
 
 
+def test_reading_a_committed_value_that_cannot_be_copied_names_its_key() -> None:
+    state = LiveState(KeyRegistry.of(Holder))
+    state.submit(StateCommand().update(Holder, "lock"))
+    with pytest.raises(StateValidationError) as caught:
+        state.snapshot.get(Holder)
+    assert caught.value.key == "w.holder"
+    assert str(caught.value).startswith(
+        "value for 'w.holder' must be a value the kernel can copy, got dict"
+    )
+
+
 class Tree(StateKey[list[Any], list[Any]]):
     """A value of arbitrary depth, replaced whole by each update."""
 
