@@ -252,16 +252,11 @@ class PostgresProfileStore(ClosingStore):
         ticket = self._sets.submit(write)
         try:
             version, updated_at = await asyncio.shield(ticket.outcome)
-        except asyncio.CancelledError:
-            if not ticket.withdraw():  # on its way: the entry's next write waits for it
+        finally:
+            if ticket.outcome.done() or ticket.withdraw():
+                self._pass_on(entry, turn)
+            else:  # cancelled on its way: the entry's next write waits for it to land
                 ticket.outcome.add_done_callback(lambda _: self._pass_on(entry, turn))
-                raise
-            self._pass_on(entry, turn)
-            raise
-        except BaseException:
-            self._pass_on(entry, turn)
-            raise
-        self._pass_on(entry, turn)
         return Entry(namespace, key, encoded.value, version, updated_at)
 
     async def _send_sets(self, sets: Sequence[_Set]) -> builtins.list[Any]:
