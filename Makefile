@@ -23,6 +23,8 @@ $(STAMP): $(BASE)
 
 demo: $(BASE)
 	$(BIN)/python docs/examples/demo.py
+	@echo
+	$(BIN)/python docs/examples/team.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

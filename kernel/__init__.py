@@ -11,6 +11,7 @@ from ._agents.facade_state import run_status
 from ._agents.function_tools import tool
 from ._agents.run_result import PendingCall, RunResult
 from ._agents.suspension import Decision
+from ._agents.team import AgentInfo, AgentReport, AgentTeam, Role, TeamReport, TeamSnapshot
 from ._durable.journal import CommitRecord, JournalOp
 from ._durable.rebase import Rebase
 from ._durable.replay import ReplayReport
@@ -36,11 +37,13 @@ from ._errors import (
     StateValidationError,
     StoreError,
     UnknownActionHandler,
+    UnknownAgent,
     UnknownEffectHandler,
     UnknownProfileKey,
     UnknownRevision,
     UnknownSchemaField,
     UnknownStateKey,
+    UnknownThread,
     UnknownUpdater,
     VersionConflict,
 )
@@ -71,7 +74,10 @@ from ._values.vector import Vector
 __all__ = [
     "REMOVE_ALL_MESSAGES",
     "Agent",
+    "AgentInfo",
+    "AgentReport",
     "AgentSpec",
+    "AgentTeam",
     "Block",
     "CommitRecord",
     "CommitRejected",
@@ -116,6 +122,7 @@ __all__ = [
     "ReplayReport",
     "Retention",
     "RevisionConflict",
+    "Role",
     "Run",
     "RunIdentity",
     "RunResult",
@@ -134,6 +141,8 @@ __all__ = [
     "StateValidationError",
     "StoreError",
     "Suspend",
+    "TeamReport",
+    "TeamSnapshot",
     "ThreadStore",
     "ToolCall",
     "ToolCallStatus",
@@ -141,11 +150,13 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "UnknownActionHandler",
+    "UnknownAgent",
     "UnknownEffectHandler",
     "UnknownProfileKey",
     "UnknownRevision",
     "UnknownSchemaField",
     "UnknownStateKey",
+    "UnknownThread",
     "UnknownUpdater",
     "Vector",
     "VersionConflict",

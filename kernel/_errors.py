@@ -379,3 +379,26 @@ class ModelCallFailed(StateError):
         self.detail = detail
         where = f"HTTP {status}" if status is not None else "no response"
         super().__init__(f"model {model!r} call failed ({where}): {detail}. {fix}")
+
+
+class UnknownThread(StateError, LookupError):
+    """A thread the kernel's ThreadStore (or, without one, its memory) does not hold."""
+
+    def __init__(self, thread_id: str, *, fix: str = "") -> None:
+        self.thread_id = thread_id
+        fix = fix or "Check the id, and that this kernel reads the store the thread was saved in."
+        super().__init__(f"thread {thread_id!r} does not exist: no run has saved it. {fix}")
+
+
+class UnknownAgent(StateError, LookupError):
+    """An agent id the team's roster does not hold."""
+
+    def __init__(self, agent_id: str, team_id: str, known: Iterable[str]) -> None:
+        self.agent_id = agent_id
+        self.team_id = team_id
+        names = sorted(known)
+        shown = ", ".join(repr(n) for n in names[:10]) + (", ..." if len(names) > 10 else "")
+        super().__init__(
+            f"team {team_id!r} has no agent {agent_id!r}; its agents are [{shown}]. Agent ids "
+            f"are what team.spawn returned (see team.list_agents())."
+        )

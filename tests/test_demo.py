@@ -46,6 +46,26 @@ def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
         assert len(lines) < 45
 
 
+def test_the_team_demo_plans_delegates_talks_and_publishes_after_review(tmp_path: Path) -> None:
+    for _ in range(2):  # rerunnable: it starts its SQLite files afresh
+        output = run_example("team.py", tmp_path)
+        lines = [line.strip() for line in output.splitlines()]
+        assert lines[0] == "team demo-team: idle after 3 rounds"
+        roles = [line.split()[0].rsplit("-", 1)[0] for line in lines[1:4]]
+        assert roles == ["planner", "researcher", "writer"]
+        assert all(" done " in line for line in lines[1:4])
+        assert "team context goals: ['Explain exactly-once delivery in one note']" in lines
+        assert "the writer's model was shown the planner's goal: True" in lines
+        blocked = (
+            "writer publish: failed: publish needs stage REVIEWED (now DRAFT): call `review` first"
+        )
+        assert blocked in lines
+        assert "writer publish: succeeded: published the note" in lines
+        assert any(line.startswith("writer's mail: '[message from researcher-") for line in lines)
+        assert lines[-1] == "note stage: PUBLISHED"
+        assert (tmp_path / ".statekernel" / "team-threads.db").exists()
+
+
 def test_the_demo_trace_shows_every_phase(tmp_path: Path) -> None:
     output = run_example("demo.py", tmp_path, "--trace")
     traced = [line.split()[1] for line in output.splitlines() if "[trace]" in line]

@@ -39,7 +39,7 @@ from .facade_state import FacadeState
 from .function_tools import spec_of
 from .run_control import RunControl
 from .run_input import RunInput
-from .run_loop import RunLoop
+from .run_loop import MailDrop, RunLoop
 from .run_result import PendingCall, RunResult
 from .suspension import Decision, Suspension
 from .turns import Turns
@@ -99,6 +99,9 @@ class Agent:
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
+        self.mail: MailDrop | None = None
+        """Where runs collect messages sent to their thread before each step: set by the
+        `AgentTeam` whose agents this agent runs."""
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """What the model is told of every tool, in the order given."""

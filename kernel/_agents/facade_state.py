@@ -21,7 +21,7 @@ from .._values.messages import Message
 from .._values.tools import ToolCallStatus
 from .._values.vector import Vector
 
-__all__ = ["CallState", "FacadeState", "History", "ToolCalls", "run_status"]
+__all__ = ["CallState", "FacadeState", "History", "MailCursor", "ToolCalls", "run_status"]
 
 
 class CallState(msgspec.Struct, frozen=True):
@@ -57,6 +57,25 @@ class ToolCalls(StateKey[tuple[CallState, ...], CallState]):
         return (*value, update)
 
 
+class MailCursor(StateKey[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]):
+    """Per sender, the sequence number of the last team message delivered into the thread
+    (a thread key). It is committed with the messages it counts, in one commit, so a save
+    holds both or neither: the mailbox delivers what lies beyond it, exactly once. An update
+    raises senders' numbers and never lowers one."""
+
+    key = "statekernel.mail_cursor"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(
+        value: tuple[tuple[str, int], ...], update: tuple[tuple[str, int], ...]
+    ) -> tuple[tuple[str, int], ...]:
+        merged = dict(value)
+        for sender, seq in update:
+            merged[sender] = max(merged.get(sender, 0), seq)
+        return tuple(sorted(merged.items()))
+
+
 def run_status(snapshot: Snapshot) -> Literal["running", "waiting", "done"]:
     """The run's status, derived from its tool calls: any Running (or Resuming) → running;
     else any Suspended → waiting; else the step's calls are done."""
@@ -77,6 +96,7 @@ class FacadeState(Plugin):
     def register(self, registrar: PluginRegistrar) -> None:
         registrar.register_key(History)
         registrar.register_key(ToolCalls)
+        registrar.register_key(MailCursor)
         registrar.register_key(StepRequest)
         for action, handler in LOOP_ACTIONS.items():
             registrar.register_action(action, handler)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from .._engine.snapshot import Snapshot
 from .._errors import RevisionConflict, StateError, cause_text
 from .._host.kernel import Kernel
 from .._host.run import PhaseListener, Run, Tool
@@ -26,17 +27,27 @@ from .._values.model import InferenceRequest, InferenceResponse, Model
 from .._values.phases import Phase
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ..events import ModelResponded, TextDelta
+from .facade_state import History, MailCursor
+from .mailbox import Delivery
 from .run_control import CancelRequested, RunControl
 from .run_history import RunHistory
 from .run_result import Outcome, PendingCall, RunResult
 from .suspension import Decision, Step, Suspension
 from .tool_calls import ToolCallRunner
 
-__all__ = ["LoopSettings", "RunLoop"]
+__all__ = ["LoopSettings", "MailDrop", "RunLoop"]
 
 logger = logging.getLogger("statekernel")
 
 _NO_OVERRIDES = RequestOverrides()
+
+
+class MailDrop(Protocol):
+    """Where a run collects the messages sent to its thread (an AgentTeam's mailbox)."""
+
+    async def collect(self, thread_id: str, snapshot: Snapshot) -> Delivery | None:
+        """The messages beyond the thread's `MailCursor` in `snapshot`, if any."""
+        ...
 
 
 class LoopSettings(Protocol):
@@ -54,6 +65,8 @@ class LoopSettings(Protocol):
     def max_steps(self) -> int: ...
     @property
     def on_phase(self) -> PhaseListener | None: ...
+    @property
+    def mail(self) -> MailDrop | None: ...
     def tool_specs(self) -> tuple[ToolSpec, ...]: ...
 
 
@@ -84,6 +97,7 @@ class RunLoop:
             run, agent.tools, self._step, self._history, control, durable=durable
         )
         self._incoming = incoming
+        self._mail_collected = False  # at this step's start already (by `begin`)
 
     async def drive(self, body: Callable[[], Awaitable[RunResult]]) -> RunResult:
         """Run `body` as this thread's live run: a failure, a cancel request and an outside
@@ -119,6 +133,8 @@ class RunLoop:
     async def begin(self) -> RunResult:
         """A new run: its messages, RUN_START, then the steps."""
         await self._history.append(*self._incoming)
+        await self._collect_mail()
+        self._mail_collected = True
         await self._run.run_phase(Phase.RUN_START, messages=self._history.messages())
         return await self._loop()
 
@@ -171,6 +187,9 @@ class RunLoop:
         calls it makes wait for their results."""
         run, history, control = self._run, self._history, self._control
         await control.safe_point()
+        if not self._mail_collected:
+            await self._collect_mail()
+        self._mail_collected = False
         await run.run_phase(Phase.STEP_START, messages=history.messages())
         await run.run_phase(Phase.BEFORE_INFERENCE, messages=history.messages())
         request = await self._request()
@@ -182,6 +201,18 @@ class RunLoop:
         await history.append(Message("assistant", response.text, tool_calls=response.tool_calls))
         self._calls.expect(response.tool_calls)
         return response
+
+    async def _collect_mail(self) -> None:
+        """Deliver the thread's new mail: the messages and the cursor that counts them are
+        one commit, so the save that holds one holds the other (exactly once)."""
+        mail = self._agent.mail
+        if mail is None:
+            return
+        delivery = await mail.collect(self._run.identity.thread_id, self._run.snapshot)
+        if delivery is not None:
+            messages = self._history.stamped(delivery.messages)
+            command = StateCommand().update(History, messages).update(MailCursor, delivery.cursor)
+            await self._run.submit(command)
 
     async def _request(self) -> InferenceRequest:
         """This step's request: the tools on offer and the model parameters as the step's

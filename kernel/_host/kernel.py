@@ -32,6 +32,7 @@ from .._errors import (
     DecodeFailed,
     StateError,
     UnknownActionHandler,
+    UnknownThread,
 )
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
@@ -215,6 +216,16 @@ class Kernel:
         Rebuilt from the newest snapshot at or before it and the records after that. A
         revision never reached, or pruned, raises `UnknownRevision`."""
         return await self._history.state_at(thread_id, revision)
+
+    async def get_state(self, thread_id: str) -> Snapshot:
+        """The thread keys as the thread last saved them (its head), without starting a run.
+
+        `snapshot.revision` is the head revision. A thread nothing saved raises
+        `UnknownThread`."""
+        head = await self._history.head(thread_id)
+        if head is None:
+            raise UnknownThread(thread_id)
+        return await self._history.state_at(thread_id, head)
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
         """Make `new_thread_id` a thread whose state and history up to `revision` are the

@@ -1,0 +1,469 @@
+"""AgentTeam: spawning, team context, the mailbox's routing and delivery, rounds, the
+restart policy, suspension, and team snapshots, on every store backend where it matters."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekernel import (
+    AgentTeam,
+    Decision,
+    InferenceRequest,
+    InferenceResponse,
+    KeyScope,
+    Message,
+    ModelCallFailed,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    ProfileStore,
+    Role,
+    StateCommand,
+    StateError,
+    StateKey,
+    StateScope,
+    Suspend,
+    ThreadStore,
+    ToolCall,
+    UnknownAgent,
+    tool,
+)
+from statekernel.plugins import ContextInjection, Team, TeamContext
+from statekernel.stores import (
+    MemoryProfileStore,
+    SqliteProfileStore,
+    SqliteThreadStore,
+)
+
+
+async def answer_ok(request: InferenceRequest) -> InferenceResponse:
+    return InferenceResponse("ok")
+
+
+def calling(name: str, arguments: Callable[[InferenceRequest], dict[str, Any]]) -> Any:
+    """A model that calls tool `name` once per run (when the last message is not a tool
+    result), then answers "done"."""
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        last = request.messages[-1]
+        if last.role == "tool":
+            return InferenceResponse("done")
+        call = ToolCall(f"call-{len(request.messages)}", name, arguments(request))
+        return InferenceResponse("", (call,))
+
+    return model
+
+
+def mail(messages: tuple[Message, ...]) -> list[tuple[str | None, str]]:
+    """The mailbox's messages in a history: (sender, text after the header)."""
+    return [
+        (AgentTeam.sender_of(m), m.content.split("\n", 1)[1])
+        for m in messages
+        if AgentTeam.sender_of(m) is not None
+    ]
+
+
+async def history(team: AgentTeam, agent_id: str) -> tuple[Message, ...]:
+    info = next(a for a in team.list_agents() if a.id == agent_id)
+    state = await team.agent(info.role).kernel.get_state(info.thread_id)
+    return tuple(state.to_dict().get("statekernel.messages", ()))
+
+
+@pytest.fixture
+async def stores(tmp_path: Path) -> AsyncIterator[tuple[ProfileStore, ThreadStore]]:
+    async with (
+        SqliteProfileStore(tmp_path / "profiles.db") as profiles,
+        SqliteThreadStore(tmp_path / "threads.db") as threads,
+    ):
+        yield profiles, threads
+
+
+def team_of(
+    stores: tuple[ProfileStore, ThreadStore], roles: dict[str, Role], **kw: Any
+) -> AgentTeam:
+    profiles, threads = stores
+    return AgentTeam(roles, profile_store=profiles, thread_store=threads, **kw)
+
+
+# -- spawning and team context -----------------------------------------------------------------
+
+
+async def test_three_children_append_goals_concurrently_and_another_team_sees_none(
+    profile_store: ProfileStore,
+) -> None:
+    goal_of = calling("add_team_goal", lambda r: {"goal": f"goal of {r.messages[-1].content}"})
+    team_plugin = Team()
+    roles = {"child": Role(model=goal_of, tools=team_plugin.tools())}
+    plugins = [team_plugin, ContextInjection()]
+    async with AgentTeam(roles, plugins=plugins, profile_store=profile_store) as team:
+        children = [team.spawn("child", f"task {n}") for n in range(3)]
+        report = await team.run_until_idle()
+        assert report.idle and report.rounds == 1  # all three ran in one round, concurrently
+        assert {a.outcomes for a in report.agents.values()} == {("success",)}
+        shared = await team.agent("child").kernel.profile.read(  # type: ignore[union-attr]
+            TeamContext, StateScope.parent_thread(team.team_id)
+        )
+        assert sorted(shared.goals) == [f"goal of task {n}" for n in range(3)]
+        assert {a.parent_id for a in team.list_agents()} == {None}
+        assert len(set(children)) == 3
+
+    async with AgentTeam(roles, plugins=plugins, profile_store=profile_store) as other:
+        other.spawn("child", "look around")
+        await other.run_until_idle()
+        theirs = await other.agent("child").kernel.profile.read(  # type: ignore[union-attr]
+            TeamContext, StateScope.parent_thread(other.team_id)
+        )
+        assert theirs.goals == ("goal of look around",)
+
+
+class Notes(StateKey[tuple[str, ...], str]):
+    key = "team_test.notes"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: tuple[str, ...], update: str) -> tuple[str, ...]:
+        return (*value, update)
+
+
+class NotesPlugin(Plugin):
+    id = "notes"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(Notes)
+
+
+async def test_spawn_seeds_state_gives_the_task_first_and_nests_under_a_parent(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    seen: list[InferenceRequest] = []
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        seen.append(request)
+        return InferenceResponse("ok")
+
+    roles = {"lead": Role(), "helper": Role(system_prompt="You help.", max_steps=3)}
+    async with team_of(
+        stores, roles, model=model, plugins=[NotesPlugin()], system_prompt="Team work."
+    ) as team:
+        lead = team.spawn("lead", "plan it")
+        helper = team.spawn(
+            "helper", "help", parent_id=lead, seed=StateCommand().update(Notes, "seeded")
+        )
+        await team.run_until_idle()
+        infos = {a.id: a for a in team.list_agents()}
+        assert infos[helper].parent_id == lead
+        assert infos[lead].status == infos[helper].status == "done"
+        state = await team.agent("helper").kernel.get_state(infos[helper].thread_id)
+        assert state.get(Notes) == ("seeded",)
+        runs = state.to_dict()["statekernel.messages"]
+        assert [m.content for m in runs] == ["help", "ok"]
+        prompts = {r.messages[0].content for r in seen}
+        assert prompts == {"Team work.", "You help."}  # the role's own replaces the team's
+        assert team.agent("helper").max_steps == 3 and team.agent("lead").max_steps == 25
+        # The helper's runs name the lead's thread as parent: its team context is the lead's.
+        helper_runs = await team.agent("helper").kernel.history(infos[helper].thread_id)
+        assert helper_runs
+
+
+async def test_bad_spawns_and_sends_are_refused_with_what_to_do(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        with pytest.raises(StateError, match="no role 'b'"):
+            team.spawn("b", "x")
+        with pytest.raises(UnknownAgent, match="no agent 'ghost'"):
+            team.spawn("a", "x", parent_id="ghost")
+        one = team.spawn("a", "x")
+        with pytest.raises(UnknownAgent):
+            await team.send(one, "hi", to="ghost")
+        with pytest.raises(StateError, match="exactly one address"):
+            await team.send(one, "hi", to=one, topic="t")
+        with pytest.raises(StateError, match="groups are roles"):
+            await team.send(one, "hi", group="nobody")
+    with pytest.raises(StateError, match="ProfileStore"):
+        AgentTeam({"a": Role(model=answer_ok)})
+    with pytest.raises(StateError, match="no model"):
+        AgentTeam({"a": Role()}, profile_store=MemoryProfileStore())
+
+
+# -- the mailbox -------------------------------------------------------------------------------
+
+
+async def test_send_routes_to_agents_groups_and_topic_subscribers_at_the_time_of_sending(
+    profile_store: ProfileStore,
+) -> None:
+    roles = {"writer": Role(model=answer_ok), "reader": Role(model=answer_ok, topics=("news",))}
+    async with AgentTeam(roles, profile_store=profile_store) as team:
+        w1, w2 = team.spawn("writer", "w"), team.spawn("writer", "w")
+        r1, r2 = team.spawn("reader", "r"), team.spawn("reader", "r")
+        assert await team.send(w1, "to w2", to=w2) == 1
+        assert await team.send(w1, "to writers", group="writer") == 1  # not back to itself
+        assert await team.send("user", "news 1", topic="news") == 2
+        team.subscribe(w2, "news")
+        team.unsubscribe(r2, "news")
+        assert await team.send(r1, "news 2", topic="news") == 1  # w2 now; r1 is the sender
+        assert await team.send("user", "both", to=[r1, r2]) == 2
+        await team.run_until_idle()
+        assert mail(await history(team, w2)) == [
+            (w1, "to w2"),
+            (w1, "to writers"),
+            (r1, "news 2"),
+        ]
+        assert mail(await history(team, r1)) == [("user", "news 1"), ("user", "both")]
+        assert mail(await history(team, r2)) == [("user", "news 1"), ("user", "both")]
+        assert mail(await history(team, w1)) == []
+        headers = [m.content.split("\n")[0] for m in await history(team, w2)]
+        assert "[message from " + r1 + " (topic news)]" in headers
+
+
+async def test_a_message_id_makes_a_repeated_send_reach_each_recipient_once(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        one, two = team.spawn("a", "x"), team.spawn("a", "y")
+        for _ in range(3):
+            await team.send(one, "once", to=two, message_id="m-1")
+        await team.send(one, "again", to=two, message_id="m-2")
+        await team.send(one, "plain", to=two)
+        await team.send(one, "plain", to=two)
+        await team.run_until_idle()
+        assert mail(await history(team, two)) == [
+            (one, "once"),
+            (one, "again"),
+            (one, "plain"),
+            (one, "plain"),
+        ]
+
+
+async def test_agents_talk_through_their_send_message_tool(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    ids: dict[str, str] = {}
+    speaker = calling("send_message", lambda r: {"content": "hello there", "to": ids["listener"]})
+    roles = {"speaker": Role(model=speaker), "listener": Role(model=answer_ok)}
+    async with team_of(stores, roles) as team:
+        ids["listener"] = team.spawn("listener", "listen")
+        talker = team.spawn("speaker", "speak")
+        report = await team.run_until_idle()
+        assert report.idle and report.rounds == 2  # the listener ran again for the message
+        assert report.agents[ids["listener"]].delivered == 2  # its task, then the message
+        assert mail(await history(team, ids["listener"])) == [(talker, "hello there")]
+
+
+async def test_a_thousand_messages_between_five_agents_arrive_once_each_in_sender_order(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    rng = random.Random(7)
+
+    async def slow(request: InferenceRequest) -> InferenceResponse:
+        await asyncio.sleep(rng.random() * 0.002)
+        return InferenceResponse("ok")
+
+    async with team_of(stores, {"peer": Role(model=slow)}) as team:
+        agents = [team.spawn("peer", f"peer {n}") for n in range(5)]
+        plan = [
+            (agents[n % 5], rng.choice(agents[: n % 5] + agents[n % 5 + 1 :])) for n in range(1000)
+        ]
+        sent_done = asyncio.Event()
+
+        async def sender(me: str) -> None:
+            for n, (who, to) in enumerate(plan):
+                if who == me:
+                    await team.send(me, f"m{n}", to=to)
+                    await asyncio.sleep(rng.random() * 0.001)
+
+        async def stepper() -> None:
+            while not sent_done.is_set():
+                await team.run_until_idle(max_rounds=3)
+                await asyncio.sleep(0)
+
+        stepping = asyncio.create_task(stepper())
+        await asyncio.gather(*(sender(a) for a in agents))
+        sent_done.set()
+        await stepping
+        assert (await team.run_until_idle()).idle
+        received: dict[str, list[tuple[str | None, str]]] = {}
+        for agent_id in agents:
+            received[agent_id] = mail(await history(team, agent_id))
+        for n, (who, to) in enumerate(plan):
+            assert received[to].count((who, f"m{n}")) == 1, (n, who, to)
+        assert sum(len(got) for got in received.values()) == 1000
+        for got in received.values():
+            for sender_id in agents:
+                numbers = [int(text[1:]) for who, text in got if who == sender_id]
+                assert numbers == sorted(numbers)
+        for agent_id in agents:
+            info = next(a for a in team.list_agents() if a.id == agent_id)
+            report = await team.agent("peer").kernel.verify(info.thread_id)
+            assert report.ok, report
+
+
+# -- failures and suspension -------------------------------------------------------------------
+
+
+class Flaky:
+    """A model that fails its first `failures` calls."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ModelCallFailed("flaky", 500, "try again", "it will pass")
+        return InferenceResponse("recovered")
+
+
+async def test_a_failing_agent_is_restarted_then_reported_failed_while_the_others_finish(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    once, always = Flaky(1), Flaky(1000)
+    roles = {"once": Role(model=once), "always": Role(model=always), "fine": Role(model=answer_ok)}
+    async with team_of(stores, roles, restart_policy="on_failure", max_restarts=2) as team:
+        a, b, c = team.spawn("once", "x"), team.spawn("always", "y"), team.spawn("fine", "z")
+        report = await team.run_until_idle()
+        assert report.idle
+        assert (
+            report.agents[a].outcomes == ("failure", "success")
+            and report.agents[a].status == "done"
+        )
+        assert report.agents[b].outcomes == ("failure",) * 3 and report.agents[b].status == "failed"
+        assert isinstance(report.agents[b].error, ModelCallFailed)
+        assert report.agents[c].outcomes == ("success",)
+        assert report.failed() == (b,)
+        assert always.calls == 3  # the first run and max_restarts=2 more
+        # The task reached the history once, though its run was restarted.
+        assert [m.content for m in await history(team, a)] == ["x", "recovered"]
+        # Failed is for good, across processes: a new team object on the stores says so.
+    async with team_of(stores, roles, team_id=team.team_id) as again:
+        statuses = {i.id: i.status for i in again.list_agents()}
+        assert statuses[b] == "failed"
+        assert (await again.run_until_idle()).agents == {}
+
+    never = Flaky(1)
+    async with team_of(stores, {"n": Role(model=never)}, restart_policy="never") as team:
+        n = team.spawn("n", "x")
+        report = await team.run_until_idle()
+        assert report.agents[n].status == "failed" and never.calls == 1
+
+
+class Approval(Plugin):
+    """Suspends every call of the tool "publish" until decided."""
+
+    id = "approval"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_tool_gate(self.gate)
+
+    async def gate(self, ctx: PhaseContext) -> Suspend | None:
+        call = ctx.tool_call
+        return Suspend("needs approval") if call is not None and call.name == "publish" else None
+
+
+@tool
+async def publish(text: str) -> str:
+    """Publish the text.
+
+    Args:
+        text: What to publish.
+    """
+    return f"published {text}"
+
+
+async def test_a_suspended_agent_waits_while_the_others_finish_and_team_resume_completes_it(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    publisher = calling("publish", lambda r: {"text": "the post"})
+    roles = {
+        "pub": Role(model=publisher, plugins=[Approval()], tools=[publish]),
+        "other": Role(model=answer_ok),
+    }
+    async with team_of(stores, roles) as team:
+        p, o = team.spawn("pub", "post it"), team.spawn("other", "chat")
+        await team.send("user", "more for pub", to=p)
+        report = await team.run_until_idle()
+        assert report.idle
+        assert report.agents[p].status == "waiting" and report.waiting() == (p,)
+        assert report.agents[o].status == "done"
+        pending = report.agents[p].results[-1].pending
+        assert [c.name for c in pending] == ["publish"]
+        with pytest.raises(StateError, match="wait on a decision"):
+            await team.save_snapshot()
+        result = await team.resume(p, pending[0].id, Decision.approve())
+        assert result.outcome == "success"
+        assert {i.id: i.status for i in team.list_agents()}[p] == "done"
+        texts = [m.content for m in result.messages]
+        assert "published the post" in texts
+
+
+# -- snapshots ---------------------------------------------------------------------------------
+
+
+async def test_restore_snapshot_returns_every_agent_and_the_mailbox_to_the_snapshot(
+    thread_store: ThreadStore, tmp_path: Path
+) -> None:
+    async with SqliteProfileStore(tmp_path / "p.db") as profiles:
+        roles = {"a": Role(model=answer_ok), "b": Role(model=answer_ok)}
+        team = AgentTeam(roles, profile_store=profiles, thread_store=thread_store)
+        async with team:
+            a, b = team.spawn("a", "start a"), team.spawn("b", "start b")
+            await team.send(a, "before", to=b)
+            await team.run_until_idle()
+            await team.send(a, "undelivered at the snapshot", to=b)
+            snapshot = await team.save_snapshot("s1")
+            hashes = {}
+            for info in team.list_agents():
+                state = await team.agent(info.role).kernel.get_state(info.thread_id)
+                hashes[info.id] = state.state_hash()
+            # Further work: more mail, more runs, a new agent.
+            await team.send(b, "after", to=a)
+            team.spawn("a", "late")
+            await team.run_until_idle()
+            restored = await team.restore_snapshot("s1")
+            assert restored.name == "s1" == snapshot.name
+            assert {i.id for i in team.list_agents()} == {a, b}
+            for info in team.list_agents():
+                state = await team.agent(info.role).kernel.get_state(info.thread_id)
+                assert state.state_hash() == hashes[info.id]
+                assert info.thread_id != snapshot.agents[info.id].thread_id
+            # The mail undelivered at the snapshot is delivered once, after the restore.
+            await team.run_until_idle()
+            assert mail(await history(team, b)) == [
+                (a, "before"),
+                (a, "undelivered at the snapshot"),
+            ]
+            assert mail(await history(team, a)) == []
+        # The newest snapshot by default, from a new team object on the same stores.
+        again = AgentTeam(
+            roles, profile_store=profiles, thread_store=thread_store, team_id=team.team_id
+        )
+        async with again:
+            await again.send(a, "x", to=b)
+            await again.run_until_idle()
+            await again.restore_snapshot()
+            for info in again.list_agents():
+                state = await again.agent(info.role).kernel.get_state(info.thread_id)
+                assert state.state_hash() == hashes[info.id]
+
+
+async def test_a_team_reopened_by_id_carries_on_its_mail_and_agents(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    roles = {"a": Role(model=answer_ok)}
+    async with team_of(stores, roles) as team:
+        one, two = team.spawn("a", "x"), team.spawn("a", "y")
+        await team.send(one, "first", to=two)
+    # The spawns and the mail are stored: a new team object (another process) delivers.
+    async with team_of(stores, roles, team_id=team.team_id) as again:
+        assert {i.id for i in again.list_agents()} == {one, two}
+        await again.send(one, "second", to=two)
+        report = await again.run_until_idle()
+        assert report.agents[two].delivered == 3
+        assert mail(await history(again, two)) == [(one, "first"), (one, "second")]
