@@ -296,3 +296,88 @@ async def test_children_of_one_parent_in_different_processes_share_team_context(
         [*(f"goal of child {n}" for n in range(3)), "goal of the late child"]
     )
     assert other.goals == ()
+
+
+TEAM_HALF = textwrap.dedent(
+    """
+    import asyncio, json, sys, time
+    from statekernel import AgentTeam, InferenceResponse, Role
+    from statekernel.stores import PostgresProfileStore, PostgresThreadStore
+
+    async def ok(request):
+        return InferenceResponse("ok")
+
+    async def main(dsn, role, count):
+        other = "b" if role == "a" else "a"
+        roles = {"a": Role(model=ok), "b": Role(model=ok)}
+        async with (
+            PostgresProfileStore(dsn) as profiles,
+            PostgresThreadStore(dsn) as threads,
+            AgentTeam(
+                roles, profile_store=profiles, thread_store=threads, team_id="pg-team",
+                local_roles=[role],
+            ) as team,
+        ):
+            mine = [f"{role}{n}" for n in range(2)]
+            theirs = [f"{other}{n}" for n in range(2)]
+
+            async def send(me):
+                for k in range(count):
+                    await team.send(me, f"{me}:{k}", to=theirs[k % 2], message_id=f"{me}:{k}")
+
+            async def mail_of(agent_id):
+                info = next(i for i in team.list_agents() if i.id == agent_id)
+                state = await team.agent(role).kernel.get_state(info.thread_id)
+                return [
+                    m.content.split("\\n", 1)[1]
+                    for m in state.to_dict()["statekernel.messages"]
+                    if AgentTeam.sender_of(m)
+                ]
+
+            sending = asyncio.gather(*(send(me) for me in mine))
+            deadline = time.monotonic() + 90
+            while True:
+                await team.run_until_idle()
+                got = {me: await mail_of(me) for me in mine}
+                if sending.done() and all(len(m) >= count for m in got.values()):
+                    break
+                assert time.monotonic() < deadline, {k: len(v) for k, v in got.items()}
+                await asyncio.sleep(0.05)
+            await sending
+            print(json.dumps(got))
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    """
+)
+
+
+async def test_a_team_split_across_two_processes_delivers_every_message_exactly_once(
+    postgres_dsn: str,
+) -> None:
+    from statekernel import AgentTeam, InferenceResponse, Role
+
+    async def ok(request: object) -> InferenceResponse:
+        return InferenceResponse("ok")
+
+    roles = {"a": Role(model=ok), "b": Role(model=ok)}
+    async with (
+        PostgresProfileStore(postgres_dsn) as profiles,
+        PostgresThreadStore(postgres_dsn) as threads,
+        AgentTeam(roles, profile_store=profiles, thread_store=threads, team_id="pg-team") as team,
+    ):
+        for agent_id in ("a0", "a1", "b0", "b1"):
+            team.spawn(agent_id[0], "wait for mail", agent_id=agent_id)
+    count = 150
+    outputs = run_workers(
+        TEAM_HALF, [(postgres_dsn, "a", str(count)), (postgres_dsn, "b", str(count))]
+    )
+    received: dict[str, list[str]] = {}
+    for out in outputs:
+        received.update(json.loads(out))
+    assert sorted(received) == ["a0", "a1", "b0", "b1"]
+    for agent_id, mail in received.items():
+        assert len(mail) == len(set(mail)) == count  # nothing lost, nothing twice
+        senders = [s for s in ("a0", "a1", "b0", "b1") if s[0] != agent_id[0]]
+        for sender in senders:
+            numbers = [int(m.split(":")[1]) for m in mail if m.startswith(sender + ":")]
+            assert numbers == [k for k in range(count) if k % 2 == int(agent_id[1])]
