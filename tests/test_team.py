@@ -467,3 +467,23 @@ async def test_a_team_reopened_by_id_carries_on_its_mail_and_agents(
         report = await again.run_until_idle()
         assert report.agents[two].delivered == 3
         assert mail(await history(again, two)) == [(one, "first"), (one, "second")]
+
+
+async def test_an_inbox_is_pruned_of_delivered_mail_once_a_save_holds_its_cursor(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    profiles, _ = stores
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        one = team.spawn("a", "x")
+        thread_id = team.list_agents()[0].thread_id
+        for n in range(40):
+            await team.send("user", f"m{n}", to=one)
+        await team.run_until_idle()  # delivers, then finds 41 delivered letters: pruned
+        entry = await profiles.get("statekernel.team_inbox", thread_id)
+        assert entry is not None and entry.value["letters"] == []
+        for n in range(5):
+            await team.send("user", f"late {n}", to=one)
+        await team.run_until_idle()  # a few delivered letters stay until there are more
+        entry = await profiles.get("statekernel.team_inbox", thread_id)
+        assert entry is not None and len(entry.value["letters"]) == 5
+        assert len(mail(await history(team, one))) == 45

@@ -28,6 +28,7 @@ from .._profile.keys import ProfileKey
 from .._values.messages import Message
 
 __all__ = [
+    "PRUNE_AT",
     "TASK_SENDER",
     "Delivery",
     "Inbox",
@@ -40,6 +41,10 @@ __all__ = [
 
 TASK_SENDER = "@task"
 """The sender of a spawned agent's task: its one letter is its first message, as given."""
+
+PRUNE_AT = 32
+"""How many delivered letters an inbox may hold before a team prunes it: pruning is a write,
+and one per run would double what a delivery costs the store."""
 
 RECENT_IDS = 64
 """How many message ids per sender an inbox remembers to drop a repeated send."""

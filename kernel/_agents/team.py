@@ -44,7 +44,16 @@ from .._values.model import Model
 from .agent import Agent, _named_tools
 from .facade_state import MailCursor
 from .function_tools import tool
-from .mailbox import TASK_SENDER, Delivery, InboxData, LetterOf, Mailbox, deliverable, sender_of
+from .mailbox import (
+    PRUNE_AT,
+    TASK_SENDER,
+    Delivery,
+    InboxData,
+    LetterOf,
+    Mailbox,
+    deliverable,
+    sender_of,
+)
 from .roster import AgentRecord, AgentStatus, Roster, RosterData, Snapshots, TeamSnapshot
 from .run_result import Outcome, RunResult
 from .suspension import Decision
@@ -466,10 +475,10 @@ class AgentTeam:
         cursor = self._saved_cursor.get(record.id)
         if cursor is None:
             cursor = await self._read_cursor(record)
-        if any(x.seq <= cursor.get(x.sender, 0) for x in inbox.letters):
-            inbox = inbox.pruned(cursor)
+        fresh = inbox.pruned(cursor)
+        if len(inbox.letters) - len(fresh.letters) >= PRUNE_AT:
             await mailbox.prune(record.thread_id, cursor)
-        if not inbox.letters:
+        if not fresh.letters:
             return False
         self._mail.prefetched[record.thread_id] = inbox
         return True
