@@ -487,3 +487,49 @@ async def test_an_inbox_is_pruned_of_delivered_mail_once_a_save_holds_its_cursor
         entry = await profiles.get("statekernel.team_inbox", thread_id)
         assert entry is not None and len(entry.value["letters"]) == 5
         assert len(mail(await history(team, one))) == 45
+
+
+async def test_a_backlog_is_kept_in_pages_delivered_in_order_once_then_pruned(
+    profile_store: ProfileStore, tmp_path: Path
+) -> None:
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=profile_store) as team:
+        one = team.spawn("a", "x")
+        thread_id = team.list_agents()[0].thread_id
+        await asyncio.gather(
+            *(
+                team.send(sender, f"{sender} {n}", to=one)
+                for sender in ("s1", "s2")
+                for n in range(100)
+            )
+        )
+        head = await profile_store.get("statekernel.team_inbox", thread_id)
+        pages = await profile_store.list("statekernel.team_inbox_page", thread_id + "#")
+        assert head is not None and len(head.value["letters"]) < 32  # a send writes little
+        assert len(pages) >= 5
+        await team.run_until_idle()
+        got = mail(await history(team, one))
+        assert len(got) == 200
+        for sender in ("s1", "s2"):
+            numbers = [int(text.split()[1]) for who, text in got if who == sender]
+            assert sorted(numbers) == list(range(100))  # each once
+        assert await profile_store.list("statekernel.team_inbox_page", thread_id + "#") == []
+
+
+async def test_a_letter_both_in_a_page_and_the_head_is_delivered_once(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """What a sender that died between writing a page and trimming the head leaves."""
+    profiles, _ = stores
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        one = team.spawn("a", "x")
+        thread_id = team.list_agents()[0].thread_id
+        for n in range(5):
+            await team.send("s", f"m{n}", to=one)
+        head = await profiles.get("statekernel.team_inbox", thread_id)
+        assert head is not None
+        base = head.value["base"]
+        await profiles.set(
+            "statekernel.team_inbox_page", f"{thread_id}#{base:012d}", head.value["letters"][:4]
+        )
+        await team.run_until_idle()
+        assert mail(await history(team, one)) == [("s", f"m{n}") for n in range(5)]

@@ -11,6 +11,14 @@ that save a crash loses both, and the letters are delivered again; after it the 
 they were. Letters at or below the saved cursor are pruned from the inbox, only ever by the
 cursor as a store holds it.
 
+An inbox is a small head entry and sealed pages. A send appends to the head, so what it
+writes stays small however much mail waits; once the head holds `PAGE_LETTERS` letters, the
+sender copies them into a page entry and then drops them from the head. Every letter has a
+fixed place (its index) in the inbox, so a page written twice, or a page and a head that
+both hold a letter after a crash between the two writes, read as one letter. A reader takes
+the head first and the pages after: a letter moves to a page before it leaves the head, so
+the reader never misses one that later letters of its sender were read beyond.
+
 A send given a `message_id` (a tool that sends uses its call's id) is dropped when the
 recipient's inbox saw that id from that sender among the last `RECENT_IDS`, so a tool run
 again after a crash, or a caller retrying a send whose answer it lost, sends once.
@@ -23,8 +31,10 @@ from collections.abc import Mapping
 import attrs
 import msgspec
 
+from .._errors import DecodeFailed
 from .._profile.access import ProfileAccess
 from .._profile.keys import ProfileKey
+from .._values.codec import CODEC_ERRORS
 from .._values.messages import Message
 
 __all__ = [
@@ -33,6 +43,7 @@ __all__ = [
     "Delivery",
     "Inbox",
     "InboxData",
+    "InboxPage",
     "Letter",
     "Mailbox",
     "deliverable",
@@ -45,6 +56,9 @@ TASK_SENDER = "@task"
 PRUNE_AT = 32
 """How many delivered letters an inbox may hold before a team prunes it: pruning is a write,
 and one per run would double what a delivery costs the store."""
+
+PAGE_LETTERS = 32
+"""How many letters an inbox head holds before its sender seals them into a page."""
 
 RECENT_IDS = 64
 """How many message ids per sender an inbox remembers to drop a repeated send."""
@@ -64,12 +78,14 @@ class Letter(msgspec.Struct, frozen=True):
 
 
 class InboxData(msgspec.Struct, frozen=True):
-    """A recipient's inbox: the letters not yet pruned, in arrival order, the last number
-    given to each sender, and each sender's recent message ids."""
+    """A recipient's inbox (or its head): the letters not yet pruned, in arrival order, the
+    first one at index `base`; the last number given to each sender, and each sender's
+    recent message ids."""
 
     letters: tuple[Letter, ...] = ()
     last_seq: dict[str, int] = {}
     recent: dict[str, tuple[str, ...]] = {}
+    base: int = 0
 
     def posted(self, letter_of: LetterOf, message_id: str | None) -> InboxData | None:
         """This inbox with the sender's next letter appended, or None when `message_id`
@@ -83,12 +99,29 @@ class InboxData(msgspec.Struct, frozen=True):
         recent = self.recent
         if message_id is not None:
             recent = {**recent, sender: (*seen, message_id)[-RECENT_IDS:]}
-        return InboxData((*self.letters, letter), {**self.last_seq, sender: seq}, recent)
+        letters = (*self.letters, letter)
+        return InboxData(letters, {**self.last_seq, sender: seq}, recent, self.base)
 
     def pruned(self, cursor: Mapping[str, int]) -> InboxData:
         """Without the letters `cursor` says were delivered."""
         kept = tuple(x for x in self.letters if x.seq > cursor.get(x.sender, 0))
-        return InboxData(kept, self.last_seq, self.recent)
+        return InboxData(kept, self.last_seq, self.recent, self.base)
+
+    def sealed(self, base: int, count: int) -> InboxData:
+        """Without its first `count` letters, once a page holds them (unchanged unless the
+        head still starts at `base`: another writer sealed or pruned it meanwhile)."""
+        if self.base != base:
+            return self
+        return InboxData(self.letters[count:], self.last_seq, self.recent, base + count)
+
+    def delivered_dropped(self, cursor: Mapping[str, int]) -> InboxData:
+        """Without the delivered letters it starts with (letters keep their indexes)."""
+        count = 0
+        for letter in self.letters:
+            if letter.seq > cursor.get(letter.sender, 0):
+                break
+            count += 1
+        return self.sealed(self.base, count) if count else self
 
 
 @attrs.frozen
@@ -106,6 +139,12 @@ class Inbox(ProfileKey[InboxData]):
     starts new inboxes, and the old ones stay as they were until the roster points away."""
 
     key = "statekernel.team_inbox"
+
+
+class InboxPage(ProfileKey[tuple[Letter, ...]]):
+    """Sealed pages of inboxes, one entry per `<thread id>#<index of its first letter>`."""
+
+    key = "statekernel.team_inbox_page"
 
 
 @attrs.frozen
@@ -165,17 +204,69 @@ class Mailbox:
             fresh[0] = posted is not None  # `add` may run again on a retry: the last run counts
             return inbox if posted is None else posted
 
-        await self._profile.update(Inbox, thread_id, add)
+        head = await self._profile.update(Inbox, thread_id, add)
+        while len(head.letters) >= PAGE_LETTERS:
+            head = await self._seal(thread_id, head)
         return fresh[0]
 
+    async def _seal(self, thread_id: str, head: InboxData) -> InboxData:
+        """Copy the head's first page of letters into a page entry, then drop them from it."""
+        base = head.base
+        await self._profile.write(InboxPage, _page(thread_id, base), head.letters[:PAGE_LETTERS])
+        return await self._profile.update(
+            Inbox, thread_id, lambda now: now.sealed(base, PAGE_LETTERS)
+        )
+
     async def read(self, thread_id: str) -> InboxData:
-        return await self._profile.read(Inbox, thread_id)
+        """The whole inbox, its pages' letters and the head's in index order."""
+        head = await self._profile.read(Inbox, thread_id)  # first: see the module's docstring
+        pages = await self._pages(thread_id)
+        if not pages:
+            return head
+        placed: dict[int, Letter] = {}
+        for start, letters in pages:
+            placed.update(enumerate(letters, start))
+        placed.update(enumerate(head.letters, head.base))
+        order = sorted(placed)
+        letters = tuple(placed[index] for index in order)
+        return InboxData(letters, head.last_seq, head.recent, order[0])
+
+    async def _pages(self, thread_id: str) -> list[tuple[int, tuple[Letter, ...]]]:
+        prefix = f"{thread_id}#"
+        entries = await self._profile.store.list(InboxPage.key, prefix)
+        pages = []
+        for entry in entries:
+            start = entry.key[len(prefix) :]
+            if len(start) == _INDEX_DIGITS and start.isdigit():  # not another thread's
+                try:
+                    letters = msgspec.convert(entry.value, tuple[Letter, ...])
+                except CODEC_ERRORS as error:
+                    raise DecodeFailed(InboxPage.key, entry.key, error) from error
+                pages.append((int(start), letters))
+        return pages
 
     async def prune(self, thread_id: str, saved_cursor: Mapping[str, int]) -> None:
-        """Drop the letters a saved cursor counts as delivered. Only ever give it a cursor
-        the thread store holds: pruning by an unsaved one would lose letters in a crash."""
-        await self._profile.update(Inbox, thread_id, lambda inbox: inbox.pruned(saved_cursor))
+        """Drop the letters a saved cursor counts as delivered: pages all of whose letters
+        were, and the head's delivered first letters. Only ever give it a cursor the thread
+        store holds: pruning by an unsaved one would lose letters in a crash."""
+
+        def delivered(letter: Letter) -> bool:
+            return letter.seq <= saved_cursor.get(letter.sender, 0)
+
+        for start, letters in await self._pages(thread_id):
+            if all(delivered(letter) for letter in letters):
+                await self._profile.delete(InboxPage, _page(thread_id, start))
+        await self._profile.update(
+            Inbox, thread_id, lambda inbox: inbox.delivered_dropped(saved_cursor)
+        )
 
     async def replace(self, thread_id: str, inbox: InboxData) -> None:
-        """Set the thread's inbox as a team snapshot held it."""
+        """Set the thread's inbox (a new thread's) as a team snapshot held it."""
         await self._profile.write(Inbox, thread_id, inbox)
+
+
+_INDEX_DIGITS = 12
+
+
+def _page(thread_id: str, start: int) -> str:
+    return f"{thread_id}#{start:0{_INDEX_DIGITS}d}"
