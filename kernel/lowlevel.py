@@ -6,7 +6,15 @@ are stable, but using them means taking on what `Run` otherwise does for you: a 
 commits patches and nothing else, and a `partition` only decides what may commit together.
 """
 
-from ._durable.store import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState, check_name
+from ._durable.store import (
+    JournalEntry,
+    SupportsHead,
+    ThreadHead,
+    ThreadSave,
+    ThreadSnapshot,
+    ThreadState,
+    check_name,
+)
 from ._engine.commit import LiveState
 from ._engine.merge import Contribution, Partition, partition
 from ._engine.registry import KeyBinding, KeyRegistry
@@ -42,6 +50,8 @@ __all__ = [
     "Partition",
     "ReadOnlyProfileAccess",
     "SupportsAtomicUpdate",
+    "SupportsHead",
+    "ThreadHead",
     "ThreadSave",
     "ThreadSnapshot",
     "ThreadState",

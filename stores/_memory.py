@@ -20,6 +20,7 @@ from statekernel.lowlevel import (
     DEFAULT_MAX_VALUE_BYTES,
     Entry,
     JournalEntry,
+    ThreadHead,
     ThreadSave,
     ThreadSnapshot,
     ThreadState,
@@ -155,6 +156,12 @@ class MemoryThreadStore(ClosingStore):
         snapshot = self._newest_snapshot(thread_id, thread, head.revision)
         records = thread.after(snapshot.revision if snapshot is not None else 0)
         return state_of(head, thread.position, snapshot, records)
+
+    async def head(self, thread_id: str) -> ThreadHead | None:
+        thread = self._threads.get(check_thread_id(thread_id))
+        if thread is None:
+            return None
+        return ThreadHead(thread.position, decode_head(thread_id, thread.head).seal)
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
         save = check_save(thread_id, save, expected_position)

@@ -11,7 +11,7 @@ from journal_samples import Total
 from samples import Keys, commit_all
 
 from statekernel import Kernel, StateCommand, StateError, StoreError
-from statekernel.lowlevel import ThreadSave, ThreadSnapshot, ThreadState
+from statekernel.lowlevel import ThreadHead, ThreadSave, ThreadSnapshot, ThreadState
 from statekernel.stores import MemoryThreadStore
 
 
@@ -27,6 +27,10 @@ class FailingStore(MemoryThreadStore):
     async def load(self, thread_id: str) -> ThreadState | None:
         self._check()
         return await super().load(thread_id)
+
+    async def head(self, thread_id: str) -> ThreadHead | None:
+        self._check()
+        return await super().head(thread_id)
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
         self._check()
@@ -49,7 +53,11 @@ Call = Callable[[Kernel], Awaitable[Any]]
 
 # (what the user did, the failed operations it may name as (operation, thread), the call)
 CALLS: list[tuple[str, set[tuple[str, str]], Call]] = [
-    ("start a run", {("thread load", "t")}, lambda k: k.start_run("t")),
+    (  # a kernel that saved the thread asks for its head first
+        "start a run",
+        {("thread load", "t"), ("thread head read", "t")},
+        lambda k: k.start_run("t"),
+    ),
     ("history", {("thread history read", "t")}, lambda k: k.history("t")),
     ("state at a revision", {("thread history read", "t")}, lambda k: k.state_at("t", 2)),
     ("verify", {("thread history read", "t")}, lambda k: k.verify("t")),

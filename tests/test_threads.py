@@ -326,3 +326,90 @@ async def test_run_ids_do_not_repeat_when_a_run_was_never_saved(tmp_path: Path) 
         second = await kernel.start_run("t")
         assert (first.identity.run_id, second.identity.run_id) == ("t:run-1", "t:run-2")
         await second.finish()
+
+
+class CountingLoads:
+    """A ThreadStore proxy that counts loads (and can hide `head`, as a store without it)."""
+
+    def __init__(self, store: ThreadStore, *, with_head: bool = True) -> None:
+        self.store = store
+        self.loads = 0
+        self.with_head = with_head
+
+    async def load(self, thread_id: str) -> Any:
+        self.loads += 1
+        return await self.store.load(thread_id)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "head" and not self.with_head:
+            raise AttributeError(name)
+        return getattr(self.store, name)
+
+
+class NotesPlugin(Plugin):
+    id = "notes"
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(Notes)
+
+
+async def note(kernel: Kernel, thread: str, text: str) -> tuple[str, ...]:
+    run = await kernel.start_run(thread)
+    await run.submit(StateCommand().update(Notes, text))
+    notes: tuple[str, ...] = run.snapshot.get(Notes)
+    await run.finish()
+    return notes
+
+
+async def test_a_kernel_that_saved_a_thread_runs_it_again_without_loading_it(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    store = CountingLoads(store_factory())
+    kernel = Kernel([NotesPlugin()], thread_store=store)  # type: ignore[arg-type]
+    assert await note(kernel, "t", "a") == ("a",)
+    loads = store.loads
+    for text in "bcd":
+        await note(kernel, "t", text)
+    assert store.loads == loads  # the head said nobody saved since: no load, no replay
+    assert await note(kernel, "t", "e") == ("a", "b", "c", "d", "e")
+
+    # Another kernel saves the thread: the first sees it moved, loads, and has its note.
+    other = Kernel([NotesPlugin()], thread_store=store_factory())
+    await note(other, "t", "from the other")
+    assert await note(kernel, "t", "f") == ("a", "b", "c", "d", "e", "from the other", "f")
+    assert store.loads == loads + 1
+
+    # Deleted and made again elsewhere at the same position: the seal tells them apart.
+    await store.delete("t")
+    await note(other, "t", "anew")
+    for _ in range(6):  # the other kernel's saves bring the position back to where it was
+        await note(other, "t", "x")
+    assert await note(kernel, "t", "g") == ("anew", *"xxxxxx", "g")
+
+
+async def test_without_head_a_store_is_loaded_for_every_run(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    store = CountingLoads(store_factory(), with_head=False)
+    kernel = Kernel([NotesPlugin()], thread_store=store)  # type: ignore[arg-type]
+    for text in "abc":
+        await note(kernel, "t", text)
+    assert store.loads == 3
+    assert await note(kernel, "t", "d") == ("a", "b", "c", "d")
+
+
+async def test_a_kernel_keeps_the_values_of_its_most_recent_threads_only(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    from statekernel.lowlevel import SupportsHead
+
+    store = CountingLoads(store_factory())
+    assert isinstance(store.store, SupportsHead)
+    kernel = Kernel([NotesPlugin()], thread_store=store)  # type: ignore[arg-type]
+    for n in range(300):
+        await note(kernel, f"t{n}", "first")
+    loads = store.loads
+    await note(kernel, "t299", "second")  # recent: kept
+    assert store.loads == loads
+    assert await note(kernel, "t0", "second") == ("first", "second")  # let go: loaded
+    assert store.loads == loads + 1

@@ -25,6 +25,8 @@ from .._errors import StateError, StoreError
 
 __all__ = [
     "JournalEntry",
+    "SupportsHead",
+    "ThreadHead",
     "ThreadSave",
     "ThreadSnapshot",
     "ThreadState",
@@ -97,6 +99,29 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
     suspended: bytes | None = None
     position: int = 0
     seal: bytes | None = None
+
+
+class ThreadHead(msgspec.Struct, frozen=True):
+    """Where a stored thread stands, without its state: its write position and the seal of
+    its last save (`ThreadState.position` and `.seal`)."""
+
+    position: int
+    seal: bytes | None = None
+
+
+@runtime_checkable
+class SupportsHead(Protocol):
+    """A ThreadStore that can say where a thread stands without loading it.
+
+    Optional: a kernel that saved a thread itself keeps its state, and before a run asks
+    the store only for the head; when the position and seal are still those of its own
+    last save, nothing was saved since (by anyone) and the load is skipped. The three
+    bundled stores have it.
+    """
+
+    async def head(self, thread_id: str) -> ThreadHead | None:
+        """The thread's position and seal, or None if never saved."""
+        ...
 
 
 @runtime_checkable

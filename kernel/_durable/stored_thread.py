@@ -11,6 +11,7 @@ save in it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -64,6 +65,10 @@ class StoredThread:
     Vector references; None: unknown), so that retention prunes without reading any."""
     pruned_to: int = 0
     """The revision retention last pruned before (nothing older is left)."""
+    saved_values: dict[str, Any] | None = None
+    """The persistent thread keys as this kernel's last save left them in the store, at
+    `position` (None: not kept). A claim uses them instead of loading while the store's
+    head is still at `position` with this chain's seal."""
 
     def note_save(
         self,

@@ -12,10 +12,13 @@ other gets a `RevisionConflict`, so no saved run id repeats in a thread. A suspe
 saved whole: its run keys, the actions still waiting for their phase, and a `SuspendedRun`
 record.
 
-The kernel's memory keeps of a thread only what the store must not hold (`persistent=False`
+The kernel's memory keeps of a thread what the store must not hold (`persistent=False`
 keys, and the whole records of the commits that wrote them) and what it knows of the
-store's copy (`StoredThread`). It knows nothing of phases, hooks or the run loop: a `Run`
-hands it values to save.
+store's copy (`StoredThread`). For the `CACHED_THREADS` threads it saved last, it also keeps
+the persistent keys as its save left them: when the store `SupportsHead` and still stands
+at that save's position and seal, nobody saved the thread since, and the next run starts
+from them without a load (whose cost grows with the records since the newest snapshot).
+It knows nothing of phases, hooks or the run loop: a `Run` hands it values to save.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
 from .rebase import Rebase, commutes, merged, renumbered
 from .retention import Retention
-from .store import JournalEntry, ThreadSave, ThreadStore, store_failures
+from .store import JournalEntry, SupportsHead, ThreadSave, ThreadStore, store_failures
 from .stored_journal import StoredJournal
 from .stored_loads import load_thread, read_stored_as, snapshot_fetcher
 from .stored_thread import StoredThread
@@ -56,6 +59,10 @@ __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 logger = logging.getLogger("statekernel")
 
 REBASE_ATTEMPTS = 8
+
+CACHED_THREADS = 256
+"""How many threads' persistent keys a kernel keeps after saving them (least recently saved
+or claimed go first)."""
 """How many times a save that commutes tries to land after newer heads before it is a
 `RevisionConflict` (only when other kernels keep saving the thread in between)."""
 
@@ -88,12 +95,21 @@ class StoredThreads:
         self._refuse_unknown = refuse_unknown
         self._threads: dict[str, StoredThread] = {}
         self._live = LiveRuns()
+        self._heads = store if isinstance(store, SupportsHead) else None
+        self._stored = frozenset(registry.stored_names)
+        self._cached: dict[str, None] = {}  # threads with saved values, oldest first
 
     # -- claiming and letting go ----------------------------------------------------------
 
     async def claim(self, thread_id: str, *, tolerate: bool = False) -> HeldThread:
         self._live.take(thread_id)
         try:
+            kept = self._threads.get(thread_id)
+            if kept is not None and await self._unchanged(thread_id, kept):
+                assert kept.saved_values is not None
+                kept.held.values = {**kept.saved_values, **kept.held.values}
+                self._remember(thread_id)
+                return kept.held
             kept = await load_thread(
                 self._store,
                 self._registry,
@@ -109,16 +125,61 @@ class StoredThreads:
         return kept.held
 
     def release(self, thread_id: str) -> None:
-        """End the thread's live run; forget what the store now holds in full."""
+        """End the thread's live run; forget what the store now holds in full (unless it is
+        among the threads whose saved values are kept)."""
         self._live.drop(thread_id)
         kept = self._threads.get(thread_id)
         if kept is None:
+            return
+        if kept.saved_values is not None:
+            kept.cache = EncodeCache()
             return
         held = kept.held
         if kept.position > 0 and not held.values and not kept.whole and held.suspended is None:
             del self._threads[thread_id]  # everything it held is in the store
         else:
             kept.cache = EncodeCache()  # the next claim loads afresh: hold no old values
+
+    async def _unchanged(self, thread_id: str, kept: StoredThread) -> bool:
+        """Whether the store still stands where this kernel's last save of the thread left
+        it (same position, same seal): then its saved values are the thread's."""
+        if kept.saved_values is None or self._heads is None or kept.held.suspended is not None:
+            return False
+        with store_failures("thread head read", thread_id):
+            head = await self._heads.head(thread_id)
+        if head is not None and head.position == kept.position and head.seal == kept.chain.seal():
+            return True
+        self._forget_saved(thread_id)
+        return False
+
+    def _remember(self, thread_id: str) -> None:
+        """Mark the thread's saved values the most recently used; let the oldest go."""
+        self._cached.pop(thread_id, None)
+        self._cached[thread_id] = None
+        while len(self._cached) > CACHED_THREADS:
+            oldest = next(iter(self._cached))
+            self._forget_saved(oldest)
+            if oldest not in self._live:
+                self.release_held(oldest)
+
+    def _forget_saved(self, thread_id: str) -> None:
+        self._cached.pop(thread_id, None)
+        kept = self._threads.get(thread_id)
+        if kept is not None:
+            kept.saved_values = None
+
+    def release_held(self, thread_id: str) -> None:
+        """Let a thread without a live run go as `release` would."""
+        kept = self._threads.get(thread_id)
+        if kept is None:
+            return
+        held = kept.held
+        if kept.position > 0 and not kept.whole and held.suspended is None:
+            held.values = {
+                name: value for name, value in held.values.items() if name not in self._stored
+            }
+            if not held.values:
+                del self._threads[thread_id]
 
     def is_live(self, thread_id: str) -> bool:
         return thread_id in self._live
@@ -218,13 +279,19 @@ class StoredThreads:
             drop_marker=registry.dropped_on_uninstall,
             chain=chain,
         )
-        # The store holds the persistent keys; memory keeps only what it must not.
+        # The store holds the persistent keys; memory keeps only what it must not, and a
+        # copy of them while the thread is among the recently saved.
         kept.held.note_saved(
             _named(values, registry.volatile_thread_names),
             _named(values, registry.volatile_run_names),
             revision,
             suspended,
         )
+        if suspended is None and self._heads is not None:
+            kept.saved_values = _named(values, registry.stored_names)
+            self._remember(thread_id)
+        else:
+            self._forget_saved(thread_id)
         return _Landed(interrupted, snapshot is not None)
 
     async def _rebase(

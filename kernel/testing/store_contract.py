@@ -43,7 +43,7 @@ import pytest
 
 from .._durable.chain import Chain, chain_records
 from .._durable.journal import CommitRecord, JournalOp
-from .._durable.store import JournalEntry, ThreadSave, ThreadStore
+from .._durable.store import JournalEntry, SupportsHead, ThreadHead, ThreadSave, ThreadStore
 from .._engine.plugin import Plugin, PluginRegistrar
 from .._errors import (
     DecodeFailed,
@@ -162,6 +162,22 @@ class ThreadStoreContract:
         )
         assert state.records == save.records  # the chain needs every byte as it was given
         assert (state.values, state.snapshot_revision) == ({}, 0)
+
+    async def test_a_head_is_the_loaded_position_and_seal(self, thread_store: ThreadStore) -> None:
+        if not isinstance(thread_store, SupportsHead):
+            pytest.skip(f"{type(thread_store).__name__} does not offer head() (optional)")
+        assert await thread_store.head("t") is None
+        first = _save("t", 1, 2, Chain())
+        await thread_store.save("t", first, expected_position=0)
+        assert await thread_store.head("t") == ThreadHead(1, first.seal)
+        empty = ThreadSave(revision=2, seal=b"another seal")
+        await thread_store.save("t", empty, expected_position=1)
+        state = await thread_store.load("t")
+        assert state is not None
+        assert await thread_store.head("t") == ThreadHead(state.position, state.seal)
+        assert (state.position, state.seal) == (2, b"another seal")
+        await thread_store.delete("t")
+        assert await thread_store.head("t") is None
 
     async def test_only_the_first_of_two_saves_from_one_position_lands(
         self, thread_store: ThreadStore

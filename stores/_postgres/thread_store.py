@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 
 from statekernel import RevisionConflict, StoreError
-from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from statekernel.lowlevel import JournalEntry, ThreadHead, ThreadSave, ThreadSnapshot, ThreadState
 
 from .._closing import ClosingStore
 from .._key_range import prefix_upper_bound
@@ -172,6 +172,7 @@ _HEADS = (
     "WHERE thread_id = ANY($1::text[])"
 )
 _HEAD = "SELECT position, revision, save_ids FROM statekernel_thread_heads WHERE thread_id = $1"
+_HEAD_SEAL = "SELECT position, head FROM statekernel_thread_heads WHERE thread_id = $1"
 _LOAD = """
 SELECT h.position, h.head, s.revision, s.snapshot,
     (SELECT array_agg(r.revision ORDER BY r.revision) FROM statekernel_thread_records r
@@ -243,6 +244,17 @@ class PostgresThreadStore(ClosingStore):
     @property
     def dsn(self) -> str:
         return self._db.dsn
+
+    async def head(self, thread_id: str) -> ThreadHead | None:
+        check_thread_id(thread_id)
+
+        async def head(conn: Any) -> Any:
+            return await conn.fetchrow(_HEAD_SEAL, thread_id)
+
+        row = await self._db.read(f"head of thread {thread_id!r}", thread_id, head)
+        if row is None:
+            return None
+        return ThreadHead(row[0], decode_head(thread_id, row[1]).seal)
 
     async def load(self, thread_id: str) -> ThreadState | None:
         check_thread_id(thread_id)

@@ -21,7 +21,7 @@ from typing import ClassVar
 import attrs
 
 from statekernel import StoreError
-from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from statekernel.lowlevel import JournalEntry, ThreadHead, ThreadSave, ThreadSnapshot, ThreadState
 
 from .._closing import ClosingStore
 from .._key_range import prefix_upper_bound
@@ -152,6 +152,10 @@ class SqliteThreadStore(ClosingStore):
         _check_id(thread_id)
         return await self._db.submit(_Load(thread_id))
 
+    async def head(self, thread_id: str) -> ThreadHead | None:
+        _check_id(thread_id)
+        return await self._db.submit(_HeadOf(thread_id))
+
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
         save = check_save(thread_id, save, expected_position)
         await self._db.submit(_Save(thread_id, save, expected_position))
@@ -223,6 +227,19 @@ def _records(
 ) -> list[JournalEntry]:
     rows = conn.execute(_RECORDS, (thread_id, since, until, limit)).fetchall()
     return [JournalEntry(int(revision), bytes(data)) for revision, data in rows]
+
+
+@attrs.frozen
+class _HeadOf:
+    writes: ClassVar[bool] = False
+    thread_id: str
+
+    def run(self, conn: sqlite3.Connection) -> ThreadHead | None:
+        found = _head(conn, self.thread_id)
+        return None if found is None else ThreadHead(found[1], found[0].seal)
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"head of thread {self.thread_id!r}", cause)
 
 
 @attrs.frozen
