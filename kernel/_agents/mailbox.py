@@ -220,6 +220,8 @@ class Mailbox:
     async def read(self, thread_id: str) -> InboxData:
         """The whole inbox, its pages' letters and the head's in index order."""
         head = await self._profile.read(Inbox, thread_id)  # first: see the module's docstring
+        if head.base == 0:
+            return head  # nothing was ever sealed (or pruned): there are no pages
         pages = await self._pages(thread_id)
         if not pages:
             return head

@@ -436,8 +436,8 @@ class AgentTeam:
         tallies: dict[str, _Tally] = {}
         async with self._stepping:
             rounds = 0
+            await self._load()  # agents other processes spawned join from the next call on
             while True:
-                await self._load()
                 ready = await self._ready()
                 if not ready or rounds == max_rounds:
                     return self._report(tallies, idle=not ready, rounds=rounds)
