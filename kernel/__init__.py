@@ -6,6 +6,8 @@ commit path, the key registry, merge partitions, profile views) is in `statekern
 for store authors and tests; every other module is private and may change.
 """
 
+import importlib.metadata as _metadata
+
 from ._agents.agent import Agent
 from ._agents.facade_state import run_status
 from ._agents.function_tools import tool
@@ -171,6 +173,10 @@ __all__ = [
 
 publish(__name__, globals(), __all__)
 del publish
+
+__version__: str = _metadata.version("statekernel")
+"""The installed distribution's version (`pyproject.toml`'s)."""
+del _metadata
 
 # Imported here so that the engine parts show their public path (`statekernel.lowlevel.X`)
 # in reprs even when only `statekernel` was imported.

@@ -161,7 +161,8 @@ class MemoryThreadStore(ClosingStore):
         thread = self._threads.get(check_thread_id(thread_id))
         if thread is None:
             return None
-        return ThreadHead(thread.position, decode_head(thread_id, thread.head).seal)
+        head = decode_head(thread_id, thread.head)
+        return ThreadHead(thread.position, head.revision, head.seal)
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
         save = check_save(thread_id, save, expected_position)

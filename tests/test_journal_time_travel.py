@@ -19,6 +19,7 @@ from statekernel import (
     StateValidationError,
     ThreadStore,
     UnknownRevision,
+    UnknownThread,
 )
 from statekernel.stores import SqliteThreadStore
 
@@ -85,8 +86,14 @@ async def test_revisions_never_reached_or_pruned_are_unknown(
     ) as e:
         await kernel.state_at("t", 11)
     assert (e.value.thread_id, e.value.revision, e.value.held) == ("t", 11, (0, 10))
-    with pytest.raises(UnknownRevision, match=r"no saved history"):
+    with pytest.raises(UnknownThread, match=r"thread 'nobody' does not exist") as unknown:
         await kernel.state_at("nobody", 0)
+    assert unknown.value.thread_id == "nobody"
+    for call in (kernel.history("nobody"), kernel.verify("nobody"), kernel.get_state("nobody")):
+        with pytest.raises(UnknownThread):
+            await call
+    with pytest.raises(UnknownThread):
+        await kernel.fork("nobody", 0, "copy")
     with pytest.raises(ValueError, match=r"revision must be a revision"):
         await kernel.state_at("t", -1)
     with pytest.raises(ValueError, match=r"one of before=.* or keep="):

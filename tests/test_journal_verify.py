@@ -35,7 +35,7 @@ from statekernel import (
     StateCommand,
     StateKey,
     ThreadStore,
-    UnknownRevision,
+    UnknownThread,
 )
 from statekernel.stores import SqliteThreadStore
 
@@ -50,7 +50,7 @@ async def test_verify_rebuilds_the_thread_and_matches_it(
     report = await kernel.verify("t")
     head = await kernel.state_at("t", last)
     assert report == ReplayReport(True, last, head.state_hash())
-    with pytest.raises(UnknownRevision):
+    with pytest.raises(UnknownThread):
         await kernel.verify("nobody")
 
 

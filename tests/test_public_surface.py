@@ -136,3 +136,12 @@ def test_every_name_in_all_exists_and_nothing_public_is_left_out() -> None:
         if not name.startswith("_") and isinstance(value, type)
     }
     assert public_classes <= set(statekernel.__all__)
+
+
+def test_the_version_is_the_distributions() -> None:
+    import importlib.metadata
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert statekernel.__version__ == project["project"]["version"]
+    assert statekernel.__version__ == importlib.metadata.version("statekernel")

@@ -18,7 +18,14 @@ import msgspec
 
 from .._engine.registry import KeyRegistry
 from .._engine.snapshot import Snapshot
-from .._errors import DecodeFailed, JournalCorrupted, ReplayFailed, StateError, UnknownRevision
+from .._errors import (
+    DecodeFailed,
+    JournalCorrupted,
+    ReplayFailed,
+    StateError,
+    UnknownRevision,
+    UnknownThread,
+)
 from .journal import CommitRecord
 from .replay import ReplayReport, apply_records, hash_of
 from .threads import ReplayBase, ThreadHome, ThreadJournal, check_thread_id
@@ -55,7 +62,11 @@ class ThreadHistory:
         _check_revision("since", since)
         if limit is not None:
             _check_revision("limit", limit)
-        return await self._journal(thread_id).shown(since, limit)
+        journal = self._journal(thread_id)
+        shown = await journal.shown(since, limit)
+        if not shown and await journal.head() is None:
+            raise UnknownThread(thread_id)
+        return shown
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
         rebuilt = await self._rebuild(self._journal(thread_id), thread_id, revision)
@@ -78,6 +89,8 @@ class ThreadHistory:
             found = await journal.head() is not None and (not first or first[0].revision == 1)
         if not found:
             head = await journal.head()
+            if head is None:
+                raise UnknownThread(thread_id)
             raise UnknownRevision(thread_id, revision, held=await _held(journal, head))
         lost: dict[str, int] = {}
         stale = apply_records(
@@ -124,7 +137,7 @@ class ThreadHistory:
         journal = self._journal(thread_id)
         head = await journal.head()
         if head is None:
-            raise UnknownRevision(thread_id, 0, held=None)
+            raise UnknownThread(thread_id)
         try:
             await journal.check_whole()
         except JournalCorrupted as error:

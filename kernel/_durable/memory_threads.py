@@ -35,6 +35,8 @@ class MemoryThread:
     since_snapshot: int = 0
     values_at: dict[tuple[int, str], Any] = attrs.field(factory=dict)
     """Values no op could journal, by (revision, key string) (`Journaled.held`)."""
+    saved: bool = False
+    """Whether a save (or a fork) made it: a thread only ever claimed is not held."""
 
 
 class MemoryThreads:
@@ -100,6 +102,7 @@ class MemoryThreads:
             if before is not None:
                 await self.prune(thread_id, before=before)
         kept.held.note_saved(thread_values, run_values, revision, suspended)
+        kept.saved = True
         if on_saved is not None:
             on_saved(None)
 
@@ -126,6 +129,7 @@ class MemoryThreads:
             records=list(records),
             snapshots=[(r, held) for r, held in source.snapshots if r <= revision],
             values_at={at: value for at, value in source.values_at.items() if at[0] <= revision},
+            saved=True,
         )
 
     async def prune(self, thread_id: str, *, before: int) -> None:
@@ -152,7 +156,9 @@ class MemoryJournal:
         self.held: Mapping[tuple[int, str], Any] = {} if thread is None else thread.values_at
 
     async def head(self) -> int | None:
-        return None if self._thread is None else self._thread.held.revision
+        if self._thread is None or not self._thread.saved:
+            return None
+        return self._thread.held.revision
 
     async def records(
         self, since: int, until: int | None = None, limit: int | None = None

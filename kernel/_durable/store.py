@@ -102,10 +102,11 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ThreadHead(msgspec.Struct, frozen=True):
-    """Where a stored thread stands, without its state: its write position and the seal of
-    its last save (`ThreadState.position` and `.seal`)."""
+    """Where a stored thread stands, without its state: its write position, its head
+    revision and the seal of its last save (`ThreadState.position`, `.revision`, `.seal`)."""
 
     position: int
+    revision: int
     seal: bytes | None = None
 
 
@@ -120,7 +121,7 @@ class SupportsHead(Protocol):
     """
 
     async def head(self, thread_id: str) -> ThreadHead | None:
-        """The thread's position and seal, or None if never saved."""
+        """The thread's position, revision and seal, or None if never saved."""
         ...
 
 

@@ -15,7 +15,7 @@ from .._engine.registry import KeyRegistry
 from .._errors import JournalCorrupted
 from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
 from .journal import CommitRecord, record_prev
-from .store import ThreadSnapshot, ThreadStore, store_failures
+from .store import SupportsHead, ThreadSnapshot, ThreadStore, store_failures
 from .stored_loads import trusted_records
 from .thread_snapshots import RESERVED_VALUES, differing_keys, read_snapshot
 from .threads import ReplayBase
@@ -49,6 +49,9 @@ class StoredJournal:
 
     async def head(self) -> int | None:
         with store_failures("thread history read", self._thread_id):
+            if isinstance(self._store, SupportsHead):  # the head alone, not the thread
+                head = await self._store.head(self._thread_id)
+                return None if head is None else head.revision
             stored = await self._store.load(self._thread_id)
         return None if stored is None else stored.revision
 

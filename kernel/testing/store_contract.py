@@ -169,12 +169,12 @@ class ThreadStoreContract:
         assert await thread_store.head("t") is None
         first = _save("t", 1, 2, Chain())
         await thread_store.save("t", first, expected_position=0)
-        assert await thread_store.head("t") == ThreadHead(1, first.seal)
+        assert await thread_store.head("t") == ThreadHead(1, 2, first.seal)
         empty = ThreadSave(revision=2, seal=b"another seal")
         await thread_store.save("t", empty, expected_position=1)
         state = await thread_store.load("t")
         assert state is not None
-        assert await thread_store.head("t") == ThreadHead(state.position, state.seal)
+        assert await thread_store.head("t") == ThreadHead(state.position, 2, state.seal)
         assert (state.position, state.seal) == (2, b"another seal")
         await thread_store.delete("t")
         assert await thread_store.head("t") is None

@@ -248,13 +248,14 @@ class PostgresThreadStore(ClosingStore):
     async def head(self, thread_id: str) -> ThreadHead | None:
         check_thread_id(thread_id)
 
-        async def head(conn: Any) -> Any:
+        async def fetch(conn: Any) -> Any:
             return await conn.fetchrow(_HEAD_SEAL, thread_id)
 
-        row = await self._db.read(f"head of thread {thread_id!r}", thread_id, head)
+        row = await self._db.read(f"head of thread {thread_id!r}", thread_id, fetch)
         if row is None:
             return None
-        return ThreadHead(row[0], decode_head(thread_id, row[1]).seal)
+        head = decode_head(thread_id, row[1])
+        return ThreadHead(row[0], head.revision, head.seal)
 
     async def load(self, thread_id: str) -> ThreadState | None:
         check_thread_id(thread_id)

@@ -236,7 +236,10 @@ class _HeadOf:
 
     def run(self, conn: sqlite3.Connection) -> ThreadHead | None:
         found = _head(conn, self.thread_id)
-        return None if found is None else ThreadHead(found[1], found[0].seal)
+        if found is None:
+            return None
+        head, position = found
+        return ThreadHead(position, head.revision, head.seal)
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"head of thread {self.thread_id!r}", cause)
