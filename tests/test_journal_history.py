@@ -430,3 +430,37 @@ async def test_memory_only_ops_of_a_long_stretch_between_saves_stay_in_the_histo
     await run.finish()
     records = await kernel.history("t")
     assert [[op.key for op in r.ops] for r in records] == [["e.jot", "e.total"]] * 40
+
+
+async def test_every_commit_of_an_agent_names_who_made_it_and_its_phase(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    from statekernel import Agent, InferenceResponse, ScriptedModel
+
+    def lookup(arguments: dict[str, object], ctx: object) -> str:
+        return "found"
+
+    model = ScriptedModel(
+        [InferenceResponse("", (ToolCall("c1", "lookup", {}),)), InferenceResponse("done")]
+    )
+    agent = Agent(plugins(), model, {"lookup": lookup}, thread_store=thread_store_or_none)
+    result = await agent.run("t", "hello")
+    assert result.outcome == "success"
+    made = [(r.sources, r.phase) for r in await agent.kernel.history("t")]
+    assert made == [
+        (("agent:input",), Phase.RUN_START),
+        (("agent:model",), Phase.AFTER_INFERENCE),
+        (("agent:calls",), Phase.AFTER_INFERENCE),
+        (("tool:lookup",), Phase.BEFORE_TOOL_EXECUTE),
+        (("tool:lookup",), Phase.AFTER_TOOL_EXECUTE),
+        (("agent:model",), Phase.AFTER_INFERENCE),
+    ]
+    run = await agent.kernel.start_run("t")
+    await run.submit(StateCommand().update(Mood, "calm"), source="me", phase=Phase.STEP_END)
+    with pytest.raises(TypeError, match="source must be a non-empty string"):
+        await run.submit(StateCommand(), source="")
+    await run.finish()
+    assert [(r.sources, r.phase) for r in await agent.kernel.history("t")][-1] == (
+        ("me",),
+        Phase.STEP_END,
+    )

@@ -13,6 +13,7 @@ from samples import Keys
 
 from statekernel import (
     Agent,
+    InferenceResponse,
     Kernel,
     KeyScope,
     Phase,
@@ -24,6 +25,8 @@ from statekernel import (
     StateError,
     StateKey,
     StateKeyOptions,
+    Suspend,
+    ToolCall,
 )
 from statekernel.stores import SqliteThreadStore
 
@@ -122,10 +125,29 @@ async def test_a_strict_kernel_checks_a_suspended_runs_run_keys_and_names_agent_
         with pytest.raises(StateError, match=r"\['scratch.count'\]"):
             await strict.resume_run("t1")
 
+        # Every kernel registers an Agent's thread keys: a strict plain kernel loads its thread.
         agent = Agent([], ScriptedModel([]), thread_store=store)
         await agent.run("t2", "hello")
-        with pytest.raises(StateError, match="the Agent facade's own"):
-            await Kernel([], thread_store=store, unknown_keys="refuse").start_run("t2")
+        plain = await Kernel([], thread_store=store, unknown_keys="refuse").start_run("t2")
+        assert [m.content for m in plain.snapshot.to_dict()["statekernel.messages"]] == [
+            "hello",
+            "done",
+        ]
+        await plain.abandon()
+
+        class Hold(Plugin):
+            id = "hold"
+
+            def register(self, registrar: PluginRegistrar) -> None:
+                registrar.register_tool_gate(lambda ctx: Suspend("wait"))
+
+        call = InferenceResponse("", (ToolCall("c1", "noop", {}),))
+        held = Agent(
+            [Hold()], ScriptedModel([call]), {"noop": lambda a, c: "ok"}, thread_store=store
+        )
+        assert (await held.run("t3", "hi")).outcome == "suspended"
+        with pytest.raises(StateError, match="the Agent facade's own"):  # its run keys
+            await Kernel([Hold()], thread_store=store, unknown_keys="refuse").resume_run("t3")
 
 
 class Drafts(StateKey[tuple[str, ...], str]):

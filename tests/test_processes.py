@@ -138,3 +138,49 @@ def test_suspend_then_resume_in_a_fresh_process_completes_the_call_once(tmp_path
     )
     assert again.returncode != 0 and "no suspended run" in again.stderr
     assert paylog.read_text() == "paid\n"
+
+
+PLAIN_READER = """
+import asyncio, json, sys
+from statekernel import Kernel
+from statekernel.stores import SqliteThreadStore
+
+async def main(db, thread):
+    async with SqliteThreadStore(db) as store:
+        kernel = Kernel([], thread_store=store)
+        state = await kernel.get_state(thread)
+        report = await kernel.verify(thread)
+        messages = [m.content for m in state.to_dict()["statekernel.messages"]]
+        print(json.dumps({"hash": state.state_hash(), "verified": report.ok,
+                          "replayed": report.state_hash, "messages": messages}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_a_plain_kernel_in_another_process_reads_an_agents_thread_as_its_writer(
+    tmp_path: Path,
+) -> None:
+    from statekernel import Agent, InferenceResponse, ScriptedModel, ToolCall
+    from statekernel.stores import SqliteThreadStore
+
+    db = tmp_path / "state.db"
+    model = ScriptedModel(
+        [InferenceResponse("", (ToolCall("c1", "echo", {"x": 1}),)), InferenceResponse("done")]
+    )
+    async with SqliteThreadStore(db) as store:
+        agent = Agent([], model, {"echo": lambda args, ctx: args}, thread_store=store)
+        result = await agent.run("t", "hello")
+        written = (await agent.kernel.get_state("t")).state_hash()
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_READER, str(db), "t"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    assert read["hash"] == written == read["replayed"] and read["verified"]
+    assert read["messages"] == [m.content for m in result.messages]
+    assert read["messages"][0] == "hello" and read["messages"][-1] == "done"

@@ -13,8 +13,9 @@ import msgspec
 from .._host.run import Run
 from .._values.commands import StateCommand
 from .._values.messages import Message
+from .._values.phases import Phase
+from .._values.reserved_keys import History
 from .._values.vector import Vector
-from .facade_state import History
 
 __all__ = ["RunHistory"]
 
@@ -43,6 +44,8 @@ class RunHistory:
             for i, m in enumerate(messages)
         )
 
-    async def append(self, *messages: Message) -> None:
+    async def append(self, *messages: Message, source: str, phase: Phase) -> None:
+        """Commit `messages` to the history, recorded as made by `source` in `phase`."""
         if messages:
-            await self._run.submit(StateCommand().update(History, self.stamped(messages)))
+            command = StateCommand().update(History, self.stamped(messages))
+            await self._run.submit(command, source=source, phase=phase)

@@ -25,9 +25,9 @@ from .._values.loop_actions import RequestOverrides, StepRequest
 from .._values.messages import Message
 from .._values.model import InferenceRequest, InferenceResponse, Model
 from .._values.phases import Phase
+from .._values.reserved_keys import History, MailCursor
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ..events import ModelResponded, TextDelta
-from .facade_state import History, MailCursor
 from .mailbox import Delivery
 from .run_control import CancelRequested, RunControl
 from .run_history import RunHistory
@@ -40,6 +40,13 @@ __all__ = ["LoopSettings", "MailDrop", "RunLoop"]
 logger = logging.getLogger("statekernel")
 
 _NO_OVERRIDES = RequestOverrides()
+
+# What the journal records the Agent's own commits as made by (`CommitRecord.sources`).
+INPUT = "agent:input"  # the messages given to run()
+MAIL = "agent:mail"  # a team's messages, delivered
+CONTEXT = "agent:context"  # messages the request transforms placed, once the model read them
+REQUEST = "agent:request"  # the step's loop actions, cleared once they shaped the request
+MODEL = "agent:model"  # the model's answer
 
 
 class MailDrop(Protocol):
@@ -132,8 +139,8 @@ class RunLoop:
 
     async def begin(self) -> RunResult:
         """A new run: its messages, RUN_START, then the steps."""
-        await self._history.append(*self._incoming)
-        await self._collect_mail()
+        await self._history.append(*self._incoming, source=INPUT, phase=Phase.RUN_START)
+        await self._collect_mail(Phase.RUN_START)
         self._mail_collected = True
         await self._run.run_phase(Phase.RUN_START, messages=self._history.messages())
         return await self._loop()
@@ -188,21 +195,22 @@ class RunLoop:
         run, history, control = self._run, self._history, self._control
         await control.safe_point()
         if not self._mail_collected:
-            await self._collect_mail()
+            await self._collect_mail(Phase.STEP_START)
         self._mail_collected = False
         await run.run_phase(Phase.STEP_START, messages=history.messages())
         await run.run_phase(Phase.BEFORE_INFERENCE, messages=history.messages())
         request = await self._request()
         response = await self._infer(request)
-        await history.append(*request.transcript)
+        await history.append(*request.transcript, source=CONTEXT, phase=Phase.BEFORE_INFERENCE)
         control.emit(ModelResponded(response))
         await control.safe_point()
         await run.run_phase(Phase.AFTER_INFERENCE, messages=history.messages(), response=response)
-        await history.append(Message("assistant", response.text, tool_calls=response.tool_calls))
+        answer = Message("assistant", response.text, tool_calls=response.tool_calls)
+        await history.append(answer, source=MODEL, phase=Phase.AFTER_INFERENCE)
         self._calls.expect(response.tool_calls)
         return response
 
-    async def _collect_mail(self) -> None:
+    async def _collect_mail(self, phase: Phase) -> None:
         """Deliver the thread's new mail: the messages and the cursor that counts them are
         one commit, so the save that holds one holds the other (exactly once)."""
         mail = self._agent.mail
@@ -212,7 +220,7 @@ class RunLoop:
         if delivery is not None:
             messages = self._history.stamped(delivery.messages)
             command = StateCommand().update(History, messages).update(MailCursor, delivery.cursor)
-            await self._run.submit(command)
+            await self._run.submit(command, source=MAIL, phase=phase)
 
     async def _request(self) -> InferenceRequest:
         """This step's request: the tools on offer and the model parameters as the step's
@@ -220,7 +228,8 @@ class RunLoop:
         request transforms, with the system prompt first."""
         overrides = self._run.snapshot.get(StepRequest)
         if overrides != _NO_OVERRIDES:
-            await self._run.submit(StateCommand().clear(StepRequest))
+            clear = StateCommand().clear(StepRequest)
+            await self._run.submit(clear, source=REQUEST, phase=Phase.BEFORE_INFERENCE)
         specs = tuple(s for s in self._agent.tool_specs() if overrides.offers(s.name))
         self._step.offered = frozenset(spec.name for spec in specs)
         request = InferenceRequest(self._history.messages(), specs, overrides.params)

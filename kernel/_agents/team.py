@@ -41,8 +41,8 @@ from .._profile.store import ProfileStore
 from .._values.commands import StateCommand
 from .._values.messages import Message
 from .._values.model import Model
+from .._values.reserved_keys import MailCursor
 from .agent import Agent, _named_tools
-from .facade_state import MailCursor
 from .function_tools import tool
 from .mailbox import (
     PRUNE_AT,

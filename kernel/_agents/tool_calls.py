@@ -18,9 +18,10 @@ from .._values.codec import as_json_data
 from .._values.commands import StateCommand
 from .._values.messages import Message
 from .._values.phases import Phase
+from .._values.reserved_keys import History
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult
 from ..events import ToolCallEnded, ToolCallStarted
-from .facade_state import CallState, History, ToolCalls
+from .facade_state import CallState, ToolCalls
 from .run_control import RunControl
 from .run_history import RunHistory
 from .run_result import PendingCall
@@ -70,7 +71,7 @@ class ToolCallRunner:
         command = StateCommand()
         for call in calls:
             command.update(ToolCalls, CallState(call.id, call.name, ToolCallStatus.NEW))
-        await self._run.submit(command)
+        await self._run.submit(command, source="agent:calls", phase=Phase.AFTER_INFERENCE)
         suspended: list[PendingCall] = []
         for index, call in enumerate(calls):
             await self._control.safe_point()
@@ -132,7 +133,8 @@ class ToolCallRunner:
         state = CallState(call.id, call.name, result.status, result.error)
         message = Message("tool", result.text, tool_call_id=call.id, is_error=result.is_error)
         stamped = self._history.stamped((message,))
-        await self._run.submit(StateCommand().update(ToolCalls, state).update(History, stamped))
+        command = StateCommand().update(ToolCalls, state).update(History, stamped)
+        await self._run.submit(command, source=f"tool:{call.name}", phase=Phase.AFTER_TOOL_EXECUTE)
         if self._control.streamed:
             shown = as_json_data(result.result, result.text)  # an event always encodes
             self._control.emit(
@@ -253,6 +255,7 @@ class ToolCallRunner:
             await self._run.checkpoint()
 
     async def _mark(self, call: ToolCall, status: ToolCallStatus) -> None:
-        await self._run.submit(
-            StateCommand().update(ToolCalls, CallState(call.id, call.name, status))
-        )
+        """The call's new status, recorded as the tool's, in the phase it is reached in."""
+        phase = Phase.TOOL_GATE if status is ToolCallStatus.SUSPENDED else Phase.BEFORE_TOOL_EXECUTE
+        command = StateCommand().update(ToolCalls, CallState(call.id, call.name, status))
+        await self._run.submit(command, source=f"tool:{call.name}", phase=phase)

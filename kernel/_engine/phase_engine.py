@@ -160,15 +160,21 @@ class PhaseEngine:
         return tally.report(phase, state.revision)
 
     async def submit(
-        self, command: StateCommand, origin: str | None = None, *, source: str = "submit"
+        self,
+        command: StateCommand,
+        origin: str | None = None,
+        *,
+        source: str = "submit",
+        phase: Phase | None = None,
     ) -> PhaseReport:
         """Commit one command from outside a hook (a tool's, a caller's), through the same path.
 
-        `source` is what the journal records it as (`"submit"`, `"tool:<name>"`)."""
+        `source` is what the journal records it as (`"submit"`, `"tool:<name>"`), and
+        `phase` the phase it belongs to (None: outside any)."""
         if not isinstance(command, StateCommand):
             raise TypeError(f"submit takes a StateCommand, got {command!r}")
         tally = _Tally()
-        self._state.phase = None
+        self._state.phase = phase
         contribution = Contribution(origin, command, source)
         self._check_handlers(contribution)
         before = self._state.revision

@@ -40,6 +40,7 @@ from .._values.codec import CODEC_ERRORS, dec_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetters
 from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
+from .._values.reserved_keys import History, MailCursor
 from .._values.specs import ScheduledAction, ScheduledActionSpec, spec_info
 from .run import Lease, Run
 
@@ -95,7 +96,11 @@ class Kernel:
             )
         self.retention = retention
         self.components = Components.build(
-            plugins, extra_keys=(KeyBinding.of(DeadLetters, plugin=RESERVED_PLUGIN_ID),)
+            plugins,
+            extra_keys=tuple(
+                KeyBinding.of(key, plugin=RESERVED_PLUGIN_ID)
+                for key in (DeadLetters, History, MailCursor)
+            ),
         )
         self.profile_store = profile_store
         self.profile: ProfileAccess | None = (

@@ -242,11 +242,20 @@ class Run:
         decision, _ = await self._tool_gate(tool_call, fields)
         return decision
 
-    async def submit(self, command: StateCommand) -> PhaseReport:
-        """Commit a command from outside a hook through the same path (atomic, validated)."""
+    async def submit(
+        self, command: StateCommand, *, source: str = "submit", phase: Phase | None = None
+    ) -> PhaseReport:
+        """Commit a command from outside a hook through the same path (atomic, validated).
+
+        Its journal record names `source` (who made it: the Agent says `"agent:input"`,
+        `"agent:model"`, `"tool:<name>"`, ...) and `phase` (the phase it belongs to)."""
+        if not isinstance(source, str) or not source:
+            raise TypeError(f"source must be a non-empty string, got {source!r}")
+        if phase is not None and not isinstance(phase, Phase):
+            raise TypeError(f"phase must be a statekernel.Phase or None, got {phase!r}")
         self._check_open()
         async with self._lock:
-            return await self._engine.submit(command)
+            return await self._engine.submit(command, source=source, phase=phase)
 
     async def retry(self, letter: DeadLetter | str) -> PhaseReport:
         """Schedule a dead letter's action again, as its next attempt. It runs in its phase's
