@@ -413,3 +413,19 @@ async def test_a_kernel_keeps_the_values_of_its_most_recent_threads_only(
     assert store.loads == loads
     assert await note(kernel, "t0", "second") == ("first", "second")  # let go: loaded
     assert store.loads == loads + 1
+
+
+async def test_a_kernel_lists_the_threads_saved_where_it_keeps_them(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    kernel = Kernel([NotesPlugin()], thread_store=thread_store_or_none)
+    assert await kernel.threads() == []
+    for thread in ("team/b", "team/a", "solo"):
+        await note(kernel, thread, "x")
+    run = await kernel.start_run("never-saved")
+    assert await kernel.threads() == ["solo", "team/a", "team/b"]  # sorted; unsaved left out
+    await run.abandon()
+    assert await kernel.threads(prefix="team/") == ["team/a", "team/b"]
+    assert await kernel.threads(prefix="team/", limit=1) == ["team/a"]
+    with pytest.raises(ValueError, match="limit"):
+        await kernel.threads(limit=-1)

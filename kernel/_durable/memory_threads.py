@@ -132,6 +132,12 @@ class MemoryThreads:
             saved=True,
         )
 
+    async def threads(self, prefix: str, limit: int | None) -> list[str]:
+        found = sorted(
+            t for t, kept in self._threads.items() if kept.saved and t.startswith(prefix)
+        )
+        return found if limit is None else found[:limit]
+
     async def prune(self, thread_id: str, *, before: int) -> None:
         kept = self._threads.get(thread_id)
         if kept is None:

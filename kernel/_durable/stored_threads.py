@@ -524,6 +524,10 @@ class StoredThreads:
         if new_thread_id not in self._live:  # a thread of that id deleted earlier is gone
             self._threads.pop(new_thread_id, None)
 
+    async def threads(self, prefix: str, limit: int | None) -> list[str]:
+        with store_failures("thread listing", prefix):
+            return await self._store.threads(prefix=prefix, limit=limit)
+
     async def prune(self, thread_id: str, *, before: int) -> None:
         # Snapshots may extend older ones (Vector references): keep from the oldest
         # snapshot the one kept at `before` still reads.

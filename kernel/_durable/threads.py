@@ -274,6 +274,10 @@ class ThreadHome(Protocol):
         """Forget what is older than the newest snapshot at or before `before`."""
         ...
 
+    async def threads(self, prefix: str, limit: int | None) -> list[str]:
+        """The ids of the saved threads that start with `prefix`, sorted, at most `limit`."""
+        ...
+
 
 def check_thread_id(thread_id: object) -> None:
     if not isinstance(thread_id, str) or not thread_id:

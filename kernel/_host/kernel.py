@@ -222,6 +222,17 @@ class Kernel:
         revision never reached, or pruned, raises `UnknownRevision`."""
         return await self._history.state_at(thread_id, revision)
 
+    async def threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
+        """The ids of the threads saved where this kernel keeps them (its ThreadStore, or its
+        memory), that start with `prefix` (literally), sorted, at most `limit`."""
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a string, got {prefix!r}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+        ):
+            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        return await self._home.threads(prefix, limit)
+
     async def get_state(self, thread_id: str) -> Snapshot:
         """The thread keys as the thread last saved them (its head), without starting a run.
 
