@@ -309,11 +309,47 @@ async def test_the_file_records_its_schema_version(tmp_path: Path) -> None:
         await made.save("t", ThreadSave(revision=0), expected_position=0)
     with sqlite3.connect(path) as raw:
         rows = raw.execute("SELECT component, version FROM statekernel_schema").fetchall()
-        assert rows == [("thread_store", 2)]
-        raw.execute("UPDATE statekernel_schema SET version = 3")
+        assert rows == [("thread_store", 3)]
+        raw.execute("UPDATE statekernel_schema SET version = 4")
     async with SqliteThreadStore(path) as made:
-        with pytest.raises(StoreError, match=r"thread_store schema version 3.*Upgrade"):
+        with pytest.raises(StoreError, match=r"thread_store schema version 4.*Upgrade"):
             await made.load("t")
+
+
+async def test_the_revision_column_holds_the_revision_and_a_version_2_file_migrates(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store:
+        await store.save("t", ThreadSave(revision=3, records=_entries(1, 3)), expected_position=0)
+        await store.save("t", ThreadSave(revision=5, records=_entries(4, 5)), expected_position=1)
+        await store.save("t", ThreadSave(revision=5), expected_position=2)  # a run ending
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT revision, position FROM thread_states").fetchall() == [(5, 3)]
+        # As version 2 wrote it: the position in `revision`, no `position` column.
+        raw.executescript(
+            """
+            CREATE TABLE old AS SELECT thread_id, position AS revision, state, saved_at
+                FROM thread_states;
+            DROP TABLE thread_states;
+            CREATE TABLE thread_states (thread_id TEXT PRIMARY KEY, revision INTEGER NOT NULL,
+                state BLOB NOT NULL, saved_at REAL NOT NULL) WITHOUT ROWID;
+            INSERT INTO thread_states SELECT * FROM old;
+            DROP TABLE old;
+            UPDATE statekernel_schema SET version = 2;
+            """
+        )
+    async with SqliteThreadStore(path) as store:
+        loaded = await store.load("t")
+        assert loaded is not None and (loaded.revision, loaded.position) == (5, 3)
+        await store.save("t", ThreadSave(revision=6, records=_entries(6, 6)), expected_position=3)
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT revision, position FROM thread_states").fetchall() == [(6, 4)]
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(3,)]
+
+
+def _entries(first: int, last: int) -> tuple[JournalEntry, ...]:
+    return tuple(JournalEntry(r, f"r{r}".encode()) for r in range(first, last + 1))
 
 
 _VERSION_1 = """
@@ -360,7 +396,9 @@ async def test_a_file_saved_before_the_journal_migrates_and_its_threads_load(
         assert loaded is not None and loaded.values == {"mood": b'"calm"'}
         assert loaded.snapshot_revision == 7 and loaded.records == (JournalEntry(8, b"r8"),)
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(2,)]
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(3,)]
+        # The position carried over from the version 1 row, the revision from its head.
+        assert raw.execute("SELECT revision, position FROM thread_states").fetchall() == [(8, 8)]
 
 
 async def test_profile_and_thread_stores_can_share_one_file(tmp_path: Path) -> None:

@@ -127,14 +127,17 @@ def runs_at_once(op: SqliteOp[Any]) -> bool:
 class Schema:
     """A component's tables: created together with its version row when first missing.
 
-    `migrations[n]` are the statements that take a file from version `n` to `n + 1`; a
-    file at an older version is migrated step by step when opened, in the open's
+    `migrations[n]` are the steps that take a file from version `n` to `n + 1`: SQL
+    statements, or functions of the connection for a step SQL cannot say (decoding a blob);
+    a file at an older version is migrated step by step when opened, in the open's
     transaction."""
 
     component: str
     version: int
     statements: tuple[str, ...]
-    migrations: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)
+    migrations: Mapping[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = attrs.field(
+        factory=dict
+    )
 
 
 @attrs.frozen
@@ -574,8 +577,11 @@ def _ensure_schema(conn: sqlite3.Connection, schema: Schema) -> None:
         version in schema.migrations for version in range(row[0], schema.version)
     ):
         for version in range(row[0], schema.version):
-            for statement in schema.migrations[version]:
-                conn.execute(statement)
+            for step in schema.migrations[version]:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
         conn.execute(
             "UPDATE statekernel_schema SET version = ? WHERE component = ?",
             (schema.version, schema.component),

@@ -1,6 +1,7 @@
 """The SQLite ThreadStore: each thread's journal in three tables of a SQLite file.
 
-`thread_states` holds one small head row per thread, `thread_records` its commit records
+`thread_states` holds one small head row per thread (its head revision, its write position,
+the head document), `thread_records` its commit records
 and `thread_snapshots` its periodic snapshots. A save appends records (and a snapshot when
 the kernel sends one) and replaces the head inside one transaction that first compares the
 stored write position and moves it by one, so a stale writer in another process gets
@@ -20,7 +21,7 @@ from typing import ClassVar
 
 import attrs
 
-from statekernel import StoreError
+from statekernel import DecodeFailed, StoreError
 from statekernel.lowlevel import JournalEntry, ThreadHead, ThreadSave, ThreadSnapshot, ThreadState
 
 from .._closing import ClosingStore
@@ -61,31 +62,48 @@ _TABLES = (
     """,
 )
 
+
+def _revision_apart_from_position(conn: sqlite3.Connection) -> None:
+    """Version 2 kept the write position in `revision`: give it a column of its own, and
+    `revision` the head revision its row's head document holds."""
+    conn.execute("ALTER TABLE thread_states ADD COLUMN position INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE thread_states SET position = revision")
+    for thread_id, state in conn.execute("SELECT thread_id, state FROM thread_states").fetchall():
+        try:
+            revision = decode_head(thread_id, bytes(state)).revision
+        except DecodeFailed:
+            continue  # a damaged head: its load says so, naming it
+        conn.execute(
+            "UPDATE thread_states SET revision = ? WHERE thread_id = ?", (revision, thread_id)
+        )
+
+
 _SCHEMA = Schema(
     component="thread_store",
-    version=2,
+    version=3,
     statements=(
         """
         CREATE TABLE thread_states (
             thread_id TEXT PRIMARY KEY,
             revision  INTEGER NOT NULL,
             state     BLOB NOT NULL,
-            saved_at  REAL NOT NULL
+            saved_at  REAL NOT NULL,
+            position  INTEGER NOT NULL DEFAULT 0
         ) WITHOUT ROWID
         """,
         *_TABLES,
     ),
     # Version 1 kept each thread's whole state in its head row; such a head still loads (it
     # is its own snapshot) and its first save moves its values into thread_snapshots.
-    migrations={1: _TABLES},
+    migrations={1: _TABLES, 2: (_revision_apart_from_position,)},
 )
 
-# (`revision` holds the write position: it held the revision before saves had positions,
-# and both only ever grow.)
-_SELECT_HEAD = "SELECT state, revision FROM thread_states WHERE thread_id = ?"
+# `revision` is the thread's head revision, for anyone reading the file; `position` is the
+# write position every save compares and moves.
+_SELECT_HEAD = "SELECT state, position FROM thread_states WHERE thread_id = ?"
 _REPLACE_HEAD = (
-    "INSERT OR REPLACE INTO thread_states (thread_id, revision, state, saved_at) "
-    "VALUES (?, ?, ?, ?)"
+    "INSERT OR REPLACE INTO thread_states (thread_id, revision, state, saved_at, position) "
+    "VALUES (?, ?, ?, ?, ?)"
 )
 _NEWEST_SNAPSHOT = (
     "SELECT revision, snapshot FROM thread_snapshots WHERE thread_id = ? AND revision <= ? "
@@ -310,7 +328,7 @@ class _Save:
         for revision, values in plan.snapshots:
             conn.execute(_INSERT_SNAPSHOT, (thread_id, revision, values))
         head = plan.head
-        conn.execute(_REPLACE_HEAD, (thread_id, position, head, time.time()))
+        conn.execute(_REPLACE_HEAD, (thread_id, save.revision, head, time.time(), position))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"save of thread {self.thread_id!r}", cause)
