@@ -533,3 +533,27 @@ async def test_a_letter_both_in_a_page_and_the_head_is_delivered_once(
         )
         await team.run_until_idle()
         assert mail(await history(team, one)) == [("s", f"m{n}") for n in range(5)]
+
+
+async def test_senders_racing_on_one_inbox_from_two_team_objects_lose_no_letter(
+    profile_store: ProfileStore,
+) -> None:
+    """Two team objects (two processes' worth of stale copies of the inbox) and many senders
+    at once on one recipient: every letter lands once, in order per sender."""
+    roles = {"a": Role(model=answer_ok)}
+    async with AgentTeam(roles, profile_store=profile_store) as team:
+        target = team.spawn("a", "x")
+        await team.send("warm", "up", to=target)  # each team object now holds a copy
+        async with AgentTeam(roles, profile_store=profile_store, team_id=team.team_id) as other:
+            await other.send("warm", "up again", to=target)
+
+            async def sender(via: AgentTeam, name: str) -> None:
+                for n in range(15):
+                    await via.send(name, f"{name} {n}", to=target)
+
+            await asyncio.gather(*(sender(team if k % 2 else other, f"s{k}") for k in range(8)))
+        await team.run_until_idle()
+        got = mail(await history(team, target))
+        assert len(got) == 2 + 8 * 15
+        for k in range(8):
+            assert [text for who, text in got if who == f"s{k}"] == [f"s{k} {n}" for n in range(15)]
