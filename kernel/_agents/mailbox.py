@@ -26,6 +26,7 @@ again after a crash, or a caller retrying a send whose answer it lost, sends onc
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 import attrs
@@ -197,6 +198,7 @@ class Mailbox:
     def __init__(self, profile: ProfileAccess) -> None:
         self._profile = profile
         self._heads: dict[str, tuple[int, InboxData]] = {}  # the heads this mailbox last wrote
+        self._posting: dict[str, _Turn] = {}  # one send per inbox at a time, in this process
 
     async def post(self, thread_id: str, letter: LetterOf, message_id: str | None = None) -> bool:
         """Append `letter` to the thread's inbox atomically; False when `message_id` shows
@@ -205,7 +207,21 @@ class Mailbox:
         A compare-and-set on the head this mailbox last wrote, when it has one: one write
         and no read while it is the only writer of the inbox (a sender's usual case), and a
         fresh read after anyone else wrote. After `CAS_ATTEMPTS` lost races it takes the
-        store's atomic update, which never loses one."""
+        store's atomic update, which never loses one. Sends of this process to one inbox
+        take turns, so that they never race each other."""
+        turn = self._posting.get(thread_id)
+        if turn is None:
+            turn = self._posting[thread_id] = _Turn()
+        turn.users += 1
+        try:
+            async with turn.lock:
+                return await self._post(thread_id, letter, message_id)
+        finally:
+            turn.users -= 1
+            if turn.users == 0:
+                del self._posting[thread_id]
+
+    async def _post(self, thread_id: str, letter: LetterOf, message_id: str | None) -> bool:
         store = self._profile.store
         for _ in range(CAS_ATTEMPTS):
             known = self._heads.pop(thread_id, None)
@@ -313,6 +329,14 @@ class Mailbox:
 
 
 _INDEX_DIGITS = 12
+
+
+@attrs.define
+class _Turn:
+    """An inbox's line of sends in this process: the lock, and how many hold or wait."""
+
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    users: int = 0
 
 
 def _page(thread_id: str, start: int) -> str:
