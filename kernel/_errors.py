@@ -381,13 +381,20 @@ class ModelCallFailed(StateError):
         super().__init__(f"model {model!r} call failed ({where}): {detail}. {fix}")
 
 
-class UnknownThread(StateError, LookupError):
-    """A thread the kernel's ThreadStore (or, without one, its memory) does not hold."""
+class UnknownThread(UnknownRevision):
+    """A thread the kernel's ThreadStore (or, without one, its memory) does not hold.
+
+    An `UnknownRevision` too (of revision 0, with nothing held), which is what `state_at`,
+    `verify` and `fork` raised for such a thread before: code catching that still does."""
 
     def __init__(self, thread_id: str, *, fix: str = "") -> None:
-        self.thread_id = thread_id
         fix = fix or "Check the id, and that this kernel reads the store the thread was saved in."
-        super().__init__(f"thread {thread_id!r} does not exist: no run has saved it. {fix}")
+        StateError.__init__(
+            self, f"thread {thread_id!r} does not exist: no run has saved it. {fix}"
+        )
+        self.thread_id = thread_id
+        self.revision = 0
+        self.held = None
 
 
 class UnknownAgent(StateError, LookupError):

@@ -557,3 +557,105 @@ async def test_senders_racing_on_one_inbox_from_two_team_objects_lose_no_letter(
         assert len(got) == 2 + 8 * 15
         for k in range(8):
             assert [text for who, text in got if who == f"s{k}"] == [f"s{k} {n}" for n in range(15)]
+
+
+# -- other processes around a restore, and what must not wedge a team ---------------------------
+
+
+async def test_after_a_restore_elsewhere_no_letter_is_pruned_lost_or_sent_to_the_old_thread(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    roles = {"a": Role(model=answer_ok)}
+    async with team_of(stores, roles) as first:
+        x = first.spawn("a", "task")
+        await first.run_until_idle()
+        for n in range(40):
+            await first.send("user", f"m{n}", to=x)
+        await first.save_snapshot("s")  # 40 letters undelivered at the snapshot
+        async with team_of(stores, roles, team_id=first.team_id) as second:
+            await second.run_until_idle()  # delivers the 40 into the old thread
+            await second.send("user", "before the restore", to=x)
+            await first.restore_snapshot("s")
+            await second.run_until_idle()  # its cursor was the old thread's: not this one's
+            await second.send("user", "after the restore", to=x)  # follows the moved inbox
+        await first.run_until_idle()
+        got = [text for _, text in mail(await history(first, x))]
+        assert got == [*(f"m{n}" for n in range(40)), "after the restore"]
+
+
+async def test_two_team_objects_running_one_agent_do_not_count_the_lost_race_as_a_failure(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    gate = asyncio.Event()
+
+    async def slow(request: InferenceRequest) -> InferenceResponse:
+        await gate.wait()
+        return InferenceResponse("ok")
+
+    roles = {"a": Role(model=slow)}
+    async with team_of(stores, roles, max_restarts=0) as first:
+        x = first.spawn("a", "task")
+        async with team_of(stores, roles, team_id=first.team_id, max_restarts=0) as second:
+            both = asyncio.gather(first.run_until_idle(), second.run_until_idle())
+            await asyncio.sleep(0.05)
+            gate.set()
+            reports = await both
+            statuses = [r.agents[x].status for r in reports if x in r.agents]
+            assert "failed" not in statuses  # one saved first; the other lost a race
+            await first.send("user", "later", to=x)
+            await first.run_until_idle()
+        assert mail(await history(first, x)) == [("user", "later")]
+        assert {i.id: i.status for i in first.list_agents()}[x] == "done"
+
+
+async def test_a_spawn_that_cannot_be_recorded_is_dropped_and_says_why(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    class RunNote(StateKey[str, str]):
+        key = "team_test.run_note"  # run-scoped: no seed can hold it
+
+    class RunNotes(Plugin):
+        id = "run_notes"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_key(RunNote)
+
+    async with team_of(stores, {"a": Role(model=answer_ok, plugins=[RunNotes()])}) as team:
+        bad = team.spawn("a", "x", seed=StateCommand().update(RunNote, "no"))
+        good = team.spawn("a", "y")
+        with pytest.raises(StateError, match=f"spawn of agent '{bad}'.*not recorded"):
+            await team.run_until_idle()
+        report = await team.run_until_idle()  # the team goes on without it
+        assert [i.id for i in team.list_agents()] == [good]
+        assert report.agents[good].outcomes == ("success",)
+
+
+async def test_an_agent_id_spawned_again_after_a_restore_dropped_it_starts_afresh(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        team.spawn("a", "first", agent_id="keeper")
+        await team.save_snapshot("empty-but-keeper")
+        team.spawn("a", "old task", agent_id="w1")
+        await team.run_until_idle()
+        await team.restore_snapshot("empty-but-keeper")  # drops w1
+        with pytest.raises(UnknownAgent):
+            await team.send("user", "hi", to="w1")
+        team.spawn("a", "new task", agent_id="w1")
+        await team.run_until_idle()
+        assert [m.content for m in await history(team, "w1")] == ["new task", "ok"]
+
+
+async def test_a_failed_resume_or_a_cancel_leaves_no_agent_waiting_for_good(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    publisher = calling("publish", lambda r: {"text": "the post"})
+    roles = {"pub": Role(model=publisher, plugins=[Approval()], tools=[publish])}
+    async with team_of(stores, roles) as team:
+        p = team.spawn("pub", "post it")
+        report = await team.run_until_idle()
+        assert report.waiting() == (p,)
+        result = await team.cancel(p)
+        assert result.outcome == "cancelled"
+        assert {i.id: i.status for i in team.list_agents()}[p] == "done"
+        await team.save_snapshot()  # nobody waits on a decision any more

@@ -3,13 +3,13 @@ into each recipient's thread exactly once, in order per sender, across crashes.
 
 Exactly once needs two facts to be one: "the message is in the recipient's history" and
 "the message was consumed". So the mailbox never marks anything consumed. Each recipient
-has an inbox entry in the ProfileStore; a send appends a letter to it in one atomic
-`update`, numbering it per sender. The recipient's thread keeps, in its own state
-(`MailCursor`), the last number delivered from each sender, and a delivery commits the
-messages and the cursor's advance in one commit, saved by the run's next checkpoint. Before
-that save a crash loses both, and the letters are delivered again; after it the cursor says
-they were. Letters at or below the saved cursor are pruned from the inbox, only ever by the
-cursor as a store holds it.
+has an inbox in the ProfileStore; a send appends a letter to it with one compare-and-set
+(or, after lost races, one atomic `update`), numbering it per sender. The recipient's
+thread keeps, in its own state (`MailCursor`), the last number delivered from each sender,
+and a delivery commits the messages and the cursor's advance in one commit, saved by the
+run's next checkpoint. Before that save a crash loses both, and the letters are delivered
+again; after it the cursor says they were. Letters at or below the saved cursor are pruned
+from the inbox, only ever by the cursor as a store holds it.
 
 An inbox is a small head entry and sealed pages. A send appends to the head, so what it
 writes stays small however much mail waits; once the head holds `PAGE_LETTERS` letters, the
@@ -32,7 +32,7 @@ from collections.abc import Mapping
 import attrs
 import msgspec
 
-from .._errors import DecodeFailed, VersionConflict
+from .._errors import DecodeFailed, StateError, StoreError, VersionConflict
 from .._profile.access import ProfileAccess
 from .._profile.keys import ProfileKey
 from .._values.codec import CODEC_ERRORS
@@ -59,12 +59,15 @@ PRUNE_AT = 32
 and one per run would double what a delivery costs the store."""
 
 CAS_ATTEMPTS = 4
+
+CACHED_HEADS = 1024
+"""How many inbox heads a mailbox keeps (the ones it wrote last) to send without a read."""
 """How many compare-and-set races a send loses before it takes the store's atomic update."""
 
 PAGE_LETTERS = 32
 """How many letters an inbox head holds before its sender seals them into a page."""
 
-RECENT_IDS = 64
+RECENT_IDS = 8
 """How many message ids per sender an inbox remembers to drop a repeated send."""
 
 _ID_PREFIX = "mail:"
@@ -90,6 +93,9 @@ class InboxData(msgspec.Struct, frozen=True):
     last_seq: dict[str, int] = {}
     recent: dict[str, tuple[str, ...]] = {}
     base: int = 0
+    moved_to: str | None = None
+    """Set by a team restore on the inbox of a thread it left: the agent's new thread
+    ("": the agent is gone). A send to it is refused (`InboxMoved`)."""
 
     def posted(self, letter_of: LetterOf, message_id: str | None) -> InboxData | None:
         """This inbox with the sender's next letter appended, or None when `message_id`
@@ -98,25 +104,30 @@ class InboxData(msgspec.Struct, frozen=True):
         seen = self.recent.get(sender, ())
         if message_id is not None and message_id in seen:
             return None
+        if self.moved_to is not None:
+            raise InboxMoved(self.moved_to)
         seq = self.last_seq.get(sender, 0) + 1
         letter = Letter(sender, seq, letter_of.content, letter_of.via)
         recent = self.recent
         if message_id is not None:
             recent = {**recent, sender: (*seen, message_id)[-RECENT_IDS:]}
         letters = (*self.letters, letter)
-        return InboxData(letters, {**self.last_seq, sender: seq}, recent, self.base)
+        return msgspec.structs.replace(
+            self, letters=letters, last_seq={**self.last_seq, sender: seq}, recent=recent
+        )
 
-    def pruned(self, cursor: Mapping[str, int]) -> InboxData:
-        """Without the letters `cursor` says were delivered."""
+    def undelivered(self, cursor: Mapping[str, int]) -> InboxData:
+        """Only the letters `cursor` does not count as delivered (for reading: the letters
+        left keep no index; `delivered_dropped` is what a stored head may become)."""
         kept = tuple(x for x in self.letters if x.seq > cursor.get(x.sender, 0))
-        return InboxData(kept, self.last_seq, self.recent, self.base)
+        return msgspec.structs.replace(self, letters=kept)
 
     def sealed(self, base: int, count: int) -> InboxData:
         """Without its first `count` letters, once a page holds them (unchanged unless the
         head still starts at `base`: another writer sealed or pruned it meanwhile)."""
         if self.base != base:
             return self
-        return InboxData(self.letters[count:], self.last_seq, self.recent, base + count)
+        return msgspec.structs.replace(self, letters=self.letters[count:], base=base + count)
 
     def delivered_dropped(self, cursor: Mapping[str, int]) -> InboxData:
         """Without the delivered letters it starts with (letters keep their indexes)."""
@@ -126,6 +137,16 @@ class InboxData(msgspec.Struct, frozen=True):
                 break
             count += 1
         return self.sealed(self.base, count) if count else self
+
+
+class InboxMoved(StateError):
+    """A send reached the inbox of a thread a team restore left (the team follows it to
+    the agent's new thread; it reaches users only if restores keep coming)."""
+
+    def __init__(self, moved_to: str) -> None:
+        self.moved_to = moved_to
+        where = f"thread {moved_to!r}" if moved_to else "nowhere (the agent is gone)"
+        super().__init__(f"this inbox moved to {where} in a team restore; read the roster again")
 
 
 @attrs.frozen
@@ -207,8 +228,8 @@ class Mailbox:
         A compare-and-set on the head this mailbox last wrote, when it has one: one write
         and no read while it is the only writer of the inbox (a sender's usual case), and a
         fresh read after anyone else wrote. After `CAS_ATTEMPTS` lost races it takes the
-        store's atomic update, which never loses one. Sends of this process to one inbox
-        take turns, so that they never race each other."""
+        store's atomic update (compare-and-set retried, on a store without one). Sends of
+        this process to one inbox take turns, so that they never race each other."""
         turn = self._posting.get(thread_id)
         if turn is None:
             turn = self._posting[thread_id] = _Turn()
@@ -237,13 +258,22 @@ class Mailbox:
                 )
             except VersionConflict:
                 continue
-            self._heads[thread_id] = (entry.version, posted)
+            except StateError:
+                raise
+            except Exception as error:  # a third-party store's own failure
+                raise StoreError(f"set of entry {thread_id!r}", error, key=Inbox.key) from error
+            self._remember_head(thread_id, entry.version, posted)
             await self._seal_full(thread_id, posted)
             return True
         return await self._post_atomically(thread_id, letter, message_id)
 
     async def _read_head(self, thread_id: str) -> tuple[int, InboxData]:
-        entry = await self._profile.store.get(Inbox.key, thread_id)
+        try:
+            entry = await self._profile.store.get(Inbox.key, thread_id)
+        except StateError:
+            raise
+        except Exception as error:  # a third-party store's own failure
+            raise StoreError(f"get of entry {thread_id!r}", error, key=Inbox.key) from error
         if entry is None:
             return 0, InboxData()
         try:
@@ -308,6 +338,11 @@ class Mailbox:
                 pages.append((int(start), letters))
         return pages
 
+    def _remember_head(self, thread_id: str, version: int, head: InboxData) -> None:
+        self._heads[thread_id] = (version, head)
+        while len(self._heads) > CACHED_HEADS:
+            del self._heads[next(iter(self._heads))]
+
     async def prune(self, thread_id: str, saved_cursor: Mapping[str, int]) -> None:
         """Drop the letters a saved cursor counts as delivered: pages all of whose letters
         were, and the head's delivered first letters. Only ever give it a cursor the thread
@@ -321,6 +356,16 @@ class Mailbox:
                 await self._profile.delete(InboxPage, _page(thread_id, start))
         await self._profile.update(
             Inbox, thread_id, lambda inbox: inbox.delivered_dropped(saved_cursor)
+        )
+
+    async def exists(self, thread_id: str) -> bool:
+        return await self._profile.store.get(Inbox.key, thread_id) is not None
+
+    async def move(self, thread_id: str, moved_to: str) -> None:
+        """Mark the thread's inbox as left for `moved_to` ("": for nowhere)."""
+        self._heads.pop(thread_id, None)
+        await self._profile.update(
+            Inbox, thread_id, lambda inbox: msgspec.structs.replace(inbox, moved_to=moved_to)
         )
 
     async def replace(self, thread_id: str, inbox: InboxData) -> None:

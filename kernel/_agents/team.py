@@ -34,7 +34,7 @@ from .._durable.store import ThreadStore
 from .._engine.context import PhaseContext
 from .._engine.plugin import Plugin
 from .._engine.snapshot import Snapshot
-from .._errors import StateError, UnknownAgent, UnknownThread, cause_text
+from .._errors import RevisionConflict, StateError, UnknownAgent, UnknownThread, cause_text
 from .._host.run import Tool
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
@@ -49,6 +49,7 @@ from .mailbox import (
     TASK_SENDER,
     Delivery,
     InboxData,
+    InboxMoved,
     LetterOf,
     Mailbox,
     deliverable,
@@ -61,6 +62,8 @@ from .suspension import Decision
 __all__ = ["AgentInfo", "AgentReport", "AgentTeam", "Role", "TeamReport", "TeamSnapshot"]
 
 RestartPolicy = Literal["never", "on_failure"]
+
+_MOVES = 3  # how many restores a send follows before it gives up
 
 
 @attrs.frozen
@@ -245,12 +248,17 @@ class AgentTeam:
         local = tuple(self.roles) if local_roles is None else tuple(local_roles)
         unknown = [r for r in local if r not in self.roles]
         if unknown:
-            raise ValueError(f"local_roles names roles the team does not have: {unknown}")
+            raise StateError(
+                f"local_roles names roles the team does not have: {unknown}; its roles are "
+                f"{sorted(self.roles)}"
+            )
         self._local = frozenset(local)
         self._records: dict[str, AgentRecord] = {}
         self._status: dict[str, AgentStatus] = {}
         self._agent_of_thread: dict[str, str] = {}
-        self._saved_cursor: dict[str, dict[str, int]] = {}  # as a store holds it
+        # Each thread's mail cursor as its store holds it, by thread id (a restore moves an
+        # agent to a new thread, whose cursor is another).
+        self._saved_cursor: dict[str, dict[str, int]] = {}
         self._restart_due: set[str] = set()
         self._changes: list[_Spawn | tuple[str, str, bool]] = []
         self._loaded = False
@@ -351,7 +359,9 @@ class AgentTeam:
     def agent(self, role: str) -> Agent:
         """The `Agent` that runs every agent of `role` (its kernel reads their threads)."""
         if role not in self._agents:
-            raise StateError(f"team {self.team_id!r} has no role {role!r}")
+            raise StateError(
+                f"team {self.team_id!r} has no role {role!r}; its roles are {sorted(self.roles)}"
+            )
         return self._agents[role]
 
     @staticmethod
@@ -382,8 +392,13 @@ class AgentTeam:
         before its next step, exactly once and in order per sender. A `message_id` makes
         the send idempotent: the same id from the same sender reaches a recipient once,
         however often it is sent (retry a send whose answer was lost with the same id)."""
-        if not isinstance(sender_id, str) or not sender_id or sender_id == TASK_SENDER:
+        if not isinstance(sender_id, str) or not sender_id:
             raise TypeError(f"sender_id must be a non-empty string, got {sender_id!r}")
+        if sender_id == TASK_SENDER:
+            raise StateError(
+                f"sender_id {TASK_SENDER!r} is reserved for spawned agents' tasks; send as "
+                f"an agent id or any other name (such as 'user')"
+            )
         if not isinstance(content, str):
             raise TypeError(f"content must be a string, got {content!r}")
         if sum(x is not None for x in (to, group, topic)) != 1:
@@ -395,6 +410,8 @@ class AgentTeam:
         via: str | None = None
         if to is not None:
             names = (to,) if isinstance(to, str) else tuple(to)
+            if not names:
+                raise StateError("send(to=...) names no agent; give one agent id or several")
             if any(n not in self._records for n in names):
                 await self._load()
             recipients = [self._record(n) for n in dict.fromkeys(names)]
@@ -413,15 +430,29 @@ class AgentTeam:
                 via = f"topic {topic}"
             recipients = [r for r in recipients if r.id != sender_id]
         letter = LetterOf(sender_id, content, via)
-        post = self._mail.mailbox.post
         if len(recipients) == 1:
-            await post(recipients[0].thread_id, letter, message_id)
+            await self._post(recipients[0], letter, message_id)
         else:
-            await asyncio.gather(*(post(r.thread_id, letter, message_id) for r in recipients))
+            await asyncio.gather(*(self._post(r, letter, message_id) for r in recipients))
         for record in recipients:
             if self._status.get(record.id) == "done":
                 self._status[record.id] = "idle"
         return len(recipients)
+
+    async def _post(self, record: AgentRecord, letter: LetterOf, message_id: str | None) -> None:
+        """Post to the agent's inbox; one a restore moved is followed to the agent's thread
+        as the stored roster has it now."""
+        for _ in range(_MOVES):
+            try:
+                await self._mail.mailbox.post(record.thread_id, letter, message_id)
+                return
+            except InboxMoved:
+                await self._load()
+                record = self._record(record.id)  # UnknownAgent: the restore dropped it
+        raise StateError(
+            f"the inbox of agent {record.id!r} kept moving ({_MOVES} restores of team "
+            f"{self.team_id!r} while sending); send again once they are done"
+        )
 
     # -- running ---------------------------------------------------------------------------
 
@@ -453,6 +484,15 @@ class AgentTeam:
         await self._after_run(record, result, _Tally())
         return result
 
+    async def cancel(self, agent_id: str) -> RunResult:
+        """Cancel an agent's run: a waiting agent's suspended run ends with its pending calls
+        cancelled; a running one stops at its next safe point (see `Agent.cancel`)."""
+        await self._sync()
+        record = self._record(agent_id)
+        result = await self._agents[record.role].cancel(record.thread_id)
+        await self._after_run(record, result, _Tally())
+        return result
+
     async def _ready(self) -> list[str]:
         """The agents of this process with work: a restart due, or letters beyond the cursor
         their thread saved (read together; delivered letters are pruned on the way)."""
@@ -472,10 +512,10 @@ class AgentTeam:
         inbox = await mailbox.read(record.thread_id)
         if not inbox.letters:
             return False
-        cursor = self._saved_cursor.get(record.id)
+        cursor = self._saved_cursor.get(record.thread_id)
         if cursor is None:
             cursor = await self._read_cursor(record)
-        fresh = inbox.pruned(cursor)
+        fresh = inbox.undelivered(cursor)
         if len(inbox.letters) - len(fresh.letters) >= PRUNE_AT:
             await mailbox.prune(record.thread_id, cursor)
         if not fresh.letters:
@@ -486,7 +526,7 @@ class AgentTeam:
     async def _read_cursor(self, record: AgentRecord) -> dict[str, int]:
         saved = await self._agents[record.role].kernel.read_stored(record.thread_id, MailCursor)
         cursor = dict(saved or ())
-        self._saved_cursor[record.id] = cursor
+        self._saved_cursor[record.thread_id] = cursor
         return cursor
 
     async def _step(self, agent_id: str, tally: _Tally) -> None:
@@ -500,9 +540,13 @@ class AgentTeam:
                 record.thread_id,
                 parent_thread_id=self.team_id if parent is None else parent.thread_id,
             )
+        except asyncio.CancelledError:
+            self._status[agent_id] = "idle"  # run_until_idle was cancelled: it may run again
+            self._saved_cursor.pop(record.thread_id, None)
+            raise
         except Exception as error:  # refused before it began: the thread was not loaded
             tally.error = error
-            self._saved_cursor.pop(agent_id, None)
+            self._saved_cursor.pop(record.thread_id, None)
             await self._failed(record, error, tally)
             return
         await self._after_run(record, result, tally)
@@ -513,20 +557,29 @@ class AgentTeam:
         tally.outcomes.append(result.outcome)
         tally.results.append(result)
         agent_id = record.id
+        if result.outcome in ("success", "suspended"):  # both end with a save that landed
+            cursor: tuple[tuple[str, int], ...] = result.snapshot.get(MailCursor)
+            self._saved_cursor[record.thread_id] = dict(cursor)
+        else:  # what a failed or cancelled run saved last is unknown: read it when needed
+            self._saved_cursor.pop(record.thread_id, None)
+        if isinstance(result.error, RevisionConflict):
+            # Another process ran this agent meanwhile and saved first: nothing failed, and
+            # the next round looks again at what the store holds.
+            tally.error = result.error
+            self._status[agent_id] = "idle"
+            return
         if result.outcome == "failure":
-            self._saved_cursor.pop(agent_id, None)  # what the failed run saved is unknown
             tally.error = result.error
             await self._failed(record, result.error, tally)
             return
-        cursor: tuple[tuple[str, int], ...] = result.snapshot.get(MailCursor)
-        self._saved_cursor[agent_id] = dict(cursor)
         if result.outcome == "suspended":
             self._status[agent_id] = "waiting"
             await self._change(agent_id, held="waiting")
             return
         self._status[agent_id] = "done"
-        if self._records[agent_id].held == "waiting":
-            await self._change(agent_id, held=None)
+        current = self._records[agent_id]
+        if current.held == "waiting" or current.restarts:  # resumed or cancelled; recovered
+            await self._change(agent_id, held=None, restarts=0)
 
     async def _failed(
         self, record: AgentRecord, error: BaseException | None, tally: _Tally
@@ -535,7 +588,8 @@ class AgentTeam:
         if self.restart_policy == "on_failure" and current.restarts < self.max_restarts:
             self._status[record.id] = "idle"
             self._restart_due.add(record.id)
-            await self._change(record.id, restarts=current.restarts + 1)
+            # (a resumed run that failed waits on nothing any more)
+            await self._change(record.id, restarts=current.restarts + 1, held=None)
             return
         self._status[record.id] = "failed"
         text = "failed" if error is None else cause_text(error)
@@ -605,6 +659,14 @@ class AgentTeam:
         await self._sync()
         async with self._stepping:
             snapshot = await self._snapshot(snapshot)
+            if snapshot.team_id != self.team_id:
+                raise StateError(
+                    f"snapshot {snapshot.name!r} is of team {snapshot.team_id!r}, not of "
+                    f"{self.team_id!r}; restore it with AgentTeam(..., "
+                    f"team_id={snapshot.team_id!r}). Nothing was changed."
+                )
+            await self._load()
+            before = dict(self._records)
             token = uuid.uuid4().hex[:8]
             restored: dict[str, AgentRecord] = {}
             for agent_id, record in snapshot.agents.items():
@@ -619,6 +681,11 @@ class AgentTeam:
             await self._profile.update(
                 Roster, self.team_id, lambda r: RosterData(restored, r.snapshots)
             )
+            # Senders elsewhere still hold the old threads: their next send to one finds it
+            # moved, reads the roster again and sends to the new thread.
+            for agent_id, record in before.items():
+                moved = restored.get(agent_id)
+                await self._mail.mailbox.move(record.thread_id, moved.thread_id if moved else "")
             self._forget()
             await self._load()
             return snapshot
@@ -635,7 +702,11 @@ class AgentTeam:
             raise TypeError(f"restore_snapshot takes a TeamSnapshot or its name, got {given!r}")
         found = await self._profile.read(Snapshots, f"{self.team_id}/{given}")
         if found is None:
-            raise StateError(f"team {self.team_id!r} has no snapshot named {given!r}")
+            names = (await self._profile.read(Roster, self.team_id)).snapshots
+            raise StateError(
+                f"team {self.team_id!r} has no snapshot named {given!r}; its snapshots are "
+                f"{list(names)}"
+            )
         return found
 
     async def _head(self, record: AgentRecord) -> int | None:
@@ -657,7 +728,16 @@ class AgentTeam:
             while self._changes:
                 change = self._changes[0]
                 if isinstance(change, _Spawn):
-                    await self._record_spawn(change)
+                    try:
+                        await self._record_spawn(change)
+                    except StateError as error:
+                        self._changes.pop(0)
+                        self._unknow(change.record)
+                        raise StateError(
+                            f"spawn of agent {change.record.id!r} (role "
+                            f"{change.record.role!r}) was not recorded, and the team forgot "
+                            f"it: {cause_text(error)}"
+                        ) from error
                 else:
                     await self._profile.update(
                         Roster, self.team_id, functools.partial(_subscribed, change=change)
@@ -666,6 +746,13 @@ class AgentTeam:
 
     async def _record_spawn(self, spawn: _Spawn) -> None:
         record = spawn.record
+        if not (spawn.seeded or spawn.posted) and await self._taken(record.thread_id):
+            # A thread (or inbox) of that name is left from an agent a restore dropped, or
+            # from a spawn a crash cut short: the new agent starts on a thread of its own.
+            record = spawn.record = _replace(
+                record, thread_id=f"{record.thread_id}/{uuid.uuid4().hex[:8]}"
+            )
+            self._know(record)
         if spawn.seed is not None and not spawn.seeded:
             await self._agents[record.role].kernel.update_state(record.thread_id, spawn.seed)
         spawn.seeded = True
@@ -675,6 +762,12 @@ class AgentTeam:
         spawn.posted = True
         await self._profile.update(Roster, self.team_id, lambda r: r.with_record(record))
 
+    async def _taken(self, thread_id: str) -> bool:
+        kernel = self._agents[next(iter(self._agents))].kernel
+        if thread_id in await kernel.threads(prefix=thread_id):
+            return True
+        return await self._mail.mailbox.exists(thread_id)
+
     async def _load(self) -> None:
         """Take in the roster as stored (agents other processes spawned, subscriptions)."""
         stored = await self._profile.read(Roster, self.team_id)
@@ -682,6 +775,9 @@ class AgentTeam:
         for record in stored.agents.values():
             if record.id not in changing:  # else this process's copy is ahead of the store's
                 self._know(record)
+        for gone in [r for i, r in self._records.items() if i not in stored.agents]:
+            if gone.id not in changing:  # a restore elsewhere dropped it
+                self._unknow(gone)
         self._loaded = True
 
     async def _change(self, agent_id: str, **changes: Any) -> None:
@@ -703,6 +799,13 @@ class AgentTeam:
         self._records[record.id] = record
         self._agent_of_thread[record.thread_id] = record.id
         self._mail.threads.add(record.thread_id)
+
+    def _unknow(self, record: AgentRecord) -> None:
+        """Forget an agent this process spawned and could not record."""
+        self._records.pop(record.id, None)
+        self._status.pop(record.id, None)
+        self._agent_of_thread.pop(record.thread_id, None)
+        self._mail.threads.discard(record.thread_id)
 
     def _forget(self) -> None:
         self._records.clear()

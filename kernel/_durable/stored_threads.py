@@ -59,12 +59,12 @@ __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 logger = logging.getLogger("statekernel")
 
 REBASE_ATTEMPTS = 8
+"""How many times a save that commutes tries to land after newer heads before it is a
+`RevisionConflict` (only when other kernels keep saving the thread in between)."""
 
 CACHED_THREADS = 256
 """How many threads' persistent keys a kernel keeps after saving them (least recently saved
 or claimed go first)."""
-"""How many times a save that commutes tries to land after newer heads before it is a
-`RevisionConflict` (only when other kernels keep saving the thread in between)."""
 
 SNAPSHOT_BYTES = 1 << 20
 """A save writes a snapshot once the records saved since the last one hold as many bytes
