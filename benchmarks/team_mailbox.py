@@ -36,6 +36,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from postgres_stores import fresh_schema
+
 from statekernel import AgentTeam, InferenceRequest, InferenceResponse, Role
 from statekernel.stores import (
     MemoryProfileStore,
@@ -79,17 +81,6 @@ async def stores(kind: str, folder: Path, dsn: str | None) -> AsyncIterator[tupl
             yield profiles, threads
 
 
-async def fresh_schema(server_dsn: str, name: str) -> str:
-    import asyncpg
-
-    conn = await asyncpg.connect(server_dsn)
-    try:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")
-    finally:
-        await conn.close()
-    return f"{server_dsn}?search_path={name}"
-
-
 # -- mail ----------------------------------------------------------------------------------------
 
 
@@ -108,7 +99,7 @@ async def statekernel_mail(
         with tempfile.TemporaryDirectory() as folder:
             dsn = None
             if server_dsn is not None:
-                dsn = await fresh_schema(server_dsn, f"mail_{kind}_{senders}_{phase}")
+                dsn = await fresh_schema(server_dsn)
             async with stores(kind, Path(folder), dsn) as (profiles, threads):
                 team = AgentTeam(
                     {"r": Role(model=ModelClock())},
