@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench mutation package-check clean
+.PHONY: demo test lint typecheck unit bench mutation mutation-continue package-check clean
 
 # The demo needs only the package; the tools for `make test` come in on top. The install is
 # an editable one in strict mode: a tree of links under build/ that mypy and IDEs follow. A
@@ -73,6 +73,14 @@ mutation: $(VENV)/.mutation-installed
 	cp -r plugins .mutation/statekernel/plugins
 	cp -r stores .mutation/statekernel/stores
 	cp -r tests docs benchmarks pyproject.toml README.md .mutation/
+	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
+	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
+
+# A whole run takes longer than a working session on 2 cores. This goes on with the run in
+# .mutation where it stopped (mutmut keeps each mutant's result while its function and the
+# test configuration are unchanged: the mutants and tests are the copies the run began with).
+mutation-continue: $(VENV)/.mutation-installed
+	@test -d .mutation/mutants || { echo "no run in .mutation to continue: run make mutation"; exit 2; }
 	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
