@@ -77,10 +77,15 @@ mutation: $(VENV)/.mutation-installed
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
 # A whole run takes longer than a working session on 2 cores. This goes on with the run in
-# .mutation where it stopped (mutmut keeps each mutant's result while its function and the
-# test configuration are unchanged: the mutants and tests are the copies the run began with).
+# .mutation where it stopped, on today's code and tests (mutmut keeps a mutant's result while
+# the function it mutates is unchanged, and tests the others again). Test subprocesses import
+# the checkout, so the copy must be today's code too.
 mutation-continue: $(VENV)/.mutation-installed
 	@test -d .mutation/mutants || { echo "no run in .mutation to continue: run make mutation"; exit 2; }
+	cp -r kernel/. .mutation/statekernel/
+	cp -r plugins .mutation/statekernel/
+	cp -r stores .mutation/statekernel/
+	cp -r tests docs benchmarks pyproject.toml README.md .mutation/
 	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
