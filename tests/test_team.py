@@ -659,3 +659,19 @@ async def test_a_failed_resume_or_a_cancel_leaves_no_agent_waiting_for_good(
         assert result.outcome == "cancelled"
         assert {i.id: i.status for i in team.list_agents()}[p] == "done"
         await team.save_snapshot()  # nobody waits on a decision any more
+
+
+async def test_a_send_repeated_after_a_restore_rolled_it_back_reaches_the_new_thread(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    roles = {"a": Role(model=answer_ok)}
+    async with team_of(stores, roles) as first:
+        x = first.spawn("a", "task")
+        await first.run_until_idle()
+        await first.save_snapshot("s")
+        async with team_of(stores, roles, team_id=first.team_id) as second:
+            await second.send("user", "hello", to=x, message_id="k")  # after the snapshot
+            await first.restore_snapshot("s")  # rolls that send back
+            assert await second.send("user", "hello", to=x, message_id="k") == 1
+        await first.run_until_idle()
+        assert mail(await history(first, x)) == [("user", "hello")]

@@ -100,12 +100,12 @@ class InboxData(msgspec.Struct, frozen=True):
     def posted(self, letter_of: LetterOf, message_id: str | None) -> InboxData | None:
         """This inbox with the sender's next letter appended, or None when `message_id`
         was seen from that sender already."""
+        if self.moved_to is not None:  # first: a send repeated after a restore follows it
+            raise InboxMoved(self.moved_to)
         sender = letter_of.sender
         seen = self.recent.get(sender, ())
         if message_id is not None and message_id in seen:
             return None
-        if self.moved_to is not None:
-            raise InboxMoved(self.moved_to)
         seq = self.last_seq.get(sender, 0) + 1
         letter = Letter(sender, seq, letter_of.content, letter_of.via)
         recent = self.recent
@@ -246,12 +246,15 @@ class Mailbox:
         store = self._profile.store
         for _ in range(CAS_ATTEMPTS):
             known = self._heads.pop(thread_id, None)
+            read = known is None
             if known is None:
                 known = await self._read_head(thread_id)
             version, head = known
             posted = head.posted(letter, message_id)
-            if posted is None:  # seen, even in an old copy: ids are only ever added
-                return False
+            if posted is None:  # the id was seen
+                if read:
+                    return False
+                continue  # in this process's copy: ask the store (a restore may have moved it)
             try:
                 entry = await store.set(
                     Inbox.key, thread_id, msgspec.to_builtins(posted), expected_version=version
