@@ -675,3 +675,22 @@ async def test_a_send_repeated_after_a_restore_rolled_it_back_reaches_the_new_th
             assert await second.send("user", "hello", to=x, message_id="k") == 1
         await first.run_until_idle()
         assert mail(await history(first, x)) == [("user", "hello")]
+
+
+async def test_a_snapshot_asked_for_from_inside_a_round_is_refused_not_a_hang(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    holder: list[AgentTeam] = []
+
+    async def snapshot_now(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        await holder[0].save_snapshot()
+        return "saved"
+
+    roles = {"a": Role(model=calling("snap", lambda r: {}), tools={"snap": snapshot_now})}
+    async with team_of(stores, roles) as team:
+        holder.append(team)
+        a = team.spawn("a", "x")
+        report = await asyncio.wait_for(team.run_until_idle(), timeout=30)
+        (result,) = report.agents[a].results[0].tool_results
+        assert result.error is not None and "inside one of the team's own runs" in result.error
+        await team.save_snapshot()  # between rounds it works

@@ -18,6 +18,7 @@ them (in order) at its next awaited call, before that call does anything else.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import hashlib
 import time
@@ -64,6 +65,11 @@ __all__ = ["AgentInfo", "AgentReport", "AgentTeam", "Role", "TeamReport", "TeamS
 RestartPolicy = Literal["never", "on_failure"]
 
 _MOVES = 3  # how many restores a send follows before it gives up
+
+_ROUND: contextvars.ContextVar[AgentTeam | None] = contextvars.ContextVar(
+    "statekernel_team_round", default=None
+)
+"""The team whose rounds the current task runs in (its agents' runs inherit it)."""
 
 
 @attrs.frozen
@@ -463,18 +469,26 @@ class AgentTeam:
         up; a failed one follows the restart policy."""
         if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
             raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
+        self._refuse_inside_a_round("run_until_idle")
         await self._sync()
         tallies: dict[str, _Tally] = {}
         async with self._stepping:
-            rounds = 0
-            await self._load()  # agents other processes spawned join from the next call on
-            while True:
-                ready = await self._ready()
-                if not ready or rounds == max_rounds:
-                    return self._report(tallies, idle=not ready, rounds=rounds)
-                rounds += 1
-                steps = (self._step(a, tallies.setdefault(a, _Tally())) for a in ready)
-                await asyncio.gather(*steps)
+            token = _ROUND.set(self)  # the agents' runs (tools, hooks) inherit it
+            try:
+                return await self._rounds(tallies, max_rounds)
+            finally:
+                _ROUND.reset(token)
+
+    async def _rounds(self, tallies: dict[str, _Tally], max_rounds: int) -> TeamReport:
+        rounds = 0
+        await self._load()  # agents other processes spawned join from the next call on
+        while True:
+            ready = await self._ready()
+            if not ready or rounds == max_rounds:
+                return self._report(tallies, idle=not ready, rounds=rounds)
+            rounds += 1
+            steps = (self._step(a, tallies.setdefault(a, _Tally())) for a in ready)
+            await asyncio.gather(*steps)
 
     async def resume(self, agent_id: str, call_id: str, decision: Decision) -> RunResult:
         """Continue a waiting agent's suspended run with `decision` on its call `call_id`."""
@@ -615,11 +629,22 @@ class AgentTeam:
 
     # -- snapshots -------------------------------------------------------------------------
 
+    def _refuse_inside_a_round(self, call: str) -> None:
+        """`call` waits for the team's rounds to end: from inside one (a tool or hook of an
+        agent's run) it would wait forever."""
+        if _ROUND.get() is self:
+            raise StateError(
+                f"team.{call}() was called from inside one of the team's own runs (a tool or "
+                f"hook of an agent), and it waits for the round to end, which waits for that "
+                f"run: it would wait forever. Call it between rounds, outside the agents."
+            )
+
     async def save_snapshot(self, name: str | None = None) -> TeamSnapshot:
         """Every agent's thread revision and inbox (the undelivered mail) as one point in
         time, stored under `name` (default: a new one) and returned. Take it while the team
         is between rounds (this process waits for its own `run_until_idle`), with no agent
         waiting on a decision, and with other processes of the team quiet."""
+        self._refuse_inside_a_round("save_snapshot")
         await self._sync()
         async with self._stepping:
             await self._load()
@@ -656,6 +681,7 @@ class AgentTeam:
         newest): each agent's thread is forked at its revision into a new thread (the old
         one stays, with its history), its inbox set as it was, and agents spawned since are
         dropped from the roster. Team context and other shared state are not rolled back."""
+        self._refuse_inside_a_round("restore_snapshot")
         await self._sync()
         async with self._stepping:
             snapshot = await self._snapshot(snapshot)
