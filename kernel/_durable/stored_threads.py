@@ -128,17 +128,24 @@ class StoredThreads:
         """End the thread's live run; forget what the store now holds in full (unless it is
         among the threads whose saved values are kept)."""
         self._live.drop(thread_id)
+        self._let_go(thread_id)
+
+    def _let_go(self, thread_id: str) -> None:
+        """Hold of a thread without a live run only what the store cannot give back: its
+        saved values while they are kept, else its `persistent=False` values and records (a
+        thread nothing is left of is forgotten)."""
         kept = self._threads.get(thread_id)
         if kept is None:
             return
-        if kept.saved_values is not None:
-            kept.cache = EncodeCache()
-            return
+        kept.cache = EncodeCache()  # the next claim encodes afresh: hold no old values
         held = kept.held
-        if kept.position > 0 and not held.values and not kept.whole and held.suspended is None:
+        if kept.saved_values is not None or kept.position == 0 or held.suspended is not None:
+            return
+        held.values = {
+            name: value for name, value in held.values.items() if name not in self._stored
+        }
+        if not held.values and not kept.whole:
             del self._threads[thread_id]  # everything it held is in the store
-        else:
-            kept.cache = EncodeCache()  # the next claim loads afresh: hold no old values
 
     async def _unchanged(self, thread_id: str, kept: StoredThread) -> bool:
         """Whether the store still stands where this kernel's last save of the thread left
@@ -160,26 +167,13 @@ class StoredThreads:
             oldest = next(iter(self._cached))
             self._forget_saved(oldest)
             if oldest not in self._live:
-                self.release_held(oldest)
+                self._let_go(oldest)
 
     def _forget_saved(self, thread_id: str) -> None:
         self._cached.pop(thread_id, None)
         kept = self._threads.get(thread_id)
         if kept is not None:
             kept.saved_values = None
-
-    def release_held(self, thread_id: str) -> None:
-        """Let a thread without a live run go as `release` would."""
-        kept = self._threads.get(thread_id)
-        if kept is None:
-            return
-        held = kept.held
-        if kept.position > 0 and not kept.whole and held.suspended is None:
-            held.values = {
-                name: value for name, value in held.values.items() if name not in self._stored
-            }
-            if not held.values:
-                del self._threads[thread_id]
 
     def is_live(self, thread_id: str) -> bool:
         return thread_id in self._live
