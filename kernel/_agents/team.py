@@ -772,7 +772,7 @@ class AgentTeam:
 
     async def _record_spawn(self, spawn: _Spawn) -> None:
         record = spawn.record
-        if not (spawn.seeded or spawn.posted) and await self._taken(record.thread_id):
+        if not (spawn.seeded or spawn.posted) and await self._taken(record):
             # A thread (or inbox) of that name is left from an agent a restore dropped, or
             # from a spawn a crash cut short: the new agent starts on a thread of its own.
             record = spawn.record = _replace(
@@ -788,11 +788,12 @@ class AgentTeam:
         spawn.posted = True
         await self._profile.update(Roster, self.team_id, lambda r: r.with_record(record))
 
-    async def _taken(self, thread_id: str) -> bool:
-        kernel = self._agents[next(iter(self._agents))].kernel
-        if thread_id in await kernel.threads(prefix=thread_id):
+    async def _taken(self, record: AgentRecord) -> bool:
+        """Whether the record's thread, or its inbox, is already held by anything."""
+        kernel = self._agents[record.role].kernel
+        if record.thread_id in await kernel.threads(prefix=record.thread_id):
             return True
-        return await self._mail.mailbox.exists(thread_id)
+        return await self._mail.mailbox.exists(record.thread_id)
 
     async def _load(self) -> None:
         """Take in the roster as stored (agents other processes spawned, subscriptions)."""
