@@ -22,7 +22,7 @@ $(STAMP): $(BASE)
 	touch $(STAMP)
 
 demo: $(BASE)
-	$(BIN)/python docs/examples/demo.py
+	$(BIN)/statekernel demo
 	@echo
 	$(BIN)/python docs/examples/team.py
 

@@ -14,6 +14,7 @@ from ._agents.function_tools import tool
 from ._agents.run_result import PendingCall, RunResult
 from ._agents.suspension import Decision
 from ._agents.team import AgentInfo, AgentReport, AgentTeam, Role, TeamReport, TeamSnapshot
+from ._durable.export import ExportedState
 from ._durable.journal import CommitRecord, JournalOp
 from ._durable.rebase import Rebase
 from ._durable.replay import ReplayReport
@@ -51,6 +52,7 @@ from ._errors import (
 )
 from ._host.kernel import Kernel
 from ._host.run import Run
+from ._host.stores import Stores
 from ._profile.access import ProfileAccess
 from ._profile.keys import ProfileKey
 from ._profile.scope import StateScope
@@ -92,6 +94,7 @@ __all__ = [
     "EffectSpec",
     "Ephemeral",
     "ExcludeTool",
+    "ExportedState",
     "HookFailed",
     "IncludeOnlyTools",
     "InferenceRequest",
@@ -142,6 +145,7 @@ __all__ = [
     "StateUpdater",
     "StateValidationError",
     "StoreError",
+    "Stores",
     "Suspend",
     "TeamReport",
     "TeamSnapshot",

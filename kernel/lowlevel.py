@@ -26,6 +26,7 @@ from ._profile.store import (
     EncodedValue,
     Entry,
     SupportsAtomicUpdate,
+    SupportsNamespaces,
     encode_entry,
     encode_record,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "ReadOnlyProfileAccess",
     "SupportsAtomicUpdate",
     "SupportsHead",
+    "SupportsNamespaces",
     "ThreadHead",
     "ThreadSave",
     "ThreadSnapshot",

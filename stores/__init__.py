@@ -6,8 +6,9 @@ so that `from statekernel.stores import ProfileStore, SqliteProfileStore` reads 
 Every module behind this one is private.
 """
 
-from statekernel import ProfileStore, ThreadStore
+from statekernel import ProfileStore, Stores, ThreadStore
 
+from ._location import embedded, open_stores, stored_components
 from ._memory import MemoryProfileStore, MemoryThreadStore
 from ._postgres import PostgresProfileStore, PostgresThreadStore
 from ._sqlite import SqliteProfileStore, SqliteThreadStore
@@ -20,5 +21,9 @@ __all__ = [
     "ProfileStore",
     "SqliteProfileStore",
     "SqliteThreadStore",
+    "Stores",
     "ThreadStore",
+    "embedded",
+    "open_stores",
+    "stored_components",
 ]

@@ -100,6 +100,12 @@ class MemoryProfileStore(ClosingStore):
         namespace, key = check_names(namespace, key)
         self._records.get(namespace, {}).pop(key, None)
 
+    async def namespaces(self, prefix: str = "") -> builtins.list[str]:
+        _, prefix = check_names("namespaces", prefix)
+        return sorted(
+            name for name, table in self._records.items() if table and name.startswith(prefix)
+        )
+
     async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
         namespace, prefix = check_names(namespace, prefix)
         table = self._records.get(namespace, {})

@@ -10,6 +10,7 @@ from pathlib import Path
 from statekernel.testing import assert_commutative
 
 EXAMPLES = Path(__file__).parent.parent / "docs" / "examples"
+DEMO = Path(__file__).parent.parent / "kernel" / "_cli" / "demo.py"  # `statekernel demo`
 
 
 def run_example(name: str, cwd: Path, *args: str) -> str:
@@ -25,11 +26,23 @@ def run_example(name: str, cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+def run_demo(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "statekernel", "demo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
     for _ in range(2):  # rerunnable: the demo thread starts afresh each time
-        output = run_example("demo.py", tmp_path)
-        assert (tmp_path / ".statekernel" / "threads.db").exists()
-        assert (tmp_path / ".statekernel" / "profiles.db").exists()
+        output = run_demo(tmp_path)
+        assert (tmp_path / ".statekernel" / "statekernel.db").exists()  # stores.embedded()
         lines = [line.strip() for line in output.splitlines()]
         # what was blocked and why, and which tool the model called
         assert "model    calls publish()" in lines
@@ -42,6 +55,7 @@ def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
         # what the team shared, and the injected context
         assert "system: Style: short, plain sentences." in lines
         assert "- Collect reader questions" in lines
+        assert "review before publishing. The model is scripted: the demo runs offline." in lines
         assert "[trace]" not in output
         assert len(lines) < 45
 
@@ -63,18 +77,18 @@ def test_the_team_demo_plans_delegates_talks_and_publishes_after_review(tmp_path
         assert "writer publish: succeeded: published the note" in lines
         assert any(line.startswith("writer's mail: '[message from researcher-") for line in lines)
         assert lines[-1] == "note stage: PUBLISHED"
-        assert (tmp_path / ".statekernel" / "team-threads.db").exists()
+        assert (tmp_path / ".statekernel" / "team" / "statekernel.db").exists()
 
 
 def test_the_demo_trace_shows_every_phase(tmp_path: Path) -> None:
-    output = run_example("demo.py", tmp_path, "--trace")
+    output = run_demo(tmp_path, "--trace")
     traced = [line.split()[1] for line in output.splitlines() if "[trace]" in line]
     assert traced.count("RUN_START") == 2 and traced.count("RUN_END") == 2
     assert "TOOL_GATE" in traced and "BEFORE_TOOL_EXECUTE" in traced
 
 
 def test_the_demo_keeps_its_commutative_promise() -> None:
-    spec = importlib.util.spec_from_file_location("statekernel_demo", EXAMPLES / "demo.py")
+    spec = importlib.util.spec_from_file_location("statekernel_demo", DEMO)
     assert spec is not None and spec.loader is not None
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)

@@ -3,9 +3,9 @@ researcher and a writer; they share goals through team context and talk through 
 the writer's `publish` is gated on a review stage.
 
 The models are scripted (no network): each role's model is a small function of what the
-agent has seen, so the story runs the same every time. Everything is stored in SQLite under
-./.statekernel/ (team-profiles.db: roster, mailbox, team context; team-threads.db: each
-agent's thread).
+agent has seen, so the story runs the same every time. Everything is stored on the embedded
+default, one SQLite file: ./.statekernel/team/statekernel.db (the roster, the mailbox and
+team context as profile entries; each agent's thread). `statekernel inspect` shows it all.
 
 Run: .venv/bin/python docs/examples/team.py
 """
@@ -28,9 +28,9 @@ from statekernel import (
     ToolCall,
 )
 from statekernel.plugins import ContextInjection, StageKey, StageWorkflow, Team, TeamContext
-from statekernel.stores import SqliteProfileStore, SqliteThreadStore
+from statekernel.stores import embedded
 
-DATA = Path(".statekernel")
+DATA = Path(".statekernel") / "team"  # the team's embedded store: DATA/statekernel.db
 CALL_IDS = itertools.count(1)
 WRITER_READ: set[str] = set()  # every message the writer's model was shown
 
@@ -122,20 +122,16 @@ ROLES = {
 
 
 async def main() -> None:
-    DATA.mkdir(exist_ok=True)
-    for name in ("team-profiles.db", "team-threads.db"):
-        for path in DATA.glob(f"{name}*"):
-            path.unlink()
+    for path in DATA.glob("statekernel.db*"):  # start afresh on every `make demo`
+        path.unlink()
     team_plugin = Team()
     async with (
-        SqliteProfileStore(DATA / "team-profiles.db") as profiles,
-        SqliteThreadStore(DATA / "team-threads.db") as threads,
+        embedded(DATA) as stores,
         AgentTeam(
             ROLES,
             plugins=[team_plugin, ContextInjection()],
             tools=team_plugin.tools(),
-            profile_store=profiles,
-            thread_store=threads,
+            stores=stores,
             spawn_tool=["planner"],
             team_id="demo-team",
         ) as team,

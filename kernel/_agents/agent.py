@@ -28,6 +28,7 @@ from .._engine.plugin import Plugin
 from .._errors import StateError
 from .._host.kernel import Kernel
 from .._host.run import PhaseListener, Tool
+from .._host.stores import Stores, chosen_stores
 from .._profile.store import ProfileStore
 from .._values.dead_letters import DeadLetter, DeadLetters
 from .._values.messages import MessageLike
@@ -50,8 +51,10 @@ __all__ = ["Agent"]
 class Agent:
     """An agent: plugins, a model and tools, driven through the phase loop.
 
-    No store given: state lives in memory, like `Kernel`. Pass a `thread_store` (and a
-    `profile_store`) to persist; the demo and the command line use SQLite files.
+    No store given: state lives in this process's memory and dies with it. One argument
+    persists it: `stores=statekernel.stores.embedded()` (SQLite files in ./.statekernel,
+    the embedded default) or `stores=statekernel.stores.open_stores(db)` (a file or a
+    PostgreSQL DSN); or give `thread_store` and `profile_store` one by one.
     `tools` is a mapping name → tool, or an iterable of `@statekernel.tool` functions.
     `system_prompt` is placed first in every request. `on_phase(run, report)` is called
     after every phase, for tracing.
@@ -64,6 +67,7 @@ class Agent:
         tools: Mapping[str, Tool] | Iterable[Tool] | None = None,
         *,
         system_prompt: str | None = None,
+        stores: Stores | None = None,
         profile_store: ProfileStore | None = None,
         thread_store: ThreadStore | None = None,
         max_steps: int = 25,
@@ -79,6 +83,9 @@ class Agent:
             raise TypeError(f"model must be an async callable (request) -> response, got {model!r}")
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        profile_store, thread_store = chosen_stores(
+            stores, profile_store, thread_store, owner="Agent"
+        )
         self.kernel = Kernel(
             [FacadeState(), *plugins],
             profile_store=profile_store,

@@ -37,6 +37,7 @@ from .._engine.plugin import Plugin
 from .._engine.snapshot import Snapshot
 from .._errors import RevisionConflict, StateError, UnknownAgent, UnknownThread, cause_text
 from .._host.run import Tool
+from .._host.stores import Stores, chosen_stores
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
 from .._values.commands import StateCommand
@@ -181,7 +182,8 @@ class AgentTeam:
 
     `roles` maps a role name to its `Role`. `model`, `tools`, `plugins`, `system_prompt`
     and `max_steps` are the team's defaults for every role. The mailbox and roster live in
-    `profile_store` (required); threads in `thread_store` (without one, in memory). Give
+    `profile_store` (required); threads in `thread_store` (without one, in memory);
+    `stores=statekernel.stores.embedded()` gives both, as SQLite files in a folder. Give
     `team_id` to reopen a team saved in those stores; without it a new id is made.
 
     `restart_policy="on_failure"` runs a failed agent again, up to `max_restarts` times,
@@ -199,6 +201,7 @@ class AgentTeam:
         tools: Mapping[str, Tool] | Iterable[Tool] | None = None,
         plugins: Iterable[Plugin] = (),
         system_prompt: str | None = None,
+        stores: Stores | None = None,
         profile_store: ProfileStore | None = None,
         thread_store: ThreadStore | None = None,
         team_id: str | None = None,
@@ -211,11 +214,15 @@ class AgentTeam:
     ) -> None:
         if not isinstance(roles, Mapping) or not roles:
             raise TypeError(f"roles must be a non-empty mapping name -> Role, got {roles!r}")
+        profile_store, thread_store = chosen_stores(
+            stores, profile_store, thread_store, owner="AgentTeam"
+        )
         if profile_store is None:
             raise StateError(
                 "an AgentTeam keeps its mailbox and roster in a ProfileStore, and none was "
-                "given: pass profile_store=statekernel.stores.SqliteProfileStore(path) (or "
-                "PostgresProfileStore(dsn) for many hosts, MemoryProfileStore() for a test)"
+                "given: pass stores=statekernel.stores.embedded() (SQLite files in a folder), "
+                "stores=statekernel.stores.open_stores(dsn) for many hosts, or "
+                "profile_store=MemoryProfileStore() for a test"
             )
         if restart_policy not in ("never", "on_failure"):
             raise ValueError(

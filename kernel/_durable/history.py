@@ -26,8 +26,10 @@ from .._errors import (
     UnknownRevision,
     UnknownThread,
 )
+from .export import ExportedState, export_state
 from .journal import CommitRecord
 from .replay import ReplayReport, apply_records, hash_of
+from .store import ThreadSnapshot
 from .threads import ReplayBase, ThreadHome, ThreadJournal, check_thread_id
 
 __all__ = ["ThreadHistory"]
@@ -39,6 +41,8 @@ class _Rebuilt:
     values: dict[str, Any]
     stale: frozenset[str]
     lost: dict[str, int]  # keys whose op had no bytes, by that op's revision
+    base: ReplayBase
+    records: list[CommitRecord]
 
 
 class ThreadHistory:
@@ -104,7 +108,36 @@ class ThreadHistory:
             held=journal.held,
             lost=lost,
         )
-        return _Rebuilt(revision, base.values, frozenset(stale | set(base.raw)), lost)
+        return _Rebuilt(
+            revision, base.values, frozenset(stale | set(base.raw)), lost, base, records
+        )
+
+    async def export(self, thread_id: str, revision: int | None) -> ExportedState:
+        """Every stored key at `revision` (None: the head) as plain JSON data, those this
+        kernel does not type as far as their bytes go (`export.py`)."""
+        journal = self._journal(thread_id)
+        if revision is None:
+            revision = await journal.head()
+            if revision is None:
+                raise UnknownThread(thread_id)
+        rebuilt = await self._rebuild(journal, thread_id, revision)
+        for name, at in rebuilt.lost.items():
+            raise _unjournaled(thread_id, revision, name, at)
+        by_name = self._registry.by_name
+        typed = {
+            name: value
+            for name, value in rebuilt.values.items()
+            if name in by_name and name not in rebuilt.stale
+        }
+
+        async def fetch(at: int) -> ThreadSnapshot | None:
+            older = await journal.base(at)
+            return None if older is None else ThreadSnapshot(older.revision, older.raw)
+
+        base = ThreadSnapshot(rebuilt.base.revision, rebuilt.base.raw)
+        return await export_state(
+            revision, typed, base, rebuilt.records, fetch, thread_id=thread_id
+        )
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
         """A new thread holding the source's newest snapshot at or before `revision` and

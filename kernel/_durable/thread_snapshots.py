@@ -40,6 +40,7 @@ __all__ = [
     "VectorBase",
     "differing_keys",
     "holds_references",
+    "plain_value",
     "read_snapshot",
     "referenced_revisions",
     "whole_snapshot",
@@ -231,6 +232,21 @@ async def _follow(
     except CODEC_ERRORS as error:
         raise DecodeFailed(name, record, error) from error
     return value, chain, whole, origin  # a Vector: `read_snapshot` follows only where declared
+
+
+async def plain_value(
+    name: str, data: bytes, fetch: FetchSnapshot, record: str, revision: int
+) -> Any:
+    """A key's snapshot bytes as plain JSON data, without its declaration: a reference is
+    followed back to the whole array it extends, and its items added."""
+    data, parts, _ = await _unchain(name, data, fetch, record, revision)
+    try:
+        value = _any.decode(data)
+        for items in reversed(parts):
+            value = [*value, *_any.decode(items)]
+    except CODEC_ERRORS as error:
+        raise DecodeFailed(name, record, error) from error
+    return value
 
 
 def holds_references(values: Mapping[str, bytes]) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .._durable.export import ExportedState
 from .._durable.history import ThreadHistory
 from .._durable.journal import CommitRecord
 from .._durable.memory_threads import MemoryThreads
@@ -43,6 +44,7 @@ from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from .._values.reserved_keys import History, MailCursor
 from .._values.specs import ScheduledAction, ScheduledActionSpec, spec_info
 from .run import Lease, Run
+from .stores import Stores, chosen_stores
 
 logger = logging.getLogger("statekernel")
 
@@ -52,6 +54,8 @@ class Kernel:
 
     With a `thread_store`, persistent thread keys (and suspended runs) are saved there at
     every checkpoint; without one they live in this kernel's memory and die with it.
+    `stores=` gives both stores as one `Stores` (`statekernel.stores.embedded()`: SQLite
+    files in a folder) instead of `profile_store=` and `thread_store=`.
     `restore_errors="skip"` lets a run start when some stored value no longer decodes: that
     key starts from its default and its stored bytes are kept unless the run writes it anew.
     Stored thread keys that no plugin of this kernel registers are carried over untouched
@@ -69,6 +73,7 @@ class Kernel:
         self,
         plugins: Iterable[Plugin],
         *,
+        stores: Stores | None = None,
         profile_store: ProfileStore | None = None,
         thread_store: ThreadStore | None = None,
         max_phase_rounds: int = 16,
@@ -77,6 +82,9 @@ class Kernel:
         unknown_keys: Literal["keep", "refuse"] = "keep",
         retention: Retention | None = None,
     ) -> None:
+        profile_store, thread_store = chosen_stores(
+            stores, profile_store, thread_store, owner="Kernel"
+        )
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
             raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
         if snapshot_every < 1:
@@ -242,6 +250,15 @@ class Kernel:
         if head is None:
             raise UnknownThread(thread_id)
         return await self._history.state_at(thread_id, head)
+
+    async def export_state(self, thread_id: str, *, revision: int | None = None) -> ExportedState:
+        """The thread's stored keys at `revision` (None: its head) as plain JSON data, every
+        key included: those this kernel's plugins register as their values encode, the
+        others as far as their stored bytes go (`ExportedState.as_of` names those whose
+        later updates only their declaration can apply). For tools that show a thread to
+        people or other programs, whoever wrote it; a thread nothing saved raises
+        `UnknownThread`."""
+        return await self._history.export(thread_id, revision)
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
         """Make `new_thread_id` a thread whose state and history up to `revision` are the

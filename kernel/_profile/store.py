@@ -32,6 +32,7 @@ __all__ = [
     "Entry",
     "ProfileStore",
     "SupportsAtomicUpdate",
+    "SupportsNamespaces",
     "accepts_encoded_values",
     "check_size",
     "encode_entry",
@@ -125,6 +126,21 @@ class SupportsAtomicUpdate(Protocol):
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
         """Set the entry to `fn(current entry or None)` atomically; returns the new entry."""
+        ...
+
+
+@runtime_checkable
+class SupportsNamespaces(Protocol):
+    """A ProfileStore that can list the namespaces holding entries.
+
+    Optional: nothing in a run needs it (a plugin knows its namespaces); it is how a tool
+    that sees a store for the first time (`statekernel inspect`) finds what is in it. The
+    three bundled stores have it.
+    """
+
+    async def namespaces(self, prefix: str = "") -> builtins.list[str]:
+        """The namespaces that hold at least one entry and start with `prefix` (literally),
+        sorted."""
         ...
 
 

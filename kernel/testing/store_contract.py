@@ -54,7 +54,7 @@ from .._errors import (
     VersionConflict,
 )
 from .._host.kernel import Kernel
-from .._profile.store import ProfileStore
+from .._profile.store import ProfileStore, SupportsNamespaces
 from .._values.commands import StateCommand
 from .._values.keys import KeyScope, MergeStrategy, StateKey
 
@@ -402,6 +402,21 @@ class ProfileStoreContract:
         await profile_store.clear("ns")
         assert await profile_store.list("ns") == []
         assert [e.key for e in await profile_store.list("other")] == ["a_1"]
+
+    async def test_namespaces_lists_those_holding_entries_if_supported(
+        self, profile_store: ProfileStore
+    ) -> None:
+        if not isinstance(profile_store, SupportsNamespaces):
+            pytest.skip("the store does not have the optional SupportsNamespaces")
+        assert await profile_store.namespaces() == []
+        for namespace in ("team_a", "b", "team_%", "team_b"):
+            await profile_store.set(namespace, "k", 1)
+        await profile_store.set("gone", "k", 1)
+        await profile_store.delete("gone", "k")
+        assert await profile_store.namespaces() == ["b", "team_%", "team_a", "team_b"]
+        assert await profile_store.namespaces("team_%") == ["team_%"]
+        await profile_store.clear("b")
+        assert await profile_store.namespaces() == ["team_%", "team_a", "team_b"]
 
     async def test_hostile_names_are_kept_as_they_are(self, profile_store: ProfileStore) -> None:
         for name in HOSTILE_NAMES:

@@ -58,6 +58,7 @@ __all__ = [
     "Write",
     "columns",
     "outcome_unknown",
+    "read_components",
     "refused",
 ]
 
@@ -148,6 +149,7 @@ class PostgresConnection:
         pool_size: int = 10,
         retry_for: float = 30.0,
         connect_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(dsn, str) or not dsn:
             raise TypeError(
@@ -164,6 +166,7 @@ class PostgresConnection:
         self._pool_size = pool_size
         self._retry_for = float(retry_for)
         self._connect_timeout = connect_timeout
+        self.read_only = read_only
         self._pool: asyncpg.Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Lock | None = None
@@ -192,6 +195,12 @@ class PostgresConnection:
 
     async def write(self, operation: str, key: str | None, write: Write[T]) -> T:
         """Run a write under the retry policy in the module's docstring."""
+        if self.read_only:
+            raise StoreError(
+                operation,
+                PermissionError("the store was opened with read_only=True"),
+                key=key,
+            )
         deadline = time.monotonic() + self._retry_for
         pause = 0.01
         while True:
@@ -267,15 +276,71 @@ class PostgresConnection:
                     timeout=self._connect_timeout,
                     command_timeout=None,
                     reset=_keep_session,
+                    # Read-only: the server itself refuses any write, whatever runs.
+                    server_settings=_READ_ONLY if self.read_only else None,
                 )
                 try:
                     async with pool.acquire() as conn:
-                        await _ensure_schema(conn, self._schema)
+                        if self.read_only:
+                            await _check_read_only(conn, self._schema)
+                        else:
+                            await _ensure_schema(conn, self._schema)
                 except BaseException:
                     pool.terminate()
                     raise
                 self._pool = pool
         return self._pool
+
+
+_READ_ONLY = {"default_transaction_read_only": "on"}
+
+
+async def components(conn: Any) -> dict[str, int]:
+    """The statekernel components the database holds, with their schema versions; a
+    StoreError for a database statekernel never wrote to."""
+    if await conn.fetchval("SELECT to_regclass('statekernel_schema') IS NULL"):
+        raise StoreError(
+            "read-only open",
+            ValueError(
+                "the database holds no statekernel store (no statekernel_schema table); "
+                "nothing was written to it"
+            ),
+        )
+    rows = await conn.fetch("SELECT component, version FROM statekernel_schema")
+    return {str(row[0]): int(row[1]) for row in rows}
+
+
+async def read_components(dsn: str, *, timeout: float = 10.0) -> dict[str, int]:
+    """`components` of the database at `dsn`, on one read-only connection."""
+    try:
+        conn = await driver().connect(dsn, timeout=timeout, server_settings=_READ_ONLY)
+    except Exception as error:
+        raise StoreError("read-only open", error) from error
+    try:
+        return await components(conn)
+    finally:
+        await conn.close()
+
+
+async def _check_read_only(conn: Any, schema: Schema) -> None:
+    """Refuse a read-only open of a database without this component at this schema version:
+    creating or migrating it would write."""
+    found = (await components(conn)).get(schema.component)
+    if found == schema.version:
+        return
+    if found is None:
+        why = f"the database holds no {schema.component} tables"
+    elif found > schema.version:
+        why = (
+            f"the database's {schema.component} tables are at schema version {found}, newer "
+            f"than this statekernel's {schema.version}: upgrade statekernel to read them"
+        )
+    else:
+        why = (
+            f"the database's {schema.component} tables are at schema version {found}, older "
+            f"than this statekernel's {schema.version}: open it once for writing to migrate"
+        )
+    raise StoreError("read-only open", ValueError(why))
 
 
 async def _ensure_schema(conn: Any, schema: Schema) -> None:

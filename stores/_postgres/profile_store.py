@@ -131,6 +131,7 @@ _LIST = (
     "SELECT key, value, version, updated_at FROM statekernel_profile_entries WHERE namespace = $1"
 )
 _LIST_ALL = _LIST + " ORDER BY key"
+_NAMESPACES = "SELECT DISTINCT namespace FROM statekernel_profile_entries ORDER BY namespace"
 _LIST_FROM = _LIST + " AND key >= $2 ORDER BY key"
 _LIST_RANGE = _LIST + " AND key >= $2 AND key < $3 ORDER BY key"
 
@@ -142,6 +143,9 @@ class PostgresProfileStore(ClosingStore):
     `pool_size` bounds this store's connections; `retry_for` is how long a transient failure
     (the server restarting, a broken connection) is retried before a `StoreError`.
     `max_value_bytes` refuses larger values (as encoded JSON) before any write.
+    `read_only=True` creates, migrates and writes nothing (the server refuses writes on its
+    connections, and a write raises `StoreError`); a database without this store's table at
+    this statekernel's schema version is refused.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -153,8 +157,11 @@ class PostgresProfileStore(ClosingStore):
         pool_size: int = 10,
         retry_for: float = 30.0,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        read_only: bool = False,
     ) -> None:
-        self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
+        self._db = PostgresConnection(
+            dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for, read_only=read_only
+        )
         self._max_value_bytes = max_value_bytes
         self._writing: dict[tuple[str, str], _Turn] = {}
         # Gets and plain sets that arrive while others are in flight leave together, at most
@@ -314,6 +321,15 @@ class PostgresProfileStore(ClosingStore):
 
         found = await self._db.read(f"list of prefix {prefix!r}", namespace, rows)
         return listed(namespace, (tuple(row) for row in found if row[0].startswith(prefix)))
+
+    async def namespaces(self, prefix: str = "") -> builtins.list[str]:
+        _, prefix = check_names("namespaces", prefix)
+
+        async def rows(conn: Any) -> Any:
+            return await conn.fetch(_NAMESPACES)
+
+        found = await self._db.read("list of namespaces", None, rows)
+        return [str(row[0]) for row in found if str(row[0]).startswith(prefix)]
 
     async def clear(self, namespace: str) -> None:
         namespace, _ = check_names(namespace, "")

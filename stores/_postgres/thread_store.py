@@ -226,11 +226,18 @@ class PostgresThreadStore(ClosingStore):
     `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
     `pool_size` bounds this store's connections; `retry_for` is how long a transient failure
     (the server restarting, a broken connection) is retried before a `StoreError`. May share
-    its database (and its DSN) with a PostgresProfileStore.
+    its database (and its DSN) with a PostgresProfileStore. `read_only=True` creates,
+    migrates and writes nothing (the server refuses writes on its connections, and a write
+    raises `StoreError`); a database without this store's tables at this statekernel's
+    schema version is refused.
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0) -> None:
-        self._db = PostgresConnection(dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for)
+    def __init__(
+        self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0, read_only: bool = False
+    ) -> None:
+        self._db = PostgresConnection(
+            dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for, read_only=read_only
+        )
         # At most `_IN_FLIGHT` batches of saves at a time (see group_commit).
         self._saves: GroupCommit[_Save, None] = GroupCommit(
             self._send_saves,

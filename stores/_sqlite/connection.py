@@ -51,6 +51,7 @@ import random
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, cast
 
@@ -68,6 +69,7 @@ __all__ = [
     "SqliteConnection",
     "SqliteOp",
     "Synchronous",
+    "read_components",
 ]
 
 T = TypeVar("T")
@@ -158,6 +160,7 @@ class SqliteConnection:
         synchronous: Synchronous = "NORMAL",
         file_mode: int = FILE_MODE,
         other_tables: OtherTables = "refuse",
+        read_only: bool = False,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
@@ -174,6 +177,7 @@ class SqliteConnection:
         self._other_tables = other_tables
         self._schema = schema
         self._synchronous = synchronous
+        self.read_only = read_only
         # A small write in NORMAL mode (no fsync) costs a few tens of microseconds, less
         # than a hop to the connection's thread and back: it runs inline (`_inline`).
         self._inline = synchronous == "NORMAL"
@@ -196,6 +200,11 @@ class SqliteConnection:
         batch when the batch under way returns. Batches run in the order they were sent, so
         operations take effect in the order they were submitted.
         """
+        if self.read_only and op.writes:
+            raise StoreError(
+                f"write to SQLite file {self.path!r}",
+                PermissionError("the store was opened with read_only=True"),
+            )
         if self._on_loop and not self._queue and runs_inline(op):  # the loop's batch: join
             return cast(T, await self._join(self._on_loop, op))
         if self._queue or self._in_flight >= _MAX_IN_FLIGHT:
@@ -329,12 +338,18 @@ class SqliteConnection:
         async with self._opening:
             if self._execute is not None:
                 return
-            try:
-                _create_file(self.path, self._file_mode)
-            except OSError as exc:
-                raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+            if self.read_only:
+                _require_file(self.path)
+                target, uri = read_only_uri(self.path), True
+            else:
+                try:
+                    _create_file(self.path, self._file_mode)
+                except OSError as exc:
+                    raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+                target, uri = self.path, False
             pending = aiosqlite.connect(
-                self.path,
+                target,
+                uri=uri,
                 timeout=0,  # never wait inside SQLite: `_retrying` waits, off the loop
                 isolation_level=None,
                 check_same_thread=False,  # `_inline` uses it from the loop's thread, when idle
@@ -364,7 +379,12 @@ class SqliteConnection:
             execute: Callable[..., Awaitable[Any]] = aio._execute
             raw = aio._conn
             try:
-                await execute(_prepare, raw, self._schema, self._synchronous, self._other_tables)
+                if self.read_only:
+                    await execute(_check_read_only, raw, self.path, self._schema)
+                else:
+                    await execute(
+                        _prepare, raw, self._schema, self._synchronous, self._other_tables
+                    )
             except BaseException as exc:
                 await aio.close()
                 if isinstance(exc, StateError) or not isinstance(exc, Exception):
@@ -507,6 +527,80 @@ def _is_busy(exc: BaseException) -> bool:
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
     text = str(exc)
     return "locked" in text or "busy" in text
+
+
+def read_only_uri(path: str) -> str:
+    """A URI that opens `path` for reading only: SQLite neither creates the file nor writes
+    to it (reading a WAL file still leaves the -wal and -shm files every reader shares)."""
+    return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+
+
+def components(conn: sqlite3.Connection, path: str) -> dict[str, int]:
+    """The statekernel components the file holds, with their schema versions; a StoreError
+    for a file that is not a database, or a database statekernel did not make."""
+    try:
+        names = {
+            str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"open of SQLite file {path!r}",
+            ValueError(f"it is not a statekernel store ({exc}); nothing was written to it"),
+        ) from exc
+    if "statekernel_schema" not in names:
+        raise StoreError(
+            f"open of SQLite file {path!r}",
+            ValueError(
+                "it is not a statekernel store (it has no statekernel_schema table); "
+                "nothing was written to it"
+            ),
+        )
+    return {str(name): int(version) for name, version in conn.execute(_COMPONENTS)}
+
+
+_COMPONENTS = "SELECT component, version FROM statekernel_schema"
+
+
+def read_components(path: str) -> dict[str, int]:
+    """`components` of the file at `path`, opened for reading only (nothing is created)."""
+    _require_file(path)
+    try:
+        conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=LOCK_PATIENCE_SECONDS)
+    except sqlite3.Error as exc:
+        raise StoreError(f"open of SQLite file {path!r}", exc) from exc
+    try:
+        return components(conn, path)
+    finally:
+        conn.close()
+
+
+def _require_file(path: str) -> None:
+    if not os.path.isfile(path):
+        raise StoreError(
+            f"open of SQLite file {path!r}",
+            FileNotFoundError("no such file; opened read-only, so none was created"),
+        )
+
+
+def _check_read_only(conn: sqlite3.Connection, path: str, schema: Schema) -> None:
+    """Refuse a read-only open of a file without this component at this schema version:
+    migrating it would write."""
+    found = components(conn, path).get(schema.component)
+    if found == schema.version:
+        return
+    if found is None:
+        why = f"the file holds no {schema.component} tables"
+    elif found > schema.version:
+        why = (
+            f"the file's {schema.component} tables are at schema version {found}, newer than "
+            f"this statekernel's {schema.version}: upgrade statekernel to read it"
+        )
+    else:
+        why = (
+            f"the file's {schema.component} tables are at schema version {found}, older than "
+            f"this statekernel's {schema.version}: open it once for writing to migrate it"
+        )
+    raise StoreError(f"read-only open of SQLite file {path!r}", ValueError(why))
 
 
 def _create_file(path: str, mode: int) -> None:

@@ -82,6 +82,7 @@ _LIST = "SELECT key, value, version, updated_at FROM profile_records WHERE names
 _LIST_FROM = _LIST + " AND key >= ? ORDER BY key"
 _LIST_RANGE = _LIST + " AND key >= ? AND key < ? ORDER BY key"
 _LIST_ALL = _LIST + " ORDER BY key"
+_NAMESPACES = "SELECT DISTINCT namespace FROM profile_records ORDER BY namespace"
 
 
 class SqliteProfileStore(ClosingStore):
@@ -91,6 +92,9 @@ class SqliteProfileStore(ClosingStore):
     `synchronous="FULL"` makes every commit survive power loss too, at an fsync per commit.
     A file it creates (and its missing folders) is owner-only, `file_mode=0o600`; a file
     holding another application's tables is refused unless `other_tables="allow"`.
+    `read_only=True` opens an existing file for reading only: nothing is created, migrated
+    or written (a write raises `StoreError`), and a file without this store's tables at this
+    statekernel's schema version is refused.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -103,6 +107,7 @@ class SqliteProfileStore(ClosingStore):
         synchronous: Synchronous = "NORMAL",
         file_mode: int = FILE_MODE,
         other_tables: OtherTables = "refuse",
+        read_only: bool = False,
     ) -> None:
         self._db = SqliteConnection(
             path,
@@ -110,6 +115,7 @@ class SqliteProfileStore(ClosingStore):
             synchronous=synchronous,
             file_mode=file_mode,
             other_tables=other_tables,
+            read_only=read_only,
         )
         self._max_value_bytes = max_value_bytes
 
@@ -153,6 +159,11 @@ class SqliteProfileStore(ClosingStore):
         namespace, prefix = check_names(namespace, prefix)
         rows = await self._db.submit(_List(namespace, prefix))
         return listed(namespace, (row for row in rows if row[0].startswith(prefix)))
+
+    async def namespaces(self, prefix: str = "") -> builtins.list[str]:
+        _, prefix = check_names("namespaces", prefix)
+        found = await self._db.submit(_Namespaces())
+        return [name for name in found if name.startswith(prefix)]
 
     async def clear(self, namespace: str) -> None:
         namespace, _ = check_names(namespace, "")
@@ -316,6 +327,17 @@ class _List:
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"list of prefix {self.prefix!r}", cause, key=self.namespace)
+
+
+@attrs.frozen
+class _Namespaces:
+    writes: ClassVar[bool] = False
+
+    def run(self, conn: sqlite3.Connection) -> list[str]:
+        return [str(row[0]) for row in conn.execute(_NAMESPACES)]
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError("list of namespaces", cause)
 
 
 _LOOKUP_CHUNK = 500  # bound variables per statement: far below SQLite's limit (999 at least)

@@ -144,6 +144,9 @@ class SqliteThreadStore(ClosingStore):
     survive power loss too, at an fsync per commit. A file it creates (and its missing
     folders) is owner-only, `file_mode=0o600`; a file holding another application's tables
     is refused unless `other_tables="allow"`.
+    `read_only=True` opens an existing file for reading only: nothing is created, migrated
+    or written (a write raises `StoreError`), and a file without this store's tables at this
+    statekernel's schema version is refused.
     """
 
     def __init__(
@@ -153,6 +156,7 @@ class SqliteThreadStore(ClosingStore):
         synchronous: Synchronous = "NORMAL",
         file_mode: int = FILE_MODE,
         other_tables: OtherTables = "refuse",
+        read_only: bool = False,
     ) -> None:
         self._db = SqliteConnection(
             path,
@@ -160,6 +164,7 @@ class SqliteThreadStore(ClosingStore):
             synchronous=synchronous,
             file_mode=file_mode,
             other_tables=other_tables,
+            read_only=read_only,
         )
 
     @property

@@ -1,25 +1,26 @@
-"""The statekernel demo (`make demo`): a writer agent, two runs on one thread, and a helper.
+"""`statekernel demo` (and `make demo`): a writer agent, two runs on one thread, a helper.
 
 The story: a writer agent learns facts and wants to publish a note, but the stage workflow
 makes "review before publish" a rule the runtime enforces, so its first attempt is blocked
 with a reason the model can act on. A second run, by a new Agent reading the same SQLite
-files, finds the facts and the note's stage carried over (thread keys) while its step
+file, finds the facts and the note's stage carried over (thread keys) while its step
 counter starts again (a run key). A helper agent on a child thread adds a goal to the team
 context, a shared record the writer's thread reads too.
 
-Everything is stored in SQLite under ./.statekernel/ (the embedded default a user sees):
-thread state in threads.db, shared team state in profiles.db. Every built-in plugin takes
-part: run lifecycle, context injection, the stage workflow, team context.
+The model is a `ScriptedModel` (its answers are written below): the demo runs offline and
+gives the same story every time. Everything is stored on the embedded default,
+`statekernel.stores.embedded(folder)`: thread state and shared team state in one SQLite
+file, <folder>/statekernel.db (./.statekernel by default). Every built-in plugin takes
+part: run lifecycle, context injection, the stage workflow, team context. It is written
+against the public API only, as a user's program would be.
 
-Run: .venv/bin/python docs/examples/demo.py [--trace]
+Run: statekernel demo [--dir DIR] [--trace]
 (--trace adds one line per phase: its commits, the revision after it, the plugins that ran.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,9 @@ from statekernel.plugins import (
     TeamContext,
     add_context,
 )
-from statekernel.stores import SqliteProfileStore, SqliteThreadStore
+from statekernel.stores import Stores, embedded
 
-DATA = Path(".statekernel")
+DATABASE = "statekernel.db"  # what `embedded(folder)` makes in the folder
 THREAD = "demo-thread"
 HELPER_THREAD = "demo-helper"
 
@@ -193,7 +194,7 @@ def show_context(request: Any) -> None:
 
 
 async def writer_run(
-    threads: SqliteThreadStore, profiles: SqliteProfileStore, script: list[InferenceResponse]
+    stores: Stores, script: list[InferenceResponse], trace: bool
 ) -> tuple[RunResult, ScriptedModel, Any]:
     """One run of the writer; returns its result, its model and the state at RUN_START."""
     model = ScriptedModel(script)
@@ -203,56 +204,52 @@ async def writer_run(
     def listen(run: Run, report: PhaseReport) -> None:
         if report.phase is Phase.RUN_START:
             at_start.append(run.snapshot)
-        if TRACE:
+        if trace:
             show_phase(run, report)
 
     agent = Agent(
         [RunLifecycle(), ContextInjection(), WORKFLOW, team, Notebook()],
         model,
         WORKFLOW.tools({"remember": remember, "review": review, "publish": publish}),
-        thread_store=threads,
-        profile_store=profiles,
+        stores=stores,
         on_phase=listen,
     )
     result = await agent.run(THREAD, ["Learn about statekernel and publish a short note."])
     return result, model, at_start[0]
 
 
-async def helper_run(threads: SqliteThreadStore, profiles: SqliteProfileStore) -> ScriptedModel:
+async def helper_run(stores: Stores) -> ScriptedModel:
     model = ScriptedModel(HELPER_RUN)
     team = Team()
     agent = Agent(
         [ContextInjection(), team],
         model,
         team.tools(),
-        thread_store=threads,
-        profile_store=profiles,
+        stores=stores,
     )
     await agent.run(HELPER_THREAD, ["Help the writer."], parent_thread_id=THREAD)
     return model
 
 
-async def main() -> None:
-    DATA.mkdir(exist_ok=True)
-    async with (
-        SqliteThreadStore(DATA / "threads.db") as threads,
-        SqliteProfileStore(DATA / "profiles.db") as profiles,
-    ):
+async def main(folder: Path = Path(".statekernel"), *, trace: bool = False) -> None:
+    """Tell the story, stored in `folder` (made if missing) on the embedded default."""
+    async with embedded(folder) as stores:  # one SQLite file: <folder>/statekernel.db
         for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
-            await threads.delete(thread)
-        await profiles.clear(TeamContext.key)
+            await stores.thread_store.delete(thread)
+        await stores.profile_store.clear(TeamContext.key)
         print(
             "A writer agent learns facts and publishes a note; the stage workflow requires a\n"
-            f"review before publishing. Stored in {DATA}/ (threads.db, profiles.db).\n"
+            "review before publishing. The model is scripted: the demo runs offline.\n"
+            f"Stored in {folder / DATABASE}, the embedded SQLite default.\n"
         )
 
         print(f"Run 1 on thread {THREAD!r}")
-        first, model, _ = await writer_run(threads, profiles, FIRST_RUN)
+        first, model, _ = await writer_run(stores, FIRST_RUN, trace)
         show_context(model.requests[0])
         show_conversation(first, 0, FIRST_RUN)
 
-        print("Run 2: a new Agent on the same SQLite files")
-        second, _, start = await writer_run(threads, profiles, SECOND_RUN)
+        print("Run 2: a new Agent on the same SQLite file")
+        second, _, start = await writer_run(stores, SECOND_RUN, trace)
         print(
             f"  carried over from run 1 (thread keys): facts {topics(start)}, note stage "
             f"{start.get(DocStage).name}\n"
@@ -262,7 +259,7 @@ async def main() -> None:
         show_conversation(second, len(first.messages), SECOND_RUN)
 
         print(f"A helper agent on thread {HELPER_THREAD!r}, a child of {THREAD!r}")
-        helper_model = await helper_run(threads, profiles)
+        helper_model = await helper_run(stores)
         for response in HELPER_RUN:
             for tool_call in response.tool_calls:
                 print(f"  model    calls {tool_call.name}(goal={tool_call.arguments['goal']!r})")
@@ -272,9 +269,8 @@ async def main() -> None:
         print("  the team context is one shared record; the helper now sees:")
         for line in team_message.content.splitlines():
             print(f"    {line}")
-
-
-TRACE = "--trace" in sys.argv[1:]
-
-if __name__ == "__main__":
-    asyncio.run(main())
+    store = folder / DATABASE
+    print(
+        f"\nSee inside: statekernel history {store} --thread {THREAD}\n"
+        f"            statekernel show {store} --thread {THREAD} --at 5"
+    )

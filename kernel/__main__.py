@@ -1,0 +1,5 @@
+"""`python -m statekernel`: the command line (`statekernel --help`)."""
+
+from statekernel._cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,251 @@
+"""What each reading command reads, and how it says it: a table for people, `--json` for
+programs.
+
+Every command reads through a `Location` (a plain `Kernel` and the stores, read-only) and
+writes to standard output; notes that a program should not have to parse (a key shown as of
+an older revision) go to standard error. The exit status is the command's answer: 0, or 1
+when `verify` finds a divergence.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from statekernel import CommitRecord, ExportedState, JournalCorrupted, UnknownThread
+from statekernel.lowlevel import SupportsHead, SupportsNamespaces
+
+from .location import Location
+from .tables import table
+
+__all__ = ["history", "inspect", "show", "threads", "verify"]
+
+
+async def threads(where: Location, *, prefix: str, as_json: bool) -> int:
+    """`statekernel threads`: the stored threads, their revision and last change."""
+    rows = [
+        await _thread_row(where, thread_id)
+        for thread_id in await where.kernel.threads(prefix=prefix)
+    ]
+    if as_json:
+        _print_json(rows)
+    elif rows:
+        print(
+            table(
+                ["thread", "revision", "last change", "last run"],
+                [
+                    [
+                        r["thread_id"],
+                        str(r["revision"]),
+                        r["last_change"] or "",
+                        r["last_run"] or "",
+                    ]
+                    for r in rows
+                ],
+            )
+        )
+    else:
+        print(f"no threads in {where.db}")
+    return 0
+
+
+async def inspect(where: Location, *, as_json: bool) -> int:
+    """`statekernel inspect`: every thread with its keys and values, every profile
+    namespace with its entries."""
+    found_threads = {}
+    for thread_id in await where.kernel.threads():
+        state = await where.kernel.export_state(thread_id)
+        found_threads[thread_id] = state
+    namespaces = await _profiles(where)
+    if as_json:
+        _print_json(
+            {
+                "threads": {
+                    thread_id: {"revision": state.revision, "values": state.values}
+                    for thread_id, state in found_threads.items()
+                },
+                "profiles": namespaces,
+            }
+        )
+        _notes(found_threads)
+        return 0
+    for thread_id, state in found_threads.items():
+        print(f"thread {thread_id}  (revision {state.revision})")
+        print(_indent(_values_table(state)))
+        print()
+    for namespace, entries in namespaces.items():
+        print(f"profile namespace {namespace}")
+        print(
+            _indent(
+                table(
+                    ["key", "version", "value"],
+                    [[key, str(e["version"]), _json(e["value"])] for key, e in entries.items()],
+                )
+            )
+        )
+        print()
+    if not found_threads and not namespaces:
+        print(f"{where.db} holds no threads and no profile entries")
+    _notes(found_threads)
+    return 0
+
+
+async def history(
+    where: Location, thread_id: str, *, since: int, limit: int | None, as_json: bool
+) -> int:
+    """`statekernel history`: the thread's commits, oldest first."""
+    records = await where.kernel.history(thread_id, since=since, limit=limit)
+    if as_json:
+        _print_json([_record(record) for record in records])
+        return 0
+    print(
+        table(
+            ["rev", "phase", "step", "sources", "ops"],
+            [
+                [
+                    str(r.revision),
+                    r.phase.value if r.phase is not None else "-",
+                    str(r.step),
+                    ", ".join(r.sources),
+                    ", ".join(f"{op.kind} {op.key}" for op in r.ops),
+                ]
+                for r in records
+            ],
+        )
+    )
+    return 0
+
+
+async def show(where: Location, thread_id: str, *, at: int | None, as_json: bool) -> int:
+    """`statekernel show`: the thread's keys and values at its head, or at `--at`."""
+    state = await where.kernel.export_state(thread_id, revision=at)
+    if as_json:
+        _print_json(dict(state.values))
+    else:
+        print(f"thread {thread_id}  (revision {state.revision})")
+        print(_values_table(state))
+    _notes({thread_id: state})
+    return 0
+
+
+async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
+    """`statekernel verify`: rebuild the thread from its journal alone and compare; exit 1
+    naming the first revision that differs (or the first record that cannot be trusted)."""
+    answer: dict[str, Any]
+    try:
+        report = await where.kernel.verify(thread_id)
+    except JournalCorrupted as error:
+        answer = {
+            "ok": False,
+            "revision": error.revision,
+            "first_divergence": error.revision,
+            "state_hash": None,
+            "detail": str(error),
+        }
+    else:
+        answer = {
+            "ok": report.ok,
+            "revision": report.revision,
+            "first_divergence": report.first_divergence,
+            "state_hash": report.state_hash,
+            "detail": report.detail,
+        }
+    if as_json:
+        _print_json(answer)
+    elif answer["ok"]:
+        print(
+            f"ok: thread {thread_id} rebuilds from its journal (revision {answer['revision']}, "
+            f"state hash {answer['state_hash']})"
+        )
+        if answer["detail"]:
+            print(f"note: {answer['detail']}")
+    else:
+        print(f"diverged at revision {answer['first_divergence']}: {answer['detail']}")
+    return 0 if answer["ok"] else 1
+
+
+# -- shared pieces --------------------------------------------------------------------------
+
+
+async def _thread_row(where: Location, thread_id: str) -> dict[str, Any]:
+    revision = await _head_revision(where, thread_id)
+    last = await where.kernel.history(thread_id, since=max(revision - 1, 0), limit=1)
+    return {
+        "thread_id": thread_id,
+        "revision": revision,
+        "last_change": last[0].created_at.isoformat(timespec="seconds") if last else None,
+        "last_run": last[0].run_id if last else None,
+    }
+
+
+async def _head_revision(where: Location, thread_id: str) -> int:
+    if isinstance(where.threads, SupportsHead):
+        head = await where.threads.head(thread_id)
+        if head is None:
+            raise UnknownThread(thread_id)
+        return head.revision
+    return (await where.kernel.get_state(thread_id)).revision
+
+
+async def _profiles(where: Location) -> dict[str, dict[str, dict[str, Any]]]:
+    store = where.profiles
+    if store is None or not isinstance(store, SupportsNamespaces):
+        return {}
+    return {
+        namespace: {
+            entry.key: {"version": entry.version, "value": entry.value}
+            for entry in await store.list(namespace)
+        }
+        for namespace in await store.namespaces()
+    }
+
+
+def _values_table(state: ExportedState) -> str:
+    rows = [[name, _json(value)] for name, value in state.values.items()]
+    rows += [
+        [name, "(no value before its first update)"]
+        for name in state.as_of
+        if name not in state.values
+    ]
+    return table(["key", "value"], rows) if rows else "(no keys)"
+
+
+def _notes(states: Mapping[str, ExportedState]) -> None:
+    """Say on stderr which keys are shown as of an earlier revision, and why."""
+    for thread_id, state in states.items():
+        for name, revision in state.as_of.items():
+            print(
+                f"note: thread {thread_id}: key {name!r} is shown as of revision {revision}; "
+                f"the updates after it need the plugin that declares the key",
+                file=sys.stderr,
+            )
+
+
+def _record(record: CommitRecord) -> dict[str, Any]:
+    """A commit as JSON data: the record's fields, each op's update as the JSON it holds."""
+    data = msgspec.to_builtins(record)
+    data["ops"] = [
+        {
+            "key": op.key,
+            "kind": op.kind,
+            "update": None if op.update is None else msgspec.json.decode(op.update),
+        }
+        for op in record.ops
+    ]
+    return dict(data)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())

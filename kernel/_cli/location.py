@@ -1,0 +1,44 @@
+"""Opening the database a command names, for reading only.
+
+A command is handed one string, a SQLite file's path or a `postgresql://` DSN. What it holds
+is asked first (`stored_components`), so that a missing file, a file of another program or
+an empty database is refused before any store is made, and nothing is ever created there.
+The kernel that reads it has no plugins: what it shows is what any program can read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import attrs
+
+from statekernel import Kernel, ProfileStore, ThreadStore
+from statekernel.stores import MemoryThreadStore, open_stores, stored_components
+
+__all__ = ["Location", "opened"]
+
+
+@attrs.frozen
+class Location:
+    """A database opened for reading: a kernel over its threads, and its profile store when
+    it holds one."""
+
+    db: str
+    kernel: Kernel
+    threads: ThreadStore
+    profiles: ProfileStore | None
+
+
+@contextlib.asynccontextmanager
+async def opened(db: str) -> AsyncIterator[Location]:
+    """The database `db`, read-only, closed on leaving."""
+    held = await stored_components(db)
+    stores = open_stores(db, read_only=True)  # nothing is opened until first use
+    # A file of profiles only holds no threads: an empty store says so without a case.
+    threads = stores.thread_store if "thread_store" in held else MemoryThreadStore()
+    profiles = stores.profile_store if "profile_store" in held else None
+    try:
+        yield Location(db, Kernel([], thread_store=threads), threads, profiles)
+    finally:
+        await stores.close()

@@ -1,0 +1,132 @@
+"""`statekernel`'s arguments, and the one policy for how a command ends.
+
+Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence) or the
+store failed while reading; 2 the command could not start: bad arguments, a missing file, a
+file or database that is not a statekernel store, an unknown thread or revision. An error
+is one line on standard error, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from statekernel import StateError, StoreError, UnknownRevision, __version__
+
+from . import commands, demo
+from .location import Location, opened
+
+__all__ = ["main"]
+
+_CANNOT_START = (StoreError, UnknownRevision)  # UnknownThread is an UnknownRevision
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with `argv` (default: the process's) and return its exit status."""
+    args = _parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.run
+    try:
+        return asyncio.run(run(args))
+    except _CANNOT_START as error:
+        return _fail(error, 2)
+    except StateError as error:
+        return _fail(error, 1)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(error: BaseException, status: int) -> int:
+    print("statekernel: " + " ".join(str(error).split()), file=sys.stderr)
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="statekernel",
+        description="Look inside statekernel stores: a SQLite file or a postgresql:// DSN. "
+        "Reading never creates or changes a store.",
+    )
+    parser.add_argument("--version", action="version", version=f"statekernel {__version__}")
+    sub = parser.add_subparsers(required=True, metavar="command")
+
+    run_demo = sub.add_parser("demo", help="run the demo (offline, scripted model) into a folder")
+    run_demo.add_argument(
+        "--dir", type=Path, default=Path(".statekernel"), help="where its SQLite file goes"
+    )
+    run_demo.add_argument("--trace", action="store_true", help="one line per phase")
+    run_demo.set_defaults(run=_demo)
+
+    def reading(name: str, help: str, *, thread: bool) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, help=help, description=help)
+        command.add_argument("db", metavar="DB", help="a SQLite file or a postgresql:// DSN")
+        if thread:
+            command.add_argument("--thread", required=True, metavar="T", help="the thread's id")
+        command.add_argument("--json", action="store_true", help="machine-readable output")
+        return command
+
+    listing = reading(
+        "threads", "the stored threads with their revision and last change", thread=False
+    )
+    listing.add_argument("--prefix", default="", help="only threads whose id starts with it")
+    listing.set_defaults(
+        run=_reading(lambda w, a: commands.threads(w, prefix=a.prefix, as_json=a.json))
+    )
+
+    everything = reading(
+        "inspect", "every thread's keys and values, every profile entry", thread=False
+    )
+    everything.set_defaults(run=_reading(lambda w, a: commands.inspect(w, as_json=a.json)))
+
+    commits = reading("history", "a thread's commits: revision, phase, sources, ops", thread=True)
+    commits.add_argument("--since", type=_revision, default=0, help="only commits after it")
+    commits.add_argument("--limit", type=_revision, default=None, help="at most this many")
+    commits.set_defaults(
+        run=_reading(
+            lambda w, a: commands.history(w, a.thread, since=a.since, limit=a.limit, as_json=a.json)
+        )
+    )
+
+    state = reading("show", "a thread's keys and values, now or at a revision", thread=True)
+    state.add_argument("--at", type=_revision, default=None, metavar="REV", help="the revision")
+    state.set_defaults(
+        run=_reading(lambda w, a: commands.show(w, a.thread, at=a.at, as_json=a.json))
+    )
+
+    check = reading(
+        "verify",
+        "rebuild a thread from its journal and compare (exit 1 if it differs)",
+        thread=True,
+    )
+    check.set_defaults(run=_reading(lambda w, a: commands.verify(w, a.thread, as_json=a.json)))
+    return parser
+
+
+def _reading(
+    command: Callable[[Location, argparse.Namespace], Coroutine[Any, Any, int]],
+) -> Callable[[argparse.Namespace], Coroutine[Any, Any, int]]:
+    """A reading command, run on its database opened read-only."""
+
+    async def run(args: argparse.Namespace) -> int:
+        async with opened(args.db) as where:
+            return await command(where, args)
+
+    return run
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    await demo.main(args.dir, trace=args.trace)
+    return 0
+
+
+def _revision(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a revision (an integer >= 0), got {text!r}")
+    return value

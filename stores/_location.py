@@ -1,0 +1,62 @@
+"""Where stores live, named by one string: a SQLite file's path or a PostgreSQL DSN.
+
+A program is usually given "a database", not a store class: `open_stores` opens both
+stores of the matching backend there as one `Stores`, and `embedded` is the default home of
+a program that has none in mind, a SQLite file in a folder. A tool that only looks (the
+command line) must not create a store by looking: `stored_components` says what a
+location holds without writing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from statekernel import ProfileStore, Stores, ThreadStore
+
+from ._postgres import PostgresProfileStore, PostgresThreadStore
+from ._postgres.connection import read_components as postgres_components
+from ._sqlite import SqliteProfileStore, SqliteThreadStore
+from ._sqlite.connection import read_components as sqlite_components
+
+__all__ = ["EMBEDDED_FOLDER", "embedded", "open_stores", "stored_components"]
+
+_DSN_SCHEMES = ("postgresql://", "postgres://")
+EMBEDDED_FOLDER = ".statekernel"
+_EMBEDDED_FILE = "statekernel.db"
+
+
+def embedded(folder: str | os.PathLike[str] = EMBEDDED_FOLDER) -> Stores:
+    """The embedded default: both stores in one SQLite file, `<folder>/statekernel.db`,
+    made (with the folder) on first use, owner-only."""
+    return open_stores(os.path.join(os.fspath(folder), _EMBEDDED_FILE))
+
+
+def open_stores(db: str | os.PathLike[str], *, read_only: bool = False) -> Stores:
+    """Both stores at `db`: a `postgresql://` DSN opens the PostgreSQL stores, anything else
+    is a SQLite file's path. Nothing is opened until first use; `read_only=True` never
+    creates, migrates or writes anything there."""
+    threads: ThreadStore
+    profiles: ProfileStore
+    if _is_dsn(db):
+        threads = PostgresThreadStore(str(db), read_only=read_only)
+        profiles = PostgresProfileStore(str(db), read_only=read_only)
+    else:
+        threads = SqliteThreadStore(db, read_only=read_only)
+        profiles = SqliteProfileStore(db, read_only=read_only)
+    return Stores(threads, profiles)
+
+
+async def stored_components(db: str | os.PathLike[str]) -> dict[str, int]:
+    """The statekernel stores at `db` (`"thread_store"`, `"profile_store"`) with their schema
+    versions, read without creating or changing anything.
+
+    A missing file, a file or database that is not a statekernel store, or a server that
+    cannot be reached raises `StoreError` saying which."""
+    if _is_dsn(db):
+        return await postgres_components(str(db))
+    return await asyncio.to_thread(sqlite_components, os.fspath(db))
+
+
+def _is_dsn(db: str | os.PathLike[str]) -> bool:
+    return isinstance(db, str) and db.startswith(_DSN_SCHEMES)

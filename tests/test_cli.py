@@ -1,0 +1,327 @@
+"""The `statekernel` command line, run as a user runs it: a real process on real stores.
+
+The demo writes a SQLite folder; every reading command is then run against it in a fresh
+process, and what it prints is held against what the kernel itself reads. Reading must
+never create or change a store, and every way a command cannot start is one line on
+stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekernel import Agent, InferenceResponse, Kernel, ScriptedModel, ToolCall, tool
+from statekernel.stores import (
+    PostgresProfileStore,
+    PostgresThreadStore,
+    SqliteProfileStore,
+    SqliteThreadStore,
+)
+
+THREAD = "demo-thread"
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statekernel", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def answer(*args: str) -> Any:
+    """The JSON a reading command prints (which must have succeeded)."""
+    done = cli(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def fingerprint(path: Path) -> tuple[str, float]:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime
+
+
+@pytest.fixture(scope="module")
+def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("demo") / "data"
+    done = cli("demo", "--dir", str(folder))
+    assert done.returncode == 0, done.stderr
+    assert "statekernel history" in done.stdout  # the demo says how to look inside
+    return folder
+
+
+async def test_threads_lists_each_thread_with_its_revision(demo_folder: Path) -> None:
+    db = demo_folder / "statekernel.db"
+    listed = answer("threads", str(db))
+    async with SqliteThreadStore(db, read_only=True) as store:
+        kernel = Kernel([], thread_store=store)
+        expected = {t: (await kernel.get_state(t)).revision for t in await kernel.threads()}
+        last = (await kernel.history(THREAD))[-1]
+    assert {row["thread_id"]: row["revision"] for row in listed} == expected
+    assert set(expected) == {"demo-thread", "demo-helper"}
+    row = next(row for row in listed if row["thread_id"] == THREAD)
+    assert row["last_run"] == last.run_id
+    assert row["last_change"] == last.created_at.isoformat(timespec="seconds")
+    assert answer("threads", str(db), "--prefix", "demo-h")[0]["thread_id"] == "demo-helper"
+    table = cli("threads", str(db)).stdout.splitlines()
+    assert table[0].split() == ["thread", "revision", "last", "change", "last", "run"]
+    assert any(line.split()[:2] == [THREAD, str(expected[THREAD])] for line in table)
+
+
+async def test_history_json_is_every_commit_with_its_ops_as_json(demo_folder: Path) -> None:
+    db = demo_folder / "statekernel.db"
+    records = answer("history", str(db), "--thread", THREAD)
+    async with SqliteThreadStore(db, read_only=True) as store:
+        expected = await Kernel([], thread_store=store).history(THREAD)
+    assert [r["revision"] for r in records] == [r.revision for r in expected]
+    assert [r["sources"] for r in records] == [list(r.sources) for r in expected]
+    assert [r["phase"] for r in records] == [r.phase and r.phase.value for r in expected]
+    first = records[0]
+    assert first["sources"] == ["agent:input"] and first["phase"] == "RUN_START"
+    (op,) = first["ops"]
+    assert op["key"] == "statekernel.messages" and op["kind"] == "update"
+    assert op["update"][0]["content"] == "Learn about statekernel and publish a short note."
+    assert any("tool:publish" in r["sources"] for r in records)
+    some = answer("history", str(db), "--thread", THREAD, "--since", "10", "--limit", "3")
+    assert [r["revision"] for r in some] == [11, 12, 13]
+    lines = cli("history", str(db), "--thread", THREAD).stdout.splitlines()
+    assert lines[0].split() == ["rev", "phase", "step", "sources", "ops"]
+    assert lines[1].split()[:4] == ["1", "RUN_START", "0", "agent:input"]
+
+
+async def test_show_json_lists_an_agents_messages_from_a_fresh_process(demo_folder: Path) -> None:
+    db = demo_folder / "statekernel.db"
+    shown = answer("show", str(db), "--thread", THREAD)
+    messages = shown["statekernel.messages"]
+    assert messages[0] == {
+        "role": "user",
+        "content": "Learn about statekernel and publish a short note.",
+        "tool_call_id": None,
+        "is_error": False,
+        "id": "demo-thread:run-1:m0",
+        "tool_calls": [],
+    }
+    assert any(m["role"] == "tool" and "REVIEWED" in m["content"] for m in messages)
+    assert messages[-1]["content"] == "Two facts reviewed and published."
+    # the same as a plain kernel in this process reads it, and the same at a revision
+    async with SqliteThreadStore(db, read_only=True) as store:
+        kernel = Kernel([], thread_store=store)
+        assert shown == dict((await kernel.export_state(THREAD)).values)
+        at_eight = (await kernel.state_at(THREAD, 8)).to_dict()
+    earlier = answer("show", str(db), "--thread", THREAD, "--at", "8")
+    assert len(earlier["statekernel.messages"]) == len(at_eight["statekernel.messages"]) == 2
+    text = cli("show", str(db), "--thread", THREAD, "--at", "8")
+    assert text.stdout.splitlines()[0] == "thread demo-thread  (revision 8)"
+    assert "key 'context.step'" in text.stderr  # a key no plugin of a plain kernel declares
+
+
+async def test_inspect_shows_threads_and_profile_namespaces(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    inspected = answer("inspect", str(demo_folder / "statekernel.db"))
+    assert set(inspected["threads"]) == {"demo-thread", "demo-helper"}
+    assert "statekernel.messages" in inspected["threads"][THREAD]["values"]
+    db = str(demo_folder / "statekernel.db")
+    revisions = {row["thread_id"]: row["revision"] for row in answer("threads", db)}
+    assert {t: v["revision"] for t, v in inspected["threads"].items()} == revisions
+    assert inspected["threads"][THREAD]["values"] == answer("show", db, "--thread", THREAD)
+    (entry,) = inspected["profiles"]["team_context"].values()
+    assert entry["value"]["goals"] == [
+        "Publish a note about statekernel",
+        "Collect reader questions",
+    ]
+    text = cli("inspect", str(demo_folder / "statekernel.db")).stdout
+    assert "thread demo-thread  (revision" in text
+    assert "profile namespace team_context" in text
+    # a file of profiles only: no threads, and nothing added to it
+    only = tmp_path / "profiles.db"
+    async with SqliteProfileStore(only) as profiles:
+        await profiles.set("prefs", "alice", {"tone": "brief"})
+    before = fingerprint(only)
+    assert answer("inspect", str(only)) == {
+        "threads": {},
+        "profiles": {"prefs": {"alice": {"version": 1, "value": {"tone": "brief"}}}},
+    }
+    assert answer("threads", str(only)) == []
+    assert fingerprint(only) == before
+
+
+def test_verify_passes_then_names_the_revision_of_a_tampered_record(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    done = cli("verify", str(demo_folder / "statekernel.db"), "--thread", THREAD)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok: thread demo-thread rebuilds from its journal")
+    copy = tmp_path / "tampered.db"
+    with sqlite3.connect(demo_folder / "statekernel.db") as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    with sqlite3.connect(copy) as raw:
+        (data,) = raw.execute(
+            "SELECT record FROM thread_records WHERE thread_id = ? AND revision = 20", (THREAD,)
+        ).fetchone()
+        forged = data[:-1] + bytes([data[-1] ^ 1])
+        raw.execute(
+            "UPDATE thread_records SET record = ? WHERE thread_id = ? AND revision = 20",
+            (forged, THREAD),
+        )
+    done = cli("verify", str(copy), "--thread", THREAD)
+    assert done.returncode == 1
+    assert "revision 20" in done.stdout
+    report = json.loads(cli("verify", str(copy), "--thread", THREAD, "--json").stdout)
+    assert report["ok"] is False and report["first_divergence"] == 20
+
+
+def test_reading_never_changes_the_store(demo_folder: Path) -> None:
+    db = demo_folder / "statekernel.db"
+    before = fingerprint(db)
+    for args in (
+        ["threads"],
+        ["inspect"],
+        ["history", "--thread", THREAD],
+        ["show", "--thread", THREAD, "--at", "3"],
+        ["verify", "--thread", THREAD],
+        ["show", "--thread", "no-such-thread"],
+    ):
+        cli(args[0], str(db), *args[1:])
+    assert fingerprint(db) == before
+
+
+@pytest.mark.parametrize(
+    "case", ["missing file", "foreign file", "other database", "unknown thread"]
+)
+def test_what_cannot_be_read_is_one_line_and_exit_2(
+    case: str, demo_folder: Path, tmp_path: Path
+) -> None:
+    db = demo_folder / "statekernel.db"
+    thread = THREAD
+    if case == "missing file":
+        db = tmp_path / "nothing-here.db"
+    elif case == "foreign file":
+        db = tmp_path / "notes.txt"
+        db.write_text("not a database\n")
+    elif case == "other database":
+        db = tmp_path / "other.db"
+        with sqlite3.connect(db) as raw:
+            raw.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    else:
+        thread = "no-such-thread"
+    before = sorted(os.listdir(db.parent)), fingerprint(db) if db.exists() else None
+    for command in ("show", "history", "verify"):
+        done = cli(command, str(db), "--thread", thread)
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stdout == ""
+        assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("statekernel: ")
+        assert "Traceback" not in done.stderr
+    expected = {
+        "missing file": "no such file",
+        "foreign file": "not a statekernel store",
+        "other database": "not a statekernel store",
+        "unknown thread": "thread 'no-such-thread' does not exist",
+    }[case]
+    assert expected in done.stderr
+    if case != "unknown thread":
+        assert (sorted(os.listdir(db.parent)), fingerprint(db) if db.exists() else None) == before
+
+
+def test_bad_arguments_exit_2_with_usage() -> None:
+    done = cli("show", "x.db", "--thread", "t", "--at", "minus-one")
+    assert done.returncode == 2
+    assert "expected a revision" in done.stderr
+
+
+def test_the_console_script_and_version() -> None:
+    script = Path(sys.executable).parent / "statekernel"
+    done = subprocess.run(
+        [str(script), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0
+    import statekernel
+
+    assert done.stdout.strip() == f"statekernel {statekernel.__version__}"
+
+
+@tool
+def note(text: str) -> str:
+    """Keep a note."""
+    return f"noted {text}"
+
+
+async def test_every_command_reads_a_postgresql_dsn(postgres_dsn: str) -> None:
+    script = [
+        InferenceResponse(tool_calls=(ToolCall("c1", "note", {"text": "pg"}),)),
+        InferenceResponse(text="done"),
+    ]
+    async with (
+        PostgresThreadStore(postgres_dsn) as threads,
+        PostgresProfileStore(postgres_dsn) as profiles,
+    ):
+        agent = Agent(
+            [], ScriptedModel(script), [note], thread_store=threads, profile_store=profiles
+        )
+        result = await agent.run("pg-thread", ["write a note"])
+        await profiles.set("notes", "first", {"text": "pg"})
+        expected = await Kernel([], thread_store=threads).verify("pg-thread")
+    assert result.outcome == "success"
+    assert [row["thread_id"] for row in answer("threads", postgres_dsn)] == ["pg-thread"]
+    shown = answer("show", postgres_dsn, "--thread", "pg-thread")
+    assert [m["content"] for m in shown["statekernel.messages"]][-2:] == ["noted pg", "done"]
+    records = answer("history", postgres_dsn, "--thread", "pg-thread")
+    assert ["tool:note"] in [r["sources"] for r in records]
+    report = answer("verify", postgres_dsn, "--thread", "pg-thread")
+    assert report["ok"] and report["state_hash"] == expected.state_hash
+    inspected = answer("inspect", postgres_dsn)
+    assert inspected["profiles"]["notes"]["first"]["value"] == {"text": "pg"}
+    assert "pg-thread" in inspected["threads"]
+    missing = cli("show", postgres_dsn, "--thread", "nope")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+async def test_a_database_statekernel_never_wrote_is_refused_and_left_empty(
+    postgres_dsn: str,
+) -> None:
+    import asyncpg
+
+    done = cli("threads", postgres_dsn)
+    assert done.returncode == 2
+    assert "no statekernel store" in done.stderr
+    schema = postgres_dsn.rsplit("search_path=", 1)[1]
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        tables = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1", schema
+        )
+    finally:
+        await conn.close()
+    assert tables == []
+
+
+async def test_read_only_stores_refuse_writes_and_create_nothing(tmp_path: Path) -> None:
+    from statekernel import StoreError
+
+    missing = tmp_path / "missing.db"
+    with pytest.raises(StoreError, match="no such file"):
+        async with SqliteThreadStore(missing, read_only=True) as store:
+            await store.threads()
+    assert not missing.exists()
+    path = tmp_path / "both.db"
+    async with SqliteThreadStore(path) as threads, SqliteProfileStore(path) as profiles:
+        await profiles.set("n", "k", 1)
+        await threads.threads()
+    async with SqliteProfileStore(path, read_only=True) as reader:
+        assert (await reader.get("n", "k")).value == 1  # type: ignore[union-attr]
+        assert await reader.namespaces() == ["n"]
+        with pytest.raises(StoreError, match="read_only=True"):
+            await reader.set("n", "k", 2)
+    async with SqliteProfileStore(path) as writer:
+        assert (await writer.get("n", "k")).value == 1  # type: ignore[union-attr]
