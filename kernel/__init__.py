@@ -70,6 +70,7 @@ from ._values.loop_actions import ExcludeTool, IncludeOnlyTools, SetInferenceOve
 from ._values.messages import REMOVE_ALL_MESSAGES, Message, MessageLike, RemoveMessage, as_message
 from ._values.model import InferenceRequest, InferenceResponse, ScriptedModel
 from ._values.phases import Phase
+from ._values.run_events import EffectRun, GateRun, PhaseRun, RunEvent, ToolRun
 from ._values.specs import EffectSpec, ScheduledActionSpec
 from ._values.toolgate import Block, SetResult, Suspend
 from ._values.tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult, ToolSpec
@@ -91,10 +92,12 @@ __all__ = [
     "Decision",
     "DecodeFailed",
     "DuplicateRegistration",
+    "EffectRun",
     "EffectSpec",
     "Ephemeral",
     "ExcludeTool",
     "ExportedState",
+    "GateRun",
     "HookFailed",
     "IncludeOnlyTools",
     "InferenceRequest",
@@ -115,6 +118,7 @@ __all__ = [
     "Phase",
     "PhaseContext",
     "PhaseReport",
+    "PhaseRun",
     "PhaseRunLoopExceeded",
     "Plugin",
     "PluginRegistrar",
@@ -129,6 +133,7 @@ __all__ = [
     "RevisionConflict",
     "Role",
     "Run",
+    "RunEvent",
     "RunIdentity",
     "RunResult",
     "ScheduledActionSpec",
@@ -154,6 +159,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolOutput",
     "ToolResult",
+    "ToolRun",
     "ToolSpec",
     "UnknownActionHandler",
     "UnknownAgent",

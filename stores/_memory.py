@@ -132,6 +132,7 @@ class _Thread:
     head: bytes
     records: list[JournalEntry] = attrs.field(factory=list)  # in revision order
     snapshots: dict[int, bytes] = attrs.field(factory=dict)
+    events: list[tuple[int, bytes]] = attrs.field(factory=list)  # (save's revision, events)
 
     def after(self, since: int, until: int | None = None) -> list[JournalEntry]:
         """The entries with `since < revision <= until`, found by bisection."""
@@ -182,6 +183,8 @@ class MemoryThreadStore(ClosingStore):
         thread.position, thread.head = position, plan.head
         thread.records.extend(JournalEntry(e.revision, bytes(e.data)) for e in save.records)
         thread.snapshots.update(plan.snapshots)
+        if save.events is not None:
+            thread.events.append((save.revision, bytes(save.events)))
 
     async def records(
         self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
@@ -208,6 +211,11 @@ class MemoryThreadStore(ClosingStore):
             return
         thread.records = thread.after(keep)
         thread.snapshots = {r: d for r, d in thread.snapshots.items() if r >= keep}
+        thread.events = [(r, data) for r, data in thread.events if r >= keep]
+
+    async def run_events(self, thread_id: str) -> builtins.list[bytes]:
+        thread = self._threads.get(check_thread_id(thread_id))
+        return [] if thread is None else [data for _, data in thread.events]
 
     async def delete(self, thread_id: str) -> None:
         self._threads.pop(check_thread_id(thread_id), None)

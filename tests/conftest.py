@@ -1,5 +1,5 @@
 """Fixtures the test modules share: a live state of the sample keys, thread and profile stores,
-and a throwaway PostgreSQL server."""
+a throwaway PostgreSQL server, and a headless Chromium."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from browser import HOW_TO_INSTALL as HOW_TO_INSTALL_BROWSER
+from browser import Browser, find_browser, headless_chromium
 from sample_keys import ALL_KEYS
 
 from statekernel import ProfileStore, ThreadStore
@@ -33,6 +35,10 @@ from statekernel.testing.postgres import (
 REQUIRE_POSTGRES = os.environ.get("STATEKERNEL_REQUIRE_POSTGRES") == "1"
 _NO_POSTGRES = f"PostgreSQL is not installed here: {HOW_TO_INSTALL}"
 _skipped_for_postgres: list[str] = []
+# .ci/run sets it too: there, a test that needs the browser fails instead of being skipped.
+REQUIRE_BROWSER = os.environ.get("STATEKERNEL_REQUIRE_BROWSER") == "1"
+_NO_BROWSER = f"Chromium is not installed here: {HOW_TO_INSTALL_BROWSER}"
+_skipped_for_browser: list[str] = []
 
 
 @pytest.fixture
@@ -144,9 +150,24 @@ async def _fresh_schema_dsn(server: PostgresServer) -> str:
     return f"{server.dsn}?search_path={schema}"
 
 
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    """A headless Chromium session (Debian's chromium and chromium-driver), ended after the
+    test; the tests that need it are skipped, and say so, where there is none."""
+    found = find_browser()
+    if found is None:
+        if REQUIRE_BROWSER:
+            pytest.fail(_NO_BROWSER)
+        pytest.skip(_NO_BROWSER)
+    with headless_chromium(*found, tmp_path / "chromium-profile") as session:
+        yield session
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and _NO_POSTGRES in str(report.longrepr):
         _skipped_for_postgres.append(report.nodeid)
+    if report.skipped and _NO_BROWSER in str(report.longrepr):
+        _skipped_for_browser.append(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -155,4 +176,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{len(_skipped_for_postgres)} tests that need a PostgreSQL server were SKIPPED: "
             f"{_NO_POSTGRES}. (.ci/run installs it and never skips them.)"
+        )
+    if _skipped_for_browser:
+        terminalreporter.write_sep("!", "browser tests skipped", yellow=True)
+        terminalreporter.write_line(
+            f"{len(_skipped_for_browser)} tests that need a browser were SKIPPED: "
+            f"{_NO_BROWSER}. (.ci/run installs it and never skips them.)"
         )

@@ -257,7 +257,7 @@ def note(text: str) -> str:
     return f"noted {text}"
 
 
-async def test_every_command_reads_a_postgresql_dsn(postgres_dsn: str) -> None:
+async def test_every_command_reads_a_postgresql_dsn(postgres_dsn: str, tmp_path: Path) -> None:
     script = [
         InferenceResponse(tool_calls=(ToolCall("c1", "note", {"text": "pg"}),)),
         InferenceResponse(text="done"),
@@ -285,6 +285,12 @@ async def test_every_command_reads_a_postgresql_dsn(postgres_dsn: str) -> None:
     assert "pg-thread" in inspected["threads"]
     missing = cli("show", postgres_dsn, "--thread", "nope")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    page = tmp_path / "pg-trace.html"
+    drawn = cli("trace", postgres_dsn, "--thread", "pg-thread", "--html", str(page))
+    assert drawn.returncode == 0, drawn.stderr
+    html = page.read_text(encoding="utf-8")
+    assert html.count('class="commit"') == len(records)
+    assert 'data-lane="TOOL_GATE"' in html and "note: succeeded" in html
 
 
 async def test_a_database_statekernel_never_wrote_is_refused_and_left_empty(

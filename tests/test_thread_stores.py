@@ -31,7 +31,12 @@ from statekernel import (
     ThreadStore,
 )
 from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
-from statekernel.stores import MemoryThreadStore, SqliteProfileStore, SqliteThreadStore
+from statekernel.stores import (
+    MemoryThreadStore,
+    PostgresThreadStore,
+    SqliteProfileStore,
+    SqliteThreadStore,
+)
 
 
 def entries(first: int, last: int) -> tuple[JournalEntry, ...]:
@@ -309,10 +314,10 @@ async def test_the_file_records_its_schema_version(tmp_path: Path) -> None:
         await made.save("t", ThreadSave(revision=0), expected_position=0)
     with sqlite3.connect(path) as raw:
         rows = raw.execute("SELECT component, version FROM statekernel_schema").fetchall()
-        assert rows == [("thread_store", 3)]
-        raw.execute("UPDATE statekernel_schema SET version = 4")
+        assert rows == [("thread_store", 4)]
+        raw.execute("UPDATE statekernel_schema SET version = 5")
     async with SqliteThreadStore(path) as made:
-        with pytest.raises(StoreError, match=r"thread_store schema version 4.*Upgrade"):
+        with pytest.raises(StoreError, match=r"thread_store schema version 5.*Upgrade"):
             await made.load("t")
 
 
@@ -336,6 +341,7 @@ async def test_the_revision_column_holds_the_revision_and_a_version_2_file_migra
                 state BLOB NOT NULL, saved_at REAL NOT NULL) WITHOUT ROWID;
             INSERT INTO thread_states SELECT * FROM old;
             DROP TABLE old;
+            DROP TABLE thread_events;
             UPDATE statekernel_schema SET version = 2;
             """
         )
@@ -345,7 +351,49 @@ async def test_the_revision_column_holds_the_revision_and_a_version_2_file_migra
         await store.save("t", ThreadSave(revision=6, records=_entries(6, 6)), expected_position=3)
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT revision, position FROM thread_states").fetchall() == [(6, 4)]
-        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(3,)]
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(4,)]
+
+
+async def test_a_version_3_file_gains_the_run_events_table(tmp_path: Path) -> None:
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store:
+        await store.save("t", ThreadSave(revision=2, records=_entries(1, 2)), expected_position=0)
+    with sqlite3.connect(path) as raw:  # as version 3 wrote it: no run events
+        raw.executescript("DROP TABLE thread_events; UPDATE statekernel_schema SET version = 3;")
+    async with SqliteThreadStore(path, read_only=True) as reader:
+        with pytest.raises(StoreError, match="open it once for writing to migrate"):
+            await reader.load("t")
+    async with SqliteThreadStore(path) as store:
+        assert await store.run_events("t") == []
+        save = ThreadSave(revision=3, records=_entries(3, 3), events=b"events")
+        await store.save("t", save, expected_position=1)
+        assert await store.run_events("t") == [b"events"]
+        loaded = await store.load("t")
+        assert loaded is not None and loaded.revision == 3
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(4,)]
+
+
+async def test_a_version_1_postgresql_database_gains_the_run_events_table(
+    postgres_dsn: str,
+) -> None:
+    import asyncpg
+
+    async with PostgresThreadStore(postgres_dsn) as store:
+        await store.save("t", ThreadSave(revision=2, records=_entries(1, 2)), expected_position=0)
+    conn = await asyncpg.connect(postgres_dsn)
+    try:  # as version 1 made it: no run events
+        await conn.execute("DROP TABLE statekernel_thread_events")
+        await conn.execute("UPDATE statekernel_schema SET version = 1")
+    finally:
+        await conn.close()
+    async with PostgresThreadStore(postgres_dsn, read_only=True) as reader:
+        with pytest.raises(StoreError, match="open it once for writing to migrate"):
+            await reader.load("t")
+    async with PostgresThreadStore(postgres_dsn) as store:
+        save = ThreadSave(revision=3, records=_entries(3, 3), events=b"events")
+        await store.save("t", save, expected_position=1)
+        assert await store.run_events("t") == [b"events"]
 
 
 def _entries(first: int, last: int) -> tuple[JournalEntry, ...]:
@@ -396,7 +444,7 @@ async def test_a_file_saved_before_the_journal_migrates_and_its_threads_load(
         assert loaded is not None and loaded.values == {"mood": b'"calm"'}
         assert loaded.snapshot_revision == 7 and loaded.records == (JournalEntry(8, b"r8"),)
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(3,)]
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(4,)]
         # The position carried over from the version 1 row, the revision from its head.
         assert raw.execute("SELECT revision, position FROM thread_states").fetchall() == [(8, 8)]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from statekernel import StateError, StoreError, UnknownRevision, __version__
 
-from . import commands, demo
+from . import commands, demo, trace
 from .location import Location, opened
 
 __all__ = ["main"]
@@ -60,12 +60,15 @@ def _parser() -> argparse.ArgumentParser:
     run_demo.add_argument("--trace", action="store_true", help="one line per phase")
     run_demo.set_defaults(run=_demo)
 
-    def reading(name: str, help: str, *, thread: bool) -> argparse.ArgumentParser:
+    def reading(
+        name: str, help: str, *, thread: bool, as_json: bool = True
+    ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help, description=help)
         command.add_argument("db", metavar="DB", help="a SQLite file or a postgresql:// DSN")
         if thread:
             command.add_argument("--thread", required=True, metavar="T", help="the thread's id")
-        command.add_argument("--json", action="store_true", help="machine-readable output")
+        if as_json:
+            command.add_argument("--json", action="store_true", help="machine-readable output")
         return command
 
     listing = reading(
@@ -95,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     state.set_defaults(
         run=_reading(lambda w, a: commands.show(w, a.thread, at=a.at, as_json=a.json))
     )
+
+    timeline = reading("trace", "a thread's runs as a self-contained HTML timeline", thread=True)
+    timeline.add_argument(
+        "--html", required=True, type=Path, metavar="OUT", help="the HTML file to write"
+    )
+    timeline.set_defaults(run=_reading(lambda w, a: trace.trace(w, a.thread, a.html)))
 
     check = reading(
         "verify",

@@ -30,6 +30,7 @@ from .._engine.records import CommitRecord, JournalOp, OpWriter, PendingCommit, 
 from .._engine.registry import KeyRegistry
 from .._errors import JournalCorrupted
 from .._values.keys import KeyScope
+from .._values.run_events import RunEvent
 
 __all__ = [
     "LINK_SIZE",
@@ -62,6 +63,9 @@ class Journaled:
     held: dict[tuple[int, str], Any] = attrs.field(factory=dict)
     """By (revision, key string): the values of keys that no op of that commit could
     journal, held as they are (`PendingCommit.held`); the kernel's memory replays them."""
+    events: tuple[RunEvent, ...] = ()
+    """What the run did since the last save beyond its commits (`_values.run_events`),
+    journaled beside them."""
 
 
 def records_of(
@@ -71,8 +75,9 @@ def records_of(
     thread_id: str,
     run_id: str | None,
     persistent_only: bool,
+    events: tuple[RunEvent, ...] = (),
 ) -> Journaled:
-    """The pending commits as records of `thread_id` and `run_id`.
+    """The pending commits as records of `thread_id` and `run_id` (with the run's `events`).
 
     `persistent_only` says how their ops were written (`OpWriter`): `records` then hold only the
     ops of persistent thread keys, and a commit that also wrote `persistent=False` thread
@@ -115,7 +120,7 @@ def records_of(
         if whole is not None:
             whole = as_values(whole, failed) if failed else whole
             whole_records.append(msgspec.structs.replace(record, ops=whole))
-    return Journaled(records, frozenset(unrecorded), tuple(whole_records), held)
+    return Journaled(records, frozenset(unrecorded), tuple(whole_records), held, events)
 
 
 def _split_persistent(
@@ -149,6 +154,7 @@ class RunJournal:
         self._persistent_only = persistent_only
         self.writer = OpWriter(registry, persistent_only=persistent_only)
         """How the run's live state writes its ops (`LiveState.keep_journal`)."""
+        self._events: list[RunEvent] = []
 
     @property
     def run_id(self) -> str | None:
@@ -159,15 +165,24 @@ class RunJournal:
         another kernel's run that saved first: `_durable.rebase`)."""
         self._run_id = run_id
 
+    def note(self, event: RunEvent) -> None:
+        """Keep `event` for the next save."""
+        self._events.append(event)
+
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
-        """The commits noted since the last save, as records."""
+        """The commits noted since the last save, as records, with the run's events."""
         return records_of(
             pending,
             self._registry,
             thread_id=self._thread_id,
             run_id=self._run_id,
             persistent_only=self._persistent_only,
+            events=tuple(self._events),
         )
+
+    def forget_events(self, count: int) -> None:
+        """Drop the first `count` events: a save holds them now."""
+        del self._events[:count]
 
     def whole_record(self, commit: PendingCommit) -> CommitRecord:
         """One commit as a record with every op, whatever a save keeps of it: what a record

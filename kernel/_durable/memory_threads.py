@@ -16,6 +16,7 @@ import attrs
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._values.declared_types import copy_of
 from .._values.keys import KeyScope
+from .._values.run_events import RunEvent
 from .journal import CommitRecord, Journaled, RunJournal
 from .replay import hash_of
 from .retention import Retention
@@ -37,6 +38,8 @@ class MemoryThread:
     """Values no op could journal, by (revision, key string) (`Journaled.held`)."""
     saved: bool = False
     """Whether a save (or a fork) made it: a thread only ever claimed is not held."""
+    events: list[RunEvent] = attrs.field(factory=list)
+    """Its runs' events (`_values.run_events`), oldest first, for the trace."""
 
 
 class MemoryThreads:
@@ -94,6 +97,7 @@ class MemoryThreads:
         records = journaled.records
         kept.records.extend(records)
         kept.values_at.update(journaled.held)
+        kept.events.extend(journaled.events)
         kept.since_snapshot += len(records)
         if records and (journaled.unrecorded or kept.since_snapshot >= self._snapshot_every):
             kept.snapshots.append((revision, dict(thread_values)))
@@ -138,6 +142,10 @@ class MemoryThreads:
         )
         return found if limit is None else found[:limit]
 
+    async def run_events(self, thread_id: str) -> list[RunEvent]:
+        kept = self._threads.get(thread_id)
+        return [] if kept is None else list(kept.events)
+
     async def prune(self, thread_id: str, *, before: int) -> None:
         kept = self._threads.get(thread_id)
         if kept is None:
@@ -147,6 +155,7 @@ class MemoryThreads:
             return
         keep = held[-1]
         kept.records = [record for record in kept.records if record.revision > keep]
+        kept.events = [event for event in kept.events if event.revision >= keep]
         kept.snapshots = [(r, values) for r, values in kept.snapshots if r >= keep]
         kept.values_at = {at: value for at, value in kept.values_at.items() if at[0] > keep}
 

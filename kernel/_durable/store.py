@@ -26,6 +26,7 @@ from .._errors import StateError, StoreError
 __all__ = [
     "JournalEntry",
     "SupportsHead",
+    "SupportsRunEvents",
     "ThreadHead",
     "ThreadSave",
     "ThreadSnapshot",
@@ -67,6 +68,9 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     kernel's opaque record of it; the next save replaces them. `seal` is the kernel's seal
     of the journal up to `revision` (opaque to the store): the store keeps it in the head
     and gives it back with every load, which is how a lost or forged record is caught.
+    `events` are the run's events since the previous save (phases, tool gate decisions,
+    tool calls), encoded by the kernel: a store that `SupportsRunEvents` keeps them beside
+    the records, for the trace; they are not part of the state, nor of the seal.
     """
 
     revision: int
@@ -77,6 +81,7 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     run_values: dict[str, bytes] | None = None
     suspended: bytes | None = None
     seal: bytes | None = None
+    events: bytes | None = None
 
 
 class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,6 +113,20 @@ class ThreadHead(msgspec.Struct, frozen=True):
     position: int
     revision: int
     seal: bytes | None = None
+
+
+@runtime_checkable
+class SupportsRunEvents(Protocol):
+    """A ThreadStore that keeps the run events of each save (`ThreadSave.events`).
+
+    Optional: the trace (`statekernel trace`, `kernel.run_events`) reads them; without them
+    it shows the commits alone. `delete` forgets them with the thread, and `prune` those of
+    saves whose revision is older than what it keeps. The three bundled stores have it.
+    """
+
+    async def run_events(self, thread_id: str) -> builtins.list[bytes]:
+        """The `events` of the thread's saves that had some, oldest first."""
+        ...
 
 
 @runtime_checkable

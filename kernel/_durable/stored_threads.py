@@ -33,14 +33,22 @@ import msgspec
 
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import RevisionConflict, StateError
+from .._errors import DecodeFailed, RevisionConflict, StateError
 from .._values.keys import KeyScope
+from .._values.run_events import RunEvent, decode_run_events, encode_run_events
 from .chain import START, Chain, chain_records, link_of, seal_snapshot
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
 from .rebase import Rebase, commutes, merged, renumbered
 from .retention import Retention
-from .store import JournalEntry, SupportsHead, ThreadSave, ThreadStore, store_failures
+from .store import (
+    JournalEntry,
+    SupportsHead,
+    SupportsRunEvents,
+    ThreadSave,
+    ThreadStore,
+    store_failures,
+)
 from .stored_journal import StoredJournal
 from .stored_loads import load_thread, read_stored_as, snapshot_fetcher
 from .stored_thread import StoredThread
@@ -260,6 +268,7 @@ class StoredThreads:
             run_values=self._run_values(values, kept.cache) if suspended is not None else None,
             suspended=msgspec.json.encode(suspended) if suspended is not None else None,
             seal=chain.seal(),
+            events=encode_run_events(journaled.events) if journaled.events else None,
         )
         interrupted = await self._write(thread_id, save, kept.position)
         registry = self._registry
@@ -521,6 +530,20 @@ class StoredThreads:
     async def threads(self, prefix: str, limit: int | None) -> list[str]:
         with store_failures("thread listing", prefix):
             return await self._store.threads(prefix=prefix, limit=limit)
+
+    async def run_events(self, thread_id: str) -> list[RunEvent]:
+        store = self._store
+        if not isinstance(store, SupportsRunEvents):
+            return []
+        with store_failures("run events", thread_id):
+            batches = await store.run_events(thread_id)
+        events: list[RunEvent] = []
+        for data in batches:
+            try:
+                events.extend(decode_run_events(data))
+            except msgspec.DecodeError as error:
+                raise DecodeFailed("run events", thread_id, error) from error
+        return events
 
     async def prune(self, thread_id: str, *, before: int) -> None:
         # Snapshots may extend older ones (Vector references): keep from the oldest

@@ -24,6 +24,7 @@ import msgspec
 
 from .._engine.registry import KeyBinding
 from .._errors import StateError
+from .._values.run_events import RunEvent
 from .journal import CommitRecord, Journaled, RunJournal
 from .rebase import Rebase
 from .store import check_name
@@ -272,6 +273,11 @@ class ThreadHome(Protocol):
 
     async def prune(self, thread_id: str, *, before: int) -> None:
         """Forget what is older than the newest snapshot at or before `before`."""
+        ...
+
+    async def run_events(self, thread_id: str) -> list[RunEvent]:
+        """The events the thread's runs journaled beside their commits, oldest first (none
+        where the store does not keep them)."""
         ...
 
     async def threads(self, prefix: str, limit: int | None) -> list[str]:

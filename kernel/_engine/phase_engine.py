@@ -28,11 +28,18 @@ from typing import Any
 
 import msgspec
 
-from .._errors import HookFailed, PhaseRunLoopExceeded, UnknownActionHandler, UnknownEffectHandler
+from .._errors import (
+    HookFailed,
+    PhaseRunLoopExceeded,
+    UnknownActionHandler,
+    UnknownEffectHandler,
+    cause_text,
+)
 from .._profile.access import BufferedProfileAccess, ProfileAccess
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, Retried, letter_for, payload_text
 from .._values.phases import Phase
+from .._values.run_events import EffectRun
 from .._values.specs import ScheduledAction
 from .._values.toolgate import Block, GateDecision, SetResult, Suspend, decide
 from .commit import LiveState
@@ -54,7 +61,9 @@ class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
     `commits` counts commits that moved the revision; `conflicts` counts hooks deferred and
     re-run because of an EXCLUSIVE overlap; `effects_dispatched` counts effects handed to
     handlers, of which `effects_failed` raised; `actions_run` counts action handler calls;
-    `hooks_run` names the plugin of each hook call, re-runs included, in order.
+    `hooks_run` names the plugin of each hook call, re-runs included, in order; `reruns`
+    names those re-run, `effects` the effects dispatched (each with its failure, if its
+    handler raised) and `actions` the keys of the actions run, in order.
 
     (A frozen msgspec Struct, like PhaseContext: one is built for every phase.)
     """
@@ -67,6 +76,9 @@ class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
     effects_failed: int = 0
     actions_run: int = 0
     hooks_run: tuple[str, ...] = ()
+    reruns: tuple[str, ...] = ()
+    effects: tuple[EffectRun, ...] = ()
+    actions: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         name = self.phase.name if self.phase is not None else "submit"
@@ -87,6 +99,9 @@ class _Tally(msgspec.Struct, gc=False):
     effects_failed: int = 0
     actions: int = 0
     hooks: tuple[str, ...] = ()  # the round's hooks, then each re-run
+    reruns: tuple[str, ...] = ()
+    effect_runs: tuple[EffectRun, ...] = ()
+    action_keys: tuple[str, ...] = ()
 
     def report(self, phase: Phase | None, revision: int) -> PhaseReport:
         return PhaseReport(
@@ -98,6 +113,9 @@ class _Tally(msgspec.Struct, gc=False):
             effects_failed=self.effects_failed,
             actions_run=self.actions,
             hooks_run=self.hooks,
+            reruns=self.reruns,
+            effects=self.effect_runs,
+            actions=self.action_keys,
         )
 
 
@@ -183,8 +201,11 @@ class PhaseEngine:
         await self._after_commit((contribution,), snapshot, tally)
         return tally.report(None, self._state.revision)
 
-    async def tool_gate(self, fields: Mapping[str, Any]) -> tuple[GateDecision | None, PhaseReport]:
-        """Run the TOOL_GATE phase, then every active gate on the resulting snapshot."""
+    async def tool_gate(
+        self, fields: Mapping[str, Any]
+    ) -> tuple[GateDecision | None, str | None, PhaseReport]:
+        """Run the TOOL_GATE phase, then every active gate on the resulting snapshot; the
+        decision, and the plugin whose gate made it."""
         report = await self.run_phase(Phase.TOOL_GATE, fields)
         context = self._make_context(Phase.TOOL_GATE, self._state.snapshot, fields)
         if self._profile is not None:
@@ -202,7 +223,9 @@ class PhaseEngine:
                 expected="Block, Suspend, SetResult or None",
             )
             answers.append((gate.plugin, answer))
-        return decide(answers), report
+        decision = decide(answers)
+        decided_by = next((plugin for plugin, a in answers if a is decision), None)
+        return decision, decided_by if decision is not None else None, report
 
     # -- gather and merge ------------------------------------------------------------
 
@@ -309,6 +332,7 @@ class PhaseEngine:
             hook = owner_of[id(contribution)]
             tally.conflicts += 1
             tally.hooks += (hook.plugin,)
+            tally.reruns += (hook.plugin,)
             rerun_context = msgspec.structs.replace(context, snapshot=staged.snapshot)
             (fresh,) = self._hook_contexts(rerun_context, 1)
             result = await _call_one(hook, fresh)
@@ -382,15 +406,18 @@ class PhaseEngine:
                 tally.effects += 1
                 try:
                     await outcome(entry.function, effect.payload, snapshot)
-                except Exception:
+                except Exception as error:
                     # Effects are terminal: the commit stands, so a failure is logged and
                     # counted, never raised (the one exception to the user-code policy).
                     tally.effects_failed += 1
+                    tally.effect_runs += (EffectRun(effect.spec.key, cause_text(error)),)
                     logger.exception(
                         "effect handler for %r (plugin %r) failed; the commit stands",
                         effect.spec.key,
                         entry.plugin,
                     )
+                else:
+                    tally.effect_runs += (EffectRun(effect.spec.key),)
 
     async def _run_actions(self, phase: Phase, fields: Mapping[str, Any], tally: _Tally) -> None:
         if not self._pending:
@@ -416,6 +443,7 @@ class PhaseEngine:
         entry = self._components.actions[action.spec.key]
         (context,) = self._hook_contexts(self._make_context(phase, self._state.snapshot, fields), 1)
         tally.actions += 1
+        tally.action_keys += (action.spec.key,)
         try:
             result = checked(
                 await call(

@@ -42,6 +42,7 @@ from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetters
 from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
 from .._values.reserved_keys import History, MailCursor
+from .._values.run_events import RunEvent
 from .._values.specs import ScheduledAction, ScheduledActionSpec, spec_info
 from .run import Lease, Run
 from .stores import Stores, chosen_stores
@@ -250,6 +251,16 @@ class Kernel:
         if head is None:
             raise UnknownThread(thread_id)
         return await self._history.state_at(thread_id, head)
+
+    async def run_events(self, thread_id: str) -> list[RunEvent]:
+        """What the thread's runs did beyond their commits, oldest first: each phase
+        (`PhaseRun`: its hooks' plugins, re-runs, effects, actions), each tool gate decision
+        (`GateRun`) and how each tool call ended (`ToolRun`), as their saves journaled them.
+        Empty where the ThreadStore does not keep them (`SupportsRunEvents`); a thread
+        nothing saved raises `UnknownThread`."""
+        if await self._history.head(thread_id) is None:
+            raise UnknownThread(thread_id)
+        return await self._home.run_events(thread_id)
 
     async def export_state(self, thread_id: str, *, revision: int | None = None) -> ExportedState:
         """The thread's stored keys at `revision` (None: its head) as plain JSON data, every

@@ -9,8 +9,9 @@ commit through the one engine; its saves go through the lease its kernel gave it
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import msgspec
@@ -40,6 +41,7 @@ from .._values.frozen import thaw
 from .._values.keys import RESERVED_PREFIX
 from .._values.messages import Message
 from .._values.phases import Phase, phase_of
+from .._values.run_events import GateRun, PhaseRun, ToolRun
 from .._values.specs import ScheduledAction
 from .._values.toolgate import Block, GateDecision, SetResult, Suspend
 from .._values.tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
@@ -84,8 +86,11 @@ class Lease:
         to a new run id)."""
         pending = state.pending_commits()
 
+        journaled = self.journal.journaled(pending)
+
         def saved(rebased: Rebased | None) -> None:  # durable now, even if cancelled after
             state.forget_commits(len(pending))
+            self.journal.forget_events(len(journaled.events))
             self.saves += 1
             if rebased is not None:
                 state.rebase(rebased.values, rebased.report.revision)
@@ -98,7 +103,7 @@ class Lease:
             state.stored_values(),
             revision=state.revision,
             touched=state.touched_names,
-            journaled=self.journal.journaled(pending),
+            journaled=journaled,
             suspended=suspended,
             on_saved=saved,
         )
@@ -233,6 +238,7 @@ class Run:
             report = await self._engine.run_phase(phase, fields)
         finally:
             lock.release()
+        self._note_phase(report)
         if self._phase_listeners:
             await self._notify_phase(report)
         return report
@@ -333,11 +339,17 @@ class Run:
         fields: dict[str, Any] = {"messages": messages}
         decision, _ = await self._tool_gate(tool_call, fields)
         if isinstance(decision, Block):
-            result = ToolResult(tool_call, ToolCallStatus.FAILED, error=decision.reason)
+            result = self._note_tool(
+                ToolResult(tool_call, ToolCallStatus.FAILED, error=decision.reason)
+            )
         elif isinstance(decision, Suspend):
-            return ToolResult(tool_call, ToolCallStatus.SUSPENDED, ticket=decision.ticket)
+            return self._note_tool(
+                ToolResult(tool_call, ToolCallStatus.SUSPENDED, ticket=decision.ticket)
+            )
         elif isinstance(decision, SetResult):
-            result = ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=decision.result)
+            result = self._note_tool(
+                ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=decision.result)
+            )
         else:
             if before_execute is not None:
                 await before_execute()
@@ -360,6 +372,16 @@ class Run:
         """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context (`on_run()` right
         before it), then commit the tool's command. Used by `handle_tool_call`, and by a resume
         that skips the gate."""
+        result = await self._execute_tool(tool_call, tool, messages, on_run)
+        return self._note_tool(result)
+
+    async def _execute_tool(
+        self,
+        tool_call: ToolCall,
+        tool: Tool,
+        messages: tuple[Message, ...],
+        on_run: Callable[[], None] | None,
+    ) -> ToolResult:
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
         profile = self._kernel.profile
         buffer = profile.buffered() if profile is not None else None
@@ -539,10 +561,60 @@ class Run:
         if self._start_listeners:
             await self._notify_start(Phase.TOOL_GATE)
         async with self._lock:
-            decision, report = await self._engine.tool_gate(fields)
+            decision, decided_by, report = await self._engine.tool_gate(fields)
+        self._note_phase(report)
+        self._lease.journal.note(
+            GateRun(
+                self.identity.run_id,
+                self._state.step,
+                tool_call.id,
+                tool_call.name,
+                _decision_name(decision),
+                self._state.revision,
+                decided_by,
+                getattr(decision, "reason", None),
+                time.time(),
+            )
+        )
         if self._phase_listeners:
             await self._notify_phase(report)
         return decision, report
+
+    def _note_phase(self, report: PhaseReport) -> None:
+        """Journal what the phase did (`PhaseRun`), for the trace."""
+        assert report.phase is not None
+        hooks = report.hooks_run
+        self._lease.journal.note(
+            PhaseRun(
+                self.identity.run_id,
+                self._state.step,
+                report.phase,
+                report.revision,
+                report.commits,
+                hooks[: len(hooks) - len(report.reruns)] if report.reruns else hooks,
+                report.reruns,
+                report.effects,
+                report.actions,
+                time.time(),
+            )
+        )
+
+    def _note_tool(self, result: ToolResult) -> ToolResult:
+        """Journal how a tool call ended (`ToolRun`), for the trace; return `result`."""
+        call = result.call
+        self._lease.journal.note(
+            ToolRun(
+                self.identity.run_id,
+                self._state.step,
+                call.id,
+                call.name,
+                result.status.value,
+                self._state.revision,
+                result.error,
+                time.time(),
+            )
+        )
+        return result
 
     async def _notify_start(self, phase: Phase) -> None:
         for listener in self._start_listeners:
@@ -568,3 +640,16 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run {self.identity.run_id!r} revision={self.revision}>"
+
+
+def _decision_name(
+    decision: GateDecision | None,
+) -> Literal["allow", "block", "suspend", "set_result"]:
+    """A gate decision's kind as a run event names it (subclasses rank as their kind)."""
+    if decision is None:
+        return "allow"
+    if isinstance(decision, Block):
+        return "block"
+    if isinstance(decision, Suspend):
+        return "suspend"
+    return "set_result"

@@ -43,7 +43,14 @@ import pytest
 
 from .._durable.chain import Chain, chain_records
 from .._durable.journal import CommitRecord, JournalOp
-from .._durable.store import JournalEntry, SupportsHead, ThreadHead, ThreadSave, ThreadStore
+from .._durable.store import (
+    JournalEntry,
+    SupportsHead,
+    SupportsRunEvents,
+    ThreadHead,
+    ThreadSave,
+    ThreadStore,
+)
 from .._engine.plugin import Plugin, PluginRegistrar
 from .._errors import (
     DecodeFailed,
@@ -57,6 +64,8 @@ from .._host.kernel import Kernel
 from .._profile.store import ProfileStore, SupportsNamespaces
 from .._values.commands import StateCommand
 from .._values.keys import KeyScope, MergeStrategy, StateKey
+from .._values.phases import Phase
+from .._values.run_events import decode_run_events
 
 __all__ = ["HOSTILE_NAMES", "ProfileStoreContract", "ThreadStoreContract"]
 
@@ -178,6 +187,49 @@ class ThreadStoreContract:
         assert (state.position, state.seal) == (2, b"another seal")
         await thread_store.delete("t")
         assert await thread_store.head("t") is None
+
+    async def test_run_events_are_kept_in_save_order_if_supported(
+        self, thread_store: ThreadStore
+    ) -> None:
+        if not isinstance(thread_store, SupportsRunEvents):
+            pytest.skip(f"{type(thread_store).__name__} does not keep run events (optional)")
+        assert await thread_store.run_events("t") == []
+        first = _save("t", 1, 2, Chain(), events=b"first")
+        await thread_store.save("t", first, expected_position=0)
+        await thread_store.save("t", ThreadSave(revision=2, seal=first.seal), expected_position=1)
+        third = _save("t", 3, 3, Chain(), events=b"\x00third")
+        await thread_store.save("t", third, expected_position=2)
+        with pytest.raises(RevisionConflict):  # a save that does not land keeps no events
+            await thread_store.save(
+                "t", _save("t", 3, 3, Chain(), events=b"lost"), expected_position=2
+            )
+        assert await thread_store.run_events("t") == [b"first", b"\x00third"]
+        await thread_store.save(
+            "u", _save("u", 1, 1, Chain(), events=b"other"), expected_position=0
+        )
+        await thread_store.delete("t")
+        assert await thread_store.run_events("t") == []
+        assert await thread_store.run_events("u") == [b"other"]
+
+    async def test_prune_drops_the_run_events_of_what_it_forgets(
+        self, thread_store: ThreadStore
+    ) -> None:
+        if not isinstance(thread_store, SupportsRunEvents):
+            pytest.skip(f"{type(thread_store).__name__} does not keep run events (optional)")
+        kernel = Kernel([_Keys()], thread_store=thread_store, snapshot_every=5)
+        for _ in range(4):  # each run: 5 commits, a snapshot, one batch of events at its end
+            run = await kernel.start_run("t")
+            await run.run_phase(Phase.RUN_START)
+            for _ in range(5):
+                await run.submit(StateCommand().update(_Count, 1))
+            await run.finish()
+        assert len(await thread_store.run_events("t")) == 4
+        await thread_store.prune("t", before=12)  # keeps the snapshot at 10 on
+        saved_at = [
+            max(event.revision for event in decode_run_events(data))
+            for data in await thread_store.run_events("t")
+        ]
+        assert saved_at == [10, 15, 20]  # the events of the saves it still holds
 
     async def test_only_the_first_of_two_saves_from_one_position_lands(
         self, thread_store: ThreadStore

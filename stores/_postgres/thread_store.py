@@ -62,9 +62,19 @@ from .group_commit import GroupCommit
 
 __all__ = ["PostgresThreadStore"]
 
+_EVENTS_TABLE = """
+CREATE TABLE IF NOT EXISTS statekernel_thread_events (
+    thread_id TEXT COLLATE "C" NOT NULL,
+    position  BIGINT NOT NULL,
+    revision  BIGINT NOT NULL,
+    events    BYTEA NOT NULL,
+    PRIMARY KEY (thread_id, position)
+)
+"""
+
 _SCHEMA = Schema(
     component="thread_store",
-    version=1,
+    version=2,
     statements=(
         """
         CREATE TABLE statekernel_thread_heads (
@@ -92,13 +102,21 @@ _SCHEMA = Schema(
             PRIMARY KEY (thread_id, revision)
         )
         """,
+        _EVENTS_TABLE,
     ),
+    # Version 2 keeps each save's run events (`ThreadSave.events`), for the trace.
+    migrations={1: (_EVENTS_TABLE,)},
 )
 
 _NOW = "extract(epoch FROM clock_timestamp())"
-# What a save appends once its head moved ($1 thread id; the records and the snapshot from
-# parameter `n` on, numbered by _appending).
+# What a save appends once its head moved ($1 thread id; the records, the snapshot and the
+# run events from parameter `n` on, numbered by _appending).
 _APPEND = """
+events AS (
+    INSERT INTO statekernel_thread_events (thread_id, position, revision, events)
+    SELECT head.thread_id, head.position, ${4}::bigint, ${5}::bytea FROM head
+    WHERE ${5}::bytea IS NOT NULL
+),
 records AS (
     INSERT INTO statekernel_thread_records (thread_id, revision, record)
     SELECT head.thread_id, r.revision, r.record
@@ -114,24 +132,26 @@ SELECT count(*) FROM head
 
 
 def _appending(first: int) -> str:
-    return _APPEND.format(*range(first, first + 4))
+    return _APPEND.format(*range(first, first + 6))
 
 
 _CREATE = (
     "WITH head AS (INSERT INTO statekernel_thread_heads "
     "(thread_id, position, revision, head, save_ids, saved_at) "
     f"VALUES ($1, 1, $2, $3, ARRAY[$4::bytea], {_NOW}) "
-    "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id),"
+    "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, position),"
 ) + _appending(5)
 _ADVANCE = (
     "WITH head AS (UPDATE statekernel_thread_heads AS h SET position = h.position + 1, "
     f"revision = $2, head = $3, save_ids = (ARRAY[$4::bytea] || h.save_ids)[1:{WRITE_IDS_KEPT}], "
     f"saved_at = {_NOW} "
-    "WHERE h.thread_id = $1 AND h.position = $9 AND h.revision = $10 RETURNING h.thread_id),"
+    "WHERE h.thread_id = $1 AND h.position = $11 AND h.revision = $12 "
+    "RETURNING h.thread_id, h.position),"
 ) + _appending(5)
 # Many threads' saves in one statement ($1-$6 one row per save, $7-$9 every record, $10-$12
-# every snapshot): the heads that move are those whose compare-and-set holds, and only their
-# records and snapshots are written. Returns the moved thread ids.
+# every snapshot, $13-$15 every save's run events): the heads that move are those whose
+# compare-and-set holds, and only their records, snapshots and events are written. Returns
+# the moved thread ids.
 _SAVE_MANY = f"""
 WITH saves AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[],
@@ -140,7 +160,7 @@ WITH saves AS (
 created AS (
     INSERT INTO statekernel_thread_heads (thread_id, position, revision, head, save_ids, saved_at)
     SELECT thread_id, 1, revision, head, ARRAY[save_id], {_NOW} FROM saves WHERE expected = 0
-    ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id
+    ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id, position
 ),
 advanced AS (
     UPDATE statekernel_thread_heads AS h SET position = h.position + 1, revision = s.revision,
@@ -149,9 +169,17 @@ advanced AS (
     FROM saves AS s
     WHERE s.expected > 0 AND h.thread_id = s.thread_id AND h.position = s.expected
         AND h.revision = s.base
-    RETURNING h.thread_id
+    RETURNING h.thread_id, h.position
 ),
-moved AS (SELECT thread_id FROM created UNION ALL SELECT thread_id FROM advanced),
+moved AS (
+    SELECT thread_id, position FROM created UNION ALL SELECT thread_id, position FROM advanced
+),
+events AS (
+    INSERT INTO statekernel_thread_events (thread_id, position, revision, events)
+    SELECT m.thread_id, m.position, e.revision, e.events
+    FROM unnest($13::text[], $14::bigint[], $15::bytea[]) AS e(thread_id, revision, events)
+    JOIN moved AS m ON m.thread_id = e.thread_id
+),
 records AS (
     INSERT INTO statekernel_thread_records (thread_id, revision, record)
     SELECT r.thread_id, r.revision, r.record
@@ -200,11 +228,14 @@ _SNAPSHOT_REVISIONS = "SELECT revision FROM statekernel_thread_snapshots WHERE t
 _PRUNE = (
     "DELETE FROM statekernel_thread_records WHERE thread_id = $1 AND revision <= $2",
     "DELETE FROM statekernel_thread_snapshots WHERE thread_id = $1 AND revision < $2",
+    "DELETE FROM statekernel_thread_events WHERE thread_id = $1 AND revision < $2",
 )
+_EVENTS = "SELECT events FROM statekernel_thread_events WHERE thread_id = $1 ORDER BY position"
 _DELETE = (
     "DELETE FROM statekernel_thread_heads WHERE thread_id = $1",
     "DELETE FROM statekernel_thread_records WHERE thread_id = $1",
     "DELETE FROM statekernel_thread_snapshots WHERE thread_id = $1",
+    "DELETE FROM statekernel_thread_events WHERE thread_id = $1",
 )
 _THREADS_FROM = (
     "SELECT thread_id FROM statekernel_thread_heads WHERE thread_id >= $1 "
@@ -359,6 +390,15 @@ class PostgresThreadStore(ClosingStore):
         check_thread_id(thread_id)
         await self._db.write(f"delete of thread {thread_id!r}", thread_id, _Delete(thread_id))
 
+    async def run_events(self, thread_id: str) -> builtins.list[bytes]:
+        check_thread_id(thread_id)
+
+        async def fetch(conn: Any) -> Any:
+            return await conn.fetch(_EVENTS, thread_id)
+
+        rows = await self._db.read(f"run events of thread {thread_id!r}", thread_id, fetch)
+        return [bytes(row[0]) for row in rows]
+
     async def threads(self, *, prefix: str = "", limit: int | None = None) -> builtins.list[str]:
         prefix, limit = check_listing(prefix, limit)
         upper = prefix_upper_bound(prefix)
@@ -406,7 +446,7 @@ class _Save:
 
     def size(self) -> int:
         records = sum(len(entry.data) for entry in self.save.records)
-        return records + len(self.head) + len(self.snapshot or b"")
+        return records + len(self.head) + len(self.snapshot or b"") + len(self.save.events or b"")
 
     async def run(self, conn: Any) -> None:
         save = self.save
@@ -415,6 +455,8 @@ class _Save:
             [entry.data for entry in save.records],
             self.snapshot_revision,
             self.snapshot,
+            save.revision,
+            save.events,
         )
         while True:
             args = (self.thread_id, save.revision, self.head, self.save_id, *appended)
@@ -463,10 +505,13 @@ class _SaveBatch:
         saves = self.saves
         records: builtins.list[tuple[Any, ...]] = []
         snapshots: builtins.list[tuple[Any, ...]] = []
+        events: builtins.list[tuple[Any, ...]] = []
         for save in saves:
             records.extend((save.thread_id, e.revision, e.data) for e in save.save.records)
             if save.snapshot is not None:
                 snapshots.append((save.thread_id, save.snapshot_revision, save.snapshot))
+            if save.save.events is not None:
+                events.append((save.thread_id, save.save.revision, save.save.events))
         try:
             rows = await conn.fetch(
                 _SAVE_MANY,
@@ -478,6 +523,7 @@ class _SaveBatch:
                 [save.save_id for save in saves],
                 *columns(records, 3),
                 *columns(snapshots, 3),
+                *columns(events, 3),
             )
         except Exception as error:
             if refused(error):  # nothing landed; each save on its own finds the culprit

@@ -63,6 +63,17 @@ _TABLES = (
 )
 
 
+_EVENTS_TABLE = """
+    CREATE TABLE IF NOT EXISTS thread_events (
+        thread_id TEXT NOT NULL,
+        position  INTEGER NOT NULL,
+        revision  INTEGER NOT NULL,
+        events    BLOB NOT NULL,
+        PRIMARY KEY (thread_id, position)
+    ) WITHOUT ROWID
+    """
+
+
 def _revision_apart_from_position(conn: sqlite3.Connection) -> None:
     """Version 2 kept the write position in `revision`: give it a column of its own, and
     `revision` the head revision its row's head document holds."""
@@ -80,7 +91,7 @@ def _revision_apart_from_position(conn: sqlite3.Connection) -> None:
 
 _SCHEMA = Schema(
     component="thread_store",
-    version=3,
+    version=4,
     statements=(
         """
         CREATE TABLE thread_states (
@@ -92,10 +103,12 @@ _SCHEMA = Schema(
         ) WITHOUT ROWID
         """,
         *_TABLES,
+        _EVENTS_TABLE,
     ),
     # Version 1 kept each thread's whole state in its head row; such a head still loads (it
     # is its own snapshot) and its first save moves its values into thread_snapshots.
-    migrations={1: _TABLES, 2: (_revision_apart_from_position,)},
+    # Version 4 keeps each save's run events (`ThreadSave.events`), for the trace.
+    migrations={1: _TABLES, 2: (_revision_apart_from_position,), 3: (_EVENTS_TABLE,)},
 )
 
 # `revision` is the thread's head revision, for anyone reading the file; `position` is the
@@ -120,11 +133,18 @@ _INSERT_SNAPSHOT = (
 )
 _PRUNE_RECORDS = "DELETE FROM thread_records WHERE thread_id = ? AND revision <= ?"
 _PRUNE_SNAPSHOTS = "DELETE FROM thread_snapshots WHERE thread_id = ? AND revision < ?"
+_PRUNE_EVENTS = "DELETE FROM thread_events WHERE thread_id = ? AND revision < ?"
 _DELETE = (
     "DELETE FROM thread_states WHERE thread_id = ?",
     "DELETE FROM thread_records WHERE thread_id = ?",
     "DELETE FROM thread_snapshots WHERE thread_id = ?",
+    "DELETE FROM thread_events WHERE thread_id = ?",
 )
+_INSERT_EVENTS = (
+    "INSERT OR REPLACE INTO thread_events (thread_id, position, revision, events) "
+    "VALUES (?, ?, ?, ?)"
+)
+_EVENTS = "SELECT events FROM thread_events WHERE thread_id = ? ORDER BY position"
 _INLINE_BYTES = 64 * 1024  # a save at most this big may run on the loop's thread
 _THREADS_FROM = (
     "SELECT thread_id FROM thread_states WHERE thread_id >= ? ORDER BY thread_id LIMIT ?"
@@ -202,6 +222,10 @@ class SqliteThreadStore(ClosingStore):
     async def delete(self, thread_id: str) -> None:
         _check_id(thread_id)
         await self._db.submit(_Delete(thread_id))
+
+    async def run_events(self, thread_id: str) -> list[bytes]:
+        _check_id(thread_id)
+        return await self._db.submit(_RunEvents(thread_id))
 
     async def threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
         prefix, limit = check_listing(prefix, limit)
@@ -334,6 +358,8 @@ class _Save:
             conn.execute(_INSERT_SNAPSHOT, (thread_id, revision, values))
         head = plan.head
         conn.execute(_REPLACE_HEAD, (thread_id, save.revision, head, time.time(), position))
+        if save.events is not None:
+            conn.execute(_INSERT_EVENTS, (thread_id, position, save.revision, save.events))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"save of thread {self.thread_id!r}", cause)
@@ -383,6 +409,7 @@ class _Prune:
         if keep is not None:
             conn.execute(_PRUNE_RECORDS, (self.thread_id, keep))
             conn.execute(_PRUNE_SNAPSHOTS, (self.thread_id, keep))
+            conn.execute(_PRUNE_EVENTS, (self.thread_id, keep))
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"prune of thread {self.thread_id!r}", cause)
@@ -404,6 +431,18 @@ class _Threads:
 
     def error(self, cause: BaseException) -> BaseException:
         return StoreError(f"list of threads with prefix {self.prefix!r}", cause)
+
+
+@attrs.frozen
+class _RunEvents:
+    writes: ClassVar[bool] = False
+    thread_id: str
+
+    def run(self, conn: sqlite3.Connection) -> list[bytes]:
+        return [bytes(row[0]) for row in conn.execute(_EVENTS, (self.thread_id,))]
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"run events of thread {self.thread_id!r}", cause)
 
 
 @attrs.frozen

@@ -1,0 +1,197 @@
+"""Run events: what a run did beyond its commits, journaled beside them at every save.
+
+One agent run exercises every kind: hooks of two plugins, an exclusive conflict whose hook
+is re-run, an effect that fails beside one that does not, a scheduled action, a tool gate
+that blocks with a reason, tools that succeed and fail. A kernel in another process (here:
+a fresh kernel on the same store) reads them back exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from statekernel import (
+    Agent,
+    Block,
+    EffectRun,
+    EffectSpec,
+    GateRun,
+    InferenceResponse,
+    Kernel,
+    MergeStrategy,
+    Phase,
+    PhaseContext,
+    PhaseRun,
+    Plugin,
+    PluginRegistrar,
+    ScheduledActionSpec,
+    ScriptedModel,
+    StateCommand,
+    StateKey,
+    ThreadStore,
+    ToolCall,
+    ToolRun,
+    UnknownThread,
+)
+from statekernel.lowlevel import SupportsRunEvents
+
+
+class Counter(StateKey[int, int]):
+    key = "t.counter"
+    merge = MergeStrategy.EXCLUSIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Ping(EffectSpec[str]):
+    key = "t.ping"
+
+
+class Boom(EffectSpec[str]):
+    key = "t.boom"
+
+
+class Later(ScheduledActionSpec[str]):
+    key = "t.later"
+    phase = Phase.STEP_END
+
+
+class First(Plugin):
+    id = "first"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_effect(Ping, lambda payload, snapshot: None)
+        r.register_effect(Boom, self.boom)
+        r.register_action(Later, lambda payload, ctx: None)
+        r.register_phase_hook(Phase.STEP_START, self.step)
+        r.register_tool_gate(self.gate)
+
+    @staticmethod
+    def boom(payload: str, snapshot: Any) -> None:
+        raise RuntimeError(f"cannot {payload}")
+
+    @staticmethod
+    def step(ctx: PhaseContext) -> StateCommand:
+        return (
+            StateCommand()
+            .update(Counter, 1)
+            .emit(Ping, "hi")
+            .emit(Boom, "explode")
+            .schedule(Later, "then")
+        )
+
+    @staticmethod
+    def gate(ctx: PhaseContext) -> Block | None:
+        if ctx.tool_call is not None and ctx.tool_call.name == "delete":
+            return Block("delete needs an approval first")
+        return None
+
+
+class Second(Plugin):
+    """Writes the same EXCLUSIVE key in the same phase: its hook is re-run."""
+
+    id = "second"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 10))
+
+
+def fine(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    return "fine"
+
+
+def broken(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    raise ValueError("no such file")
+
+
+def delete(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+    return "deleted"
+
+
+def agent(thread_store: ThreadStore | None) -> Agent:
+    calls = (ToolCall("c1", "fine", {}), ToolCall("c2", "broken", {}), ToolCall("c3", "delete", {}))
+    model = ScriptedModel(
+        [
+            InferenceResponse(tool_calls=calls),
+            InferenceResponse(text="done"),
+            InferenceResponse(text="again"),
+        ]
+    )
+    tools = {"fine": fine, "broken": broken, "delete": delete}
+    return Agent([First(), Second()], model, tools, thread_store=thread_store)
+
+
+async def test_a_run_journals_phases_gates_and_tool_calls(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    writer = agent(thread_store_or_none)
+    result = await writer.run("t", ["go"])
+    assert result.outcome == "success"
+    if thread_store_or_none is None:
+        events = await writer.kernel.run_events("t")
+    else:
+        events = await Kernel([], thread_store=thread_store_or_none).run_events("t")
+    run_id = "t:run-1"
+    assert {event.run_id for event in events} == {run_id}
+    phases = [e for e in events if isinstance(e, PhaseRun)]
+    assert [p.phase for p in phases[:3]] == [
+        Phase.RUN_START,
+        Phase.STEP_START,
+        Phase.BEFORE_INFERENCE,
+    ]
+    assert phases[-1].phase is Phase.RUN_END
+    steps = [p for p in phases if p.phase is Phase.STEP_START]
+    assert [p.step for p in steps] == [1, 2]
+    first = steps[0]
+    assert first.hooks[-2:] == ("first", "second") and first.reruns == ("second",)
+    assert first.effects == (
+        EffectRun("t.ping"),
+        EffectRun("t.boom", "RuntimeError: cannot explode"),
+    )
+    assert first.commits >= 2 and first.revision >= first.commits
+    assert next(p.actions for p in phases if p.phase is Phase.STEP_END) == ("t.later",)
+    gates = [e for e in events if isinstance(e, GateRun)]
+    assert [(g.call_id, g.decision, g.plugin, g.reason) for g in gates] == [
+        ("c1", "allow", None, None),
+        ("c2", "allow", None, None),
+        ("c3", "block", "first", "delete needs an approval first"),
+    ]
+    tools = [e for e in events if isinstance(e, ToolRun)]
+    assert [(t.call_id, t.tool, t.status, t.error) for t in tools] == [
+        ("c1", "fine", "succeeded", None),
+        ("c2", "broken", "failed", "ValueError: no such file"),
+        ("c3", "delete", "failed", "delete needs an approval first"),
+    ]
+    assert all(t.step == 1 for t in [*gates, *tools])
+    # in the order they happened: each gate decision before its tool call ends
+    order = [(type(e).__name__, getattr(e, "call_id", None)) for e in events]
+    assert order.index(("GateRun", "c3")) < order.index(("ToolRun", "c3"))
+    assert order.index(("ToolRun", "c1")) < order.index(("GateRun", "c2"))
+    # the revisions the events name are the journal's
+    history = await writer.kernel.history("t")
+    assert phases[-1].revision <= history[-1].revision
+    assert all(0 <= e.revision <= history[-1].revision for e in events)
+
+
+async def test_events_of_several_runs_accumulate_and_an_unknown_thread_has_none(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    writer = agent(thread_store_or_none)
+    await writer.run("t", ["go"])
+    once = len(await writer.kernel.run_events("t"))
+    second = writer
+    await second.run("t", ["again"])
+    events = await second.kernel.run_events("t")
+    assert len(events) > once
+    assert {e.run_id for e in events[once:]} == {"t:run-2"}
+    with pytest.raises(UnknownThread):
+        await second.kernel.run_events("no-such-thread")
+
+
+def test_every_bundled_thread_store_keeps_run_events(thread_store: ThreadStore) -> None:
+    assert isinstance(thread_store, SupportsRunEvents)

@@ -1,0 +1,210 @@
+"""`statekernel trace`: the demo's thread as one self-contained HTML page, checked as written
+and as a real browser (headless Chromium) renders it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from browser import Browser
+
+from statekernel import GateRun, Kernel, Phase
+from statekernel.stores import SqliteThreadStore
+
+THREAD = "demo-thread"
+BLOCK_REASON = "publish needs stage REVIEWED (now DRAFT): call `review` first"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statekernel", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The demo's store, and its writer thread's trace."""
+    folder = tmp_path_factory.mktemp("trace")
+    done = cli("demo", "--dir", str(folder / "data"))
+    assert done.returncode == 0, done.stderr
+    db = folder / "data" / "statekernel.db"
+    page = folder / "trace.html"
+    done = cli("trace", str(db), "--thread", THREAD, "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {page}: 83 commits")
+    return db, page
+
+
+class _Elements(HTMLParser):
+    """Every start tag's attributes, and the text under elements of a class."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+
+def parsed(page: Path) -> _Elements:
+    elements = _Elements()
+    elements.feed(page.read_text(encoding="utf-8"))
+    return elements
+
+
+async def test_the_page_holds_every_phase_commit_and_decision(traced: tuple[Path, Path]) -> None:
+    db, page = traced
+    async with SqliteThreadStore(db, read_only=True) as store:
+        kernel = Kernel([], thread_store=store)
+        history = await kernel.history(THREAD)
+        events = await kernel.run_events(THREAD)
+    elements = parsed(page)
+    commits = [a for tag, a in elements.tags if "commit" in (a.get("class") or "").split()]
+    assert sorted(int(a["data-commit"] or 0) for a in commits) == [r.revision for r in history]
+    lanes = {a["data-lane"] for tag, a in elements.tags if "lane-label" in (a.get("class") or "")}
+    assert {phase.value for phase in Phase} <= lanes
+    runs = [a["data-run"] for tag, a in elements.tags if tag == "section"]
+    assert runs == ["demo-thread:run-1", "demo-thread:run-2"]
+    blocks = [e for e in events if isinstance(e, GateRun) and e.decision == "block"]
+    assert [b.reason for b in blocks] == [BLOCK_REASON]
+    assert BLOCK_REASON in elements.text
+    assert "stage_workflow" in elements.text  # the plugin whose gate blocked, and hooks' plugins
+    # the state of every revision is in the page, as `export_state` gives it
+    data = page.read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="states">(.*?)</script>', data, re.S)
+    assert found is not None
+    states = json.loads(found.group(1))
+    assert set(states) == {str(r.revision) for r in history}
+    async with SqliteThreadStore(db, read_only=True) as store:
+        at_eight = await Kernel([], thread_store=store).export_state(THREAD, revision=8)
+    assert states["8"] == json.loads(json.dumps(dict(at_eight.values)))
+
+
+def test_the_page_names_nothing_outside_itself(traced: tuple[Path, Path]) -> None:
+    _, page = traced
+    elements = parsed(page)
+    for tag, attributes in elements.tags:
+        for name in ("src", "href", "action", "srcset", "poster"):
+            assert name not in attributes, (tag, attributes)
+    text = page.read_text(encoding="utf-8")
+    assert "default-src 'none'" in text
+    assert not re.search(r"url\(|@import|https?://", text)
+
+
+def test_an_unknown_thread_writes_no_page(traced: tuple[Path, Path], tmp_path: Path) -> None:
+    db, _ = traced
+    page = tmp_path / "nothing.html"
+    done = cli("trace", str(db), "--thread", "nope", "--html", str(page))
+    assert done.returncode == 2 and "does not exist" in done.stderr
+    assert not page.exists()
+
+
+def test_chromium_renders_the_trace_and_shows_the_state_on_click(
+    traced: tuple[Path, Path], browser: Browser, tmp_path: Path
+) -> None:
+    _, page = traced
+    browser.open(page)
+    lanes = {browser.attribute(e, "data-lane") for e in browser.find_all(".lane-label")}
+    assert {phase.value for phase in Phase} <= lanes
+    commits = browser.find_all("button.commit")
+    assert len(commits) == 83
+    reasons = [browser.text(e) for e in browser.find_all(".event.gate.block .reason")]
+    assert reasons == [BLOCK_REASON]
+    # a click shows the state right after that commit: revision 8 holds two messages
+    eighth = next(e for e in commits if browser.attribute(e, "data-revision") == "8")
+    browser.run("document.querySelector('[data-commit=\"8\"]').scrollIntoView()")
+    browser.click(eighth)
+    assert browser.text(browser.find_all("#state-revision")[0]) == "8"
+    shown = json.loads(browser.run("return document.getElementById('state-values').textContent"))
+    assert len(shown["statekernel.messages"]) == 2
+    assert shown["statekernel.messages"][0]["role"] == "user"
+    screenshot = Path(__file__).parent.parent / ".statekernel" / "trace-screenshot.png"
+    screenshot.parent.mkdir(exist_ok=True)
+    browser.screenshot(screenshot)
+    assert screenshot.read_bytes().startswith(b"\x89PNG")
+    # the page requested nothing but itself (the browser's own pages load chrome:// files),
+    # and nothing anywhere went to a network
+    sent = browser.requests()
+    uri = page.resolve().as_uri()
+    assert {url for url, document in sent if document == uri} == {uri}
+    assert not [url for url, _ in sent if not url.startswith(("file:", "chrome", "data:"))]
+
+
+async def test_re_runs_failed_effects_and_actions_are_drawn(tmp_path: Path) -> None:
+    from statekernel import (
+        Agent,
+        EffectSpec,
+        InferenceResponse,
+        MergeStrategy,
+        PhaseContext,
+        Plugin,
+        PluginRegistrar,
+        ScheduledActionSpec,
+        ScriptedModel,
+        StateCommand,
+        StateKey,
+    )
+
+    class Total(StateKey[int, int]):
+        key = "t.total"
+        merge = MergeStrategy.EXCLUSIVE
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + update
+
+    class Alarm(EffectSpec[str]):
+        key = "t.alarm"
+
+    class Tidy(ScheduledActionSpec[str]):
+        key = "t.tidy"
+        phase = Phase.STEP_END
+
+    def ring(payload: str, snapshot: object) -> None:
+        raise RuntimeError("the bell is broken")
+
+    def add(ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Total, 1).emit(Alarm, "x").schedule(Tidy, "y")
+
+    class Adder(Plugin):
+        id = "adder"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Total)
+            r.register_effect(Alarm, ring)
+            r.register_action(Tidy, lambda payload, ctx: None)
+            r.register_phase_hook(Phase.STEP_START, add)
+
+    class Racer(Plugin):
+        id = "racer"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Total, 5))
+
+    db = tmp_path / "racing.db"
+    async with SqliteThreadStore(db) as store:
+        agent = Agent(
+            [Adder(), Racer()], ScriptedModel([InferenceResponse(text="ok")]), thread_store=store
+        )
+        await agent.run("race", ["go"])
+    page = tmp_path / "race.html"
+    done = cli("trace", str(db), "--thread", "race", "--html", str(page))
+    assert done.returncode == 0, done.stderr
+    elements = parsed(page)
+    classes = [(a.get("class") or "") for _, a in elements.tags]
+    assert "hook rerun" in classes and "effect failed" in classes and "action" in classes
+    assert "the bell is broken" in elements.text and "racer ↻" in elements.text
+    assert "t.tidy" in elements.text
