@@ -37,6 +37,12 @@ def cause_text(cause: BaseException) -> str:
     return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
 
 
+def cause_clause(cause: BaseException) -> str:
+    """`cause_text` without a closing period, to be followed by one and the next sentence
+    (a message that already ends a sentence must not end with two periods)."""
+    return cause_text(cause).rstrip(".")
+
+
 class StateError(Exception):
     """Base class of every error the kernel raises on purpose."""
 
@@ -58,9 +64,23 @@ class DuplicateRegistration(StateError):
         self.name = name
         self.first = first
         self.second = second
+        if kind == "plugin":
+            fix = "Two plugins of a kernel need two ids: give one of them another `id`."
+        elif kind.endswith("handler"):
+            fix = (
+                "Each spec has one handler: register it in one of the two plugins; any plugin "
+                "may still schedule or emit it."
+            )
+        else:
+            fix = (
+                f"If both mean the same {kind}, register it in one of the two plugins only: "
+                f"every plugin of the kernel may read and write a registered key, whoever "
+                f"registered it. If they are two different keys that share the string, give "
+                f"one of them another `key`."
+            )
         super().__init__(
             f"{kind} {name!r} is registered twice: first by plugin {first!r}, again by plugin "
-            f"{second!r}. Each {kind} must be registered once; rename one or drop a plugin."
+            f"{second!r}. {fix}"
         )
 
 
@@ -111,7 +131,7 @@ class CommitRejected(StateError):
         self.stage = stage
         super().__init__(
             f"commit rejected: {stage} of key {key!r}{_where(plugin=plugin)} raised "
-            f"{cause_text(cause)}. Nothing was committed; the state and revision are unchanged."
+            f"{cause_clause(cause)}. Nothing was committed; the state and revision are unchanged."
         )
         self.__cause__ = cause
 
@@ -154,7 +174,7 @@ class HookFailed(StateError):
         self.phase = phase
         self.cause = cause
         super().__init__(
-            f"hook of plugin {plugin!r} failed in phase {phase}: {cause_text(cause)}. "
+            f"hook of plugin {plugin!r} failed in phase {phase}: {cause_clause(cause)}. "
             f"Nothing of this gather round was committed."
         )
         self.__cause__ = cause
@@ -227,7 +247,7 @@ class DecodeFailed(StateError):
         self.revision = revision
         super().__init__(
             f"stored value of key {key!r} (record {record!r}) does not decode into the "
-            f"declared type: {cause_text(cause)}. Migrate or delete the record, or restore "
+            f"declared type: {cause_clause(cause)}. Migrate or delete the record, or restore "
             f"the old declaration."
         )
         self.__cause__ = cause

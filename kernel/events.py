@@ -32,6 +32,7 @@ __all__ = [
     "ModelResponded",
     "PhaseEnded",
     "PhaseStarted",
+    "RunFailed",
     "RunFinished",
     "TextDelta",
     "ToolCallEnded",
@@ -90,6 +91,15 @@ class ToolCallEnded(_Event, frozen=True):
     exception: BaseException | None = None
 
 
+class RunFailed(_Event, frozen=True):
+    """The run failed; `RunFinished` follows. `error` is what failed it; for a hook that
+    raised (`HookFailed`), `plugin` and `phase` say whose and where."""
+
+    error: BaseException
+    plugin: str | None = None
+    phase: str | None = None
+
+
 class RunFinished(_Event, frozen=True):
     """The run ended; always the last event."""
 
@@ -104,6 +114,7 @@ Event = (
     | TextDelta
     | ToolCallStarted
     | ToolCallEnded
+    | RunFailed
     | RunFinished
 )
 """Any event a stream yields."""

@@ -291,11 +291,17 @@ def test_duplicate_registrations_fail_at_construction() -> None:
     def audit_handler(r: PluginRegistrar) -> None:
         r.register_effect(Audit, lambda payload, snap: None)
 
-    with pytest.raises(DuplicateRegistration, match="test.counter"):
+    with pytest.raises(DuplicateRegistration, match="test.counter") as twice:
         Kernel([Keys(Counter), FnPlugin("again", lambda r: r.register_key(Counter))])
+    # the usual fix: register it once, and write it from both
+    assert "register it in one of the two plugins only" in str(twice.value)
+    assert "may read and write a registered key, whoever registered it" in str(twice.value)
     with pytest.raises(DuplicateRegistration, match="t.audit") as caught:
         Kernel([FnPlugin("one", audit_handler), FnPlugin("two", audit_handler)])
     assert (caught.value.first, caught.value.second) == ("one", "two")
+    assert "Each spec has one handler" in str(caught.value)
+    with pytest.raises(DuplicateRegistration, match="give one of them another `id`"):
+        Kernel([FnPlugin("same", lambda r: None), FnPlugin("same", lambda r: None)])
 
     class SameName(StateKey[int, int]):
         key = "test.counter"

@@ -10,10 +10,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from samples import Ends
+from samples import Ends, Hooks
 
 from statekernel import (
     Agent,
+    HookFailed,
     InferenceRequest,
     InferenceResponse,
     Message,
@@ -29,6 +30,7 @@ from statekernel.events import (
     ModelResponded,
     PhaseEnded,
     PhaseStarted,
+    RunFailed,
     RunFinished,
     TextDelta,
     ToolCallEnded,
@@ -205,3 +207,30 @@ async def test_async_phase_callbacks_are_awaited_in_order() -> None:
 
     await Agent([], ScriptedModel(), on_phase=on_phase).run("t", [Message("user", "hi")])
     assert seen[0] == "RUN_START" and seen[-1] == "RUN_END" and "STEP_END" in seen
+
+
+async def test_a_failing_hook_is_said_in_the_stream_the_result_and_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def boom(ctx: PhaseContext) -> None:
+        raise ValueError("bad config")
+
+    agent = Agent([Hooks("settings", step_start=boom)], ScriptedModel([InferenceResponse("hi")]))
+    with caplog.at_level("ERROR", logger="statekernel"):
+        events = [event async for event in agent.stream("t", ["go"])]
+    failed = [event for event in events if isinstance(event, RunFailed)]
+    assert len(failed) == 1 and isinstance(events[-2], RunFailed)
+    (event,) = failed
+    assert (event.plugin, event.phase) == ("settings", "STEP_START")
+    assert isinstance(event.error, HookFailed)
+    finished = events[-1]
+    assert isinstance(finished, RunFinished) and finished.result.error is event.error
+    assert str(finished.result) == (
+        "failure after 1 step: HookFailed: hook of plugin 'settings' failed in phase "
+        "STEP_START: ValueError: bad config. Nothing of this gather round was committed."
+    )
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "run 't:run-1' failed: hook of plugin 'settings'" in record.getMessage()
+    assert record.exc_info is not None and "ValueError: bad config" in caplog.text
+    ok = await Agent([], ScriptedModel([InferenceResponse("hi")])).run("u", ["go"])
+    assert str(ok) == "success after 1 step"

@@ -258,6 +258,27 @@ async def test_a_value_of_the_wrong_type_is_refused_before_any_write(
     assert await profile_store.list("team_context") == []
 
 
+class Settings(ProfileKey[dict[str, Any]]):
+    key = "t.settings"
+    default_factory = dict
+
+
+async def test_a_value_json_cannot_hold_names_the_part_inside_it(
+    profile_store: ProfileStore,
+) -> None:
+    access = ProfileAccess(profile_store)
+    with pytest.raises(StateValidationError) as caught:
+        await access.write(Settings, "alice", {"ok": 1, "when": [1, object()]})
+    message = str(caught.value)
+    assert "must be dict[str, Any] holding only JSON-compatible builtins, got dict" in message
+    assert "value['when'][1] is <object object at" in message and "of type object" in message
+    with pytest.raises(StateValidationError, match=r"value has the key \(1, 2\) \(tuple\)"):
+        await profile_store.set("ns", "k", {(1, 2): 3})
+    with pytest.raises(StateValidationError, match=r"value\['a'\]\[0\] is \{1j\}, of type set"):
+        await profile_store.set("ns", "k", {"a": [{1j}]})
+    assert await profile_store.list("t.settings") == [] and await profile_store.list("ns") == []
+
+
 async def test_a_value_over_the_size_limit_is_refused_before_any_write(
     profile_store: ProfileStore,
 ) -> None:

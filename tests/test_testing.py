@@ -21,7 +21,13 @@ from statekernel import (
     StateKey,
     Vector,
 )
-from statekernel.testing import assert_commutative, run_hooks, run_hooks_sync, snapshot_of
+from statekernel.testing import (
+    assert_commutative,
+    assert_deterministic,
+    run_hooks,
+    run_hooks_sync,
+    snapshot_of,
+)
 from statekernel.testing.postgres import PostgresServer
 
 
@@ -90,6 +96,52 @@ def test_assert_commutative_samples_when_orders_are_many() -> None:
 
     with pytest.raises(AssertionError, match="t.sub"):
         assert_commutative(Sub, 0, list(range(10)), max_orders=50)
+
+
+class Seen(StateKey[int, int]):
+    key = "t.seen"
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return update
+
+
+class Leaky(Plugin):
+    """Two async hooks that talk behind the kernel's back: a list both reach. What the
+    second writes depends on whether the first got there before it."""
+
+    id = "leaky"
+
+    def __init__(self) -> None:
+        self.arrived: list[str] = []
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Seen)
+        r.register_phase_hook(Phase.STEP_START, self.first)
+        r.register_phase_hook(Phase.STEP_START, self.second)
+
+    async def first(self, ctx: PhaseContext) -> None:
+        self.arrived.append("first")
+
+    async def second(self, ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Seen, len(self.arrived))
+
+
+async def test_assert_deterministic_passes_plugins_that_only_read_their_snapshot() -> None:
+    ended = await assert_deterministic(
+        [Greeter()], Phase.STEP_START, setup=StateCommand().update(Counter, 3), runs=30
+    )
+    assert ended.get(Counter) == 9 and ended.get(Title) == "hello"
+
+
+async def test_assert_deterministic_catches_hooks_that_depend_on_timing() -> None:
+    with pytest.raises(AssertionError) as caught:
+        await assert_deterministic(lambda: [Leaky()], "step_start", runs=40)
+    message = str(caught.value)
+    assert message.startswith("phase STEP_START is not deterministic: 't.seen': ")
+    assert "Its hooks finished in the order" in message
+    with pytest.raises(ValueError, match="runs must be an int >= 2"):
+        await assert_deterministic([Greeter()], runs=1)
 
 
 def test_a_throwaway_postgres_whose_owner_is_killed_is_stopped_and_deleted(

@@ -129,6 +129,21 @@ async def test_a_hook_cannot_change_the_result_the_model_is_shown() -> None:
     assert shown == ['{"items":["real"]}', "Report(fine)"]
 
 
+async def test_a_gate_that_changes_the_call_fails_its_run_with_one_clear_sentence() -> None:
+    def tamper(ctx: PhaseContext) -> None:
+        assert ctx.tool_call is not None
+        ctx.tool_call.arguments["to"] = "someone else"
+
+    model = ScriptedModel([InferenceResponse("", (ToolCall("a", "send", {"to": "me"}),))])
+    agent = Agent([Hook("tamper", Phase.TOOL_GATE, tamper)], model, {"send": lambda a, c: "sent"})
+    result = await agent.run("t", ["go"])
+    assert result.outcome == "failure"
+    error = str(result.error)
+    assert "cannot change a FrozenDict" in error
+    assert "return a command. Nothing of this gather round was committed." in error
+    assert ".." not in error
+
+
 def test_frozen_data_is_still_plain_data_to_read_compare_encode_and_copy() -> None:
     call = ToolCall("c", "send", {"to": ["a"], "n": {"k": (1, [2])}})
     assert call.arguments == {"to": ["a"], "n": {"k": (1, [2])}}

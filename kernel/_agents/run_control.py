@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .._engine.phase_engine import PhaseReport
 from .._errors import StateError
 from .._host.run import Run
-from ..events import Committed, Event, PhaseEnded, PhaseStarted, RunFinished
+from ..events import Committed, Event, PhaseEnded, PhaseStarted, RunFailed, RunFinished
 from .event_sink import EventSink
 from .run_result import RunResult
 
@@ -139,6 +139,17 @@ class RunControl:
     def conclude(self, result: RunResult) -> None:
         """The run is over: the stream's last event, and the answer to `agent.cancel`."""
         if not self._finished.done():
+            if result.error is not None and result.outcome == "failure":
+                error = result.error
+                plugin = getattr(error, "plugin", None)
+                phase = getattr(error, "phase", None)
+                self.emit(
+                    RunFailed(
+                        error,
+                        plugin if isinstance(plugin, str) else None,
+                        str(phase) if phase is not None else None,
+                    )
+                )
             self.emit(RunFinished(result))
             self._finished.set_result(result)
 

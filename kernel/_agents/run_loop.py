@@ -275,7 +275,9 @@ class RunLoop:
 
     async def _fail(self, error: BaseException) -> RunResult:
         """RUN_END still runs, best effort, and the last committed state is checkpointed."""
-        logger.info("run %r failed: %s", self._run.identity.run_id, error)
+        # A failure is the run's answer, not an exception of the caller's: said loudly here,
+        # with the traceback of what failed, since nothing is raised.
+        logger.error("run %r failed: %s", self._run.identity.run_id, error, exc_info=error)
         self._control.end()
         if not self._run.finished:
             try:

@@ -36,7 +36,7 @@ class RunResult:
     its exception, traceback included, in its `exception`. `unsaved` are the messages given
     to `run` that no save holds (the run failed before its first save, for example on a
     `RevisionConflict` with another process): `agent.run(thread_id, result.unsaved)` sends
-    them again.
+    them again. `str(result)` says it in one line, a failure with what failed it.
     """
 
     outcome: Outcome
@@ -47,3 +47,17 @@ class RunResult:
     pending: tuple[PendingCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
     unsaved: tuple[Message, ...] = ()
+
+    def __str__(self) -> str:
+        steps = f"{self.steps} step" + ("" if self.steps == 1 else "s")
+        said = f"{self.outcome} after {steps}"
+        if self.error is not None:
+            text = str(self.error)
+            said += (
+                f": {type(self.error).__name__}: {text}"
+                if text
+                else f": {type(self.error).__name__}"
+            )
+        if self.pending:
+            said += f"; waiting on {', '.join(call.name for call in self.pending)}"
+        return said

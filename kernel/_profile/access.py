@@ -41,6 +41,7 @@ from .store import (
     accepts_encoded_values,
     check_size,
     encode_json,
+    json_refusal,
 )
 
 logger = logging.getLogger("statekernel")
@@ -261,9 +262,7 @@ class ProfileAccess:
         try:
             raw = _to_raw(value)
         except CODEC_ERRORS as exc:
-            raise StateValidationError(
-                info.name, expected, value, what=what, detail=str(exc)
-            ) from exc
+            raise json_refusal(info.name, expected, value, what, exc) from exc
         encoded = encode_json(info.name, record, raw, expected=expected, what="profile value")
         try:
             _from_raw(msgspec.json.decode(encoded.data), info.value_type)  # it must read back

@@ -38,6 +38,7 @@ __all__ = [
     "encode_entry",
     "encode_json",
     "encode_record",
+    "json_refusal",
 ]
 
 DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
@@ -216,9 +217,53 @@ def encode_json(
     try:
         return EncodedValue(value, msgspec.json.encode(value))
     except CODEC_ERRORS as exc:
-        raise StateValidationError(
-            namespace, expected, value, what=f"{what} (entry {key!r})", detail=str(exc)
-        ) from exc
+        raise json_refusal(namespace, expected, value, f"{what} (entry {key!r})", exc) from exc
+
+
+def json_refusal(
+    name: str, expected: str, value: Any, what: str, error: BaseException
+) -> StateValidationError:
+    """The error for a value JSON cannot hold. For a container of the declared type, it
+    names the part inside that is wrong and where (`value['when'][2]`), instead of repeating
+    the type."""
+    inside = _obstacle(value, "value", 0) if isinstance(value, dict | list | tuple) else None
+    if inside is not None and expected != _JSON_BUILTINS:
+        expected = f"{expected} holding only JSON-compatible builtins"
+    return StateValidationError(name, expected, value, what=what, detail=inside or str(error))
+
+
+_MAX_DEPTH = 64  # deeper than any value a person means; beyond it, msgspec's own message
+
+
+def _obstacle(value: Any, path: str, depth: int) -> str | None:
+    """What inside `value` JSON cannot hold, and where (`value['when'][2]`): a container of
+    the right type whose content is wrong should say which part, not repeat the type."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str | int | float) or isinstance(key, bool):
+                return (
+                    f"{path} has the key {key!r} ({type(key).__name__}); JSON object keys are "
+                    f"strings (or numbers, written as strings)"
+                )
+            found = _obstacle(item, f"{path}[{key!r}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _obstacle(item, f"{path}[{index}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    try:
+        msgspec.json.encode(value)
+    except CODEC_ERRORS:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return f"{path} is {shown}, of type {type(value).__name__}, which JSON cannot hold"
+    return None
 
 
 def check_size(

@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import attrs
 import msgspec
 
-from .._errors import InvalidDeclaration, StateValidationError, cause_text
+from .._errors import InvalidDeclaration, StateValidationError, cause_clause
 
 V = TypeVar("V")
 
@@ -275,7 +275,7 @@ def copy_of(value: V, key: str, what: str = "value") -> V:
             value,
             what=what,
             detail=(
-                f"copying it raised {cause_text(error)}. State is copied so that snapshots "
+                f"copying it raised {cause_clause(error)}. State is copied so that snapshots "
                 f"stay frozen, so a live resource (a lock, a client, a connection) does not "
                 f"belong in it: keep it on the plugin instance or in a closure, and keep "
                 f"plain data in state"

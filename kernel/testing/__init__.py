@@ -6,6 +6,10 @@
 - `assert_commutative(Key, base, updates)`: apply a COMMUTATIVE key's updates in many orders
   and fail with the first two orders that disagree. Declaring a key COMMUTATIVE is a promise
   that order does not matter; this checks the promise.
+- `await assert_deterministic(plugins, phase)`: run a phase on fresh kernels many times with
+  every hook held back by a random number of event-loop turns, and fail with the first run
+  that ends in another state. The kernel promises that hook timing never changes the
+  result; this checks that a plugin does not break the promise behind its back.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .._engine.snapshot import Snapshot
 from .._values.commands import StateCommand
 from .._values.keys import StateKey, key_info
 from .._values.phases import Phase
+from .determinism import assert_deterministic as assert_deterministic
 
 V = TypeVar("V")
 U = TypeVar("U")
