@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench mutation mutation-continue package-check clean
+.PHONY: demo test lint typecheck unit bench mutation mutation-continue mutation-save package-check clean
 
 # The demo needs only the package; the tools for `make test` come in on top. The install is
 # an editable one in strict mode: a tree of links under build/ that mypy and IDEs follow. A
@@ -79,15 +79,23 @@ mutation: $(VENV)/.mutation-installed
 # A whole run takes longer than a working session on 2 cores. This goes on with the run in
 # .mutation where it stopped, on today's code and tests (mutmut keeps a mutant's result while
 # the function it mutates is unchanged, and tests the others again). Test subprocesses import
-# the checkout, so the copy must be today's code too.
+# the checkout, so the copy must be today's code too. Without a .mutation (a new machine), it
+# starts one from tests/mutation_ledger.json, the results `make mutation-save` kept.
 mutation-continue: $(VENV)/.mutation-installed
-	@test -d .mutation/mutants || { echo "no run in .mutation to continue: run make mutation"; exit 2; }
+	@test -d .mutation/mutants || test -f tests/mutation_ledger.json || { echo "no run in .mutation and no tests/mutation_ledger.json to continue: run make mutation"; exit 2; }
+	mkdir -p .mutation/statekernel
 	cp -r kernel/. .mutation/statekernel/
 	cp -r plugins .mutation/statekernel/
 	cp -r stores .mutation/statekernel/
 	cp -r tests docs benchmarks pyproject.toml README.md .mutation/
+	test -d .mutation/mutants || { cd .mutation && ../$(BIN)/python tests/mutation_ledger.py restore --ledger ../tests/mutation_ledger.json; }
 	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
+
+# Keep the results of the run in .mutation in the repository (tests/mutation_ledger.json), so
+# that a later session's `make mutation-continue` goes on from them.
+mutation-save:
+	cd .mutation && ../$(BIN)/python tests/mutation_ledger.py save --ledger ../tests/mutation_ledger.json
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache .statekernel build *.egg-info .mutation
