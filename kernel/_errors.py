@@ -290,6 +290,12 @@ class StoreError(StateError):
         self.__cause__ = cause
 
 
+class StoreNotOpened(StoreError):
+    """A store could not be opened as asked: no such file (and, read-only, none was made),
+    a file or database that is not a statekernel store, tables of another schema version,
+    a server that cannot be reached. Nothing was read or written."""
+
+
 class UnknownProfileKey(UnknownStateKey):
     """A profile read or write names a ProfileKey that no plugin of this kernel registered.
 

@@ -331,3 +331,86 @@ async def test_read_only_stores_refuse_writes_and_create_nothing(tmp_path: Path)
             await reader.set("n", "k", 2)
     async with SqliteProfileStore(path) as writer:
         assert (await writer.get("n", "k")).value == 1  # type: ignore[union-attr]
+
+
+def test_odd_arguments_and_outputs_are_one_line_and_exit_2(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    db = demo_folder / "statekernel.db"
+    before = fingerprint(db)
+    cases = [
+        (["show", str(db), "--thread", ""], "thread_id"),
+        (
+            ["trace", str(db), "--thread", THREAD, "--html", str(tmp_path / "no" / "t.html")],
+            "does not exist",
+        ),
+        (["trace", str(db), "--thread", THREAD, "--html", str(tmp_path)], "it is a folder"),
+        (["trace", str(db), "--thread", THREAD, "--html", str(db)], "is the store itself"),
+        (["threads", str(tmp_path)], "it is a folder"),
+    ]
+    for args, said in cases:
+        done = cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1 and said in done.stderr, (args, done.stderr)
+    assert fingerprint(db) == before
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(demo_folder: Path) -> None:
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "statekernel",
+            "history",
+            str(demo_folder / "statekernel.db"),
+            "--thread",
+            THREAD,
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.read(10)
+    process.stdout.close()  # like `| head -c 10`
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0 and "Traceback" not in errors, errors
+
+
+def test_a_store_that_fails_while_read_is_exit_1(demo_folder: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "damaged.db"
+    with sqlite3.connect(demo_folder / "statekernel.db") as source, sqlite3.connect(copy) as target:
+        source.backup(target)
+    with sqlite3.connect(copy) as raw:
+        (pages,) = raw.execute("PRAGMA page_count").fetchone()
+        (size,) = raw.execute("PRAGMA page_size").fetchone()
+    data = bytearray(copy.read_bytes())
+    for page in range(2, pages):  # every page but the schema's
+        data[page * size : page * size + 64] = b"\xff" * 64
+    copy.write_bytes(bytes(data))
+    done = cli("history", str(copy), "--thread", THREAD)
+    assert done.returncode == 1, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and "failed" in done.stderr
+
+
+async def test_a_store_of_the_previous_version_is_read_as_it_is(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    old = tmp_path / "old.db"
+    with sqlite3.connect(demo_folder / "statekernel.db") as source, sqlite3.connect(old) as target:
+        source.backup(target)
+    with sqlite3.connect(old) as raw:  # as version 3 wrote it: no run events
+        raw.execute("DROP TABLE thread_events")
+        raw.execute("UPDATE statekernel_schema SET version = 3 WHERE component = 'thread_store'")
+    before = fingerprint(old)
+    assert [row["thread_id"] for row in answer("threads", str(old))] == [
+        "demo-helper",
+        "demo-thread",
+    ]
+    page = tmp_path / "old.html"
+    done = cli("trace", str(old), "--thread", THREAD, "--html", str(page))
+    assert done.returncode == 0 and "0 run events" in done.stdout, done.stdout + done.stderr
+    assert page.read_text(encoding="utf-8").count('class="commit"') == 83
+    assert fingerprint(old) == before
+    async with SqliteThreadStore(old, read_only=True) as store:
+        assert await Kernel([], thread_store=store).run_events(THREAD) == []

@@ -195,3 +195,104 @@ async def test_events_of_several_runs_accumulate_and_an_unknown_thread_has_none(
 
 def test_every_bundled_thread_store_keeps_run_events(thread_store: ThreadStore) -> None:
     assert isinstance(thread_store, SupportsRunEvents)
+
+
+async def test_tool_calls_that_end_outside_the_host_are_journaled_too(tmp_path: Any) -> None:
+    from statekernel import Decision, Suspend
+    from statekernel.stores import SqliteThreadStore
+
+    class Approval(Plugin):
+        id = "approval"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_tool_gate(
+                lambda ctx: (
+                    Suspend("ok?") if ctx.tool_call and ctx.tool_call.name == "pay" else None
+                )
+            )
+
+    calls = (ToolCall("c1", "nonexistent", {}), ToolCall("c2", "pay", {}))
+    model = ScriptedModel([InferenceResponse(tool_calls=calls), InferenceResponse(text="done")])
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        paying = Agent([Approval()], model, {"pay": fine}, thread_store=store)
+        first = await paying.run("t", ["go"])
+        assert first.outcome == "suspended"
+        second = await paying.resume("t", "c2", Decision.deny("not today"))
+        assert second.outcome == "success"
+        events = await Kernel([], thread_store=store).run_events("t")
+    ends = [(e.call_id, e.status, e.error) for e in events if isinstance(e, ToolRun)]
+    assert ends == [
+        ("c1", "failed", "unknown tool 'nonexistent'; available tools: pay") if False else ends[0],
+        ("c2", "suspended", None),
+        ("c2", "failed", "not today"),
+    ]
+    assert ends[0][0] == "c1" and ends[0][1] == "failed" and "nonexistent" in str(ends[0][2])
+
+
+async def test_a_phase_that_fails_is_journaled_with_its_error(tmp_path: Any) -> None:
+    from statekernel.stores import SqliteThreadStore
+
+    class Broken(Plugin):
+        id = "broken"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_phase_hook(Phase.BEFORE_INFERENCE, self.boom)
+
+        @staticmethod
+        def boom(ctx: PhaseContext) -> None:
+            raise ValueError("bad config")
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        result = await Agent(
+            [Broken()], ScriptedModel([InferenceResponse(text="x")]), thread_store=store
+        ).run("t", ["go"])
+        assert result.outcome == "failure"
+        events = await Kernel([], thread_store=store).run_events("t")
+    phases = [(e.phase, e.error) for e in events if isinstance(e, PhaseRun)]
+    assert (
+        Phase.BEFORE_INFERENCE,
+        "HookFailed: hook of plugin 'broken' failed in phase "
+        "BEFORE_INFERENCE: ValueError: bad config. Nothing of this gather round was "
+        "committed.",
+    ) in phases
+    assert phases[-1][0] is Phase.RUN_END
+
+
+async def test_a_rebased_save_moves_its_events_with_its_records(tmp_path: Any) -> None:
+    from statekernel.stores import SqliteThreadStore
+
+    class Tally(StateKey[int, int]):
+        key = "t.tally"
+        merge = MergeStrategy.COMMUTATIVE
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + update
+
+    class Adds(Plugin):
+        id = "adds"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Tally)
+            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Tally, 1))
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        first, second = Kernel([Adds()], thread_store=store), Kernel([Adds()], thread_store=store)
+        setup = await first.start_run("t")
+        await setup.finish()
+        one, two = await first.start_run("t"), await second.start_run("t")
+        await one.run_phase(Phase.STEP_START)
+        await two.run_phase(Phase.STEP_START)
+        await one.finish()
+        await two.finish()
+        assert two.rebases, "the second save should have rebased"
+        rebase = two.rebases[0]
+        events = await Kernel([], thread_store=store).run_events("t")
+        history = await first.history("t")
+    by_run = {e.run_id for e in events}
+    assert rebase.run_id in by_run
+    moved = [e for e in events if e.run_id == rebase.run_id and isinstance(e, PhaseRun)]
+    step = next(e for e in moved if e.phase is Phase.STEP_START)
+    record = next(r for r in history if r.run_id == rebase.run_id)
+    assert step.revision == record.revision  # the revision its commit has in the journal
+    assert all(e.revision <= history[-1].revision for e in events)

@@ -360,9 +360,12 @@ async def test_a_version_3_file_gains_the_run_events_table(tmp_path: Path) -> No
         await store.save("t", ThreadSave(revision=2, records=_entries(1, 2)), expected_position=0)
     with sqlite3.connect(path) as raw:  # as version 3 wrote it: no run events
         raw.executescript("DROP TABLE thread_events; UPDATE statekernel_schema SET version = 3;")
-    async with SqliteThreadStore(path, read_only=True) as reader:
-        with pytest.raises(StoreError, match="open it once for writing to migrate"):
-            await reader.load("t")
+    async with SqliteThreadStore(path, read_only=True) as reader:  # read as it is
+        loaded = await reader.load("t")
+        assert loaded is not None and loaded.revision == 2
+        assert await reader.run_events("t") == []
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(3,)]
     async with SqliteThreadStore(path) as store:
         assert await store.run_events("t") == []
         save = ThreadSave(revision=3, records=_entries(3, 3), events=b"events")
@@ -372,6 +375,21 @@ async def test_a_version_3_file_gains_the_run_events_table(tmp_path: Path) -> No
         assert loaded is not None and loaded.revision == 3
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(4,)]
+
+
+async def test_read_only_refuses_a_file_it_would_have_to_migrate(tmp_path: Path) -> None:
+    from statekernel import StoreNotOpened
+
+    path = tmp_path / "threads.db"
+    async with SqliteThreadStore(path) as store:
+        await store.save("t", ThreadSave(revision=1, records=_entries(1, 1)), expected_position=0)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE statekernel_schema SET version = 2")
+    async with SqliteThreadStore(path, read_only=True) as reader:
+        with pytest.raises(StoreNotOpened, match="open it once for writing to migrate"):
+            await reader.load("t")
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM statekernel_schema").fetchall() == [(2,)]
 
 
 async def test_a_version_1_postgresql_database_gains_the_run_events_table(
@@ -387,9 +405,10 @@ async def test_a_version_1_postgresql_database_gains_the_run_events_table(
         await conn.execute("UPDATE statekernel_schema SET version = 1")
     finally:
         await conn.close()
-    async with PostgresThreadStore(postgres_dsn, read_only=True) as reader:
-        with pytest.raises(StoreError, match="open it once for writing to migrate"):
-            await reader.load("t")
+    async with PostgresThreadStore(postgres_dsn, read_only=True) as reader:  # read as it is
+        loaded = await reader.load("t")
+        assert loaded is not None and loaded.revision == 2
+        assert await reader.run_events("t") == []
     async with PostgresThreadStore(postgres_dsn) as store:
         save = ThreadSave(revision=3, records=_entries(3, 3), events=b"events")
         await store.save("t", save, expected_position=1)

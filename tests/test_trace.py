@@ -208,3 +208,44 @@ async def test_re_runs_failed_effects_and_actions_are_drawn(tmp_path: Path) -> N
     assert "hook rerun" in classes and "effect failed" in classes and "action" in classes
     assert "the bell is broken" in elements.text and "racer ↻" in elements.text
     assert "t.tidy" in elements.text
+
+
+async def test_state_that_looks_like_markup_cannot_break_the_page(tmp_path: Path) -> None:
+    from statekernel import Agent, InferenceResponse, ScriptedModel
+
+    db = tmp_path / "markup.db"
+    said = '</script><!--<script>alert("x")</script> & more'
+    async with SqliteThreadStore(db) as store:
+        agent = Agent([], ScriptedModel([InferenceResponse(text="ok")]), thread_store=store)
+        await agent.run("t<b>", [said])
+    page = tmp_path / "markup.html"
+    assert cli("trace", str(db), "--thread", "t<b>", "--html", str(page)).returncode == 0
+    text = page.read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="states">(.*?)</script>', text, re.S)
+    assert found is not None and not set("<>&") & set(found.group(1))
+    states = json.loads(found.group(1))
+    assert states["1"]["statekernel.messages"][0]["content"] == said
+    assert text.count("<script") == 2 and "thread t&lt;b&gt;" in text
+
+
+async def test_a_long_heavy_thread_keeps_the_page_small_and_the_newest_states(
+    tmp_path: Path,
+) -> None:
+    from statekernel import Agent, InferenceResponse, ScriptedModel
+
+    db = tmp_path / "heavy.db"
+    async with SqliteThreadStore(db) as store:
+        replies = [InferenceResponse(text=f"reply {n}") for n in range(60)]
+        agent = Agent([], ScriptedModel(replies), thread_store=store)
+        for n in range(60):
+            await agent.run("heavy", [f"{n} " + "x" * 30_000])
+        head = (await agent.kernel.history("heavy"))[-1].revision
+    page = tmp_path / "heavy.html"
+    assert cli("trace", str(db), "--thread", "heavy", "--html", str(page)).returncode == 0
+    assert page.stat().st_size < 12 * 1024 * 1024  # the whole states would be over 100 MB
+    text = page.read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="states">(.*?)</script>', text, re.S)
+    assert found is not None
+    kept = sorted(int(revision) for revision in json.loads(found.group(1)))
+    assert kept[-1] == head and kept[0] > 1 and kept == list(range(kept[0], head + 1))
+    assert text.count('class="commit"') == head  # every commit is still drawn

@@ -130,6 +130,7 @@ class ToolCallRunner:
         call = result.call
         self.results.append(result)
         self.unanswered.pop(call.id, None)
+        self._run.note_tool_result(result)
         state = CallState(call.id, call.name, result.status, result.error)
         message = Message("tool", result.text, tool_call_id=call.id, is_error=result.is_error)
         stamped = self._history.stamped((message,))

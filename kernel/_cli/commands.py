@@ -49,7 +49,7 @@ async def threads(where: Location, *, prefix: str, as_json: bool) -> int:
             )
         )
     else:
-        print(f"no threads in {where.db}")
+        print(f"no threads in {where.shown}")
     return 0
 
 
@@ -89,7 +89,7 @@ async def inspect(where: Location, *, as_json: bool) -> int:
         )
         print()
     if not found_threads and not namespaces:
-        print(f"{where.db} holds no threads and no profile entries")
+        print(f"{where.shown} holds no threads and no profile entries")
     _notes(found_threads)
     return 0
 

@@ -9,6 +9,7 @@ The kernel that reads it has no plugins: what it shows is what any program can r
 from __future__ import annotations
 
 import contextlib
+import urllib.parse
 from collections.abc import AsyncIterator
 
 import attrs
@@ -28,6 +29,16 @@ class Location:
     kernel: Kernel
     threads: ThreadStore
     profiles: ProfileStore | None
+
+    @property
+    def shown(self) -> str:
+        """The database as the output names it: a DSN without its password."""
+        parts = urllib.parse.urlsplit(self.db)
+        if not parts.scheme.startswith("postgres") or parts.password is None:
+            return self.db
+        host = parts.netloc.rsplit("@", 1)[1]
+        user = urllib.parse.quote(parts.username or "", safe="")
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 @contextlib.asynccontextmanager

@@ -2,27 +2,31 @@
 
 Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence) or the
 store failed while reading; 2 the command could not start: bad arguments, a missing file, a
-file or database that is not a statekernel store, an unknown thread or revision. An error
-is one line on standard error, never a traceback.
+file or database that is not a statekernel store, an unknown thread or revision, an output
+file that cannot be written. An error is one line on standard error, never a traceback. A
+reader that stops reading (`| head`) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from statekernel import StateError, StoreError, UnknownRevision, __version__
+from statekernel import StateError, StoreNotOpened, UnknownRevision, __version__
 
 from . import commands, demo, trace
 from .location import Location, opened
 
 __all__ = ["main"]
 
-_CANNOT_START = (StoreError, UnknownRevision)  # UnknownThread is an UnknownRevision
+# UnknownThread is an UnknownRevision. A ValueError or TypeError is an argument the kernel
+# refused (an empty thread id, a name no store can keep); an OSError, the output file.
+_CANNOT_START = (StoreNotOpened, UnknownRevision, ValueError, TypeError, OSError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,10 +35,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], Coroutine[Any, Any, int]] = args.run
     try:
         return asyncio.run(run(args))
+    except BrokenPipeError:
+        # The reader went away (`| head`): what it wanted it has. Python would complain at
+        # exit while flushing stdout, so stdout goes to nowhere first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except StateError as error:
+        return _fail(error, 2 if isinstance(error, _CANNOT_START) else 1)
     except _CANNOT_START as error:
         return _fail(error, 2)
-    except StateError as error:
-        return _fail(error, 1)
     except KeyboardInterrupt:
         return 130
 

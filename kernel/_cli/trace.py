@@ -24,11 +24,12 @@ from statekernel import CommitRecord, GateRun, Phase, PhaseRun, RunEvent, ToolRu
 
 from .location import Location
 
-__all__ = ["MAX_STATES", "trace"]
+__all__ = ["MAX_STATE_BYTES", "trace"]
 
-MAX_STATES = 400
-"""The newest revisions whose whole state the page carries (each is a replay): enough for a
-run under the microscope, and the page stays a few megabytes at most."""
+MAX_STATE_BYTES = 8 * 1024 * 1024
+"""How much state the page carries: the whole state of the newest revisions, as many as fit
+(each is a replay, and a long history repeated at every revision would make the page grow
+with the square of the thread)."""
 
 _LANES = (*(phase.value for phase in Phase), "tool calls", "outside a phase", "commits")
 _COMMITS_LANE = len(_LANES)
@@ -45,11 +46,16 @@ class _Column:
 
 async def trace(where: Location, thread_id: str, out: Path) -> int:
     """Write the thread's trace to `out`."""
+    _check_output(out, where.db)
     records = await where.kernel.history(thread_id)
     events = await where.kernel.run_events(thread_id)
     states: dict[int, Any] = {}
-    for record in records[-MAX_STATES:]:
+    size = 0
+    for record in reversed(records):
         exported = await where.kernel.export_state(thread_id, revision=record.revision)
+        size += len(json.dumps(exported.values, ensure_ascii=False))
+        if states and size > MAX_STATE_BYTES:
+            break
         states[record.revision] = exported.values
     out.write_text(page(thread_id, records, events, states), encoding="utf-8")
     print(
@@ -75,8 +81,10 @@ def page(
         for run_id in _run_ids(records, events)
     )
     head = records[-1].revision if records else 0
-    data = json.dumps({str(k): v for k, v in states.items()}, ensure_ascii=False)
-    data = data.replace("</", "<\\/")  # never close the script element early
+    data = json.dumps({str(k): v for k, v in sorted(states.items())}, ensure_ascii=False)
+    # Inside <script> no text may look like markup (`</script>`, `<!--`): JSON says these
+    # characters as escapes, which only strings can hold.
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return _TEMPLATE.format(
         title=_e(f"statekernel trace: {thread_id}"),
         thread=_e(thread_id),
@@ -89,6 +97,18 @@ def page(
         script=_SCRIPT,
         policy=_POLICY,
     )
+
+
+def _check_output(out: Path, db: str) -> None:
+    """Refuse an output path that cannot take the page, before any work; never the store's
+    own files (writing the page there would destroy what it shows)."""
+    if out.is_dir():
+        raise IsADirectoryError(f"--html {out}: it is a folder; give a file name")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"--html {out}: the folder {out.parent} does not exist")
+    store = Path(db).resolve()
+    if out.resolve() in {store, *(Path(f"{store}{end}") for end in ("-wal", "-shm", "-journal"))}:
+        raise ValueError(f"--html {out} is the store itself (or one of its files); give another")
 
 
 def _run_ids(records: Iterable[CommitRecord], events: Iterable[RunEvent]) -> list[str]:
@@ -168,13 +188,16 @@ def _event_cell(column: _Column, index: int) -> str:
             for e in event.effects
         )
         actions = "".join(f'<span class="action">{_e(a)}</span>' for a in event.actions)
+        failed = f'<div class="reason">failed: {_e(event.error)}</div>' if event.error else ""
         body = (
             f'<div class="step">step {event.step}</div>'
+            + failed
             + (f'<div class="hooks">{hooks}</div>' if hooks else "")
             + (f'<div class="effects">effects: {effects}</div>' if effects else "")
             + (f'<div class="actions">actions: {actions}</div>' if actions else "")
         )
-        return _cell("phase", event.phase.value, index, event.revision, body)
+        kind = "phase failed" if event.error else "phase"
+        return _cell(kind, event.phase.value, index, event.revision, body)
     if isinstance(event, GateRun):
         reason = f'<div class="reason">{_e(event.reason)}</div>' if event.reason else ""
         by = f'<div class="by">{_e(event.plugin)}</div>' if event.plugin else ""
@@ -227,7 +250,7 @@ h1 { font-size: 1.3em; margin: 0 0 .2em; } h2 { font-size: 1.05em; margin: 1.2em
   background: #eef4ff; }
 .event.submit { background: #f2f2f2; } .event.gate { background: #fff7e0; }
 .event.gate.block { background: #ffe3e0; border-color: #d33; }
-.event.tool.failed { background: #ffe3e0; border-color: #d33; }
+.event.tool.failed, .event.phase.failed { background: #ffe3e0; border-color: #d33; }
 .event.tool.succeeded { background: #e7f7e9; }
 .hook, .action, .effect { display: inline-block; margin: 0 .3em .1em 0; padding: 0 .3em;
   border-radius: 3px; background: #dde7f7; }

@@ -22,7 +22,11 @@ from .replay import hash_of
 from .retention import Retention
 from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, Rebased, ReplayBase, SuspendedRun
 
-__all__ = ["MemoryThreads"]
+__all__ = ["MAX_EVENTS", "MemoryThreads"]
+
+MAX_EVENTS = 10_000
+"""The run events a thread keeps in memory, the newest: retention prunes them with the
+records, but phases that commit nothing make events and no records."""
 
 
 @attrs.define
@@ -98,6 +102,8 @@ class MemoryThreads:
         kept.records.extend(records)
         kept.values_at.update(journaled.held)
         kept.events.extend(journaled.events)
+        if len(kept.events) > MAX_EVENTS:  # phases that commit nothing never reach retention
+            del kept.events[: len(kept.events) - MAX_EVENTS]
         kept.since_snapshot += len(records)
         if records and (journaled.unrecorded or kept.since_snapshot >= self._snapshot_every):
             kept.snapshots.append((revision, dict(thread_values)))

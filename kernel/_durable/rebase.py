@@ -22,10 +22,11 @@ import msgspec
 from .._engine.registry import KeyRegistry
 from .._errors import RevisionConflict
 from .._values.keys import MergeStrategy
+from .._values.run_events import RunEvent
 from .journal import CommitRecord
 from .replay import apply_records
 
-__all__ = ["Rebase", "commutes", "merged", "renumbered"]
+__all__ = ["Rebase", "commutes", "merged", "renumbered", "renumbered_events"]
 
 
 @attrs.frozen
@@ -60,6 +61,21 @@ def renumbered(
         msgspec.structs.replace(record, revision=onto + index, run_id=run_id)
         for index, record in enumerate(records, start=1)
     ]
+
+
+def renumbered_events(
+    events: Sequence[RunEvent], shift: int, run_id: str | None
+) -> tuple[RunEvent, ...]:
+    """The run's `events` moved along with its records: their revisions `shift`ed, and
+    under the run's id in the journal (a new one when its number was taken)."""
+    return tuple(
+        msgspec.structs.replace(
+            event,
+            revision=max(event.revision + shift, 0),
+            run_id=run_id if run_id is not None else event.run_id,
+        )
+        for event in events
+    )
 
 
 def merged(

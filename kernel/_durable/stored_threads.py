@@ -34,12 +34,13 @@ import msgspec
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import DecodeFailed, RevisionConflict, StateError
+from .._values.codec import CODEC_ERRORS
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent, decode_run_events, encode_run_events
 from .chain import START, Chain, chain_records, link_of, seal_snapshot
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
-from .rebase import Rebase, commutes, merged, renumbered
+from .rebase import Rebase, commutes, merged, renumbered, renumbered_events
 from .retention import Retention
 from .store import (
     JournalEntry,
@@ -268,7 +269,7 @@ class StoredThreads:
             run_values=self._run_values(values, kept.cache) if suspended is not None else None,
             suspended=msgspec.json.encode(suspended) if suspended is not None else None,
             seal=chain.seal(),
-            events=encode_run_events(journaled.events) if journaled.events else None,
+            events=_events_of(thread_id, journaled.events),
         )
         interrupted = await self._write(thread_id, save, kept.position)
         registry = self._registry
@@ -343,7 +344,9 @@ class StoredThreads:
             )
             head = onto + len(records)
             whole = tuple(renumbered(journaled.whole, onto, run_id)) if journaled.whole else ()
-            moved = attrs.evolve(journaled, records=records, whole=whole)
+            shift = onto - journaled.records[0].revision + 1 if journaled.records else 0
+            events = renumbered_events(journaled.events, shift, run_id)
+            moved = attrs.evolve(journaled, records=records, whole=whole, events=events)
             all_values = {**values, **_named(thread_values, registry.stored_names)}
             try:
                 landed = await self._land(thread_id, newer, all_values, head, touched, moved, None)
@@ -596,6 +599,19 @@ def _with_drop_clears(dropped: frozenset[str], records: list[CommitRecord]) -> l
 def _cleared(records: Iterable[CommitRecord]) -> set[str]:
     """The keys these records clear."""
     return {op.key for record in records for op in record.ops if op.kind == "clear"}
+
+
+def _events_of(thread_id: str, events: tuple[RunEvent, ...]) -> bytes | None:
+    """A save's run events as bytes; None when there are none, or when one cannot be
+    encoded (a gate's reason that is no string): they describe the run, and must never cost
+    it the save of its state."""
+    if not events:
+        return None
+    try:
+        return encode_run_events(events)
+    except CODEC_ERRORS as error:
+        logger.warning("thread %r: run events not kept with this save: %s", thread_id, error)
+        return None
 
 
 def _named(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:

@@ -135,6 +135,7 @@ class Run:
         self._start_listeners: list[PhaseStartListener] = []
         self._lock = RunLock()
         self._finished = False
+        self._tool_ends: dict[str, str] = {}  # the status last noted of each tool call
         self._engine = PhaseEngine(
             kernel.components,
             state,
@@ -236,6 +237,9 @@ class Run:
             if phase is Phase.STEP_START:
                 self._state.step += 1
             report = await self._engine.run_phase(phase, fields)
+        except Exception as error:
+            self._note_failed_phase(phase, error)
+            raise
         finally:
             lock.release()
         self._note_phase(report)
@@ -561,7 +565,11 @@ class Run:
         if self._start_listeners:
             await self._notify_start(Phase.TOOL_GATE)
         async with self._lock:
-            decision, decided_by, report = await self._engine.tool_gate(fields)
+            try:
+                decision, decided_by, report = await self._engine.tool_gate(fields)
+            except Exception as error:
+                self._note_failed_phase(Phase.TOOL_GATE, error)
+                raise
         self._note_phase(report)
         self._lease.journal.note(
             GateRun(
@@ -599,16 +607,40 @@ class Run:
             )
         )
 
+    def _note_failed_phase(self, phase: Phase, error: Exception) -> None:
+        """Journal a phase that failed (`PhaseRun` with its error), for the trace."""
+        self._lease.journal.note(
+            PhaseRun(
+                self.identity.run_id,
+                self._state.step,
+                phase,
+                self._state.revision,
+                at=time.time(),
+                error=cause_text(error),
+            )
+        )
+
+    def note_tool_result(self, result: ToolResult) -> None:
+        """Journal how a tool call ended (a `ToolRun` run event, for the trace), when it ended
+        outside `handle_tool_call`: an outside decision on a suspended call, a call of a tool
+        that does not exist, a call answered because its run stopped. A call already noted
+        with the same status is not noted twice."""
+        self._note_tool(result)
+
     def _note_tool(self, result: ToolResult) -> ToolResult:
         """Journal how a tool call ended (`ToolRun`), for the trace; return `result`."""
         call = result.call
+        status = result.status.value
+        if self._tool_ends.get(call.id) == status:
+            return result
+        self._tool_ends[call.id] = status
         self._lease.journal.note(
             ToolRun(
                 self.identity.run_id,
                 self._state.step,
                 call.id,
                 call.name,
-                result.status.value,
+                status,
                 self._state.revision,
                 result.error,
                 time.time(),

@@ -42,7 +42,8 @@ class PhaseRun(msgspec.Struct, frozen=True, gc=False, tag="phase"):
     """One phase of a run: the plugins whose hooks ran in its round, in order; the plugins
     whose hooks were re-run on a fresh snapshot after an exclusive conflict; its commits and
     the revision after them; its effects and scheduled actions; and when it ended (seconds
-    since the epoch)."""
+    since the epoch). A phase that failed (a hook raised, an action failed) has its
+    `error` and nothing else: nothing of its failed round was committed."""
 
     run_id: str
     step: int
@@ -54,6 +55,7 @@ class PhaseRun(msgspec.Struct, frozen=True, gc=False, tag="phase"):
     effects: tuple[EffectRun, ...] = ()
     actions: tuple[str, ...] = ()
     at: float = 0.0
+    error: str | None = None
 
 
 class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from statekernel import StateError, StoreError
+from statekernel import StateError, StoreError, StoreNotOpened
 
 if TYPE_CHECKING:
     import asyncpg
@@ -101,6 +101,13 @@ class Schema:
     version: int
     statements: tuple[str, ...]
     migrations: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)
+    readable_from: int = attrs.field()
+    """The oldest version a read-only open reads as it is (it cannot migrate): one whose
+    later versions only added what its readers can do without."""
+
+    @readable_from.default
+    def _current(self) -> int:
+        return self.version
 
 
 class Outcome(enum.Enum):
@@ -299,7 +306,7 @@ async def components(conn: Any) -> dict[str, int]:
     """The statekernel components the database holds, with their schema versions; a
     StoreError for a database statekernel never wrote to."""
     if await conn.fetchval("SELECT to_regclass('statekernel_schema') IS NULL"):
-        raise StoreError(
+        raise StoreNotOpened(
             "read-only open",
             ValueError(
                 "the database holds no statekernel store (no statekernel_schema table); "
@@ -315,7 +322,7 @@ async def read_components(dsn: str, *, timeout: float = 10.0) -> dict[str, int]:
     try:
         conn = await driver().connect(dsn, timeout=timeout, server_settings=_READ_ONLY)
     except Exception as error:
-        raise StoreError("read-only open", error) from error
+        raise StoreNotOpened("read-only open", error) from error
     try:
         return await components(conn)
     finally:
@@ -326,7 +333,7 @@ async def _check_read_only(conn: Any, schema: Schema) -> None:
     """Refuse a read-only open of a database without this component at this schema version:
     creating or migrating it would write."""
     found = (await components(conn)).get(schema.component)
-    if found == schema.version:
+    if found is not None and schema.readable_from <= found <= schema.version:
         return
     if found is None:
         why = f"the database holds no {schema.component} tables"
@@ -340,7 +347,7 @@ async def _check_read_only(conn: Any, schema: Schema) -> None:
             f"the database's {schema.component} tables are at schema version {found}, older "
             f"than this statekernel's {schema.version}: open it once for writing to migrate"
         )
-    raise StoreError("read-only open", ValueError(why))
+    raise StoreNotOpened("read-only open", ValueError(why))
 
 
 async def _ensure_schema(conn: Any, schema: Schema) -> None:

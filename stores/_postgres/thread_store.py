@@ -106,6 +106,7 @@ _SCHEMA = Schema(
     ),
     # Version 2 keeps each save's run events (`ThreadSave.events`), for the trace.
     migrations={1: (_EVENTS_TABLE,)},
+    readable_from=1,  # version 1 lacks only the run events, which read as none
 )
 
 _NOW = "extract(epoch FROM clock_timestamp())"
@@ -231,6 +232,7 @@ _PRUNE = (
     "DELETE FROM statekernel_thread_events WHERE thread_id = $1 AND revision < $2",
 )
 _EVENTS = "SELECT events FROM statekernel_thread_events WHERE thread_id = $1 ORDER BY position"
+_HAS_EVENTS = "SELECT to_regclass('statekernel_thread_events')"
 _DELETE = (
     "DELETE FROM statekernel_thread_heads WHERE thread_id = $1",
     "DELETE FROM statekernel_thread_records WHERE thread_id = $1",
@@ -394,6 +396,8 @@ class PostgresThreadStore(ClosingStore):
         check_thread_id(thread_id)
 
         async def fetch(conn: Any) -> Any:
+            if await conn.fetchval(_HAS_EVENTS) is None:
+                return []  # a version 1 database, read without migrating it: it kept none
             return await conn.fetch(_EVENTS, thread_id)
 
         rows = await self._db.read(f"run events of thread {thread_id!r}", thread_id, fetch)

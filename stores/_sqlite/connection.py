@@ -58,7 +58,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import aiosqlite
 import attrs
 
-from statekernel import StateError, StoreError
+from statekernel import StateError, StoreError, StoreNotOpened
 
 __all__ = [
     "FILE_MODE",
@@ -140,6 +140,13 @@ class Schema:
     migrations: Mapping[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = attrs.field(
         factory=dict
     )
+    readable_from: int = attrs.field()
+    """The oldest version a read-only open reads as it is (it cannot migrate): one whose
+    later versions only added what its readers can do without."""
+
+    @readable_from.default
+    def _current(self) -> int:
+        return self.version
 
 
 @attrs.frozen
@@ -532,7 +539,7 @@ def _is_busy(exc: BaseException) -> bool:
 def read_only_uri(path: str) -> str:
     """A URI that opens `path` for reading only: SQLite neither creates the file nor writes
     to it (reading a WAL file still leaves the -wal and -shm files every reader shares)."""
-    return "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    return "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
 
 
 def components(conn: sqlite3.Connection, path: str) -> dict[str, int]:
@@ -543,12 +550,12 @@ def components(conn: sqlite3.Connection, path: str) -> dict[str, int]:
             str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
         }
     except sqlite3.DatabaseError as exc:
-        raise StoreError(
+        raise StoreNotOpened(
             f"open of SQLite file {path!r}",
             ValueError(f"it is not a statekernel store ({exc}); nothing was written to it"),
         ) from exc
     if "statekernel_schema" not in names:
-        raise StoreError(
+        raise StoreNotOpened(
             f"open of SQLite file {path!r}",
             ValueError(
                 "it is not a statekernel store (it has no statekernel_schema table); "
@@ -567,7 +574,7 @@ def read_components(path: str) -> dict[str, int]:
     try:
         conn = sqlite3.connect(read_only_uri(path), uri=True, timeout=LOCK_PATIENCE_SECONDS)
     except sqlite3.Error as exc:
-        raise StoreError(f"open of SQLite file {path!r}", exc) from exc
+        raise StoreNotOpened(f"open of SQLite file {path!r}", exc) from exc
     try:
         return components(conn, path)
     finally:
@@ -575,18 +582,22 @@ def read_components(path: str) -> dict[str, int]:
 
 
 def _require_file(path: str) -> None:
+    if os.path.isdir(path):
+        raise StoreNotOpened(
+            f"open of SQLite file {path!r}", IsADirectoryError("it is a folder, not a file")
+        )
     if not os.path.isfile(path):
-        raise StoreError(
+        raise StoreNotOpened(
             f"open of SQLite file {path!r}",
             FileNotFoundError("no such file; opened read-only, so none was created"),
         )
 
 
 def _check_read_only(conn: sqlite3.Connection, path: str, schema: Schema) -> None:
-    """Refuse a read-only open of a file without this component at this schema version:
-    migrating it would write."""
+    """Refuse a read-only open of a file without this component at a schema version this
+    code reads as it is (`Schema.readable_from`): migrating it would write."""
     found = components(conn, path).get(schema.component)
-    if found == schema.version:
+    if found is not None and schema.readable_from <= found <= schema.version:
         return
     if found is None:
         why = f"the file holds no {schema.component} tables"
@@ -600,7 +611,7 @@ def _check_read_only(conn: sqlite3.Connection, path: str, schema: Schema) -> Non
             f"the file's {schema.component} tables are at schema version {found}, older than "
             f"this statekernel's {schema.version}: open it once for writing to migrate it"
         )
-    raise StoreError(f"read-only open of SQLite file {path!r}", ValueError(why))
+    raise StoreNotOpened(f"read-only open of SQLite file {path!r}", ValueError(why))
 
 
 def _create_file(path: str, mode: int) -> None:

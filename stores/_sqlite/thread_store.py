@@ -109,6 +109,7 @@ _SCHEMA = Schema(
     # is its own snapshot) and its first save moves its values into thread_snapshots.
     # Version 4 keeps each save's run events (`ThreadSave.events`), for the trace.
     migrations={1: _TABLES, 2: (_revision_apart_from_position,), 3: (_EVENTS_TABLE,)},
+    readable_from=3,  # version 3 lacks only the run events, which read as none
 )
 
 # `revision` is the thread's head revision, for anyone reading the file; `position` is the
@@ -145,6 +146,7 @@ _INSERT_EVENTS = (
     "VALUES (?, ?, ?, ?)"
 )
 _EVENTS = "SELECT events FROM thread_events WHERE thread_id = ? ORDER BY position"
+_HAS_EVENTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'thread_events'"
 _INLINE_BYTES = 64 * 1024  # a save at most this big may run on the loop's thread
 _THREADS_FROM = (
     "SELECT thread_id FROM thread_states WHERE thread_id >= ? ORDER BY thread_id LIMIT ?"
@@ -439,6 +441,8 @@ class _RunEvents:
     thread_id: str
 
     def run(self, conn: sqlite3.Connection) -> list[bytes]:
+        if conn.execute(_HAS_EVENTS).fetchone() is None:
+            return []  # a version 3 file, read without migrating it: it kept none
         return [bytes(row[0]) for row in conn.execute(_EVENTS, (self.thread_id,))]
 
     def error(self, cause: BaseException) -> BaseException:
