@@ -14,26 +14,16 @@ DEMO = Path(__file__).parent.parent / "kernel" / "_cli" / "demo.py"  # `stateker
 
 
 def run_example(name: str, cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return run_python(cwd, str(EXAMPLES / name), *args)
 
 
 def run_demo(cwd: Path, *args: str) -> str:
+    return run_python(cwd, "-m", "statekernel", "demo", *args)
+
+
+def run_python(cwd: Path, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "statekernel", "demo", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

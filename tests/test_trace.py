@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from browser import Browser
+from run_event_samples import First, Second
 
 from statekernel import GateRun, Kernel, Phase
 from statekernel.stores import SqliteThreadStore
@@ -144,70 +145,20 @@ def test_chromium_renders_the_trace_and_shows_the_state_on_click(
 
 
 async def test_re_runs_failed_effects_and_actions_are_drawn(tmp_path: Path) -> None:
-    from statekernel import (
-        Agent,
-        EffectSpec,
-        InferenceResponse,
-        MergeStrategy,
-        PhaseContext,
-        Plugin,
-        PluginRegistrar,
-        ScheduledActionSpec,
-        ScriptedModel,
-        StateCommand,
-        StateKey,
-    )
-
-    class Total(StateKey[int, int]):
-        key = "t.total"
-        merge = MergeStrategy.EXCLUSIVE
-
-        @staticmethod
-        def apply(value: int, update: int) -> int:
-            return value + update
-
-    class Alarm(EffectSpec[str]):
-        key = "t.alarm"
-
-    class Tidy(ScheduledActionSpec[str]):
-        key = "t.tidy"
-        phase = Phase.STEP_END
-
-    def ring(payload: str, snapshot: object) -> None:
-        raise RuntimeError("the bell is broken")
-
-    def add(ctx: PhaseContext) -> StateCommand:
-        return StateCommand().update(Total, 1).emit(Alarm, "x").schedule(Tidy, "y")
-
-    class Adder(Plugin):
-        id = "adder"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(Total)
-            r.register_effect(Alarm, ring)
-            r.register_action(Tidy, lambda payload, ctx: None)
-            r.register_phase_hook(Phase.STEP_START, add)
-
-    class Racer(Plugin):
-        id = "racer"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Total, 5))
+    from statekernel import Agent, InferenceResponse, ScriptedModel
 
     db = tmp_path / "racing.db"
     async with SqliteThreadStore(db) as store:
-        agent = Agent(
-            [Adder(), Racer()], ScriptedModel([InferenceResponse(text="ok")]), thread_store=store
-        )
-        await agent.run("race", ["go"])
+        model = ScriptedModel([InferenceResponse(text="ok")])
+        await Agent([First(), Second()], model, thread_store=store).run("race", ["go"])
     page = tmp_path / "race.html"
     done = cli("trace", str(db), "--thread", "race", "--html", str(page))
     assert done.returncode == 0, done.stderr
     elements = parsed(page)
     classes = [(a.get("class") or "") for _, a in elements.tags]
     assert "hook rerun" in classes and "effect failed" in classes and "action" in classes
-    assert "the bell is broken" in elements.text and "racer ↻" in elements.text
-    assert "t.tidy" in elements.text
+    assert "RuntimeError: cannot explode" in elements.text and "second ↻" in elements.text
+    assert "t.later" in elements.text
 
 
 async def test_state_that_looks_like_markup_cannot_break_the_page(tmp_path: Path) -> None:

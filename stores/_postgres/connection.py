@@ -44,6 +44,8 @@ import attrs
 
 from statekernel import StateError, StoreError, StoreNotOpened
 
+from .._schema_versions import read_only_refusal
+
 if TYPE_CHECKING:
     import asyncpg
 
@@ -333,21 +335,11 @@ async def _check_read_only(conn: Any, schema: Schema) -> None:
     """Refuse a read-only open of a database without this component at this schema version:
     creating or migrating it would write."""
     found = (await components(conn)).get(schema.component)
-    if found is not None and schema.readable_from <= found <= schema.version:
-        return
-    if found is None:
-        why = f"the database holds no {schema.component} tables"
-    elif found > schema.version:
-        why = (
-            f"the database's {schema.component} tables are at schema version {found}, newer "
-            f"than this statekernel's {schema.version}: upgrade statekernel to read them"
-        )
-    else:
-        why = (
-            f"the database's {schema.component} tables are at schema version {found}, older "
-            f"than this statekernel's {schema.version}: open it once for writing to migrate"
-        )
-    raise StoreNotOpened("read-only open", ValueError(why))
+    why = read_only_refusal(
+        "the database", schema.component, found, schema.version, schema.readable_from
+    )
+    if why is not None:
+        raise StoreNotOpened("read-only open", ValueError(why))
 
 
 async def _ensure_schema(conn: Any, schema: Schema) -> None:

@@ -60,6 +60,8 @@ import attrs
 
 from statekernel import StateError, StoreError, StoreNotOpened
 
+from .._schema_versions import read_only_refusal
+
 __all__ = [
     "FILE_MODE",
     "LOCK_PATIENCE_SECONDS",
@@ -597,21 +599,11 @@ def _check_read_only(conn: sqlite3.Connection, path: str, schema: Schema) -> Non
     """Refuse a read-only open of a file without this component at a schema version this
     code reads as it is (`Schema.readable_from`): migrating it would write."""
     found = components(conn, path).get(schema.component)
-    if found is not None and schema.readable_from <= found <= schema.version:
-        return
-    if found is None:
-        why = f"the file holds no {schema.component} tables"
-    elif found > schema.version:
-        why = (
-            f"the file's {schema.component} tables are at schema version {found}, newer than "
-            f"this statekernel's {schema.version}: upgrade statekernel to read it"
-        )
-    else:
-        why = (
-            f"the file's {schema.component} tables are at schema version {found}, older than "
-            f"this statekernel's {schema.version}: open it once for writing to migrate it"
-        )
-    raise StoreNotOpened(f"read-only open of SQLite file {path!r}", ValueError(why))
+    why = read_only_refusal(
+        "the file", schema.component, found, schema.version, schema.readable_from
+    )
+    if why is not None:
+        raise StoreNotOpened(f"read-only open of SQLite file {path!r}", ValueError(why))
 
 
 def _create_file(path: str, mode: int) -> None:
