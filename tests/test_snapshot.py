@@ -6,11 +6,13 @@ import dataclasses
 from typing import Any
 
 import attrs
+import msgspec
 import pytest
-from sample_keys import Counter, Items, Log, Msg, Settings, Title
+from sample_keys import Counter, Handle, Items, LiveHandle, Log, Msg, Settings, Title
 
-from statekernel import MergeStrategy, StateCommand, StateKey, UnknownStateKey
+from statekernel import MergeStrategy, StateCommand, StateKey, UnknownStateKey, enc_hook
 from statekernel.lowlevel import KeyRegistry, LiveState
+from statekernel.testing import snapshot_of
 
 
 def test_get_returns_default_until_a_value_is_set(state: LiveState) -> None:
@@ -228,3 +230,12 @@ def test_a_frozen_record_is_shared_without_copying() -> None:
     state.submit(StateCommand().update(FrozenState, value))
     assert state.snapshot.get(FrozenState) is value
     assert state.snapshot.get(FrozenState) is state.snapshot.get(FrozenState)
+
+
+def test_a_snapshot_encodes_a_value_json_cannot_hold_as_its_repr() -> None:
+    """A snapshot inside an event or a result must always encode: a value JSON cannot hold
+    (a live object in a memory-only key) is shown by its repr, never silently as null."""
+    snapshot = snapshot_of([Counter, LiveHandle], {Counter: 3, LiveHandle: Handle()})
+    shown = msgspec.json.decode(msgspec.json.encode(snapshot, enc_hook=enc_hook))
+    assert shown["test.counter"] == 3
+    assert str(shown["t.handle"]).startswith("<sample_keys.Handle object at 0x")

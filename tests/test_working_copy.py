@@ -109,6 +109,9 @@ def test_reading_a_committed_value_that_cannot_be_copied_names_its_key() -> None
     assert str(caught.value).startswith(
         "value for 'w.holder' must be a value the kernel can copy, got dict"
     )
+    with pytest.raises(StateValidationError) as whole:  # every key at once, for display
+        state.snapshot.to_dict()
+    assert whole.value.key == "w.holder"
 
 
 class Tree(StateKey[list[Any], list[Any]]):
