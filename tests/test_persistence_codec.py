@@ -157,6 +157,19 @@ async def test_a_value_that_would_come_back_different_is_refused_at_commit_sayin
     assert await sqlite_thread_store.load("t") is None
 
 
+async def test_a_value_of_an_inexact_type_that_comes_back_equal_is_snapshotted(
+    sqlite_thread_store: SqliteThreadStore,
+) -> None:
+    kernel = Kernel([Keys(Half, id="half")], thread_store=sqlite_thread_store, snapshot_every=1)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Half, {"a": [1, 2.5], "b": None}))
+    await run.finish()  # a snapshot: the value is checked to decode back equal, and does
+    snapshot = await sqlite_thread_store.snapshot_at("t", 1)
+    assert snapshot is not None and "t.half" in snapshot.values
+    fresh = Kernel([Keys(Half, id="half")], thread_store=sqlite_thread_store)
+    assert (await fresh.get_state("t")).get(Half) == {"a": [1, 2.5], "b": None}
+
+
 async def test_non_persistent_keys_never_reach_the_store(
     sqlite_thread_store: SqliteThreadStore,
 ) -> None:
