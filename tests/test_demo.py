@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+from samples import Keys
+
+from statekernel import Kernel, StateCommand, StateKey
+from statekernel.plugins import TeamContext
+from statekernel.stores import embedded
 from statekernel.testing import assert_commutative
 
 EXAMPLES = Path(__file__).parent.parent / "docs" / "examples"
@@ -132,3 +138,32 @@ def test_the_plugins_come_and_go_example_keeps_drops_and_refuses(tmp_path: Path)
     assert "drafts, dropped while away:     ()" in output
     assert "steps taken, by every kernel:   2" in output
     assert "a strict kernel refuses: thread 'thread-1' holds keys" in output
+
+
+def test_the_demo_leaves_an_applications_data_in_its_folder_alone(tmp_path: Path) -> None:
+    """`statekernel demo` writes to .statekernel/, the embedded default's folder: it starts
+    its own threads and team context afresh, and nothing else there."""
+
+    class Note(StateKey[str, str]):
+        key = "app.note"
+
+        @staticmethod
+        def apply(value: str, update: str) -> str:
+            return update
+
+    async def write_and_read(write: bool) -> tuple[list[str], object]:
+        async with embedded(tmp_path / ".statekernel") as stores:
+            kernel = Kernel([Keys(Note)], stores=stores)
+            if write:
+                run = await kernel.start_run("app-thread")
+                await run.submit(StateCommand().update(Note, "mine"))
+                await run.finish()
+                await stores.profile_store.set(TeamContext.key, "app-team", {"goals": ["ship"]})
+            entry = await stores.profile_store.get(TeamContext.key, "app-team")
+            return await kernel.threads(), entry.value if entry else None
+
+    asyncio.run(write_and_read(True))
+    run_demo(tmp_path)
+    threads, team = asyncio.run(write_and_read(False))
+    assert "app-thread" in threads and {"demo-thread", "demo-helper"} <= set(threads)
+    assert team == {"goals": ["ship"]}

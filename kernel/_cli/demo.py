@@ -41,6 +41,7 @@ from statekernel import (
     ScriptedModel,
     StateCommand,
     StateKey,
+    StateScope,
     ToolCall,
     ToolOutput,
 )
@@ -236,7 +237,8 @@ async def main(folder: Path = Path(".statekernel"), *, trace: bool = False) -> N
     async with embedded(folder) as stores:  # one SQLite file: <folder>/statekernel.db
         for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
             await stores.thread_store.delete(thread)
-        await stores.profile_store.clear(TeamContext.key)
+        # Only the demo's own entries go: the folder may be an application's embedded store.
+        await stores.profile_store.delete(TeamContext.key, StateScope.parent_thread(THREAD))
         print(
             "A writer agent learns facts and publishes a note; the stage workflow requires a\n"
             "review before publishing. The model is scripted: the demo runs offline.\n"
