@@ -231,3 +231,18 @@ async def test_a_rebased_save_moves_its_events_with_its_records(tmp_path: Any) -
     record = next(r for r in history if r.run_id == rebase.run_id)
     assert step.revision == record.revision  # the revision its commit has in the journal
     assert all(e.revision <= history[-1].revision for e in events)
+
+
+async def test_a_fork_carries_the_run_events_of_what_it_copies(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    writer = agent(thread_store_or_none)
+    await writer.run("t", ["go"])
+    await writer.run("t", ["again"])
+    source = await writer.kernel.run_events("t")
+    first_run = [e for e in source if e.run_id == "t:run-1"]
+    at = max(e.revision for e in first_run)
+    await writer.kernel.fork("t", at, "copy")
+    copied = await writer.kernel.run_events("copy")
+    assert copied == [e for e in source if e.revision <= at]
+    assert {e.run_id for e in copied} == {"t:run-1"}

@@ -140,6 +140,7 @@ class MemoryThreads:
             snapshots=[(r, held) for r, held in source.snapshots if r <= revision],
             values_at={at: value for at, value in source.values_at.items() if at[0] <= revision},
             saved=True,
+            events=[event for event in source.events if event.revision <= revision],
         )
 
     async def threads(self, prefix: str, limit: int | None) -> list[str]:

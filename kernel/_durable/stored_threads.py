@@ -504,8 +504,8 @@ class StoredThreads:
         records: Sequence[CommitRecord],
         values: dict[str, Any],
     ) -> None:
-        """The fork is a new thread in the store, chained afresh from its first record;
-        this kernel holds nothing of it."""
+        """The fork is a new thread in the store, chained afresh from its first record, with
+        the run events of the commits it copies; this kernel holds nothing of it."""
         with store_failures("thread fork", thread_id):
             base = await self._store.snapshot_at(thread_id, revision)
             snapshot = None
@@ -524,6 +524,10 @@ class StoredThreads:
             snapshot=snapshot,
             snapshot_revision=base.revision if base is not None else None,
             seal=chain.seal(),
+            events=_events_of(
+                new_thread_id,
+                tuple(e for e in await self.run_events(thread_id) if e.revision <= revision),
+            ),
         )
         with store_failures("thread fork", new_thread_id):
             await self._store.save(new_thread_id, save, expected_position=0)
