@@ -244,10 +244,12 @@ class RunLoop:
         request abandons the call."""
         model = self._agent.model
         streams = getattr(model, "streams", False) is True
-        answer: Awaitable[Any] = self._streamed(model, request) if streams else model(request)
-        response = await self._control.abandonable(answer)
-        if not isinstance(response, InferenceResponse):
-            raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
+        with self._run.model_call_span(_model_name(model, request)) as span:
+            answer: Awaitable[Any] = self._streamed(model, request) if streams else model(request)
+            response = await self._control.abandonable(answer)
+            if not isinstance(response, InferenceResponse):
+                raise TypeError(f"the model must return an InferenceResponse, got {response!r}")
+            self._run.note_model_response(span, response)
         return response
 
     async def _streamed(self, model: Any, request: InferenceRequest) -> Any:
@@ -361,3 +363,10 @@ def _for_agent_users(conflict: RevisionConflict, thread_id: str) -> RevisionConf
     )
     better.__cause__ = conflict
     return better
+
+
+def _model_name(model: Any, request: InferenceRequest) -> str:
+    """The model a call asks for, as the span names it: the request's `model` parameter,
+    else the adapter's `model`, else its type."""
+    named = request.params.get("model") or getattr(model, "model", None)
+    return str(named) if isinstance(named, str) and named else type(model).__name__

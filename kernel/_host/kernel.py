@@ -35,6 +35,7 @@ from .._errors import (
     UnknownActionHandler,
     UnknownThread,
 )
+from .._observe.spans import Tracing, tracing
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
 from .._values.codec import CODEC_ERRORS, dec_hook
@@ -104,6 +105,8 @@ class Kernel:
                 f"Retention.keep_all()), got {retention!r}"
             )
         self.retention = retention
+        # OpenTelemetry spans, when the extra is installed; None: nothing imported or spent.
+        self.tracing: Tracing | None = tracing()
         self.components = Components.build(
             plugins,
             extra_keys=tuple(

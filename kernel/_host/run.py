@@ -8,9 +8,11 @@ commit through the one engine; its saves go through the lease its kernel gave it
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -136,6 +138,15 @@ class Run:
         self._lock = RunLock()
         self._finished = False
         self._tool_ends: dict[str, str] = {}  # the status last noted of each tool call
+        self._tracing = kernel.tracing
+        self._tool_span: Any = None  # the span of the tool call under way, if traced
+        self._span: Any = (
+            None
+            if self._tracing is None
+            else self._tracing.start_run(
+                agent.name, identity.thread_id, identity.run_id, state.revision
+            )
+        )
         self._engine = PhaseEngine(
             kernel.components,
             state,
@@ -230,6 +241,20 @@ class Run:
             check_phase_fields(fields)
         if self._start_listeners:
             await self._notify_start(phase)
+        if self._span is None:
+            report = await self._phase(phase, fields)
+        else:
+            assert self._tracing is not None
+            attributes = {"statekernel.phase": phase.value}
+            name = f"phase {phase.value}"
+            with self._tracing.child(self._parent_span, name, attributes) as span:
+                report = await self._phase(phase, fields)
+                self._tracing.phase_done(span, report)
+        if self._phase_listeners:
+            await self._notify_phase(report)
+        return report
+
+    async def _phase(self, phase: Phase, fields: Mapping[str, Any]) -> PhaseReport:
         lock = self._lock
         if not lock.take_now():
             await lock.take()
@@ -243,8 +268,6 @@ class Run:
         finally:
             lock.release()
         self._note_phase(report)
-        if self._phase_listeners:
-            await self._notify_phase(report)
         return report
 
     async def tool_gate(self, tool_call: ToolCall, **fields: Any) -> GateDecision | None:
@@ -340,6 +363,50 @@ class Run:
         tool twice unseen, and a resume runs that phase's hooks once). `on_run` is called
         right before the tool itself is.
         """
+        if self._span is None:
+            return await self._handle(tool_call, tool, messages, before_execute, on_run)
+        assert self._tracing is not None
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool_call.name,
+            "gen_ai.tool.call.id": tool_call.id,
+        }
+        name = f"execute_tool {tool_call.name}"
+        with self._tracing.child(self._span, name, attributes) as span:
+            self._tool_span = span
+            try:
+                result = await self._handle(tool_call, tool, messages, before_execute, on_run)
+            finally:
+                self._tool_span = None
+            self._tracing.tool_done(span, result)
+        return result
+
+    @property
+    def _parent_span(self) -> Any:
+        return self._tool_span if self._tool_span is not None else self._span
+
+    def model_call_span(self, model: str) -> AbstractContextManager[Any]:
+        """A span for one model call of this run (`chat {model}`), or nothing when the run
+        is not traced; `note_model_response(span, response)` completes it."""
+        if self._span is None:
+            return contextlib.nullcontext()
+        assert self._tracing is not None
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+        return self._tracing.child(self._span, f"chat {model}", attributes)
+
+    def note_model_response(self, span: Any, response: Any) -> None:
+        """What the model answered, on its call's span (from `model_call_span`)."""
+        if span is not None and self._tracing is not None:
+            self._tracing.model_done(span, response)
+
+    async def _handle(
+        self,
+        tool_call: ToolCall,
+        tool: Tool,
+        messages: tuple[Message, ...],
+        before_execute: Callable[[], Awaitable[None]] | None,
+        on_run: Callable[[], None] | None,
+    ) -> ToolResult:
         fields: dict[str, Any] = {"messages": messages}
         decision, _ = await self._tool_gate(tool_call, fields)
         if isinstance(decision, Block):
@@ -493,8 +560,7 @@ class Run:
         record = self._suspended_record(detail)
         async with self._lock:
             await self._lease.save(self._state, record)  # on failure the run stays open
-        self._finished = True
-        self._lease.release()
+        self._release("suspended")
 
     def _suspended_record(self, detail: bytes) -> SuspendedRun:
         actions = tuple(
@@ -521,8 +587,7 @@ class Run:
     async def abandon(self) -> None:
         """Close the run without saving anything: the thread stays as it was last saved."""
         if not self._finished:
-            self._finished = True
-            self._lease.release()
+            self._release("abandoned")
 
     def _cache_encode(self, payload: Any) -> bytes:
         try:
@@ -551,8 +616,16 @@ class Run:
                 async with self._lock:
                     await self._save()
         finally:
-            self._finished = True
-            self._lease.release()
+            self._release("finished")
+
+    def _release(self, outcome: str) -> None:
+        """The run is over: its thread goes back, its span ends."""
+        self._finished = True
+        self._lease.release()
+        if self._span is not None:
+            assert self._tracing is not None
+            self._tracing.end_run(self._span, self._state.revision, outcome)
+            self._span = None
 
     async def _tool_gate(
         self, tool_call: ToolCall, fields: Mapping[str, Any]
@@ -564,6 +637,22 @@ class Run:
         check_phase_fields(fields)
         if self._start_listeners:
             await self._notify_start(Phase.TOOL_GATE)
+        if self._span is None:
+            decision, report = await self._gate(tool_call, fields, None)
+        else:
+            assert self._tracing is not None
+            attributes = {"statekernel.phase": Phase.TOOL_GATE.value}
+            name = f"phase {Phase.TOOL_GATE.value}"
+            with self._tracing.child(self._parent_span, name, attributes) as span:
+                decision, report = await self._gate(tool_call, fields, span)
+                self._tracing.phase_done(span, report)
+        if self._phase_listeners:
+            await self._notify_phase(report)
+        return decision, report
+
+    async def _gate(
+        self, tool_call: ToolCall, fields: Mapping[str, Any], span: Any
+    ) -> tuple[GateDecision | None, PhaseReport]:
         async with self._lock:
             try:
                 decision, decided_by, report = await self._engine.tool_gate(fields)
@@ -571,21 +660,23 @@ class Run:
                 self._note_failed_phase(Phase.TOOL_GATE, error)
                 raise
         self._note_phase(report)
-        self._lease.journal.note(
-            GateRun(
-                self.identity.run_id,
-                self._state.step,
-                tool_call.id,
-                tool_call.name,
-                _decision_name(decision),
-                self._state.revision,
-                decided_by,
-                getattr(decision, "reason", None),
-                time.time(),
-            )
+        gate = GateRun(
+            self.identity.run_id,
+            self._state.step,
+            tool_call.id,
+            tool_call.name,
+            _decision_name(decision),
+            self._state.revision,
+            decided_by,
+            getattr(decision, "reason", None),
+            time.time(),
         )
-        if self._phase_listeners:
-            await self._notify_phase(report)
+        self._lease.journal.note(gate)
+        if span is not None:
+            assert self._tracing is not None
+            self._tracing.gate_decided(span, gate.decision, gate.plugin, gate.reason)
+            if self._tool_span is not None:  # the tool call's span says it too
+                self._tracing.gate_decided(self._tool_span, gate.decision, gate.plugin, gate.reason)
         return decision, report
 
     def _note_phase(self, report: PhaseReport) -> None:
@@ -608,7 +699,11 @@ class Run:
         )
 
     def _note_failed_phase(self, phase: Phase, error: Exception) -> None:
-        """Journal a phase that failed (`PhaseRun` with its error), for the trace."""
+        """Journal a phase that failed (`PhaseRun` with its error), for the trace; the run's
+        span says it failed."""
+        if self._span is not None:
+            assert self._tracing is not None
+            self._tracing.fail(self._span, error)
         self._lease.journal.note(
             PhaseRun(
                 self.identity.run_id,

@@ -1,0 +1,190 @@
+"""OpenTelemetry spans (the extra `statekernel[otel]`), caught by the SDK's in-memory exporter:
+an approval run's spans nest run -> phases -> model call -> tool call, with the GenAI
+conventions' names and the Block reason on the gate's span; a bare Kernel's runs and a
+team's agents are traced too; and without the extra nothing of OpenTelemetry is imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sample_keys import Counter
+from samples import Keys
+
+from statekernel import (
+    Agent,
+    AgentTeam,
+    Block,
+    InferenceResponse,
+    Kernel,
+    Phase,
+    PhaseContext,
+    Plugin,
+    PluginRegistrar,
+    Role,
+    ScriptedModel,
+    StateCommand,
+    ToolCall,
+)
+from statekernel.stores import MemoryProfileStore
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The application's tracer provider (set once per process, as an application does),
+    with the spans of this test only."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+class Approval(Plugin):
+    id = "approval"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_tool_gate(self.gate)
+
+    @staticmethod
+    def gate(ctx: PhaseContext) -> Block | None:
+        if ctx.tool_call is not None and ctx.tool_call.name == "publish":
+            return Block("publish needs a review first")
+        return None
+
+
+def by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [span for span in finished if span.name == name]
+
+
+def parent_of(span: ReadableSpan, finished: tuple[ReadableSpan, ...]) -> ReadableSpan:
+    assert span.parent is not None, span.name
+    (found,) = [s for s in finished if s.context.span_id == span.parent.span_id]
+    return found
+
+
+async def test_an_approval_runs_spans_nest_and_carry_the_block_reason(
+    spans: InMemorySpanExporter,
+) -> None:
+    calls = (ToolCall("c1", "review", {}), ToolCall("c2", "publish", {}))
+    model = ScriptedModel([InferenceResponse(tool_calls=calls), InferenceResponse(text="done")])
+    tools: dict[str, Any] = {"review": lambda a, c: "ok", "publish": lambda a, c: "out"}
+    agent = Agent([Approval()], model, tools, name="writer")
+    result = await agent.run("t", ["publish it"])
+    assert result.outcome == "success"
+    finished = spans.get_finished_spans()
+    (run,) = by_name(finished, "invoke_agent writer")
+    assert run.attributes is not None
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run.attributes["statekernel.thread_id"] == "t"
+    assert run.attributes["statekernel.outcome"] == "finished"
+    assert run.attributes["statekernel.revision"] == result.snapshot.revision
+    phases = [s for s in finished if s.name.startswith("phase ")]
+    assert {p.name for p in phases} >= {f"phase {phase.value}" for phase in Phase}
+    step = by_name(finished, "phase STEP_START")[0]
+    assert parent_of(step, finished) is run
+    chats = by_name(finished, "chat ScriptedModel")
+    assert len(chats) == 2 and all(parent_of(c, finished) is run for c in chats)
+    assert chats[0].attributes is not None
+    assert chats[0].attributes["gen_ai.request.model"] == "ScriptedModel"
+    assert chats[0].attributes["statekernel.tool_calls"] == ("review", "publish")
+    (publish,) = by_name(finished, "execute_tool publish")
+    assert parent_of(publish, finished) is run
+    assert publish.attributes is not None
+    assert publish.attributes["gen_ai.tool.name"] == "publish"
+    assert publish.attributes["gen_ai.tool.call.id"] == "c2"
+    assert publish.attributes["statekernel.gate.decision"] == "block"
+    assert publish.attributes["statekernel.gate.plugin"] == "approval"
+    assert publish.attributes["statekernel.gate.reason"] == "publish needs a review first"
+    assert publish.attributes["statekernel.tool.status"] == "failed"
+    assert publish.status.status_code is trace.StatusCode.ERROR
+    gates = [s for s in by_name(finished, "phase TOOL_GATE") if parent_of(s, finished) is publish]
+    assert len(gates) == 1 and gates[0].attributes is not None
+    assert gates[0].attributes["statekernel.gate.reason"] == "publish needs a review first"
+    (review,) = by_name(finished, "execute_tool review")
+    assert review.attributes is not None
+    assert review.attributes["statekernel.gate.decision"] == "allow"
+    assert review.status.status_code is not trace.StatusCode.ERROR
+    before = [s for s in phases if s.name == "phase BEFORE_TOOL_EXECUTE"]
+    assert [parent_of(s, finished).name for s in before] == ["execute_tool review"]
+
+
+async def test_a_bare_kernels_run_is_traced_with_its_hooks(spans: InMemorySpanExporter) -> None:
+    class Adder(Plugin):
+        id = "adder"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Counter, 1))
+
+    kernel = Kernel([Keys(Counter), Adder()])
+    run = await kernel.start_run("bare", agent="worker")
+    await run.run_phase(Phase.STEP_START)
+    await run.finish()
+    finished = spans.get_finished_spans()
+    (root,) = by_name(finished, "invoke_agent worker")
+    (step,) = by_name(finished, "phase STEP_START")
+    assert parent_of(step, finished) is root and step.attributes is not None
+    assert step.attributes["statekernel.hooks"] == ("adder",)
+    assert step.attributes["statekernel.commits"] == 1
+
+
+async def test_a_failed_run_marks_its_span(spans: InMemorySpanExporter) -> None:
+    def boom(ctx: PhaseContext) -> None:
+        raise ValueError("bad config")
+
+    class Broken(Plugin):
+        id = "broken"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_phase_hook(Phase.STEP_START, boom)
+
+    result = await Agent([Broken()], ScriptedModel([])).run("t", ["go"])
+    assert result.outcome == "failure"
+    finished = spans.get_finished_spans()
+    (root,) = by_name(finished, "invoke_agent default")
+    assert root.status.status_code is trace.StatusCode.ERROR
+    assert root.attributes is not None and root.attributes["error.type"] == "HookFailed"
+    (step,) = by_name(finished, "phase STEP_START")
+    assert step.status.status_code is trace.StatusCode.ERROR
+
+
+async def test_a_teams_agents_are_traced(spans: InMemorySpanExporter) -> None:
+    model = ScriptedModel([InferenceResponse(text="done")])
+    team = AgentTeam({"solo": Role(model=model)}, profile_store=MemoryProfileStore())
+    async with team:
+        team.spawn("solo", "work", agent_id="a1")
+        await team.run_until_idle()
+    names = {span.name for span in spans.get_finished_spans()}
+    assert "invoke_agent solo" in names and "chat ScriptedModel" in names
+
+
+def test_without_the_extra_nothing_of_opentelemetry_is_imported() -> None:
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        sys.modules["opentelemetry"] = None  # as if the extra were not installed
+        from statekernel import Agent, InferenceResponse, ScriptedModel
+        agent = Agent([], ScriptedModel([InferenceResponse(text="hi")]))
+        result = asyncio.run(agent.run("t", ["go"]))
+        assert result.outcome == "success", result
+        assert agent.kernel.tracing is None
+        assert not [m for m in sys.modules if m.startswith("opentelemetry.")], sys.modules
+        print("untraced")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "untraced", done.stderr
