@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from samples import Keys
@@ -16,7 +16,6 @@ from statekernel.stores import embedded
 from statekernel.testing import assert_commutative
 
 EXAMPLES = Path(__file__).parent.parent / "docs" / "examples"
-DEMO = Path(__file__).parent.parent / "kernel" / "_cli" / "demo.py"  # `statekernel demo`
 
 
 def run_example(name: str, cwd: Path, *args: str) -> str:
@@ -84,10 +83,8 @@ def test_the_demo_trace_shows_every_phase(tmp_path: Path) -> None:
 
 
 def test_the_demo_keeps_its_commutative_promise() -> None:
-    spec = importlib.util.spec_from_file_location("statekernel_demo", DEMO)
-    assert spec is not None and spec.loader is not None
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+    (entry,) = entry_points(group="statekernel.cli", name="demo")  # as the command finds it
+    demo = sys.modules[entry.load().__module__]
     facts = [demo.Fact("kernel", "a"), demo.Fact("merge", "b"), demo.Fact("kernel", "c")]
     assert_commutative(demo.Facts, (), facts)
     assert_commutative(demo.Facts, (demo.Fact("kernel", "a"),), facts)

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 import attrs
 
 from statekernel import Kernel, ProfileStore, ThreadStore
-from statekernel.stores import MemoryThreadStore, open_stores, stored_components
+
+from .extensions import store_backends
 
 __all__ = ["Location", "opened"]
 
@@ -27,7 +28,7 @@ class Location:
 
     db: str
     kernel: Kernel
-    threads: ThreadStore
+    threads: ThreadStore | None
     profiles: ProfileStore | None
 
     @property
@@ -44,10 +45,11 @@ class Location:
 @contextlib.asynccontextmanager
 async def opened(db: str) -> AsyncIterator[Location]:
     """The database `db`, read-only, closed on leaving."""
-    held = await stored_components(db)
-    stores = open_stores(db, read_only=True)  # nothing is opened until first use
-    # A file of profiles only holds no threads: an empty store says so without a case.
-    threads = stores.thread_store if "thread_store" in held else MemoryThreadStore()
+    backends = store_backends()
+    held = await backends.stored_components(db)
+    stores = backends.open_stores(db, read_only=True)  # nothing is opened until first use
+    # A file of profiles only holds no threads: a kernel without a thread store reads none.
+    threads = stores.thread_store if "thread_store" in held else None
     profiles = stores.profile_store if "profile_store" in held else None
     try:
         yield Location(db, Kernel([], thread_store=threads), threads, profiles)

@@ -19,7 +19,7 @@ from typing import Any
 
 from statekernel import StateError, StoreNotOpened, UnknownRevision, __version__
 
-from . import commands, demo, trace
+from . import commands, extensions, trace
 from .location import Location, opened
 
 __all__ = ["main"]
@@ -136,7 +136,8 @@ def _reading(
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    await demo.main(args.dir, trace=args.trace)
+    async with extensions.store_backends().embedded(args.dir) as stores:
+        await extensions.demo()(stores, trace=args.trace)
     return 0
 
 

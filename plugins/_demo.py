@@ -8,11 +8,11 @@ counter starts again (a run key). A helper agent on a child thread adds a goal t
 context, a shared record the writer's thread reads too.
 
 The model is a `ScriptedModel` (its answers are written below): the demo runs offline and
-gives the same story every time. Everything is stored on the embedded default,
-`statekernel.stores.embedded(folder)`: thread state and shared team state in one SQLite
-file, <folder>/statekernel.db (./.statekernel by default). Every built-in plugin takes
-part: run lifecycle, context injection, the stage workflow, team context. It is written
-against the public API only, as a user's program would be.
+gives the same story every time. Every built-in plugin takes part: run lifecycle, context
+injection, the stage workflow, team context. It lives among the plugins because it is
+written as a user's program over them, against the public API only; it is given its
+stores (a plugin never opens one), and the command line gives it the embedded default,
+`statekernel.stores.embedded(folder)`: one SQLite file, <folder>/statekernel.db.
 
 Run: statekernel demo [--dir DIR] [--trace]
 (--trace adds one line per phase: its commits, the revision after it, the plugins that ran.)
@@ -21,7 +21,6 @@ Run: statekernel demo [--dir DIR] [--trace]
 from __future__ import annotations
 
 import enum
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -42,23 +41,16 @@ from statekernel import (
     StateCommand,
     StateKey,
     StateScope,
+    Stores,
     ToolCall,
     ToolOutput,
 )
-from statekernel.plugins import (
-    ContextInjection,
-    ContextMessage,
-    RunLifecycle,
-    StageKey,
-    StageWorkflow,
-    StepCount,
-    Team,
-    TeamContext,
-    add_context,
-)
-from statekernel.stores import Stores, embedded
 
-DATABASE = "statekernel.db"  # what `embedded(folder)` makes in the folder
+from ._context_injection import ContextInjection, ContextMessage, add_context
+from ._run_lifecycle import RunLifecycle, StepCount
+from ._stages import StageKey, StageWorkflow
+from ._team import Team, TeamContext
+
 THREAD = "demo-thread"
 HELPER_THREAD = "demo-helper"
 
@@ -232,47 +224,47 @@ async def helper_run(stores: Stores) -> ScriptedModel:
     return model
 
 
-async def main(folder: Path = Path(".statekernel"), *, trace: bool = False) -> None:
-    """Tell the story, stored in `folder` (made if missing) on the embedded default."""
-    async with embedded(folder) as stores:  # one SQLite file: <folder>/statekernel.db
-        for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
-            await stores.thread_store.delete(thread)
-        # Only the demo's own entries go: the folder may be an application's embedded store.
-        await stores.profile_store.delete(TeamContext.key, StateScope.parent_thread(THREAD))
-        print(
-            "A writer agent learns facts and publishes a note; the stage workflow requires a\n"
-            "review before publishing. The model is scripted: the demo runs offline.\n"
-            f"Stored in {folder / DATABASE}, the embedded SQLite default.\n"
-        )
-
-        print(f"Run 1 on thread {THREAD!r}")
-        first, model, _ = await writer_run(stores, FIRST_RUN, trace)
-        show_context(model.requests[0])
-        show_conversation(first, 0, FIRST_RUN)
-
-        print("Run 2: a new Agent on the same SQLite file")
-        second, _, start = await writer_run(stores, SECOND_RUN, trace)
-        print(
-            f"  carried over from run 1 (thread keys): facts {topics(start)}, note stage "
-            f"{start.get(DocStage).name}\n"
-            f"  started again (run key): step counter {start.get(StepCount)} "
-            f"(run 1 ended at {first.snapshot.get(StepCount)})"
-        )
-        show_conversation(second, len(first.messages), SECOND_RUN)
-
-        print(f"A helper agent on thread {HELPER_THREAD!r}, a child of {THREAD!r}")
-        helper_model = await helper_run(stores)
-        for response in HELPER_RUN:
-            for tool_call in response.tool_calls:
-                print(f"  model    calls {tool_call.name}(goal={tool_call.arguments['goal']!r})")
-        team_message = next(
-            m for m in helper_model.requests[-1].messages if m.content.startswith("Team")
-        )
-        print("  the team context is one shared record; the helper now sees:")
-        for line in team_message.content.splitlines():
-            print(f"    {line}")
-    store = folder / DATABASE
+async def demo(stores: Stores, *, trace: bool = False) -> None:
+    """Tell the story on `stores` (the command line gives it the embedded default in a
+    folder); only the demo's own threads and team context start afresh."""
+    where = getattr(stores.thread_store, "path", None) or "the stores given"
+    for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
+        await stores.thread_store.delete(thread)
+    # Only the demo's own entries go: the folder may be an application's embedded store.
+    await stores.profile_store.delete(TeamContext.key, StateScope.parent_thread(THREAD))
     print(
-        f"\nSee inside: statekernel history {store} --thread {THREAD}\n"
-        f"            statekernel show {store} --thread {THREAD} --at 5"
+        "A writer agent learns facts and publishes a note; the stage workflow requires a\n"
+        "review before publishing. The model is scripted: the demo runs offline.\n"
+        f"Stored in {where}, the embedded SQLite default.\n"
+    )
+
+    print(f"Run 1 on thread {THREAD!r}")
+    first, model, _ = await writer_run(stores, FIRST_RUN, trace)
+    show_context(model.requests[0])
+    show_conversation(first, 0, FIRST_RUN)
+
+    print("Run 2: a new Agent on the same SQLite file")
+    second, _, start = await writer_run(stores, SECOND_RUN, trace)
+    print(
+        f"  carried over from run 1 (thread keys): facts {topics(start)}, note stage "
+        f"{start.get(DocStage).name}\n"
+        f"  started again (run key): step counter {start.get(StepCount)} "
+        f"(run 1 ended at {first.snapshot.get(StepCount)})"
+    )
+    show_conversation(second, len(first.messages), SECOND_RUN)
+
+    print(f"A helper agent on thread {HELPER_THREAD!r}, a child of {THREAD!r}")
+    helper_model = await helper_run(stores)
+    for response in HELPER_RUN:
+        for tool_call in response.tool_calls:
+            print(f"  model    calls {tool_call.name}(goal={tool_call.arguments['goal']!r})")
+    team_message = next(
+        m for m in helper_model.requests[-1].messages if m.content.startswith("Team")
+    )
+    print("  the team context is one shared record; the helper now sees:")
+    for line in team_message.content.splitlines():
+        print(f"    {line}")
+    print(
+        f"\nSee inside: statekernel history {where} --thread {THREAD}\n"
+        f"            statekernel show {where} --thread {THREAD} --at 5"
     )
