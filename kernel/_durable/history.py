@@ -73,13 +73,21 @@ class ThreadHistory:
         return shown
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
-        rebuilt = await self._rebuild(self._journal(thread_id), thread_id, revision)
-        for name, at in rebuilt.lost.items():  # never a default in its place
+        _, values = await self._readable(self._journal(thread_id), thread_id, revision)
+        return Snapshot(revision, immutables.Map(values), self._registry)
+
+    async def _readable(
+        self, journal: ThreadJournal, thread_id: str, revision: int
+    ) -> tuple[_Rebuilt, dict[str, Any]]:
+        """The thread rebuilt at `revision`, and the values it can be read as: those it
+        rebuilt whole (a key whose op had no bytes raises, never a default in its place)."""
+        rebuilt = await self._rebuild(journal, thread_id, revision)
+        for name, at in rebuilt.lost.items():
             raise _unjournaled(thread_id, revision, name, at)
         values = {
             name: value for name, value in rebuilt.values.items() if name not in rebuilt.stale
         }
-        return Snapshot(rebuilt.revision, immutables.Map(values), self._registry)
+        return rebuilt, values
 
     async def _rebuild(self, journal: ThreadJournal, thread_id: str, revision: int) -> _Rebuilt:
         _check_revision("revision", revision)
@@ -120,15 +128,9 @@ class ThreadHistory:
             revision = await journal.head()
             if revision is None:
                 raise UnknownThread(thread_id)
-        rebuilt = await self._rebuild(journal, thread_id, revision)
-        for name, at in rebuilt.lost.items():
-            raise _unjournaled(thread_id, revision, name, at)
+        rebuilt, values = await self._readable(journal, thread_id, revision)
         by_name = self._registry.by_name
-        typed = {
-            name: value
-            for name, value in rebuilt.values.items()
-            if name in by_name and name not in rebuilt.stale
-        }
+        typed = {name: value for name, value in values.items() if name in by_name}
 
         async def fetch(at: int) -> ThreadSnapshot | None:
             older = await journal.base(at)

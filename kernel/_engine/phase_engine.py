@@ -80,6 +80,13 @@ class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
     effects: tuple[EffectRun, ...] = ()
     actions: tuple[str, ...] = ()
 
+    @property
+    def round_hooks(self) -> tuple[str, ...]:
+        """The plugins whose hooks ran in the phase's round, in order: `hooks_run` without
+        the re-runs, which come last."""
+        hooks = self.hooks_run
+        return hooks[: len(hooks) - len(self.reruns)] if self.reruns else hooks
+
     def __str__(self) -> str:
         name = self.phase.name if self.phase is not None else "submit"
         hooks = ", ".join(self.hooks_run) or "none"

@@ -682,7 +682,6 @@ class Run:
     def _note_phase(self, report: PhaseReport) -> None:
         """Journal what the phase did (`PhaseRun`), for the trace."""
         assert report.phase is not None
-        hooks = report.hooks_run
         self._lease.journal.note(
             PhaseRun(
                 self.identity.run_id,
@@ -690,7 +689,7 @@ class Run:
                 report.phase,
                 report.revision,
                 report.commits,
-                hooks[: len(hooks) - len(report.reruns)] if report.reruns else hooks,
+                report.round_hooks,
                 report.reruns,
                 report.effects,
                 report.actions,

@@ -74,11 +74,10 @@ class Tracing:
             span.end()
 
     def phase_done(self, span: Any, report: PhaseReport) -> None:
-        hooks = report.hooks_run[: len(report.hooks_run) - len(report.reruns)]
         attributes: dict[str, Any] = {
             "statekernel.revision": report.revision,
             "statekernel.commits": report.commits,
-            "statekernel.hooks": hooks,
+            "statekernel.hooks": report.round_hooks,
         }
         if report.reruns:
             attributes["statekernel.conflicts"] = report.conflicts
