@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench mutation mutation-continue mutation-save package-check clean
+.PHONY: demo test lint typecheck docs unit bench mutation mutation-continue mutation-save package-check clean
 
 # The demo needs only the package; the tools for `make test` come in on top. The install is
 # an editable one in strict mode: a tree of links under build/ that mypy and IDEs follow. A
@@ -33,10 +33,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict -p statekernel
 
+# The docs site (mkdocs.yml): every page of docs/ and the API reference mkdocstrings generates
+# from the public docstrings, built into site/. --strict makes a warning (a broken link or
+# anchor, a name the reference cannot find, a page missing from the nav) fail the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+
 unit: $(STAMP)
 	$(BIN)/python -m pytest
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 # The wheel holds only statekernel; a fresh venv with it imports the public modules and not
 # kernel/plugins/stores; a user's module type-checks against the wheel and the editable
@@ -98,4 +104,4 @@ mutation-save:
 	cd .mutation && ../$(BIN)/python tests/mutation_ledger.py save --ledger ../tests/mutation_ledger.json
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .mypy_cache .pytest_cache .ruff_cache .statekernel build *.egg-info .mutation
+	rm -rf $(VENV) $(BENCH_VENV) site .mypy_cache .pytest_cache .ruff_cache .statekernel build *.egg-info .mutation

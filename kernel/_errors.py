@@ -44,11 +44,30 @@ def cause_clause(cause: BaseException) -> str:
 
 
 class StateError(Exception):
-    """Base class of every error the kernel raises on purpose."""
+    """Base class of every error the kernel raises on purpose.
+
+    `except StateError` catches anything the kernel means to tell you; each subclass carries
+    its facts as attributes. It is also raised directly for misuse: a finished run, a second
+    live run on a thread, a read-only `ctx.profile`, `agent.run` on a suspended thread. See
+    [concepts: errors](concepts.md#errors).
+
+    Also an `Exception`. Attributes: none of its own.
+    """
 
 
 class InvalidDeclaration(StateError, TypeError):
-    """A key, spec or schema class that cannot work, caught when the class is created."""
+    """A key, spec, plugin or schema class that cannot work, caught when it is created.
+
+    Raised when the class is created (or, for a schema, compiled), not in the middle of a
+    run. The message says what is wrong and how to fix it.
+
+    Also a `TypeError`.
+
+    Attributes:
+
+    - `owner`: the class (or declaration) at fault.
+    - `problem`: what is wrong with it.
+    """
 
     def __init__(self, owner: str, problem: str, fix: str) -> None:
         self.owner = owner
@@ -57,7 +76,19 @@ class InvalidDeclaration(StateError, TypeError):
 
 
 class DuplicateRegistration(StateError):
-    """Two registrations claim the same key string or the same action/effect handler slot."""
+    """Two registrations claim the same key string, handler slot or plugin id.
+
+    Raised at `Kernel(...)` when a key string, a profile key, an action or effect handler,
+    or a plugin id is registered twice.
+
+    Attributes:
+
+    - `kind`: what was registered twice: `"state key"`, `"profile key"`,
+      `"action handler"`, `"effect handler"` or `"plugin"`.
+    - `name`: the key string, handler name or plugin id.
+    - `first`: the id of the plugin that registered it first.
+    - `second`: the id of the plugin that registered it again.
+    """
 
     def __init__(self, kind: str, name: str, first: str | None, second: str | None) -> None:
         self.kind = kind
@@ -85,7 +116,17 @@ class DuplicateRegistration(StateError):
 
 
 class UnknownStateKey(StateError, KeyError):
-    """A command or read names a StateKey that no plugin registered with this kernel."""
+    """A command or read names a StateKey that no plugin registered with this kernel.
+
+    The message lists the keys that are registered.
+
+    Also a `KeyError`.
+
+    Attributes:
+
+    - `key`: the key string.
+    - `plugin`: the plugin whose command named it, or None.
+    """
 
     def __init__(self, key: str, plugin: str | None = None, known: tuple[str, ...] = ()) -> None:
         self.key = key
@@ -101,7 +142,16 @@ class UnknownStateKey(StateError, KeyError):
 
 
 class StateValidationError(StateError, TypeError):
-    """An update or payload does not have the type its key or spec declares."""
+    """An update, payload or profile value does not have the type its key or spec declares.
+
+    Also a `TypeError`.
+
+    Attributes:
+
+    - `key`: the key (or spec) whose declared type was not met.
+    - `expected`: the declared type, as text.
+    - `given`: the type name of the value that was given.
+    """
 
     def __init__(
         self, key: str, expected: str, given: object, *, what: str = "update", detail: str = ""
@@ -119,7 +169,17 @@ class StateValidationError(StateError, TypeError):
 class CommitRejected(StateError):
     """An `apply` or `validate` refused a value, so the whole commit was rejected.
 
-    Nothing of the commit changed: the state and the revision are as they were before it.
+    Raised when an `apply` or `validate` raised: nothing of the commit changed, the state and
+    the revision are as they were before it. Also raised when `validate` refused a value a
+    checkpoint was about to save (`stage="persist"`): nothing was saved and the run stays
+    open.
+
+    Attributes:
+
+    - `key`: the key whose value was refused.
+    - `plugin`: the plugin whose command carried the op, or None.
+    - `cause`: what `apply` or `validate` raised (also the `__cause__`).
+    - `stage`: `"apply"`, `"validate"` or `"persist"`.
     """
 
     def __init__(
@@ -138,7 +198,20 @@ class CommitRejected(StateError):
 
 class RevisionConflict(StateError):
     """A command was built against a revision that is no longer current, or a thread save
-    against a write position the store has moved past."""
+    against a write position the store has moved past.
+
+    Raised when a command's `base_revision` is stale, or when a thread save found the store
+    at another write position than the one its run loaded (`position` is True) and could not
+    rebase: an op on an exclusive key, a clear or a value set whole, a suspension, or nothing
+    to merge. From `agent.run`, it is the `error` of a failed `RunResult`, whose message says
+    how to retry with `result.unsaved`.
+
+    Attributes:
+
+    - `expected`: the revision (or write position) the command or save was built against.
+    - `actual`: the live revision (or the store's write position).
+    - `position`: True when the conflict is on a thread save's write position.
+    """
 
     def __init__(
         self,
@@ -167,7 +240,19 @@ class RevisionConflict(StateError):
 
 
 class HookFailed(StateError):
-    """A hook raised; nothing of its gather round was committed."""
+    """A hook raised; nothing of its gather round was committed.
+
+    Raised when a hook, gate, action handler, request transform, schema node or phase
+    listener raised something other than a `StateError` (a `StateError` propagates as
+    itself), or returned the wrong type. Nothing of the gather round commits. (A failing
+    effect handler is logged instead, and a failing tool becomes a failed `ToolResult`.)
+
+    Attributes:
+
+    - `plugin`: the id of the plugin whose hook failed.
+    - `phase`: the phase it failed in.
+    - `cause`: what it raised (also the `__cause__`).
+    """
 
     def __init__(self, plugin: str, phase: str, cause: BaseException) -> None:
         self.plugin = plugin
@@ -181,7 +266,17 @@ class HookFailed(StateError):
 
 
 class PhaseRunLoopExceeded(StateError):
-    """Scheduled actions kept scheduling more actions past the round limit."""
+    """Scheduled actions kept scheduling more actions past the round limit.
+
+    Raised when scheduled actions still kept coming after `max_phase_rounds` rounds: an
+    action probably schedules itself forever.
+
+    Attributes:
+
+    - `phase`: the phase that did not converge.
+    - `rounds`: how many action rounds ran.
+    - `pending`: the names of the actions still pending.
+    """
 
     def __init__(self, phase: str, rounds: int, pending: tuple[str, ...]) -> None:
         self.phase = phase
@@ -195,7 +290,13 @@ class PhaseRunLoopExceeded(StateError):
 
 
 class UnknownEffectHandler(StateError):
-    """A command emits an effect that no plugin handles."""
+    """A command emits an effect that no plugin handles. Effects are never dropped silently.
+
+    Attributes:
+
+    - `effect`: the effect's name.
+    - `plugin`: the plugin whose command emitted it, or None.
+    """
 
     def __init__(self, effect: str, plugin: str | None = None) -> None:
         self.effect = effect
@@ -207,7 +308,13 @@ class UnknownEffectHandler(StateError):
 
 
 class UnknownActionHandler(StateError):
-    """A command schedules an action that no plugin handles."""
+    """A command schedules an action that no plugin handles. Actions are never dropped.
+
+    Attributes:
+
+    - `action`: the action's name.
+    - `plugin`: the plugin whose command scheduled it, or None.
+    """
 
     def __init__(self, action: str, plugin: str | None = None) -> None:
         self.action = action
@@ -219,7 +326,15 @@ class UnknownActionHandler(StateError):
 
 
 class VersionConflict(StateError):
-    """A compare-and-set write found another version than the one it expected."""
+    """A compare-and-set write found another version than the one it expected.
+
+    Attributes:
+
+    - `namespace`: the entry's namespace.
+    - `key`: the entry's key.
+    - `expected`: the version the write expected (`0`: that the entry does not exist).
+    - `actual`: the version found, or None when there is no entry.
+    """
 
     def __init__(self, namespace: str, key: str, expected: int, actual: int | None) -> None:
         self.namespace = namespace
@@ -236,7 +351,17 @@ class VersionConflict(StateError):
 class DecodeFailed(StateError):
     """A stored record or thread value no longer decodes into its declared type.
 
-    `revision` is set when the bytes are a thread's journal record of that revision."""
+    A thread store's whole saved document that no longer decodes has `key="thread state"`
+    and the thread id as `record`.
+
+    Attributes:
+
+    - `key`: the key (or what was stored) that does not decode.
+    - `record`: which stored record it is (for a thread, its id).
+    - `cause`: the decoding error (also the `__cause__`).
+    - `revision`: set when the bytes are a thread's journal record of that revision,
+      else None.
+    """
 
     def __init__(
         self, key: str, record: str, cause: BaseException, *, revision: int | None = None
@@ -255,10 +380,19 @@ class DecodeFailed(StateError):
 
 class JournalCorrupted(StateError):
     """A thread's stored journal was changed outside statekernel: a record lost, reordered,
-    altered, inserted or forged, a head moved, or a snapshot altered (§14.2's chain).
+    altered, inserted or forged, a head moved, or a snapshot altered.
 
-    `revision` is the first revision that cannot be trusted; everything before it can (a
-    `fork` from `revision - 1` copies only what is whole).
+    Loads and history reads raise it; `verify` reports it (`ok=False`, `first_divergence`
+    the same revision). The message says to restore the store from a backup or to `fork`
+    the thread from `revision - 1`. See [durability: a journal that cannot lose a
+    record](durability.md#a-journal-that-cannot-lose-a-record).
+
+    Attributes:
+
+    - `thread_id`: the thread.
+    - `revision`: the first revision that cannot be trusted; everything before it can (a
+      `fork` from `revision - 1` copies only what is whole).
+    - `problem`: what was found wrong.
     """
 
     def __init__(self, thread_id: str, revision: int, problem: str) -> None:
@@ -280,7 +414,14 @@ class JournalCorrupted(StateError):
 
 
 class StoreError(StateError):
-    """A store operation failed; `cause` is what the backend raised."""
+    """A store operation failed, or a value is over the size limit.
+
+    Attributes:
+
+    - `operation`: what the store was doing, in words (for example `"thread save"`).
+    - `key`: the thread id, namespace or key concerned, or None.
+    - `cause`: what the backend raised (also the `__cause__`).
+    """
 
     def __init__(self, operation: str, cause: BaseException, *, key: str | None = None) -> None:
         self.operation = operation
@@ -291,16 +432,27 @@ class StoreError(StateError):
 
 
 class StoreNotOpened(StoreError):
-    """A store could not be opened as asked: no such file (and, read-only, none was made),
-    a file or database that is not a statekernel store, tables of another schema version,
-    a server that cannot be reached. Nothing was read or written."""
+    """A store could not be opened as asked. Nothing was read or written.
+
+    Raised for no such file (opened read-only, none was made), a file or database that is
+    not a statekernel store, tables of a schema version this one does not read as it is, or
+    a server that cannot be reached.
+
+    Also a `StoreError`, with its attributes: `operation`, `key`, `cause`.
+    """
 
 
 class UnknownProfileKey(UnknownStateKey):
     """A profile read or write names a ProfileKey that no plugin of this kernel registered.
 
-    A subclass of `UnknownStateKey`, so one `except` serves both kinds of key; its own
-    message because the fix differs (`register_profile_key`, not `register_key`).
+    Raised when `ctx.profile` is used with a `ProfileKey` that no plugin registered.
+
+    Also an `UnknownStateKey`, so one `except` serves both kinds of key; its own message
+    because the fix differs (`register_profile_key`, not `register_key`).
+
+    Attributes:
+
+    - `key`: the profile key string.
     """
 
     def __init__(self, key: str, known: tuple[str, ...] = ()) -> None:
@@ -316,7 +468,18 @@ class UnknownProfileKey(UnknownStateKey):
 
 
 class UnknownSchemaField(StateError, KeyError):
-    """An update names a field the schema does not declare."""
+    """An update names a field the schema does not declare.
+
+    Raised when `schema.command` names a field the schema does not declare.
+
+    Also a `KeyError`.
+
+    Attributes:
+
+    - `schema`: the schema's name.
+    - `field`: the field named.
+    - `known`: the fields the schema declares.
+    """
 
     def __init__(self, schema: str, field: str, known: Iterable[str]) -> None:
         self.schema = schema
@@ -332,7 +495,15 @@ class UnknownSchemaField(StateError, KeyError):
 
 
 class UnknownUpdater(StateError, KeyError):
-    """`StateUpdater.get` was asked for a name nobody registered."""
+    """`StateUpdater.get(name)` was asked for a name nobody registered.
+
+    Also a `KeyError`.
+
+    Attributes:
+
+    - `name`: the name asked for.
+    - `known`: the names that are registered.
+    """
 
     def __init__(self, name: str, known: Iterable[str]) -> None:
         self.name = name
@@ -347,7 +518,18 @@ class UnknownUpdater(StateError, KeyError):
 
 
 class UnknownRevision(StateError, LookupError):
-    """A revision of a thread that its journal does not hold: never reached, or pruned."""
+    """A revision of a thread that its journal does not hold: never reached, or pruned.
+
+    Raised when `state_at`, `fork` or `verify` asks for such a revision.
+
+    Also a `LookupError`.
+
+    Attributes:
+
+    - `thread_id`: the thread.
+    - `revision`: the revision asked for.
+    - `held`: `(oldest, head)`, the revisions the journal holds, or None.
+    """
 
     def __init__(self, thread_id: str, revision: int, *, held: tuple[int, int] | None) -> None:
         self.thread_id = thread_id
@@ -364,7 +546,17 @@ class UnknownRevision(StateError, LookupError):
 
 
 class ReplayFailed(StateError):
-    """A journaled op could not be applied again: its key's `apply` raised."""
+    """A journaled op could not be applied again: its key's `apply` raised.
+
+    Raised when replaying a journaled op (a load, `state_at`) fails.
+
+    Attributes:
+
+    - `thread_id`: the thread.
+    - `revision`: the revision of the op.
+    - `key`: the key whose `apply` raised.
+    - `cause`: what it raised.
+    """
 
     def __init__(
         self, thread_id: str, revision: int, key: str, cause: BaseException, *, fix: str = ""
@@ -384,8 +576,18 @@ class ReplayFailed(StateError):
 
 
 class InvalidToolArguments(StateError, ValueError):
-    """A model called a tool with arguments its schema does not admit. The call fails and
-    the model is told which arguments and why, so it can call again; the run goes on."""
+    """A model called a `@tool` function with arguments its schema does not admit.
+
+    It never reaches you from a run: the call fails, the model sees the message (every
+    argument and what is wrong with it), so it can call again, and the run goes on.
+
+    Also a `ValueError`.
+
+    Attributes:
+
+    - `tool`: the tool's name.
+    - `problems`: tuples of argument and problem.
+    """
 
     def __init__(self, tool: str, problems: tuple[tuple[str, str], ...]) -> None:
         self.tool = tool
@@ -395,9 +597,19 @@ class InvalidToolArguments(StateError, ValueError):
 
 
 class ModelCallFailed(StateError):
-    """A model API refused a request, or kept failing after every retry. The run fails with
-    it; `status` is the HTTP status (None for a connection error or a timeout) and the
-    message says what the server answered and what to check."""
+    """A model API refused a request, or kept failing after every retry.
+
+    Raised for a 4xx other than 429, or a transient error (429, 5xx, timeout, connection)
+    that outlasted every retry. The run fails with it; the message says what the server
+    answered and what to check.
+
+    Attributes:
+
+    - `model`: the model name.
+    - `status`: the HTTP status, or None when there was no response (a connection error
+      or a timeout).
+    - `detail`: what the server said.
+    """
 
     def __init__(self, model: str, status: int | None, detail: str, fix: str) -> None:
         self.model = model
@@ -410,8 +622,16 @@ class ModelCallFailed(StateError):
 class UnknownThread(UnknownRevision):
     """A thread the kernel's ThreadStore (or, without one, its memory) does not hold.
 
-    An `UnknownRevision` too (of revision 0, with nothing held), which is what `state_at`,
-    `verify` and `fork` raised for such a thread before: code catching that still does."""
+    Raised when `history`, `state_at`, `verify`, `fork` (its source) or `get_state` asks
+    for a thread that no save made. A thread whose run has not saved yet is not held either.
+
+    Also an `UnknownRevision` (of revision 0, with nothing held), which is what `state_at`,
+    `verify` and `fork` raised for such a thread before: code catching that still does.
+
+    Attributes:
+
+    - `thread_id`: the thread asked for.
+    """
 
     def __init__(self, thread_id: str, *, fix: str = "") -> None:
         fix = fix or "Check the id, and that this kernel reads the store the thread was saved in."
@@ -424,7 +644,18 @@ class UnknownThread(UnknownRevision):
 
 
 class UnknownAgent(StateError, LookupError):
-    """An agent id the team's roster does not hold."""
+    """An agent id the team's roster does not hold.
+
+    Raised when a team is given an agent id its roster does not hold; the message lists the
+    ones it does.
+
+    Also a `LookupError`.
+
+    Attributes:
+
+    - `agent_id`: the id asked for.
+    - `team_id`: the team.
+    """
 
     def __init__(self, agent_id: str, team_id: str, known: Iterable[str]) -> None:
         self.agent_id = agent_id

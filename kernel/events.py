@@ -45,39 +45,46 @@ class _Event(msgspec.Struct, frozen=True, tag=True, tag_field="event"):
 
 
 class PhaseStarted(_Event, frozen=True):
-    """A phase began."""
+    """A phase began (also `TOOL_GATE`, and the tool phases inside a tool call)."""
 
     phase: Phase
+    """The phase that began."""
 
 
 class PhaseEnded(_Event, frozen=True):
-    """A phase ended: what it did (`PhaseReport`)."""
+    """A phase ended: what it did (`PhaseReport`). Its `Committed` events came before."""
 
     report: PhaseReport
+    """The phase's `PhaseReport`."""
 
 
 class Committed(_Event, frozen=True):
     """A commit moved the thread's revision: its journal record, every op included."""
 
     record: CommitRecord
+    """The commit's `CommitRecord`, every op included."""
 
 
 class ModelResponded(_Event, frozen=True):
     """The model answered (the whole answer, after any `TextDelta`s)."""
 
     response: InferenceResponse
+    """The model's `InferenceResponse`."""
 
 
 class TextDelta(_Event, frozen=True):
-    """A piece of the model's text as it arrives (only from a model that streams)."""
+    """A piece of the model's text as it arrives, before its `ModelResponded` (only from a
+    model that streams)."""
 
     text: str
+    """The piece of text."""
 
 
 class ToolCallStarted(_Event, frozen=True):
     """A tool call begins its life: its gates come next."""
 
     call: ToolCall
+    """The `ToolCall`."""
 
 
 class ToolCallEnded(_Event, frozen=True):
@@ -85,10 +92,15 @@ class ToolCallEnded(_Event, frozen=True):
     model sees, and the `exception` of a tool that raised."""
 
     call: ToolCall
+    """The `ToolCall`."""
     status: ToolCallStatus
+    """Where the call stands (its `ToolCallStatus`): how it ended, or `SUSPENDED`."""
     result: Any = None
+    """What the tool returned, or None."""
     error: str | None = None
+    """The error text the model sees, or None."""
     exception: BaseException | None = None
+    """The exception a tool raised, or None."""
 
 
 class RunFailed(_Event, frozen=True):
@@ -96,14 +108,18 @@ class RunFailed(_Event, frozen=True):
     raised (`HookFailed`), `plugin` and `phase` say whose and where."""
 
     error: BaseException
+    """The exception that failed the run."""
     plugin: str | None = None
+    """For a hook that raised (`HookFailed`): the id of the plugin whose hook it was."""
     phase: str | None = None
+    """For a hook that raised (`HookFailed`): the phase it raised in."""
 
 
 class RunFinished(_Event, frozen=True):
     """The run ended; always the last event."""
 
     result: RunResult
+    """The run's `RunResult`."""
 
 
 Event = (
@@ -117,7 +133,7 @@ Event = (
     | RunFailed
     | RunFinished
 )
-"""Any event a stream yields."""
+"""Any event a stream yields: the union of every event class, for type hints."""
 
 publish(__name__, globals(), [n for n in __all__ if n != "Event"])
 del publish

@@ -81,16 +81,32 @@ __all__ = [
 ]
 
 Band = Literal["system", "session", "conversation", "suffix_system"]
+"""The band type of a `ContextMessage`: `"system"`, `"session"`, `"conversation"` or
+`"suffix_system"`, which says where in a request the message goes.
+
+See [where messages go](howto-context-injection.md#where-messages-go)."""
 BANDS: tuple[Band, ...] = ("system", "session", "conversation", "suffix_system")
-"""The bands in the order they appear in a request."""
+"""The bands in the order they appear in a request.
+
+See [where messages go](howto-context-injection.md#where-messages-go)."""
 
 Lifetime = Literal["persistent", "ephemeral"]
+"""The lifetime type of a `ContextMessage`: `"persistent"` (kept in the thread until removed
+or expired) or `"ephemeral"` (removed, with its cooldown, when the next run starts)."""
 LIFETIMES: tuple[Lifetime, ...] = ("persistent", "ephemeral")
-"""Where a message is kept: in the thread (saved), or for the current run only."""
+"""Both lifetimes. Where a message is kept: in the thread (saved), or for the current run
+only."""
 
 Visibility = Literal["model", "transcript"]
+"""The visibility type of a `ContextMessage`: `"model"` (placed into requests only) or
+`"transcript"` (also recorded in the thread's history).
+
+See [visibility](howto-context-injection.md#visibility-model-only-or-the-transcript-too)."""
 VISIBILITIES: tuple[Visibility, ...] = ("model", "transcript")
-"""Who sees a message: the model only, or the model and the thread's transcript (history)."""
+"""Both visibilities. Who sees a message: the model only, or the model and the thread's
+transcript (history).
+
+See [visibility](howto-context-injection.md#visibility-model-only-or-the-transcript-too)."""
 
 _RANK: dict[str, int] = {band: rank for rank, band in enumerate(BANDS)}
 _ID_PREFIX = "context:"  # of placed messages, and of transcript copies (`<key>@<step>`)
@@ -99,6 +115,10 @@ _AFTER_HISTORY = _RANK["conversation"]
 
 class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One piece of context a plugin wants the model to see.
+
+    `ContextMessage(*, key, content, band="system", order=0, role="system",
+    cooldown_steps=None, expires_after_steps=None, emit_once=False, lifetime=None,
+    reinject_on_change=False, visibility="model")`: one keyed piece of context.
 
     `key` identifies it: adding a message with a key already stored replaces that message.
     `cooldown_steps=n`: once injected, further adds of this key are ignored for n steps
@@ -111,13 +131,24 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
     there in later runs), `"ephemeral"` for the current run only; None takes the plugin's
     `default_lifetime`.
 
+    `band` is where in the request it goes (`Band`, default `"system"`), `order` sorts it
+    within its band (then its key does), and `role` (`"system"`, `"user"` or `"assistant"`)
+    is the role of the message placed.
+
     `visibility="model"` (the default): the message exists only in requests; the thread's
     history never holds it. `visibility="transcript"`: the first request that holds it also
     records it in the history (the Agent appends it before the model's answer), so users
     see it in `RunResult.messages` and the event stream; from then on the model reads it
-    there, at that place, and the band no longer places it. Adding it again with the role
-    and content of the newest copy of its key in the history records nothing new (also
-    after it expired or was removed); a changed content is recorded again.
+    there, at that place, and the band no longer places it (it reaches the history through
+    `InferenceRequest.transcript`). Adding it again with the role and content of the newest
+    copy of its key in the history records nothing new (also after it expired or was
+    removed); a changed content is recorded again.
+
+    An empty key, an unknown band, role, lifetime or visibility, a flag that is not a bool,
+    or a step count that is not a positive int raises `ValueError`.
+
+    See [the message](howto-context-injection.md#the-message) and
+    [lifecycles](howto-context-injection.md#lifecycles).
     """
 
     key: str
@@ -173,7 +204,11 @@ class ContextMessage(msgspec.Struct, frozen=True, kw_only=True):
 class ContextEntry(msgspec.Struct, frozen=True):
     """A stored message: when it was injected (context step), when it expires, whether it
     is ephemeral (removed when the next run starts), and, for a transcript message, whether
-    the history holds it already (then it is no longer placed)."""
+    the history holds it already (then it is no longer placed).
+
+    `ContextEntry(message, added_at, expires_at=None, ephemeral=False, recorded=False)`:
+    `message` is the `ContextMessage`, `added_at` the context step it was injected at,
+    `expires_at` the step it expires at (None: never)."""
 
     message: ContextMessage
     added_at: int
@@ -183,10 +218,12 @@ class ContextEntry(msgspec.Struct, frozen=True):
 
 
 class ThrottleMark(msgspec.Struct, frozen=True):
-    """Adds of `key` are ignored until the context step reaches `until` (unless their
-    content differs from `content`, what was injected, and they ask to be re-injected; a
-    mark saved before marks kept content has None, and never re-injects). The mark of an
-    ephemeral message ends with its run."""
+    """Adds of `key` are ignored until the context step reaches `until`.
+
+    `ThrottleMark(key, until, content=None, ephemeral=False)`. An add still goes in when its
+    content differs from `content`, what was injected, and it asks to be re-injected
+    (`reinject_on_change`); a mark saved before marks kept content has None, and never
+    re-injects. The mark of an ephemeral message ends with its run."""
 
     key: str
     until: int
@@ -266,9 +303,10 @@ class ContextMessages(StateKey[tuple[ContextEntry, ...], _Change]):
     """The thread's context messages, kept sorted by (band, order, key). Ephemeral ones
     (`ContextEntry.ephemeral`) are removed when the next run starts.
 
-    Write it with `add_context` / `AddContextMessage` (throttled), `remove_context` /
-    `RemoveContextMessage`, `remove_context_prefix` / `RemoveContextPrefix` and
-    `clear_context`; the update types are internal.
+    Thread key `"context.messages"`: the stored `ContextEntry`s. Its update types are
+    internal, so write it with `add_context` / `AddContextMessage` (throttled),
+    `remove_context` / `RemoveContextMessage`, `remove_context_prefix` /
+    `RemoveContextPrefix` and `clear_context`.
     """
 
     key = "context.messages"
@@ -280,7 +318,10 @@ class ContextMessages(StateKey[tuple[ContextEntry, ...], _Change]):
 
 
 class ContextThrottle(StateKey[tuple[ThrottleMark, ...], _Mark | _Prune | _DropEphemeral]):
-    """Keys whose cooldown is running, one mark per key (a new mark replaces the old)."""
+    """Keys whose cooldown is running, one mark per key (a new mark replaces the old).
+
+    Thread key `"context.throttle"`: one `ThrottleMark` per key whose cooldown is running.
+    """
 
     key = "context.throttle"
     scope = KeyScope.THREAD
@@ -298,7 +339,11 @@ class ContextThrottle(StateKey[tuple[ThrottleMark, ...], _Mark | _Prune | _DropE
 
 
 class ContextStep(StateKey[int, int]):
-    """The thread's step count as context injection sees it: +1 at every STEP_START."""
+    """The thread's step count as context injection sees it: +1 at every STEP_START.
+
+    Thread key `"context.step"`, COMMUTATIVE; it counts across runs. See
+    [steps, cooldowns and expiry](howto-context-injection.md#steps-cooldowns-and-expiry).
+    """
 
     key = "context.step"
     scope = KeyScope.THREAD
@@ -310,28 +355,43 @@ class ContextStep(StateKey[int, int]):
 
 
 class AddContextMessage(ScheduledActionSpec[ContextMessage]):
-    """Inject a context message, unless its key is in cooldown."""
+    """Inject a context message, unless its key is in cooldown.
+
+    Action `"context.add"`, phase `BEFORE_INFERENCE`, payload `ContextMessage`: stores the
+    message unless its key is in cooldown. `add_context(message)` schedules it.
+    """
 
     key = "context.add"
     phase = Phase.BEFORE_INFERENCE
 
 
 class RemoveContextMessage(ScheduledActionSpec[str]):
-    """Remove the context message with this key (nothing happens if there is none)."""
+    """Remove the context message with this key (nothing happens if there is none).
+
+    Action `"context.remove"`, phase `BEFORE_INFERENCE`, payload `str` (the key).
+    `remove_context` does the same without an action round.
+    """
 
     key = "context.remove"
     phase = Phase.BEFORE_INFERENCE
 
 
 class RemoveContextPrefix(ScheduledActionSpec[str]):
-    """Remove every context message whose key starts with this prefix (`""`: all of them)."""
+    """Remove every context message whose key starts with this prefix (`""`: all of them).
+
+    Action `"context.remove_prefix"`, phase `BEFORE_INFERENCE`, payload `str` (the prefix).
+    The removal comes in order with the adds around it.
+    """
 
     key = "context.remove_prefix"
     phase = Phase.BEFORE_INFERENCE
 
 
 def add_context(message: ContextMessage) -> StateCommand:
-    """A command that schedules `AddContextMessage(message)`; extend yours with it."""
+    """A command that schedules `AddContextMessage(message)`; extend yours with it.
+
+    The same as `StateCommand().schedule(AddContextMessage, message)`.
+    """
     return StateCommand().schedule(AddContextMessage, message)
 
 
@@ -339,14 +399,20 @@ def remove_context(*keys: str) -> StateCommand:
     """A command that removes the messages with these keys when it commits.
 
     Unlike `RemoveContextMessage`, this needs no action round: the removal is part of the
-    command it is in. The keys' cooldowns keep running.
+    command it is in, so it also works from outside a run, with `kernel.update_state`. The
+    keys' cooldowns keep running.
+
+    See [removing a message](howto-context-injection.md#removing-a-message).
     """
     return _everywhere(_Remove(frozenset(keys)))
 
 
 def remove_context_prefix(prefix: str) -> StateCommand:
-    """A command that removes every message whose key starts with `prefix` when it commits
-    (`remove_context_prefix("tool.")` drops what one family of plugins injected)."""
+    """A command that removes every message whose key starts with `prefix` when it commits.
+
+    `remove_context_prefix("tool.")` drops what one family of plugins injected. Like
+    `remove_context`, it needs no action round, and cooldowns keep running. An empty prefix
+    raises `ValueError` (use `clear_context`)."""
     if not isinstance(prefix, str) or not prefix:
         raise ValueError(
             f"remove_context_prefix needs a non-empty prefix, got {prefix!r}; use "
@@ -366,7 +432,25 @@ def _everywhere(change: _Change) -> StateCommand:
 
 
 class ContextInjection(Plugin):
-    """Registers the context keys and actions, the step clock and the request transform."""
+    """Registers the context keys and actions, the step clock and the request transform.
+
+    `ContextInjection(*, default_lifetime="persistent")`: plugin (id `"context"`). It
+    registers:
+
+    - the keys `ContextMessages`, `ContextThrottle` and `ContextStep`;
+    - the actions `AddContextMessage`, `RemoveContextMessage` and `RemoveContextPrefix`;
+    - a `RUN_START` hook that ends the last run's ephemeral messages and their cooldowns
+      (and counts transcript messages the history holds as recorded);
+    - a `STEP_START` clock;
+    - an `AFTER_INFERENCE` hook that consumes emit-once messages and marks recorded
+      transcript messages;
+    - the request transform that places stored messages into each `InferenceRequest`.
+
+    `default_lifetime` is the `lifetime` of messages that name none; a value other than
+    `"persistent"` or `"ephemeral"` raises `ValueError`.
+
+    See [how-to: context injection](howto-context-injection.md).
+    """
 
     id = "context"
 

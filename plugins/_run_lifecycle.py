@@ -45,7 +45,11 @@ Status = Literal["idle", "running", "done"]
 
 
 class RunPhase(StateKey[Phase | None, Phase]):
-    """The phase the run is in (None until RUN_START commits)."""
+    """The phase the run is in (None until RUN_START commits).
+
+    Run key `"run_lifecycle.phase"`: the `Phase` the run is in, registered by
+    `RunLifecycle`.
+    """
 
     key = "run_lifecycle.phase"
     default = None
@@ -54,8 +58,9 @@ class RunPhase(StateKey[Phase | None, Phase]):
 class RunStatus(StateKey[Status, Status]):
     """Status: "idle" before RUN_START, "running" from it on, "done" once RUN_END commits.
 
-    RUN_END also runs after a failed run, so "done" says the run ended, not that it
-    succeeded: that is `RunResult.outcome`. A suspended run stays "running"; use
+    Run key `"run_lifecycle.status"`, registered by `RunLifecycle`. RUN_END also runs after
+    a failed run, so "done" says the run ended, not that it succeeded: that is
+    `RunResult.outcome`. A suspended run stays "running"; use
     `statekernel.run_status(snapshot)` to see that it waits for a decision.
     """
 
@@ -64,7 +69,10 @@ class RunStatus(StateKey[Status, Status]):
 
 
 class StepCount(StateKey[int, int]):
-    """Steps started in this run (1 during the first step). Commutative: ops add up."""
+    """Steps started in this run (1 during the first step). Commutative: ops add up.
+
+    Run key `"run_lifecycle.steps"`, COMMUTATIVE, registered by `RunLifecycle`.
+    """
 
     key = "run_lifecycle.steps"
     merge = MergeStrategy.COMMUTATIVE
@@ -77,10 +85,12 @@ class StepCount(StateKey[int, int]):
 class PendingWork(StateKey[int, int]):
     """Units of asynchronous work started and not yet finished, from any plugin.
 
-    Add `+n` when work starts and `-n` when it ends (`cmd.update(PendingWork, 1)`). It is
+    Run key `"run_lifecycle.pending_work"`, COMMUTATIVE, registered by `RunLifecycle`. Add
+    `+n` when work starts and `-n` when it ends (`cmd.update(PendingWork, +n / -n)`). It is
     commutative, so any number of hooks may adjust it in one phase without a conflict. A
-    value below zero means some plugin finished work it never started: the commit is
-    rejected, which names the plugin, instead of a negative count hiding the bug.
+    total below zero means some plugin finished work it never started: the commit is
+    rejected with `CommitRejected`, which names the plugin, instead of a negative count
+    hiding the bug. See [counting pending work](howto-run-lifecycle.md#counting-pending-work).
     """
 
     key = "run_lifecycle.pending_work"
@@ -100,7 +110,11 @@ class PendingWork(StateKey[int, int]):
 
 
 class Lifecycle(msgspec.Struct, frozen=True):
-    """The run's lifecycle as of one phase, from `lifecycle_of`."""
+    """The run's lifecycle as of one phase, from `lifecycle_of`.
+
+    `Lifecycle(phase, status, step, pending_work)`: a frozen view of the four keys
+    (`RunPhase`, `RunStatus`, `StepCount`, `PendingWork`).
+    """
 
     phase: Phase | None
     status: Status
@@ -111,10 +125,13 @@ class Lifecycle(msgspec.Struct, frozen=True):
 def lifecycle_of(source: PhaseContext | Snapshot) -> Lifecycle:
     """The lifecycle as of the reader's phase.
 
-    Given a Snapshot: the keys as committed. Given a hook's context: if this plugin's commit
-    for `ctx.phase` is not in the snapshot yet (the gather round of that phase), the view is
-    moved forward to `ctx.phase` exactly as that commit will move it, so a STEP_START hook of
-    step 3 reads step 3, not 2.
+    Given a `Snapshot`: the keys as committed. Given a hook's `PhaseContext`: the view as of
+    `ctx.phase`, even before the lifecycle's own commit for that phase lands. While that
+    commit is not in the snapshot yet (the gather round of that phase), the view is moved
+    forward to `ctx.phase` exactly as that commit will move it, so a STEP_START hook of step
+    3 reads step 3, not 2.
+
+    See [reading it](howto-run-lifecycle.md#reading-it-lifecycle_of).
     """
     if isinstance(source, PhaseContext):
         snapshot, phase = source.snapshot, source.phase
@@ -142,8 +159,12 @@ _STATUS_AT: dict[Phase, Status] = {Phase.RUN_START: "running", Phase.RUN_END: "d
 class RunLifecycle(Plugin):
     """Keeps RunPhase, RunStatus and StepCount current and registers PendingWork.
 
-    One sync hook per phase, each returning a one- or two-op command: no task, no await, no
-    read of the snapshot.
+    `RunLifecycle()`: plugin (id `"run_lifecycle"`). It registers the four keys
+    (`RunPhase`, `RunStatus`, `StepCount`, `PendingWork`) and keeps the first three current,
+    using one sync hook per phase, each returning a one- or two-op command: no task, no
+    await, no read of the snapshot.
+
+    See [how-to: run lifecycle](howto-run-lifecycle.md).
     """
 
     id = "run_lifecycle"

@@ -20,6 +20,7 @@ Three parts, each enforced by the kernel rather than hoped for from the model:
         REVIEWED = "reviewed"
         PUBLISHED = "published"
 
+
     class DocStage(StageKey[Doc]):
         key = "doc.stage"
         transitions = {Doc.DRAFT: {Doc.REVIEWED}, Doc.REVIEWED: {Doc.PUBLISHED}}
@@ -59,14 +60,26 @@ Tool = Callable[[dict[str, Any], PhaseContext], Any]
 
 
 class Transition(msgspec.Struct, Generic[E], frozen=True):
-    """Move a stage key from `from_` (the stage this was decided on) to `to`."""
+    """Move a stage key from `from_` (the stage this was decided on) to `to`.
+
+    `Transition(from_, to)`: the update type of a `StageKey`, holding the stage the change
+    was decided at and the stage it asks for. A stale or illegal transition makes the key's
+    `apply` raise `IllegalTransition`, so the commit is rejected and the stage is unchanged.
+
+    See [stale and illegal transitions](howto-stage-workflow.md#stale-and-illegal-transitions).
+    """
 
     from_: E
     to: E
 
 
 class IllegalTransition(ValueError):
-    """A transition that is stale or not allowed; `CommitRejected.cause` carries it."""
+    """A transition that is stale or not allowed; `CommitRejected.cause` carries it.
+
+    `IllegalTransition(key, current, transition, why)`: a `ValueError` raised by a stage
+    key's `apply`. `key` is the key string, `current` the stage when it was refused,
+    `transition` the `Transition` refused, and `why` the message.
+    """
 
     def __init__(self, key: str, current: enum.Enum, transition: Transition[Any], why: str) -> None:
         self.key = key
@@ -80,8 +93,30 @@ class StageKey(StateKey[E, Transition[E]]):
 
     `transitions` maps each stage to the stages it may move to next (a stage that is no key is
     final). The initial stage is the Enum's first member unless the class sets `default`.
-    Everything is checked when the class statement runs. The scope defaults to
-    `KeyScope.THREAD`; set `scope = KeyScope.RUN` for a workflow that restarts every run.
+    Everything is checked when the class statement runs: a bad declaration raises
+    `InvalidDeclaration`. The scope defaults to `KeyScope.THREAD`; set
+    `scope = KeyScope.RUN` for a workflow that restarts every run. `stages` and `graph` are
+    derived; `DocStage.advance(snapshot, to)` builds the command for
+    `Transition(current, to)`.
+
+    ```python
+    import enum
+
+    from statekernel.plugins import StageKey
+
+
+    class Doc(enum.Enum):
+        DRAFT = "draft"
+        REVIEWED = "reviewed"
+        PUBLISHED = "published"
+
+
+    class DocStage(StageKey[Doc]):
+        key = "doc.stage"
+        transitions = {Doc.DRAFT: {Doc.REVIEWED}, Doc.REVIEWED: {Doc.PUBLISHED}}
+    ```
+
+    See [declare it](howto-stage-workflow.md#declare-it).
     """
 
     scope = KeyScope.THREAD
@@ -204,10 +239,42 @@ def _names(stages: Iterable[enum.Enum], order: type[enum.Enum]) -> str:
 class StageWorkflow(Plugin, Generic[E]):
     """Registers a stage key and gates tools on it.
 
+    `StageWorkflow(key, *, requires=None, advances=None, id=None)`: plugin (`id` defaults to
+    `f"stage_workflow:{key.key}"`). It registers `key` and a tool gate that blocks each
+    gated tool until the stage allows it.
+
     `requires` maps a tool to the stage (or stages) in which it may run. `advances` maps a
     tool to the stage it moves to when it succeeds; such a tool also may run only where that
     move is legal (unless `requires` says otherwise), so it is blocked before it does
     anything rather than rejected after. Wrap the advancing tools with `tools()`.
+
+    ```python
+    from statekernel import Agent, InferenceResponse, ScriptedModel, tool
+    from statekernel.plugins import StageWorkflow
+
+
+    @tool
+    def review(doc: str) -> str:
+        "Review the document."
+        return "looks good"
+
+
+    @tool
+    def publish(doc: str) -> str:
+        "Publish the document."
+        return "published"
+
+
+    flow = StageWorkflow(DocStage, advances={"review": Doc.REVIEWED, "publish": Doc.PUBLISHED})
+    tools = flow.tools({"review": review, "publish": publish})
+    agent = Agent([flow], ScriptedModel([InferenceResponse(text="done")]), tools)
+    ```
+
+    A `key` that is not a concrete `StageKey`, or a stage that is not a member, raises
+    `TypeError`. An `advances` target that no stage can reach, or a `requires` entry that
+    names no stage, raises `ValueError`.
+
+    See [what the gate does](howto-stage-workflow.md#what-the-gate-does).
     """
 
     def __init__(

@@ -42,7 +42,11 @@ __all__ = ["Team", "TeamContext", "TeamData", "extend_team", "render_team", "tea
 
 
 class TeamData(msgspec.Struct, frozen=True):
-    """What a team shares: its goals and the notes its members leave, in the order added."""
+    """What a team shares: its goals and the notes its members leave, in the order added.
+
+    `TeamData(goals=(), notes=())`: the team record, the value of `TeamContext`; both are
+    tuples of strings.
+    """
 
     goals: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -61,13 +65,20 @@ def _joined(kept: tuple[str, ...], added: Iterable[str]) -> tuple[str, ...]:
 
 
 class TeamContext(ProfileKey[TeamData]):
-    """The team record; its key string is `team_scope(run)`."""
+    """The team record; its key string is `team_scope(run)`.
+
+    Profile key `"team_context"`, with value `TeamData`.
+    """
 
     key = "team_context"
 
 
 def team_scope(run: RunIdentity) -> StateScope:
-    """The team record a run belongs to: its parent's, or its own if it has no parent."""
+    """The team record a run belongs to: its parent's, or its own if it has no parent.
+
+    The record a run's team shares:
+    `StateScope.parent_thread(run.parent_thread_id or run.thread_id)`.
+    """
     return StateScope.parent_thread(run.parent_thread_id or run.thread_id)
 
 
@@ -76,9 +87,12 @@ async def extend_team(
 ) -> TeamData:
     """Add goals and notes to the team record at `scope` without losing concurrent additions.
 
-    Inside a hook, action or tool the write is buffered and applied when its command
-    commits (the returned value is then provisional); on a plain `ProfileAccess` it is
-    applied at once.
+    It adds them with `ProfileAccess.update`, so concurrent additions are never lost, and
+    returns the record with them. Inside a hook, action or tool the write is buffered and
+    applied when its command commits (the returned value is then provisional); on a plain
+    `ProfileAccess` it is applied at once.
+
+    See [concurrent children](howto-team-context.md#concurrent-children-lose-nothing).
     """
     goals, notes = tuple(goals), tuple(notes)
     return await profile.update(
@@ -99,10 +113,15 @@ def render_team(team: TeamData) -> str:
 class Team(Plugin):
     """Seeds and injects the team record; `tools()` lets the model extend it.
 
+    `Team(*, goals=(), band="session", order=0, context_key="team")`: plugin (id `"team"`).
     `goals` are added to the run's team record at every RUN_START (adding existing goals
     changes nothing): give them to the parent. Before each inference the record, if it
-    holds anything, becomes the context message `context_key` in `band` (expiring after the
-    step, so every request shows the record as it is then).
+    holds anything, becomes the context message `context_key` in `band` at `order`
+    (expiring after the step, so every request shows the record as it is then), so install
+    `ContextInjection` too. Without a ProfileStore, the first team access raises
+    `StateError`.
+
+    See [what the plugin does](howto-team-context.md#what-the-plugin-does).
     """
 
     id = "team"

@@ -27,15 +27,19 @@ _EMBEDDED_FILE = "statekernel.db"
 
 
 def embedded(folder: str | os.PathLike[str] = EMBEDDED_FOLDER) -> Stores:
-    """The embedded default: both stores in one SQLite file, `<folder>/statekernel.db`,
-    made (with the folder) on first use, owner-only."""
+    """The embedded default: both stores in one SQLite file, `<folder>/statekernel.db`.
+
+    The file is made, with its folder (owner-only), on first use:
+    `Agent(..., stores=embedded())`."""
     return open_stores(os.path.join(os.fspath(folder), _EMBEDDED_FILE))
 
 
 def open_stores(db: str | os.PathLike[str], *, read_only: bool = False) -> Stores:
-    """Both stores at `db`: a `postgresql://` DSN opens the PostgreSQL stores, anything else
-    is a SQLite file's path. Nothing is opened until first use; `read_only=True` never
-    creates, migrates or writes anything there."""
+    """Both stores at `db`: the PostgreSQL stores for a DSN, the SQLite stores otherwise.
+
+    A `postgresql://` (or `postgres://`) DSN opens the PostgreSQL stores; any other string
+    or path is a SQLite file's path. Nothing is opened until first use; `read_only=True`
+    never creates, migrates or writes anything there."""
     threads: ThreadStore
     profiles: ProfileStore
     if _is_dsn(db):
@@ -51,8 +55,10 @@ async def stored_components(db: str | os.PathLike[str]) -> dict[str, int]:
     """The statekernel stores at `db` (`"thread_store"`, `"profile_store"`) with their schema
     versions, read without creating or changing anything.
 
-    A missing file, a file or database that is not a statekernel store, or a server that
-    cannot be reached raises `StoreError` saying which."""
+    `db` is a SQLite file's path or a `postgresql://` DSN, as for `open_stores`; call it as
+    `await stored_components(db)`. A missing file, a file or database that is not a
+    statekernel store, or a server that cannot be reached raises `StoreError` saying
+    which."""
     if _is_dsn(db):
         return await postgres_components(str(db))
     return await asyncio.to_thread(sqlite_components, os.fspath(db))

@@ -59,7 +59,12 @@ class _Record:
 
 
 class MemoryProfileStore(ClosingStore):
-    """A ProfileStore held in a dict; nothing survives the process."""
+    """A `ProfileStore` held in a dict; nothing survives the process.
+
+    Its semantics match `SqliteProfileStore`: values are held as JSON, a value over
+    `max_value_bytes` of JSON (16 MiB by default) raises `StoreError`, and it
+    `SupportsAtomicUpdate`. It also `SupportsNamespaces` and `AcceptsEncodedValues`.
+    """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
 
@@ -150,7 +155,10 @@ def _revision(entry: JournalEntry) -> int:
 
 
 class MemoryThreadStore(ClosingStore):
-    """A ThreadStore held in a dict; nothing survives the process."""
+    """A `ThreadStore` held in a dict; nothing survives the process.
+
+    Its semantics match `SqliteThreadStore`. It `SupportsHead` and `SupportsRunEvents`.
+    """
 
     def __init__(self) -> None:
         self._threads: dict[str, _Thread] = {}

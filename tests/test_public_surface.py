@@ -71,7 +71,8 @@ def test_nothing_outside_the_kernel_imports_a_private_kernel_module() -> None:
         "private statekernel modules imported from outside the kernel: "
         + "; ".join(offenders)
         + ". Import the name from statekernel or statekernel.lowlevel (add it to "
-        "statekernel.lowlevel, documented in docs/reference.md, if a store or tool needs it)."
+        "statekernel.lowlevel, with a block in docs/reference-lowlevel.md, if a store or tool "
+        "needs it)."
     )
 
 

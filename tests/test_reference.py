@@ -1,17 +1,22 @@
-"""docs/reference.md keeps up with the code: every public name is in it, and its links work.
+"""The API reference is generated from the code, and covers every public name.
 
-A name counts as documented when the page has an inline code span holding exactly that name
-(`Kernel`, not only `Kernel(plugins, ...)`), outside fenced code blocks. Adding a name to an
-`__all__` without documenting it fails here, naming what is missing.
+The reference pages (docs/reference*.md, one per public module) hold `::: statekernel.Name`
+blocks that mkdocstrings fills in from the docstrings when `make docs` builds the site. A
+name added to an `__all__` without a block on its module's page, or without a docstring
+(mkdocstrings would show an empty entry), fails here, naming what is missing. The build
+itself (`mkdocs build --strict`, run by `make test`) fails on a block that names nothing and
+on every broken link or anchor.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
 from types import ModuleType
 
+import griffe
 import pytest
 
 import statekernel
@@ -23,123 +28,118 @@ import statekernel.stores
 import statekernel.testing
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-REFERENCE = DOCS / "reference.md"
 
-TESTING_FUNCTIONS = ("snapshot_of", "run_hooks", "run_hooks_sync", "assert_commutative")
+PAGES: dict[ModuleType, str] = {
+    statekernel: "reference.md",
+    statekernel.events: "reference-events.md",
+    statekernel.models: "reference-models.md",
+    statekernel.stores: "reference-stores.md",
+    statekernel.plugins: "reference-plugins.md",
+    statekernel.testing: "reference-testing.md",
+    statekernel.lowlevel: "reference-lowlevel.md",
+}
 
-_FENCE = re.compile(r"^(```|~~~)")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
-_LINK = re.compile(r"\]\(([^)\s]+)\)")
-
-
-def _prose(text: str) -> str:
-    """The page without its fenced code blocks."""
-    kept: list[str] = []
-    fenced = False
-    for line in text.splitlines():
-        if _FENCE.match(line.strip()):
-            fenced = not fenced
-            continue
-        if not fenced:
-            kept.append(line)
-    return "\n".join(kept)
+_DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
 
 
-def _code_spans(text: str) -> set[str]:
-    return {" ".join(match.group(2).split()) for match in _CODE_SPAN.finditer(_prose(text))}
+def _public_names(module: ModuleType) -> list[str]:
+    return list(module.__all__)
 
 
-def _testing_functions() -> list[str]:
-    """The public functions defined in statekernel.testing (it has no __all__)."""
-    return sorted(
+def _directives(page: str) -> list[str]:
+    return _DIRECTIVE.findall((DOCS / page).read_text(encoding="utf-8"))
+
+
+def _documented_objects() -> dict[int, str]:
+    """id(object) -> the dotted path of a block that documents it, over every page."""
+    documented: dict[int, str] = {}
+    for page in PAGES.values():
+        for path in _directives(page):
+            module_name, _, name = path.rpartition(".")
+            module = _module(module_name)
+            if module is not None and hasattr(module, name):
+                documented.setdefault(id(getattr(module, name)), path)
+    return documented
+
+
+def _module(name: str) -> ModuleType | None:
+    return next((module for module in PAGES if module.__name__ == name), None)
+
+
+@pytest.fixture(scope="module")
+def package() -> griffe.Object | griffe.Alias:
+    """The package as mkdocstrings sees it: griffe's model of the source."""
+    return griffe.load("statekernel", resolve_aliases=True, resolve_external=False)
+
+
+def test_testing_exports_what_it_defines() -> None:
+    """`statekernel.testing.__all__` keeps up with the functions it defines for users."""
+    defined = {
         name
         for name, value in vars(statekernel.testing).items()
         if not name.startswith("_")
         and inspect.isfunction(value)
-        and value.__module__ == statekernel.testing.__name__
-    )
+        and value.__module__.startswith(statekernel.testing.__name__)
+    }
+    assert defined <= set(statekernel.testing.__all__)
 
 
-def _public_names() -> list[tuple[str, str]]:
-    modules: tuple[ModuleType, ...] = (
-        statekernel,
-        statekernel.events,
-        statekernel.models,
-        statekernel.lowlevel,
-        statekernel.stores,
-        statekernel.plugins,
-    )
-    names = [(module.__name__, name) for module in modules for name in module.__all__]
-    names += [("statekernel.testing", name) for name in _testing_functions()]
-    return names
-
-
-def test_the_testing_functions_are_found() -> None:
-    assert set(TESTING_FUNCTIONS) <= set(_testing_functions())
-
-
-def _sections(text: str) -> dict[str, str]:
-    """The page cut at its level-2 module headings: module name -> that section's text."""
-    sections: dict[str, str] = {}
-    current: str | None = None
-    for line in text.splitlines(keepends=True):
-        heading = re.fullmatch(r"## `([\w.]+)`\s*", line)
-        if heading:
-            current = heading.group(1)
-            sections[current] = ""
-        elif current is not None:
-            sections[current] += line
-    return sections
-
-
-def test_every_public_name_is_in_its_modules_section() -> None:
-    sections = _sections(REFERENCE.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("module", list(PAGES), ids=lambda module: module.__name__)
+def test_every_public_name_has_a_block_on_its_modules_page(module: ModuleType) -> None:
+    """A name is documented on its module's page, unless it re-exports one documented."""
+    page = PAGES[module]
+    blocks = set(_directives(page))
+    documented = _documented_objects()
     missing = [
-        f"{module}.{name}"
-        for module, name in _public_names()
-        if name not in _code_spans(sections.get(module, ""))
+        f"{module.__name__}.{name}"
+        for name in _public_names(module)
+        if f"{module.__name__}.{name}" not in blocks and id(getattr(module, name)) not in documented
     ]
     assert not missing, (
-        f"docs/reference.md does not mention {len(missing)} public name(s) as `Name` in the "
-        f"section of their module: {', '.join(missing)}. Document them there (signature, "
-        f"what it is for, a link)."
+        f"docs/{page} has no `::: NAME` block for {len(missing)} public name(s): "
+        f"{', '.join(missing)}. Add one where the name belongs, and give the name a docstring."
     )
 
 
-def test_the_user_api_section_documents_no_lowlevel_name() -> None:
+def test_every_block_names_a_public_name() -> None:
+    """A block names what users import: a module's public name, never a private path."""
+    wrong = []
+    for module, page in PAGES.items():
+        for path in _directives(page):
+            owner, _, name = path.rpartition(".")
+            if path.startswith(f"{module.__name__}.") and owner == module.__name__:
+                if name not in _public_names(module) and not _is_public_submodule(path):
+                    wrong.append(f"{page}: {path} (not in {owner}'s public names)")
+            elif not path.startswith(f"{module.__name__}.") or "._" in path:
+                wrong.append(f"{page}: {path} (not a public name of {module.__name__})")
+    assert not wrong, "\n".join(wrong)
+
+
+def _is_public_submodule(path: str) -> bool:
+    """`statekernel.testing.store_contract` and the like: modules users import by name."""
+    if "._" in path:
+        return False
+    try:
+        importlib.import_module(path)
+    except ImportError:
+        return False
+    return True
+
+
+def test_every_documented_name_has_a_docstring(package: griffe.Object) -> None:
+    """mkdocstrings shows a name with no docstring as its bare signature: say something."""
+    bare = []
+    for page in PAGES.values():
+        for path in _directives(page):
+            found = package[path.removeprefix("statekernel.")]
+            target = found.final_target if isinstance(found, griffe.Alias) else found
+            if target.docstring is None or not target.docstring.value.strip():
+                bare.append(f"{path} ({page})")
+    assert not bare, f"{len(bare)} documented name(s) have no docstring: {', '.join(bare)}"
+
+
+def test_the_user_api_page_documents_no_lowlevel_name() -> None:
     """A name in `statekernel.lowlevel` only is documented there, not among the user API."""
-    sections = _sections(REFERENCE.read_text(encoding="utf-8"))
-    headings = re.findall(r"^#{3,4} (.+)$", sections["statekernel"], re.MULTILINE)
-    documented = {name for heading in headings for name in re.findall(r"`(\w+)`", heading)}
+    documented = {path.rpartition(".")[2] for path in _directives(PAGES[statekernel])}
     lowlevel_only = set(statekernel.lowlevel.__all__) - set(statekernel.__all__)
     assert not documented & lowlevel_only
-
-
-def _slug(heading: str) -> str:
-    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
-    text = heading.strip().lower().replace("`", "")
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
-
-
-def _anchors(page: Path) -> set[str]:
-    return {
-        _slug(line.lstrip("#"))
-        for line in _prose(page.read_text(encoding="utf-8")).splitlines()
-        if line.startswith("#")
-    }
-
-
-def _local_links() -> list[str]:
-    links = _LINK.findall(_prose(REFERENCE.read_text(encoding="utf-8")))
-    return [link for link in links if "://" not in link]
-
-
-@pytest.mark.parametrize("link", sorted(set(_local_links())))
-def test_reference_links_resolve(link: str) -> None:
-    target, _, anchor = link.partition("#")
-    page = (DOCS / target).resolve() if target else REFERENCE
-    assert page.is_file(), f"docs/reference.md links to {link!r}, but {page} does not exist"
-    if anchor:
-        assert anchor in _anchors(page), (
-            f"docs/reference.md links to {link!r}, but {page.name} has no heading with that anchor"
-        )

@@ -49,15 +49,40 @@ __all__ = ["Agent"]
 
 
 class Agent:
-    """An agent: plugins, a model and tools, driven through the phase loop.
+    """An agent: plugins, a model and tools, driven through the phase loop; the whole loop
+    behind one call.
 
-    No store given: state lives in this process's memory and dies with it. One argument
-    persists it: `stores=statekernel.stores.embedded()` (SQLite files in ./.statekernel,
-    the embedded default) or `stores=statekernel.stores.open_stores(db)` (a file or a
-    PostgreSQL DSN); or give `thread_store` and `profile_store` one by one.
-    `tools` is a mapping name → tool, or an iterable of `@statekernel.tool` functions.
-    `system_prompt` is placed first in every request. `on_phase(run, report)` is called
-    after every phase, for tracing.
+    - `plugins`: the plugins of its `Kernel`.
+    - `model`: an async callable `(InferenceRequest) -> InferenceResponse`. One that is not
+      callable raises `TypeError`.
+    - `tools`: a mapping of a name to `(arguments: dict, ctx: PhaseContext) -> ToolOutput |
+      value`, sync or async; or an iterable of `@tool` functions, each under its own name.
+      A list of anything else raises `TypeError`, and two tools of one name raise
+      `ValueError`. A tool called with a name it was not offered under in that step fails
+      as a tool error.
+    - `system_prompt`: a system message placed first in every request (after the request
+      transforms ran), never stored in the history. Not a string: `TypeError`.
+    - `stores`, `profile_store`, `thread_store`: where state lives. No store given: state
+      lives in this process's memory and dies with it. One argument persists it:
+      `stores=statekernel.stores.embedded()` (SQLite files in ./.statekernel, the embedded
+      default) or `stores=statekernel.stores.open_stores(db)` (a file or a PostgreSQL DSN);
+      or give `thread_store` and `profile_store` one by one.
+    - `max_steps` (default 25): how many steps a run may take; running out ends the run
+      with outcome `"failure"`. Below 1 raises `ValueError`.
+    - `name`: the agent's name, the `AgentSpec` name of its runs.
+    - `max_phase_rounds`, `restore_errors`, `unknown_keys`, `snapshot_every` and
+      `retention`: its `Kernel`'s (see [Kernel](reference.md#statekernel.Kernel)).
+    - `on_phase(run, report)`: called after every phase, for tracing; an async one is
+      awaited before the loop goes on.
+
+    The agent's `Kernel` is `agent.kernel`; `agent.tools`, `agent.model`,
+    `agent.system_prompt`, `agent.max_steps` and `agent.name` are what it was given.
+
+    A Block, a tool that raises, an unknown tool name and a rejected tool command each
+    become a tool error message, and the run goes on. A phase or the model raising, or
+    `max_steps` running out, ends the run with outcome `"failure"`. In that case `RUN_END`
+    still runs (best effort) and the last committed state is checkpointed. See
+    [agent](agent.md).
     """
 
     def __init__(
@@ -111,7 +136,11 @@ class Agent:
         `AgentTeam` whose agents this agent runs."""
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
-        """What the model is told of every tool, in the order given."""
+        """What the model is told of every tool: the `ToolSpec` of each, in the order given.
+
+        A tool's own `.spec` (as `@tool` functions have; renamed if offered under another
+        name), else its docstring's first paragraph and arguments of any shape
+        (`{"type": "object"}`)."""
         specs = []
         for name, tool in self.tools.items():
             known = self._specs.get(name)
@@ -129,16 +158,27 @@ class Agent:
         active_hook_filter: Iterable[str] = (),
         retry: Iterable[DeadLetter | str] | DeadLetter | str = (),
     ) -> RunResult:
-        """Append `messages` and run the loop to its end. Each message may be a `Message`, a
-        string (a user message), a `("user", "hi")` tuple or an OpenAI-style dict; one of
-        these alone is one message.
+        """Append `messages` and run the loop to its end: `RUN_START`, the steps and
+        `RUN_END`, with a checkpoint at every `STEP_END`.
+
+        Each message may be spelled any `MessageLike` way: a `Message`, a string (a user
+        message), a `("user", "hi")` tuple or an OpenAI-style dict; one of these given
+        alone, such as a string, is one message.
 
         `retry` names dead letters of the thread (`DeadLetter`s or their ids, one or many;
-        see `dead_letters`) whose actions this run schedules again, before RUN_START: each
-        runs in its phase, as its next attempt. A letter the thread does not hold is a
-        `StateError` before anything runs.
+        see `dead_letters`) whose actions this run schedules again, before `RUN_START`: each
+        runs in its phase, as its next attempt. A letter the thread does not hold, or one
+        named twice, raises `StateError` and nothing runs; anything but letters and ids
+        raises `TypeError`. `parent_thread_id` and `active_hook_filter` are as for
+        `Kernel.start_run`.
 
-        A second call on a thread this agent is running waits for its turn."""
+        Raises `StateError` while the thread has a suspended run. A second call on a thread
+        this agent is running waits for its turn; one from inside that thread's own run (a
+        tool) raises `StateError` at once. Cancelled from outside (`task.cancel()`, a
+        timeout), the run still ends cleanly (calls without a result are cancelled,
+        `RUN_END` runs, the state is saved) before the cancellation goes on; a tool or hook
+        that is running gets the cancellation, and a tool's call is recorded as cut short.
+        """
         given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
         return await self._start(thread_id, given, RunControl())
 
@@ -154,11 +194,11 @@ class Agent:
         """The same run as `run`, as an async iterator of `statekernel.events`, in the order
         things happen, ending with `RunFinished(result)`.
 
-        The run keeps pace with the consumer: it waits at each phase, model answer and tool
-        call until the events so far were taken. Stopping early (`break`, or closing the
-        iterator) cancels the run cleanly at the next such point: the state is as last
-        committed, saved, and RUN_END ran. Close it promptly with
-        `contextlib.aclosing(agent.stream(...))`.
+        The run keeps pace with the consumer: it waits at each phase end, model answer and
+        tool call until the events so far were taken. Stopping early (`break`, or closing
+        the iterator) cancels the run cleanly at the next such point: the state is as last
+        committed, saved, and `RUN_END` ran. Close it promptly with
+        `contextlib.aclosing(agent.stream(...))`. See [streaming](streaming.md).
         """
         given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
         return stream(lambda control: self._start(thread_id, given, control))
@@ -181,7 +221,12 @@ class Agent:
             return await loop.drive(loop.begin)
 
     async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:
-        """Continue a suspended run with an outside `decision` on its call `call_id`."""
+        """Continue a suspended run with an outside `decision` on its pending call
+        `call_id`.
+
+        An unknown `call_id` raises `StateError` and changes nothing. A `decision` that is
+        not a `Decision` raises `TypeError`. See
+        [agent: suspend and resume](agent.md#suspend-and-resume)."""
         if not isinstance(decision, Decision):
             raise TypeError(
                 f"decision must be Decision.approve(...), Decision.deny(...) or "
@@ -203,7 +248,11 @@ class Agent:
 
     async def dead_letters(self, thread_id: str) -> tuple[DeadLetter, ...]:
         """The dead letters the thread last saved (its failed actions waiting for a retry),
-        oldest first; retry them with `agent.run(thread_id, retry=...)`."""
+        oldest first.
+
+        `()` for none, or for an unknown thread. It changes nothing. Retry them with
+        `agent.run(thread_id, ..., retry=letters)`; see
+        [concepts: dead letters](concepts.md#dead-letters)."""
         held = await self.kernel.read_stored(thread_id, DeadLetters)
         return () if held is None else tuple(held)
 
@@ -212,8 +261,9 @@ class Agent:
 
         After a crash this says what came back: a call whose tool was running has the ticket
         `"interrupted"` (its outcome is unknown: decide with `resume`), one the model asked
-        for beside it and never started has `"not started"`. Raises `StateError` when the
-        thread has no suspended run.
+        for beside it and never started has `"not started"` (see
+        [agent: crash safety](agent.md#crash-safety)). Raises `StateError` when the thread
+        has no suspended run.
         """
         async with self._turns.turn(thread_id):
             run, detail = await self.kernel.resume_run(thread_id)
@@ -221,10 +271,15 @@ class Agent:
             return Suspension.decode(detail).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
-        """Cancel the thread's run: a run in progress in this agent stops at its next safe
-        point (the phase in flight finishes, a model call is abandoned, a running tool
-        completes), a suspended one has its pending calls failed as Cancelled. Either way
-        RUN_END runs and everything committed is saved; returns how the run ended."""
+        """Cancel the thread's run; returns how the run ended.
+
+        A run in progress in this agent stops at its next safe point (the phase in flight
+        finishes, a model call in flight is abandoned, a running tool completes); each call
+        in the history without a result gets a `CANCELLED` one. A suspended run has its
+        pending calls failed as `CANCELLED`. Either way `RUN_END` runs, everything committed
+        is saved, and the outcome is `"cancelled"` (unless the run was past its last safe
+        point and ended on its own: then how it ended). Called from inside the run it
+        cancels (a tool or hook of it), it raises `StateError`."""
         live = self._turns.live(thread_id)
         if live is not None:
             live.request_cancel()

@@ -46,8 +46,12 @@ class ToolCalls(StateKey[tuple[CallState, ...], CallState]):
 
 
 def run_status(snapshot: Snapshot) -> Literal["running", "waiting", "done"]:
-    """The run's status, derived from its tool calls: any Running (or Resuming) → running;
-    else any Suspended → waiting; else the step's calls are done."""
+    """The run's status, derived from the Agent's tool-call states in `snapshot`.
+
+    `"running"` if any call is Running or Resuming; else `"waiting"` if any call is
+    Suspended; else `"done"` (the step's calls are done). See
+    [agent](agent.md#the-agent-in-ten-lines).
+    """
     statuses = {call.status for call in snapshot.get(ToolCalls)}
     if statuses & {ToolCallStatus.RUNNING, ToolCallStatus.RESUMING}:
         return "running"

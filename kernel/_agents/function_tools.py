@@ -132,9 +132,18 @@ def tool(
     """Make a tool of a function, its schema from the signature's type hints and its
     descriptions from the docstring (the first paragraph, and an `Args:` section).
 
-    Use as `@tool` or `@tool(name=..., description=..., idempotent=True)`. A parameter
-    annotated `PhaseContext` receives the call's context and is not an argument the model
-    gives. Arguments are validated (pydantic) before the function runs.
+    Use as `@tool` or `@tool(name=None, description=None, idempotent=False)`. The schema
+    comes from the type hints (pydantic types, models and `Literal`s included), the tool's
+    description from the docstring's first paragraph (or `description`), and each
+    argument's description from an `Args:` section. A parameter annotated `PhaseContext`
+    receives the call's context and is not part of the schema. The model's arguments are
+    validated (pydantic) before the function runs; arguments that do not fit fail the call
+    with `InvalidToolArguments`, whose message the model sees. `*args`, `**kwargs` and
+    positional-only parameters raise `InvalidDeclaration`.
+
+    The result is called like any tool, `(arguments, ctx)`, and has `.spec` (what the
+    model is told), `.name`, `.idempotent` (whether a crash may simply run it again) and
+    `.function` (the function itself). See [tools and schemas](tools.md).
     """
     if function is not None:
         return FunctionTool(function)

@@ -54,8 +54,13 @@ class Roster(ProfileKey[RosterData]):
 
 class TeamSnapshot(msgspec.Struct, frozen=True):
     """A team at one point in time, as `save_snapshot` returns it and `restore_snapshot`
-    takes it: every agent's record, its thread's head revision (None: the thread had saved
-    nothing yet) and its inbox (the undelivered mail)."""
+    takes it.
+
+    `TeamSnapshot(name, team_id, taken_at, agents, revisions, inboxes)`: its name, the
+    team's id, when it was taken (seconds since the epoch), and by agent id: every agent's
+    record, its thread's head revision (None: the thread had saved nothing yet) and its
+    inbox (the undelivered mail).
+    """
 
     name: str
     team_id: str

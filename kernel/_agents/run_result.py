@@ -17,7 +17,14 @@ Outcome = Literal["success", "failure", "suspended", "cancelled"]
 
 
 class PendingCall(msgspec.Struct, frozen=True):
-    """A suspended tool call: what it was, and the ticket describing what it waits for."""
+    """A suspended tool call: what it was, and the ticket describing what it waits for.
+
+    `PendingCall(id, name, arguments, ticket=None)`: the call's id, tool name and
+    arguments, and the `Suspend` ticket it waits on. These are found in
+    `RunResult.pending` and `agent.pending(thread_id)`. After a crash the ticket is
+    `"interrupted"` (the tool was running) or `"not started"`. See
+    [agent: suspend and resume](agent.md#suspend-and-resume).
+    """
 
     id: str
     name: str
@@ -27,16 +34,32 @@ class PendingCall(msgspec.Struct, frozen=True):
 
 @attrs.frozen
 class RunResult:
-    """How a run ended.
+    """How a run ended, as `agent.run`, `agent.resume` and `agent.cancel` return it.
 
-    `outcome` is "success" (the model answered without tool calls), "failure" (see
-    `error`), "suspended" (see `pending`) or "cancelled". `messages` is the thread's whole
-    history after the run; `steps` counts the steps taken. `tool_results` are the calls
-    that ended during this `run` (or `resume`, `cancel`), in order; a tool that raised has
-    its exception, traceback included, in its `exception`. `unsaved` are the messages given
-    to `run` that no save holds (the run failed before its first save, for example on a
-    `RevisionConflict` with another process): `agent.run(thread_id, result.unsaved)` sends
-    them again. `str(result)` says it in one line, a failure with what failed it.
+    `RunResult(outcome, snapshot, messages, steps, error=None, pending=(), tool_results=(),
+    unsaved=())`:
+
+    - `outcome`: `"success"` (the model answered without tool calls), `"failure"` (see
+      `error`), `"suspended"` (see `pending`) or `"cancelled"`.
+    - `snapshot`: the final state.
+    - `messages`: the thread's whole history after the run, as a tuple of `Message`.
+    - `steps`: how many steps were taken.
+    - `error`: the exception behind a failure. A failure is also logged at ERROR on the
+      `statekernel` logger, with the traceback of what failed, and a stream yields
+      `RunFailed` before `RunFinished`.
+    - `pending`: the `PendingCall`s that a suspended run waits on.
+    - `tool_results`: the `ToolResult`s of the calls that ended during this `run` (or
+      `resume`, `cancel`), in order; a tool that raised has its exception, traceback
+      included, in its `exception`.
+    - `unsaved`: the messages given to `run` that no save holds (the run failed before its
+      first save, for example on a `RevisionConflict` with another process):
+      `agent.run(thread_id, result.unsaved)` sends them again. Empty once any save of the
+      run succeeded.
+
+    `str(result)` says how the run ended in one line, a failure with what failed it
+    (`failure after 1 step: HookFailed: hook of plugin 'settings' failed in phase
+    STEP_START: ValueError: bad config. ...`). See
+    [agent](agent.md#the-agent-in-ten-lines).
     """
 
     outcome: Outcome

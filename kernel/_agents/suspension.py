@@ -64,7 +64,16 @@ class Step:
 
 @attrs.frozen
 class Decision:
-    """An outside decision on a suspended call; build it with the class methods."""
+    """An outside decision on a suspended call, for `agent.resume` and `team.resume`.
+
+    Build it with the class methods, not the constructor:
+
+    - `Decision.approve(arguments=None)`: run the tool, with replaced arguments if given.
+    - `Decision.deny(reason)`: fail the call with `reason`.
+    - `Decision.result(value)`: use `value` as the tool's result.
+
+    See [agent: suspend and resume](agent.md#suspend-and-resume).
+    """
 
     kind: Literal["approve", "deny", "result"]
     arguments: dict[str, Any] | None = None

@@ -75,10 +75,15 @@ _ROUND: contextvars.ContextVar[AgentTeam | None] = contextvars.ContextVar(
 
 @attrs.frozen
 class Role:
-    """What every agent of a role is made of. Anything left None (or empty) comes from the
-    team's defaults: `plugins` and `tools` are added to the team's (a role's plugin or tool
-    replaces the team's of the same id or name); `model`, `system_prompt` and `max_steps`
-    replace the team's. `topics`: every agent of the role subscribes to them when spawned."""
+    """What every agent of a role is made of, as `AgentTeam(roles=...)` takes it.
+
+    `Role(plugins=(), model=None, tools=None, system_prompt=None, topics=(), max_steps=None)`.
+    Anything left None (or empty) comes from the team's defaults: `plugins` and `tools` are
+    added to the team's (a role's plugin or tool replaces the team's of the same id or
+    name); `model`, `system_prompt` and `max_steps` replace the team's when given.
+    `topics`: every agent of the role subscribes to them when spawned. A role with no
+    model, in a team with none, raises `StateError`. See [teams](team.md).
+    """
 
     plugins: Sequence[Plugin] = ()
     model: Model | None = None
@@ -90,9 +95,14 @@ class Role:
 
 @attrs.frozen
 class AgentInfo:
-    """One agent of the team as `list_agents` shows it. `status`: "idle" (has work or may
-    get some), "running", "waiting" (suspended, see `team.resume`), "failed" (out of
-    restarts), "done" (its last run answered and nothing new came)."""
+    """One agent of the team as `team.list_agents()` shows it.
+
+    `AgentInfo(id, role, thread_id, parent_id, status)`: the agent's id, its role, its
+    thread (which `team.restore_snapshot` changes), the id of the agent it was spawned
+    under (or None), and its `status`: `"idle"` (has work or may get some), `"running"`,
+    `"waiting"` (suspended: `team.resume`), `"failed"` (out of restarts) or `"done"` (its
+    last run answered and nothing new came).
+    """
 
     id: str
     role: str
@@ -103,8 +113,19 @@ class AgentInfo:
 
 @attrs.frozen
 class AgentReport:
-    """What one agent did in one `run_until_idle`: its runs, their steps and outcomes, the
-    messages delivered to it, its restarts, and the error of its last failed run."""
+    """What one agent did in one `run_until_idle`, in `TeamReport.agents`.
+
+    `AgentReport(id, role, status, runs, steps, delivered, restarts, outcomes, error,
+    results)`:
+
+    - `id`, `role`, `status`: the agent, its role and its status now (as in `AgentInfo`).
+    - `runs`, `steps`: its runs, and the steps they took.
+    - `delivered`: the messages delivered into its runs, its task included (a run that
+      failed before saving delivers them again later, and they count again).
+    - `restarts`: its restarts in a row.
+    - `outcomes`: each run's outcome; `results`: each run's `RunResult`.
+    - `error`: the error of its last failed run (or None).
+    """
 
     id: str
     role: str
@@ -120,17 +141,23 @@ class AgentReport:
 
 @attrs.frozen
 class TeamReport:
-    """How `run_until_idle` ended: `idle` when no agent had work left (False: `max_rounds`
-    stopped it), the rounds it ran, and a report per agent that ran."""
+    """How `run_until_idle` ended.
+
+    `TeamReport(idle, rounds, agents)`: `idle` is True when no agent had work left (False:
+    `max_rounds` stopped it), `rounds` the rounds it ran, and `agents` maps each agent that
+    ran to its `AgentReport`.
+    """
 
     idle: bool
     rounds: int
     agents: Mapping[str, AgentReport]
 
     def failed(self) -> tuple[str, ...]:
+        """The ids of the agents whose status is `"failed"`."""
         return tuple(a.id for a in self.agents.values() if a.status == "failed")
 
     def waiting(self) -> tuple[str, ...]:
+        """The ids of the agents whose status is `"waiting"`."""
         return tuple(a.id for a in self.agents.values() if a.status == "waiting")
 
 
@@ -180,17 +207,34 @@ class _TeamMail:
 class AgentTeam:
     """Agents of several roles sharing team context and a durable mailbox.
 
-    `roles` maps a role name to its `Role`. `model`, `tools`, `plugins`, `system_prompt`
-    and `max_steps` are the team's defaults for every role. The mailbox and roster live in
-    `profile_store` (required); threads in `thread_store` (without one, in memory);
-    `stores=statekernel.stores.embedded()` gives both, as SQLite files in a folder. Give
-    `team_id` to reopen a team saved in those stores; without it a new id is made.
+    Use it as `async with AgentTeam(...) as team:`. See [teams](team.md).
 
-    `restart_policy="on_failure"` runs a failed agent again, up to `max_restarts` times,
-    before reporting it "failed"; `"never"` reports it at once. `local_roles` names the
-    roles whose agents this process runs (default: all): processes sharing a PostgreSQL
-    database can split one team between them. `mail_tool` gives every agent the tool
-    `send_message`.
+    - `roles`: maps a role name to its `Role` (a non-empty mapping, else `TypeError`).
+    - `model`, `tools`, `plugins`, `system_prompt` and `max_steps`: the team's defaults
+      for every role (see `Role` for how a role overrides them). Each role is one `Agent`
+      (`team.agent(role)`), whose kernel reads the threads of every agent of the role.
+    - `profile_store`: required, although it defaults to None like `Agent`'s: the roster
+      and the inboxes live there, and the kernel never imports a store, so it cannot make
+      an in-memory one for you. Without it, `StateError` says which store to pass.
+    - `thread_store`: where threads live (without one, in memory, like `Agent`'s).
+    - `stores`: both stores as one `Stores`; `stores=statekernel.stores.embedded()` gives
+      SQLite files in a folder.
+    - `team_id`: reopens a team saved in those stores (its agents, mail and snapshots);
+      without it, a new id is made (`team.team_id`).
+    - `restart_policy`: `"on_failure"` (the default) runs a failed agent again, up to
+      `max_restarts` times in a row (default 3; a success starts the count again), before
+      reporting it `"failed"`; `"never"` reports it at once. A failed agent stays failed in
+      every process. A run that lost a save race to another process running the same agent
+      (`RevisionConflict`) is not a failure.
+    - `local_roles`: the roles whose agents this process runs (default: all). Processes
+      sharing a PostgreSQL database split a team this way; each message is still
+      delivered once. A role the team does not have raises `StateError`.
+    - `mail_tool` (default True): every agent gets the tool `send_message(content,
+      to=None, group=None, topic=None)`, which sends from the calling agent with a
+      `message_id` made of its call's id, so a tool run again after a crash sends once.
+    - `spawn_tool` (default False): True (every role) or the roles whose agents get the
+      tool `spawn_agent(role, task)`, which spawns a member of the team named after its
+      call's id (a call run again spawns no twin).
     """
 
     def __init__(
@@ -304,14 +348,18 @@ class AgentTeam:
         seed: StateCommand | None = None,
         agent_id: str | None = None,
     ) -> str:
-        """A new agent of `role` on its own thread; returns its id. `task` becomes its first
-        message. Its parent thread is the team's, or `parent_id`'s thread, which decides the
-        team context it shares. `seed` is committed to its thread (thread keys only) before
-        the task. Recorded at the team's next awaited call.
+        """A new agent of `role` on its own thread (`<team id>/<agent id>`); returns its id.
+
+        `task` is its first message, `Message("user", task)`. Its runs' parent thread is
+        the team's (`team_id`), or `parent_id`'s thread, which decides the team context it
+        shares (`StateScope.parent_thread(...)`). `seed`, a `StateCommand` of thread keys,
+        is committed to its thread before the task. Recorded at the team's next awaited
+        call.
 
         `agent_id` names the agent (default: `<role>-<8 hex digits>`); spawning an id the
         team has already, with the same role, returns it and changes nothing, so a spawn
-        can be repeated safely."""
+        can be repeated safely. An unknown role, or an `agent_id` the team has with another
+        role, raises `StateError`; an unknown `parent_id`, `UnknownAgent`."""
         if role not in self.roles:
             raise StateError(
                 f"team {self.team_id!r} has no role {role!r}; its roles are {sorted(self.roles)}"
@@ -348,11 +396,16 @@ class AgentTeam:
         return agent_id
 
     def subscribe(self, agent_id: str, topic: str) -> None:
-        """Deliver messages sent to `topic` from now on to `agent_id` as well."""
+        """Deliver messages sent to `topic` from now on to `agent_id` as well.
+
+        A role's `topics` are subscribed at spawn. Recorded at the team's next awaited
+        call."""
         self._subscription(agent_id, topic, True)
 
     def unsubscribe(self, agent_id: str, topic: str) -> None:
-        """Stop delivering `topic`'s messages to `agent_id` (a no-op if not subscribed)."""
+        """Stop delivering `topic`'s messages to `agent_id` (a no-op if not subscribed).
+
+        Recorded at the team's next awaited call."""
         self._subscription(agent_id, topic, False)
 
     def _subscription(self, agent_id: str, topic: str, on: bool) -> None:
@@ -379,8 +432,9 @@ class AgentTeam:
 
     @staticmethod
     def sender_of(message: Message) -> str | None:
-        """Who sent a message the mailbox delivered: the sender id given to `send` (None
-        for any other message). The message's content also starts with
+        """Who sent a message the mailbox delivered: the sender id given to `send`.
+
+        None for any other message. The message's content also starts with
         `[message from <sender>]`, so that a model can tell."""
         return sender_of(message)
 
@@ -396,15 +450,19 @@ class AgentTeam:
         topic: str | None = None,
         message_id: str | None = None,
     ) -> int:
-        """Send `content` from `sender_id` (an agent id, or any name such as "user") to one
-        agent or several (`to`), to every agent of a role (`group`, the sender excepted) or
-        to the agents subscribed to `topic` now (the sender excepted). Returns how many
-        recipients it was stored for.
+        """Send `content` from `sender_id` (an agent id, or any name such as "user");
+        returns how many recipients it was stored for.
+
+        Give exactly one address (else `StateError`): `to` (an agent id, or several),
+        `group` (a role: its agents, the sender excepted) or `topic` (its subscribers now,
+        the sender excepted). An unknown agent raises `UnknownAgent`.
 
         Stored in each recipient's inbox before this returns, and delivered into its history
-        before its next step, exactly once and in order per sender. A `message_id` makes
-        the send idempotent: the same id from the same sender reaches a recipient once,
-        however often it is sent (retry a send whose answer was lost with the same id)."""
+        before its next step, exactly once and in order per sender, across crashes, as a
+        user message whose content starts with `[message from <sender>]`
+        (`[message from <sender> (topic t)]`). A `message_id` makes the send idempotent:
+        the same id from the same sender reaches a recipient once, however often it is sent
+        (retry a send whose answer was lost with the same id)."""
         if not isinstance(sender_id, str) or not sender_id:
             raise TypeError(f"sender_id must be a non-empty string, got {sender_id!r}")
         if sender_id == TASK_SENDER:
@@ -470,10 +528,12 @@ class AgentTeam:
     # -- running ---------------------------------------------------------------------------
 
     async def run_until_idle(self, *, max_rounds: int = 100) -> TeamReport:
-        """Run rounds until no agent of this process has work, at most `max_rounds`: in each,
-        every agent with new mail (or its task, or a restart due) runs once, concurrently
-        with the others. A suspended agent waits for `team.resume` without holding the rest
-        up; a failed one follows the restart policy."""
+        """Run rounds until no agent of this process has work, at most `max_rounds`.
+
+        An agent has work when it has its task, new mail, or a restart due. In each round
+        every such agent runs once, concurrently with the others. A suspended agent waits
+        (status `"waiting"`) for `team.resume` without holding the rest up; a failed one
+        follows the restart policy. A `max_rounds` below 1 raises `ValueError`."""
         if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
             raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
         self._refuse_inside_a_round("run_until_idle")
@@ -498,7 +558,9 @@ class AgentTeam:
             await asyncio.gather(*steps)
 
     async def resume(self, agent_id: str, call_id: str, decision: Decision) -> RunResult:
-        """Continue a waiting agent's suspended run with `decision` on its call `call_id`."""
+        """Continue a waiting agent's suspended run with `decision` on its call `call_id`.
+
+        See `Agent.resume`."""
         await self._sync()
         record = self._record(agent_id)
         result = await self._agents[record.role].resume(record.thread_id, call_id, decision)
@@ -648,9 +710,12 @@ class AgentTeam:
 
     async def save_snapshot(self, name: str | None = None) -> TeamSnapshot:
         """Every agent's thread revision and inbox (the undelivered mail) as one point in
-        time, stored under `name` (default: a new one) and returned. Take it while the team
-        is between rounds (this process waits for its own `run_until_idle`), with no agent
-        waiting on a decision, and with other processes of the team quiet."""
+        time, stored under `name` (default: a new one) and returned.
+
+        Take it while the team is between rounds (this process waits for its own
+        `run_until_idle`), with no agent waiting on a decision, and with other processes of
+        the team quiet. An agent waiting on a decision raises `StateError` (resume it
+        first)."""
         self._refuse_inside_a_round("save_snapshot")
         await self._sync()
         async with self._stepping:
@@ -684,10 +749,12 @@ class AgentTeam:
             return snapshot
 
     async def restore_snapshot(self, snapshot: TeamSnapshot | str | None = None) -> TeamSnapshot:
-        """Return every agent and the mailbox to a snapshot (by value or name; default: the
-        newest): each agent's thread is forked at its revision into a new thread (the old
-        one stays, with its history), its inbox set as it was, and agents spawned since are
-        dropped from the roster. Team context and other shared state are not rolled back."""
+        """Return every agent and the mailbox to a snapshot; returns the snapshot.
+
+        `snapshot` is a `TeamSnapshot`, its name, or None: the newest. Each agent's thread
+        is forked at its revision into a new thread (`AgentInfo.thread_id` changes; the old
+        one stays, with its history), its inbox is set as it was, and agents spawned since
+        leave the roster. Team context and other profile state are not rolled back."""
         self._refuse_inside_a_round("restore_snapshot")
         await self._sync()
         async with self._stepping:

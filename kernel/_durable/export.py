@@ -28,12 +28,20 @@ __all__ = ["ExportedState", "export_state"]
 
 @attrs.frozen
 class ExportedState:
-    """A thread's keys at `revision` as plain JSON data, by key string.
+    """A thread's keys at `revision` as plain JSON data, by key string: what
+    `kernel.export_state` returns.
 
-    `values` holds every stored key: those the kernel registers as their values encode,
-    the others as their stored JSON. `as_of` names the keys that no plugin of the kernel
-    declares and that had an update after their last whole value: their value in `values`
-    is the one at the revision given (applying the update needs the key's declaration).
+    - `revision`: the revision exported.
+    - `values`: key string -> JSON data, sorted, for every stored key: those the reading
+      kernel registers as their values encode, the others as their stored JSON.
+    - `as_of`: key string -> revision, for the keys whose value is older than `revision`.
+
+    A key that no plugin of the reading kernel declares is shown as the JSON its bytes
+    hold: its value in the newest snapshot at or before the revision (a Vector's
+    extensions followed), then every later op that gives the value whole (an `Overwrite`,
+    a clear). An update op needs the key's own `apply`; from the first one on, the key
+    keeps the value it had before, and `as_of[key]` is the revision that value is from (a
+    key with no value before its first update is in `as_of` and not in `values`).
     """
 
     revision: int

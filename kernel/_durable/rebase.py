@@ -31,9 +31,18 @@ __all__ = ["Rebase", "commutes", "merged", "renumbered", "renumbered_events"]
 
 @attrs.frozen
 class Rebase:
-    """A save that landed after another kernel's: its commits now follow revision `onto`
-    (the newer head it found) and end at `revision`; `run_id` is the run's id in the
-    journal (a new one when the other kernel's run took its number)."""
+    """A save of a run that landed after another kernel's save of the thread (it rebased).
+
+    What `run.rebases` holds for each such save; a frozen attrs value.
+
+    - `onto`: the newer head it found, saved by another kernel; the save's commits now
+      follow it.
+    - `revision`: where this run's commits now end.
+    - `run_id`: the id its records carry: a new one, `<thread>:run-<n>`, when the other
+      kernel's run took this run's number (`run.identity.run_id` follows).
+
+    See [durability: saves that merge what commutes](durability.md#saves-that-merge-what-commutes).
+    """
 
     onto: int
     revision: int

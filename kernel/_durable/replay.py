@@ -33,11 +33,14 @@ __all__ = ["ReplayReport", "apply_records", "hash_of"]
 class ReplayReport:
     """What `kernel.verify(thread_id)` found.
 
-    `ok` is True when the state rebuilt from the journal alone equals, at every stored
-    snapshot and at the head, what was stored. `revision` is the head revision replayed and
-    `state_hash` the hash of the rebuilt state there (`Snapshot.state_hash`). On a
-    divergence, `first_divergence` is the first revision whose commit wrote a key that
-    differs, and `detail` says which keys and where.
+    - `ok`: True when the state rebuilt from the journal alone equals, at every stored
+      snapshot and at the head, what was stored.
+    - `revision`: the head revision replayed.
+    - `state_hash`: the hash of the rebuilt state there (as `Snapshot.state_hash`).
+    - `first_divergence`: on a divergence, the first revision whose commit wrote a key that
+      differs; None when `ok`.
+    - `detail`: on a divergence, which keys differ and where; when `ok`, the keys this
+      kernel could not rebuild, if any.
     """
 
     ok: bool

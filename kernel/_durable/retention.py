@@ -28,12 +28,18 @@ def _check_revisions(instance: object, attribute: object, value: int | None) -> 
 
 @attrs.frozen
 class Retention:
-    """How much of each thread's journal a kernel keeps.
+    """How much of each thread's journal a kernel keeps, in its ThreadStore or its memory.
 
-    `revisions`: at least this many of the newest revisions stay reachable by `history`,
-    `state_at` and `fork`; older records and snapshots are dropped when a save writes a
-    snapshot (keeping the newest snapshot at or before the cut, so everything after it
-    still rebuilds). None keeps everything (`Retention.keep_all()`).
+    `Retention(revisions=1000)`, or `Retention.keep_all()`. A frozen value, given as
+    `Kernel(..., retention=...)` or `Agent(..., retention=...)`.
+
+    - `revisions` (default 1000): at least this many of the newest revisions stay reachable
+      by `history`, `state_at` and `fork`. Each time a save writes a snapshot, older
+      records and snapshots go (the newest snapshot at or before the cut stays, so
+      everything after it still rebuilds), as `kernel.prune` would. None keeps everything
+      (`Retention.keep_all()`). Anything but an int >= 1 (or None) raises `ValueError`.
+
+    See [durability: retention](durability.md#retention).
     """
 
     revisions: int | None = attrs.field(default=DEFAULT_REVISIONS, validator=_check_revisions)

@@ -41,7 +41,10 @@ __all__ = [
 
 class JournalEntry(msgspec.Struct, frozen=True):
     """One encoded `CommitRecord` as a store keeps it: its revision, and bytes opaque to the
-    store (the kernel encodes and decodes them)."""
+    store (the kernel encodes and decodes them).
+
+    `JournalEntry(revision, data)`: part of what a `ThreadStore` loads and saves (a msgspec
+    Struct; stores never interpret the bytes)."""
 
     revision: int
     data: bytes
@@ -49,7 +52,10 @@ class JournalEntry(msgspec.Struct, frozen=True):
 
 class ThreadSnapshot(msgspec.Struct, frozen=True):
     """A thread's persistent thread keys as they were right after `revision` committed, each
-    encoded as msgspec JSON by key string."""
+    encoded as msgspec JSON by key string.
+
+    `ThreadSnapshot(revision, values)`: part of what a `ThreadStore` loads and saves (a
+    msgspec Struct; stores never interpret the bytes)."""
 
     revision: int
     values: dict[str, bytes]
@@ -58,19 +64,27 @@ class ThreadSnapshot(msgspec.Struct, frozen=True):
 class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
     """What one checkpoint of a thread writes, in one transaction.
 
-    `records`: the commits since the previous save, oldest first; their revisions follow
-    the stored head revision one by one and end at `revision`, the new head. `snapshot`:
-    when the kernel's snapshot policy says so, every persistent thread key as of `revision`
-    (a save without one stores only what changed). Only a save that creates the thread (a
-    fork) may give an older `snapshot_revision`, with records from before it up to
-    `revision`. `runs` counts the thread's runs;
-    `run_values` and `suspended`, while a run is suspended, are its run keys and the
-    kernel's opaque record of it; the next save replaces them. `seal` is the kernel's seal
-    of the journal up to `revision` (opaque to the store): the store keeps it in the head
-    and gives it back with every load, which is how a lost or forged record is caught.
-    `events` are the run's events since the previous save (phases, tool gate decisions,
-    tool calls), encoded by the kernel: a store that `SupportsRunEvents` keeps them beside
-    the records, for the trace; they are not part of the state, nor of the seal.
+    `ThreadSave(*, revision, records=(), snapshot=None, snapshot_revision=None, runs=0,
+    run_values=None, suspended=None, seal=None, events=None)`: a msgspec Struct, built by
+    keyword; stores never interpret its bytes.
+
+    - `revision`: the new head.
+    - `records`: the commits since the previous save, oldest first; their revisions follow
+      the stored head revision one by one and end at `revision`.
+    - `snapshot`: when the kernel's snapshot policy says so, every persistent thread key as
+      of `revision` (a save without one stores only what changed). Only a save that creates
+      the thread (a fork) may give an older `snapshot_revision`, with records from before it
+      up to `revision`.
+    - `runs`: the thread's run count.
+    - `run_values` and `suspended`: while a run is suspended, its run keys and the kernel's
+      opaque record of the run; the next save replaces them.
+    - `seal`: the kernel's seal of the journal up to `revision` (opaque bytes). The store
+      keeps it with the head and gives it back with every load, which is how a lost or
+      forged record is caught (see
+      [durability](durability.md#a-journal-that-cannot-lose-a-record)).
+    - `events`: the run's events since the previous save (phases, tool gate decisions, tool
+      calls), encoded by the kernel (opaque bytes). A store that `SupportsRunEvents` keeps
+      them beside the records, for the trace; they are no part of the state, nor of the seal.
     """
 
     revision: int
@@ -87,12 +101,19 @@ class ThreadSave(msgspec.Struct, frozen=True, kw_only=True):
 class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
     """One thread as a store loads it: the newest snapshot and the records after it.
 
-    The kernel rebuilds the state by applying `records` (oldest first) to `values`, the
-    snapshot taken at `snapshot_revision`. `revision` is the head revision; `runs`,
-    `run_values` and `suspended` are as last saved. `position` is the thread's write
-    position, kept by the store: it grows by one at every save, whatever the save carries
-    (threads saved before positions existed start from their last revision). `seal` is
-    the last save's `ThreadSave.seal` (None for a thread saved before seals existed).
+    `ThreadState(*, revision, values={}, snapshot_revision=0, records=(), runs=0,
+    run_values=None, suspended=None, position=0, seal=None)`: a msgspec Struct, built by
+    keyword; stores never interpret its bytes. The kernel rebuilds the state by applying
+    `records` (oldest first) to `values`, the snapshot taken at `snapshot_revision`
+    (revision 0 with no snapshot: the empty state).
+
+    - `revision`: the head revision.
+    - `runs`, `run_values` and `suspended`: as last saved (see `ThreadSave`).
+    - `position`: the thread's write position, kept by the store. It grows by one at every
+      save, whatever the save carries; a thread saved before positions existed starts from
+      its last revision.
+    - `seal`: the last save's `ThreadSave.seal` (None for a thread saved before seals
+      existed).
     """
 
     revision: int
@@ -108,7 +129,9 @@ class ThreadState(msgspec.Struct, frozen=True, kw_only=True):
 
 class ThreadHead(msgspec.Struct, frozen=True):
     """Where a stored thread stands, without its state: its write position, its head
-    revision and the seal of its last save (`ThreadState.position`, `.revision`, `.seal`)."""
+    revision and the seal of its last save (`ThreadState.position`, `.revision`, `.seal`).
+
+    `ThreadHead(position, revision, seal=None)`, as `SupportsHead.head` returns it."""
 
     position: int
     revision: int
@@ -119,9 +142,12 @@ class ThreadHead(msgspec.Struct, frozen=True):
 class SupportsRunEvents(Protocol):
     """A ThreadStore that keeps the run events of each save (`ThreadSave.events`).
 
-    Optional: the trace (`statekernel trace`, `kernel.run_events`) reads them; without them
-    it shows the commits alone. `delete` forgets them with the thread, and `prune` those of
-    saves whose revision is older than what it keeps. The three bundled stores have it.
+    An optional, runtime-checkable protocol: `await store.run_events(thread_id)` returns
+    them, oldest first. The trace (`statekernel trace`, `kernel.run_events`) reads them; with
+    a store that lacks it, a trace shows the commits alone. `delete` forgets them with the
+    thread, and `prune(before=...)` drops those of saves older than what it keeps. All three
+    bundled thread stores have it (the SQLite stores from schema version 4, PostgreSQL's
+    from version 2, both migrated on first open for writing); the store contract checks it.
     """
 
     async def run_events(self, thread_id: str) -> builtins.list[bytes]:
@@ -133,10 +159,14 @@ class SupportsRunEvents(Protocol):
 class SupportsHead(Protocol):
     """A ThreadStore that can say where a thread stands without loading it.
 
-    Optional: a kernel that saved a thread itself keeps its state, and before a run asks
-    the store only for the head; when the position and seal are still those of its own
-    last save, nothing was saved since (by anyone) and the load is skipped. The three
-    bundled stores have it.
+    An optional, runtime-checkable protocol: `await store.head(thread_id)` returns a
+    `ThreadHead` (the write position, the head revision and the seal of the last save, as
+    `ThreadState` has them), or None for a thread never saved. A kernel keeps the persistent
+    thread keys of the 256 threads it saved last; before a run of one it asks the store only
+    for the head, and when the position and seal are still those of its own last save
+    (nobody saved the thread since) it starts the run from them instead of loading and
+    replaying the thread. All three bundled thread stores have it; a store without it is
+    simply loaded every time. The store contract checks it.
     """
 
     async def head(self, thread_id: str) -> ThreadHead | None:
@@ -146,21 +176,38 @@ class SupportsHead(Protocol):
 
 @runtime_checkable
 class ThreadStore(Protocol):
-    """Async storage of `ThreadState` by thread id.
+    """Async storage of `ThreadState` by thread id: a runtime-checkable protocol.
+
+    A thread store keeps each thread's journal: its commit records (appended, never
+    rewritten), periodic snapshots, and a small head (revision, run count, a suspended run).
+    Record and snapshot bytes are opaque to the store.
+
+    Whatever a store raises that is not a `StateError` (a lost connection, a full disk)
+    reaches the caller of the kernel as a `StoreError` naming the operation
+    (`"thread load"`, `"thread save"`, `"thread history read"`, `"thread fork"`,
+    `"thread prune"`, `"thread snapshot read"`) and the thread, with the store's exception
+    as its `cause`.
 
     Stores connect lazily on first use, close with `await store.close()` and work as
-    `async with store:`. A Kernel or Agent never closes a store it was given.
+    `async with store:`. A Kernel or Agent never closes a store it was given. See
+    [agent: runs and threads](agent.md#runs-and-threads-without-the-facade).
     """
 
     async def load(self, thread_id: str) -> ThreadState | None:
-        """The thread's newest snapshot and the records after it, or None if never saved."""
+        """The thread's newest snapshot and the records after it, with the head; or None if
+        never saved."""
         ...
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
         """Append the save's records (and its snapshot, if any) and replace the thread's head
         in one transaction, if its write position is still `expected_position` (0: must not
         exist yet), moving the position to `expected_position + 1`; else raise
-        `RevisionConflict` and change nothing."""
+        `RevisionConflict` and change nothing.
+
+        `save.records` must follow the stored head revision one by one and end at
+        `save.revision`, else `StoreError`. Every save moves the position, whatever it
+        carries, so of two savers that loaded the same position only the first lands.
+        """
         ...
 
     async def records(
@@ -175,19 +222,28 @@ class ThreadStore(Protocol):
 
     async def prune(self, thread_id: str, *, before: int) -> None:
         """Forget records and snapshots older than revision `before`, keeping whatever a
-        load still needs (the newest snapshot and the records after it)."""
+        load still needs.
+
+        Keeps the newest snapshot at or before `before` and everything after it; older
+        records and snapshots go. With no such snapshot, nothing goes.
+        """
         ...
 
     async def delete(self, thread_id: str) -> None:
-        """Forget the thread, its records and snapshots (a no-op when absent)."""
+        """Forget the thread, its records and snapshots. A no-op when absent."""
         ...
 
     async def threads(self, *, prefix: str = "", limit: int | None = None) -> builtins.list[str]:
-        """The ids of the threads the store holds that start with `prefix` (literally: no
-        wildcards), sorted, at most `limit` of them."""
+        """The ids of the threads the store holds that start with `prefix` (literally: `%`
+        and `_` are not wildcards), sorted, at most `limit` of them."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close the store's connections; `async with store:` closes it when the block ends.
+
+        Stores connect on first use, and a closed store reopens on its next use.
+        """
+        ...
 
     async def __aenter__(self) -> ThreadStore: ...
 
@@ -200,11 +256,15 @@ class ThreadStore(Protocol):
 
 
 def check_name(label: str, name: object) -> str:
-    """`name` itself, once it is a name every store can keep: a name that is not a string
-    is a TypeError; one that is not text every database can hold (a lone surrogate, which
-    UTF-8 cannot encode, or a NUL character, which PostgreSQL's text refuses) a ValueError
-    naming where it breaks. Every store, and the kernel for thread ids, refuses names alike,
-    before anything is stored."""
+    """`name` itself, once it is a name every store can keep.
+
+    A name that is not a string raises `TypeError`; a string that is not text every
+    database can hold (a lone surrogate, which UTF-8 cannot encode, or a NUL character,
+    which PostgreSQL's text refuses) raises `ValueError` naming the index. `label` says what
+    the name is in the message (`"thread id"`, ...). The bundled stores check every thread
+    id, profile namespace and key with it, and the kernel checks thread ids, so all refuse
+    the same names the same way, before anything is stored; a store of your own should too.
+    """
     if not isinstance(name, str):
         raise TypeError(f"{label} must be a string, got {type(name).__name__} {name!r}")
     try:

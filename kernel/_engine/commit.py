@@ -41,7 +41,14 @@ _IN_PLACE = ValueError(
 
 
 class LiveState:
-    """Current state of one run: an O(1) `snapshot`, and an atomic `commit`."""
+    """Current state of one run: an O(1) `snapshot`, and an atomic `commit`.
+
+    The one place where committed state changes: `values` are the committed values by key
+    string, `revision` the revision they are at. This is low-level: a `Run` owns one, so
+    you rarely need your own (`LiveState.of` seeds one by key class).
+
+    See [concepts: commits are atomic](concepts.md#commits-are-atomic).
+    """
 
     __slots__ = (
         "_history",
@@ -84,7 +91,9 @@ class LiveState:
         *,
         revision: int = 0,
     ) -> LiveState:
-        """Live state seeded with values given by key class, each checked by its `validate`."""
+        """Live state seeded with values given by key class, each checked by its `validate`.
+
+        A value its key's `validate` refuses raises `CommitRejected`."""
         stored: dict[str, Any] = {}
         for key, value in values.items():
             binding = registry.binding(key)
@@ -99,14 +108,17 @@ class LiveState:
 
     @property
     def snapshot(self) -> Snapshot:
+        """The current snapshot."""
         return self._snapshot
 
     @property
     def revision(self) -> int:
+        """The current snapshot's revision."""
         return self._snapshot.revision
 
     @property
     def registry(self) -> KeyRegistry:
+        """The key registry this state was made with."""
         return self._registry
 
     def stored_values(self) -> Mapping[str, Any]:
@@ -163,7 +175,9 @@ class LiveState:
         del self._journal[:count]
 
     def add_listener(self, listener: CommitListener) -> None:
-        """Call `listener(snapshot)` after every commit that moved the revision."""
+        """Call `listener(snapshot)` after every commit that moved the revision.
+
+        A listener that raises is logged, and the others are still called."""
         self._listeners.append(listener)
 
     def commit(self, contributions: Sequence[Contribution]) -> Snapshot:
@@ -172,6 +186,10 @@ class LiveState:
         A commit with no state op (only effects or actions) leaves the revision alone.
         It journals the ops (if journaling), runs them on a working copy, checks what they
         touched, then publishes the changes as the next snapshot and notes the commit.
+
+        If an `apply` or `validate` raises, this raises `CommitRejected` and nothing changes.
+        A stale `base_revision` raises `RevisionConflict`. `commit` applies patches only: the
+        engine, not live state, dispatches the effects and actions the commands carry.
         """
         current = self._snapshot
         revision = current.revision + 1  # the commit's, if it has any op
@@ -201,7 +219,8 @@ class LiveState:
         """Commit a single command's patch (`commit([Contribution(origin, command)])`).
 
         Live state has no handlers to dispatch effects or run actions, so a command carrying
-        any is refused before anything commits, rather than committed without them.
+        any raises `StateError` before anything commits, rather than committed without them
+        (use `await run.submit(command)`).
         """
         if command.effects or command.scheduled_actions:
             raise StateError(
@@ -231,7 +250,10 @@ class LiveState:
         return fork
 
     def publish(self, fork: LiveState) -> int:
-        """Make a staged fork's commits live, in order; returns how many there were."""
+        """Make a staged fork's commits live, in order; returns how many there were.
+
+        All of the fork's commits become live at once. If this state moved since `stage()`
+        made the fork, this raises `RevisionConflict` and nothing is published."""
         if fork._staged_from is not self._snapshot:
             raise RevisionConflict(
                 fork._staged_from.revision if fork._staged_from else -1,

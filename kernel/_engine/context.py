@@ -18,7 +18,12 @@ from .snapshot import Snapshot
 
 @attrs.frozen
 class RunIdentity:
-    """Who this run is: its id, thread, agent and (for sub-agents) its parent."""
+    """Who this run is: its id, thread, agent and (for sub-agents) its parent.
+
+    `RunIdentity(run_id, thread_id, agent_id, parent_thread_id=None, parent_run_id=None)`.
+    Run ids are derived as `f"{thread_id}:run-{n}"`, where `n` counts the thread's runs.
+    See [agent: runs and threads](agent.md#runs-and-threads-without-the-facade).
+    """
 
     run_id: str
     thread_id: str
@@ -30,12 +35,17 @@ class RunIdentity:
 @attrs.frozen
 class AgentSpec:
     """The agent a run belongs to; a non-empty `active_hook_filter` names the plugins whose
-    behavioural components (hooks, tool gates, request transforms) may run."""
+    behavioural components (hooks, tool gates, request transforms) may run.
+
+    `AgentSpec(name="default", active_hook_filter=())`. See
+    [concepts: plugins](concepts.md#plugins).
+    """
 
     name: str = "default"
     active_hook_filter: tuple[str, ...] = ()
 
     def allows(self, plugin_id: str) -> bool:
+        """True when `active_hook_filter` is empty or names the plugin `plugin_id`."""
         return not self.active_hook_filter or plugin_id in self.active_hook_filter
 
 
@@ -43,24 +53,37 @@ class PhaseContext(msgspec.Struct, frozen=True, weakref=True):
     """Everything a hook may read. It is frozen, and `snapshot` is frozen too: a hook changes
     state only by returning a StateCommand.
 
+    `PhaseContext(phase, run, agent, snapshot, messages=(), profile=None, tool_call=None,
+    response=None, tool_result=None)`: the frozen object that every hook, tool gate, action
+    handler and tool receives.
+
     (A msgspec Struct rather than an attrs class, though it is never encoded: one is built
     for every phase, and a frozen Struct is built in a tenth of the time.)
     """
 
     phase: Phase
+    """The `Phase`."""
     run: RunIdentity
+    """The `RunIdentity`."""
     agent: AgentSpec
+    """The `AgentSpec`."""
     snapshot: Snapshot
+    """The frozen `Snapshot` that the hook decides on. Every hook of a gather round gets the
+    same one."""
     messages: tuple[Message, ...] = ()
-    """The conversation so far, in the phases that have one (inference, tool calls)."""
+    """A tuple: the thread's history, as the caller of the phase passed it (the conversation
+    so far, in the phases that have one: inference, tool calls)."""
     profile: ProfileAccess | None = None
-    """Shared and profile state; None when the kernel has no profile store."""
+    """Shared and profile state (`ctx.profile`); None when the kernel has no ProfileStore.
+
+    Hooks, actions and tools get a `BufferedProfileAccess`. Tool gates get a
+    `ReadOnlyProfileAccess`."""
     tool_call: ToolCall | None = None
-    """The call being gated or executed (TOOL_GATE, BEFORE/AFTER_TOOL_EXECUTE)."""
+    """The `ToolCall` being gated or executed (TOOL_GATE, BEFORE/AFTER_TOOL_EXECUTE)."""
     response: InferenceResponse | None = None
-    """The model's answer (AFTER_INFERENCE)."""
+    """The model's answer, an `InferenceResponse` (AFTER_INFERENCE)."""
     tool_result: ToolResult | None = None
-    """How the call ended (AFTER_TOOL_EXECUTE)."""
+    """How the call ended, a `ToolResult` (AFTER_TOOL_EXECUTE)."""
 
 
 PHASE_FIELDS = frozenset({"messages", "tool_call", "response", "tool_result"})

@@ -23,6 +23,10 @@ from .._values.keys import MergeStrategy
 class Contribution(msgspec.Struct, frozen=True):
     """One command and who produced it (a plugin id; None for a direct submission).
 
+    `Contribution(origin, command, source=None)`: `origin` is the id of the plugin that
+    produced `command`, None for a direct submission. Part of the pure merge step (`partition`),
+    exposed for tools and tests.
+
     `source` is what the journal records as its origin when it is not a phase hook's
     (`"action:<key>"`, `"tool:<name>"`, `"submit"`, `"external"`); a hook's is
     `"plugin:<id>"`, worked out only when a checkpoint writes the record. (A frozen
@@ -42,14 +46,25 @@ class Contribution(msgspec.Struct, frozen=True):
 
 @attrs.frozen
 class Partition:
-    """The commands that can commit together, and those that must re-run afterwards."""
+    """The commands that can commit together, and those that must re-run afterwards.
+
+    `Partition(kept, deferred)`: what `partition` returns, as two tuples of `Contribution`.
+    COMMUTATIVE ops never cause a deferral.
+    """
 
     kept: tuple[Contribution, ...]
     deferred: tuple[Contribution, ...]
 
 
 def partition(contributions: Sequence[Contribution]) -> Partition:
-    """Greedily keep, in the given order, each command compatible with those already kept."""
+    """Greedily keep, in the given order, each command compatible with those already kept.
+
+    Walks the contributions in the given order. It keeps each one whose EXCLUSIVE keys do
+    not overlap those already kept, and defers the rest. COMMUTATIVE ops claim nothing, so
+    they never cause a deferral. This is the pure merge step, exposed for tools and tests.
+
+    See [concepts: merge](concepts.md#merge-commutative-and-exclusive).
+    """
     if len(contributions) < 2:
         return Partition(tuple(contributions), ())
     kept: list[Contribution] = []

@@ -58,32 +58,43 @@ ContextFactory = Callable[[Phase, Snapshot, Mapping[str, Any]], PhaseContext]
 class PhaseReport(msgspec.Struct, frozen=True, weakref=True):
     """What one phase (or one submission, `phase=None`) did.
 
-    `commits` counts commits that moved the revision; `conflicts` counts hooks deferred and
-    re-run because of an EXCLUSIVE overlap; `effects_dispatched` counts effects handed to
-    handlers, of which `effects_failed` raised; `actions_run` counts action handler calls;
-    `hooks_run` names the plugin of each hook call, re-runs included, in order; `reruns`
-    names those re-run, `effects` the effects dispatched (each with its failure, if its
-    handler raised) and `actions` the keys of the actions run, in order.
+    `PhaseReport(phase, revision, commits=0, conflicts=0, effects_dispatched=0,
+    effects_failed=0, actions_run=0, hooks_run=(), reruns=(), effects=(), actions=())`.
+    `str(report)` gives a one-line summary.
+    See [concepts: the phase loop](concepts.md#the-phase-loop).
 
     (A frozen msgspec Struct, like PhaseContext: one is built for every phase.)
     """
 
     phase: Phase | None
+    """The `Phase`; `None` for a `submit`."""
     revision: int
+    """The live revision afterwards."""
     commits: int = 0
+    """Commits that moved the revision."""
     conflicts: int = 0
+    """Hooks deferred and re-run because of an EXCLUSIVE overlap."""
     effects_dispatched: int = 0
+    """Effects handed to handlers."""
     effects_failed: int = 0
+    """How many of the dispatched effects' handlers raised."""
     actions_run: int = 0
+    """Action handler calls."""
     hooks_run: tuple[str, ...] = ()
+    """The plugin id of each hook call, re-runs included, in order."""
     reruns: tuple[str, ...] = ()
+    """The plugin ids of the hooks re-run after an exclusive conflict, in order."""
     effects: tuple[EffectRun, ...] = ()
+    """Each effect dispatched, as an [`EffectRun`](reference.md#statekernel.EffectRun): its
+    key, and its failure if the handler raised."""
     actions: tuple[str, ...] = ()
+    """The key of each scheduled action run, in order."""
 
     @property
     def round_hooks(self) -> tuple[str, ...]:
-        """The plugins whose hooks ran in the phase's round, in order: `hooks_run` without
-        the re-runs, which come last."""
+        """The plugin ids of the phase's round, in order: `hooks_run` without the re-runs.
+
+        The re-runs come last in `hooks_run`."""
         hooks = self.hooks_run
         return hooks[: len(hooks) - len(self.reruns)] if self.reruns else hooks
 

@@ -39,12 +39,21 @@ RequestTransform = Callable[..., Any]
 
 
 class Plugin:
-    """Base class for plugins: set `id` and override `register`."""
+    """Base class for plugins: set `id` and override `register`.
+
+    A plugin without an `id` raises `InvalidDeclaration` when the `Kernel` is built. Two
+    plugins with one id raise `DuplicateRegistration`. Passing the kernel something that is
+    not a `Plugin` raises `TypeError`. See [concepts: plugins](concepts.md#plugins).
+    """
 
     id: str = ""
+    """Required. The plugin's id: a unique, non-empty string."""
 
     def register(self, registrar: PluginRegistrar) -> None:
-        """Declare this plugin's keys, hooks and handlers on `registrar`."""
+        """Declare this plugin's keys, hooks and handlers on `registrar`.
+
+        Override it. It runs once, when the `Kernel` is built.
+        """
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} id={self.id!r}>"
@@ -77,7 +86,18 @@ def _is_async(function: Callable[..., Any]) -> bool:
 
 
 class PluginRegistrar:
-    """What a plugin's `register` receives: one method per kind of component."""
+    """What a plugin's `register` receives: one method per kind of component.
+
+    Registration order (plugins in the order given to the kernel, then calls in the order
+    each plugin made them) is the merge order. Every callable may be sync or async. Passing
+    something that is not callable raises `TypeError`.
+
+    Structural components (keys, profile keys, action and effect handlers) are always on.
+    Behavioural ones (phase hooks, tool gates, request transforms) run only when the run's
+    `active_hook_filter` is empty or names the plugin. A key string registered twice, or two
+    handlers for one action or effect, raise `DuplicateRegistration` when the kernel is
+    built. See [concepts: plugins](concepts.md#plugins).
+    """
 
     def __init__(self, plugin_id: str) -> None:
         self._plugin = plugin_id
@@ -91,11 +111,17 @@ class PluginRegistrar:
 
     @property
     def plugin_id(self) -> str:
+        """The id of the plugin being registered."""
         return self._plugin
 
     def register_key(
         self, key: type[StateKey[Any, Any]], options: StateKeyOptions | None = None
     ) -> None:
+        """Register the state key `key` (structural).
+
+        `options`, a `StateKeyOptions`, overrides the key's class defaults for this kernel.
+        A key string under the reserved prefix `statekernel.` raises `InvalidDeclaration`.
+        """
         binding = KeyBinding.of(key, options, plugin=self._plugin)
         if binding.name.startswith(RESERVED_PREFIX) and self._plugin != RESERVED_PLUGIN_ID:
             raise InvalidDeclaration(
@@ -107,29 +133,44 @@ class PluginRegistrar:
         self.keys.append(binding)
 
     def register_profile_key(self, key: type[Any]) -> None:
+        """Register the `ProfileKey` class `key` (structural)."""
         self.profile_keys.append(key)
 
     def register_phase_hook(self, phase: Phase, hook: PhaseHook) -> None:
+        """Register `hook(ctx) -> StateCommand | None` for `phase` (behavioural).
+
+        A `phase` that is not a `Phase` raises `TypeError`.
+        """
         if not isinstance(phase, Phase):
             raise TypeError(f"plugin {self._plugin!r}: phase must be a kernel.Phase, got {phase!r}")
         self.hooks.append((phase, self._entry(hook, "phase hook")))
 
     def register_tool_gate(self, gate: ToolGateHook) -> None:
+        """Register `gate(ctx) -> Block | Suspend | SetResult | None` (behavioural).
+
+        It runs for every tool call, with `ctx.tool_call` set.
+        """
         self.gates.append(self._entry(gate, "tool gate"))
 
     def register_action(
         self, action: type[ScheduledActionSpec[Any]], handler: ActionHandler
     ) -> None:
+        """Register `handler(payload, ctx) -> StateCommand | None` for `action` (structural)."""
         spec_info(action, ScheduledActionSpec)
         entry = self._entry(handler, "action handler")
         self.actions.append(HandlerEntry(self._plugin, action, handler, entry.is_async))
 
     def register_effect(self, effect: type[EffectSpec[Any]], handler: EffectHandler) -> None:
+        """Register `handler(payload, snapshot) -> None` for `effect` (structural)."""
         spec_info(effect, EffectSpec)
         entry = self._entry(handler, "effect handler")
         self.effects.append(HandlerEntry(self._plugin, effect, handler, entry.is_async))
 
     def register_request_transform(self, transform: RequestTransform) -> None:
+        """Register `transform(request, snapshot) -> request` (behavioural).
+
+        It returns a request of the same type.
+        """
         self.transforms.append(self._entry(transform, "request transform"))
 
     def _entry(self, function: Callable[..., Any], what: str) -> Registered:

@@ -52,10 +52,18 @@ encode_update = msgspec.json.Encoder(enc_hook=enc_hook).encode
 class JournalOp(msgspec.Struct, frozen=True, gc=False):
     """One op of a commit, as applied: the key string, what kind of op, and its bytes.
 
-    `kind` is `"update"` (`update` holds the update as msgspec JSON, replayed with the key's
-    `apply`), `"clear"` (no bytes), or `"value"` (an `Overwrite`, whose new value `update`
-    holds, set as it is on replay; or, with `update` None, an update that cannot be encoded,
-    for which the save writes a snapshot instead).
+    A frozen msgspec Struct, in `CommitRecord.ops`:
+
+    - `key`: the key string.
+    - `kind` and `update`: `"update"` (`update` holds the update as msgspec JSON, replayed
+      with the key's `apply`), `"clear"` (no bytes), or `"value"` (`update` holds a value,
+      set as it is on replay: an `Overwrite`'s new value, or, for a key whose update cannot
+      be encoded, the key's value right after the commit). A `"value"` op's `update` is
+      None only in the kernel's memory, which then holds the value itself, or in a thread
+      saved by an earlier statekernel.
+
+    A ThreadStore journals the ops of persistent thread keys only; without a store, the
+    kernel's memory journals every op. See [durability and history](durability.md).
     """
 
     key: str
@@ -66,11 +74,19 @@ class JournalOp(msgspec.Struct, frozen=True, gc=False):
 class CommitRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One commit that moved a thread's revision: who made it, when, and what it applied.
 
-    `phase` is None for commits made outside a phase (a tool's command, `run.submit`,
-    `kernel.update_state`); `step` counts the STEP_START phases the run had begun (0 before
-    the first). `sources` lists the contributions in merge order: `"plugin:<id>"`,
-    `"action:<key>"`, `"tool:<name>"`, `"submit"` or `"external"`. `ops` are in the order they
-    were applied.
+    A frozen msgspec Struct, as `kernel.history` returns them:
+
+    - `thread_id`, `revision`: the thread and the revision the commit made.
+    - `run_id`: the run that made it (None for `kernel.update_state`).
+    - `phase`: a `Phase`, or None for a commit made outside a phase (a tool's command,
+      `run.submit`, `kernel.update_state`).
+    - `step`: how many `STEP_START` phases the run had begun (0 before the first).
+    - `sources`: the contributions, in merge order: `"plugin:<id>"`, `"action:<key>"`,
+      `"tool:<name>"`, `"submit"` or `"external"`.
+    - `ops`: its `JournalOp`s, in the order they were applied.
+    - `created_at`: when it was made, a UTC `datetime`.
+
+    See [durability and history](durability.md).
     """
 
     thread_id: str

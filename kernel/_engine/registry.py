@@ -34,7 +34,13 @@ _EXACT = Exactness(values=True, updates=True)
 
 @attrs.frozen
 class KeyBinding:
-    """One registered key, flattened for the hot path (one lookup gives every fact)."""
+    """One registered key as the registry holds it, flattened for the hot path.
+
+    One lookup gives every fact: `key` (the class), `name` (its string), `scope`, `merge`,
+    `persistent`, `copy_values`, `copy_items`, `has_validate`, `make_default`, `value_type`,
+    `update_type` and `plugin` (the id of the plugin that registered it, None for none).
+    `KeyBinding.of(K, options=None, *, plugin=None)` derives one from a key class.
+    """
 
     key: type[StateKey[Any, Any]]
     name: str
@@ -67,6 +73,10 @@ class KeyBinding:
         *,
         plugin: str | None = None,
     ) -> KeyBinding:
+        """The binding of key class `key`, registered with `options` (`StateKeyOptions`;
+        None: the defaults) by `plugin`. Options that are not `StateKeyOptions` raise
+        `TypeError`; a persistent thread key whose update type msgspec cannot encode raises
+        `InvalidDeclaration`."""
         info = key_info(key)
         options = options or StateKeyOptions()
         if not isinstance(options, StateKeyOptions):
@@ -111,10 +121,17 @@ def _check_journaled(key: type[StateKey[Any, Any]], name: str, update_type: Any)
 
 
 class KeyRegistry:
-    """An immutable set of key bindings, indexed by key class and by key string.
+    """An immutable set of registered keys (`KeyBinding`s), indexed by class and by key string.
 
     Built once (a kernel builds it from its plugins at construction) and shared by every
-    snapshot, so it never changes under a snapshot that refers to it.
+    snapshot, so it never changes under a snapshot that refers to it; `snapshot.registry`
+    returns it. `KeyRegistry.of(*keys)` builds one from key classes. Registering a key string
+    twice raises `DuplicateRegistration`.
+
+    `K in registry` tells whether key class `K` is registered, `iter(registry)` gives the
+    bindings and `len(registry)` their count.
+
+    See [concepts: plugins](concepts.md#plugins).
     """
 
     __slots__ = (
@@ -141,7 +158,9 @@ class KeyRegistry:
         # Plain attributes holding plain dicts, typed read-only: snapshots and commits look
         # keys up here on every get and op, where a property or mapping proxy would cost.
         self.by_class: Mapping[type[StateKey[Any, Any]], KeyBinding] = by_class
+        """Read-only mapping from each key class to its binding."""
         self.by_name: Mapping[str, KeyBinding] = by_name
+        """Read-only mapping from each key string to its binding."""
         # Key strings by how a ThreadStore keeps them, so a save looks up only those.
         run = KeyScope.RUN
         self.stored_names = tuple(n for n, b in by_name.items() if b.stored)
@@ -163,6 +182,8 @@ class KeyRegistry:
         return cls(KeyBinding.of(key) for key in keys)
 
     def binding(self, key: type[StateKey[Any, Any]], *, plugin: str | None = None) -> KeyBinding:
+        """The binding of key class `key`. Raises `UnknownStateKey` when `key` is not
+        registered (naming `plugin` as the one that asked, if given)."""
         found = self.by_class.get(key)
         if found is None:
             name = getattr(key, "key", repr(key))

@@ -36,13 +36,23 @@ _HASH_ERRORS: tuple[type[BaseException], ...] = (*CODEC_ERRORS, TypeError)  # un
 class Snapshot:
     """The state as of one `revision`; `get` reads a key, `K in snapshot` asks if it is set.
 
-    `revision` grows by one with each commit that carries at least one state op.
+    A frozen, point-in-time view of the state. Taking one costs O(1). Get a snapshot from
+    `run.snapshot`, `ctx.snapshot`, `RunResult.snapshot` or `snapshot_of`. Do not construct
+    one yourself.
+
+    - `K in snapshot`: whether `K` holds a value. It is False after `clear(K)`, and False
+      for a key that is not registered (asking is harmless, reading one with `get` is an
+      error).
+    - `iter(snapshot)`: the registered key classes that hold a value.
+
+    See [concepts: snapshots](concepts.md#snapshots).
     """
 
     # A plain slotted class rather than an attrs one: msgspec encodes attrs classes field by
     # field, and a snapshot is encoded (`enc_hook`) as the map of its keys instead.
     __slots__ = ("_registry", "_values", "revision")
     revision: int
+    """An int that grows by one with each commit that carries at least one state op."""
     _values: immutables.Map[str, Any]
     _registry: KeyRegistry
 
@@ -68,7 +78,11 @@ class Snapshot:
         raise AttributeError(f"a Snapshot is frozen (cannot delete {name!r})")
 
     def get(self, key: type[StateKey[V, Any]]) -> V:
-        """The value of `key`, or its default when it holds none."""
+        """The value of `key`, or its default when it holds none.
+
+        Raises `UnknownStateKey` if `key` is not registered. A value of a mutable declared
+        type is deep-copied on every call.
+        """
         binding = self._registry.by_class.get(key)
         if binding is None:
             binding = self._registry.binding(key)  # raises UnknownStateKey
@@ -86,12 +100,12 @@ class Snapshot:
         return binding is not None and binding.name in self._values
 
     def view(self, schema: Any) -> Any:
-        """A validated instance of a schema-declared state (see `statekernel.StateSchema`): pass
-        the compiled `StateSchema` or the model / TypedDict class it was compiled from.
+        """The state as a validated model instance of a schema-declared state.
 
+        Pass the compiled `StateSchema` or the model / TypedDict class it was compiled from.
         Given the class, the schema is the one whose keys this snapshot's kernel registered;
         if the class was compiled under several prefixes and more than one is registered,
-        pass the StateSchema itself.
+        pass the StateSchema itself. See [schema](schema.md).
         """
         if isinstance(schema, type):
             return _registered_schema(self._registry, schema).view(self)
@@ -103,15 +117,18 @@ class Snapshot:
         )
 
     def state_hash(self) -> str:
-        """A hex digest of the state itself: every key that holds a value (run and thread keys,
-        the reserved `statekernel.` ones too), sorted by key string, each value in canonical
-        msgspec JSON (dict keys, set items and record fields sorted).
+        """A hex SHA-256 digest of the state itself.
+
+        It covers every key that holds a value (run and thread keys, the reserved
+        `statekernel.` ones too), sorted by key string, each value in canonical msgspec JSON
+        (dict keys, set items and record fields sorted).
 
         Equal held values give an equal hash in any process, whatever history produced them,
-        so two replicas, or a restored thread and the live one, can be compared cheaply. (A
-        key set to its default holds a value; a key never set or cleared holds none. Dict
-        keys count as their strings.) A value without a canonical encoding raises
-        `StateValidationError` naming its key. O(size of the state).
+        so two replicas, or a restored thread and the live one, can be compared cheaply; the
+        revision is not part of it. (A key set to its default holds a value; a key never set
+        or cleared holds none. Dict keys count as their strings.) A value without a canonical
+        encoding (one msgspec cannot encode) raises `StateValidationError` naming its key.
+        Costs O(size of the state).
         """
         digest = hashlib.sha256()
         for name in sorted(self._values):
@@ -141,6 +158,7 @@ class Snapshot:
 
     @property
     def registry(self) -> KeyRegistry:
+        """The `KeyRegistry` of the kernel that made this snapshot."""
         return self._registry
 
     def _stored_values(self) -> immutables.Map[str, Any]:
@@ -157,7 +175,10 @@ class Snapshot:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """Every key that holds a value, by key string (copied like `get`): for display."""
+        """Every key that holds a value, by key string and sorted (copied like `get`).
+
+        Meant for display.
+        """
         by_name = self._registry.by_name
         return {
             name: copy_of(value, name) if by_name[name].copy_values else value

@@ -52,23 +52,48 @@ logger = logging.getLogger("statekernel")
 
 
 class Kernel:
-    """The registry of a set of plugins and the keeper of thread state between runs.
+    """The registry built from a set of plugins, and the keeper of thread state between runs.
 
-    With a `thread_store`, persistent thread keys (and suspended runs) are saved there at
-    every checkpoint; without one they live in this kernel's memory and die with it.
-    `stores=` gives both stores as one `Stores` (`statekernel.stores.embedded()`: SQLite
-    files in a folder) instead of `profile_store=` and `thread_store=`.
-    `restore_errors="skip"` lets a run start when some stored value no longer decodes: that
-    key starts from its default and its stored bytes are kept unless the run writes it anew.
-    Stored thread keys that no plugin of this kernel registers are carried over untouched
-    (`unknown_keys="keep"`), so a plugin left out of one kernel finds its keys again in the
-    next; `unknown_keys="refuse"` makes loading such a thread a `StateError` naming them.
+    A kernel keeps each thread's state as its journal: every commit is journaled
+    (`history`, `state_at`, `verify`). It starts and resumes the `Run`s on its threads.
+    Registration is validated when the kernel is built, not mid-run
+    (`DuplicateRegistration`, `InvalidDeclaration`). See [agent](agent.md) and
+    [concepts: kernel and runs](concepts.md#kernel-and-runs).
 
-    Every commit is journaled (`history`, `state_at`, `verify`). A checkpoint appends the
-    commits since the last one to the store, and writes a snapshot of the persistent thread
-    keys once `snapshot_every` records accumulated since the previous snapshot (or once
-    they hold as many bytes as it, and at least 1 MiB); loading a thread replays at most
-    that many records on top of its newest snapshot.
+    - `plugins`: the plugins this kernel registers.
+    - `thread_store`: persistent thread keys (and suspended runs) are saved there at every
+      checkpoint. Without one, thread keys live in this kernel's memory and die with it.
+    - `profile_store`: where profile keys live (`kernel.profile` reads and writes them).
+    - `stores`: both stores as one [`Stores`](reference.md#statekernel.Stores)
+      (`statekernel.stores.embedded()`: SQLite files in a folder) instead of
+      `profile_store=` and `thread_store=`. A kernel never closes a store it was given.
+    - `max_phase_rounds` (default 16): how many rounds of scheduled actions one phase may
+      run before `PhaseRunLoopExceeded`. Below 1 raises `ValueError`.
+    - `restore_errors`: `"raise"` (the default) or `"skip"`; any other value raises
+      `ValueError`. `"skip"` lets a run start when a stored value no longer decodes: that
+      key starts from its default, and its stored bytes are kept unless the run writes it
+      anew.
+    - `snapshot_every` (default 1000): a checkpoint appends the commits since the last one
+      to the store, and writes a snapshot of the persistent thread keys once this many
+      records were saved since the last snapshot (or once they hold as many bytes as it,
+      and at least 1 MiB). A load replays at most that many records on top of its newest
+      snapshot. Not a positive int: `ValueError`. See
+      [durability and history](durability.md).
+    - `unknown_keys`: `"keep"` (the default) carries stored thread keys that no plugin of
+      this kernel registers over untouched, so a plugin left out of one kernel finds its
+      keys again in the next. `"refuse"` makes loading a thread that holds any a
+      `StateError` naming them (Awaken's strict restore); nothing is loaded. Any other
+      value raises `ValueError`.
+    - `retention`: how much of each thread's journal is kept, a
+      [`Retention`](reference.md#statekernel.Retention) (None: the default, `Retention()`,
+      the newest 1,000 revisions). Anything else raises `TypeError`.
+
+    Attributes:
+
+    - `kernel.plugin_ids`: the ids of its plugins.
+    - `kernel.profile_store`, `kernel.thread_store`: the stores it was given (or None).
+    - `kernel.retention`: its `Retention`.
+    - `kernel.profile`: a `ProfileAccess` on the profile store, or None without one.
     """
 
     def __init__(
@@ -142,6 +167,7 @@ class Kernel:
 
     @property
     def plugin_ids(self) -> tuple[str, ...]:
+        """The ids of the plugins this kernel registers, in registration order."""
         return self.components.plugin_ids
 
     async def start_run(
@@ -153,10 +179,17 @@ class Kernel:
         parent_run_id: str | None = None,
         active_hook_filter: Iterable[str] = (),
     ) -> Run:
-        """Open a run on `thread_id`; runs no phase (the caller runs RUN_START).
+        """Open a run on `thread_id`; runs no phase (the caller runs `RUN_START`).
 
-        Run keys start at their defaults; thread keys are restored; the revision continues
-        from the thread's last one.
+        Run keys start at their defaults, thread keys are restored, and the revision
+        continues from the thread's last one. `agent` names the `AgentSpec` of the run;
+        `parent_thread_id` and `parent_run_id` go into its `RunIdentity`;
+        `active_hook_filter` names the plugins whose hooks, tool gates and request
+        transforms may run (empty: every plugin's).
+
+        Raises `StateError` if the thread already has a live run in this kernel or a
+        suspended run. Raises `ValueError` for an empty `thread_id` or a filter that names
+        an unknown plugin.
         """
         hook_filter = self._check_filter(tuple(active_hook_filter))
         thread = await self._home.claim(thread_id)
@@ -181,8 +214,9 @@ class Kernel:
     async def resume_run(self, thread_id: str) -> tuple[Run, bytes]:
         """Reopen the suspended run of `thread_id` exactly as it was suspended.
 
-        Returns the run and the detail bytes its suspender stored. Raises `StateError` when
-        the thread has no suspended run.
+        Returns the run and the detail bytes passed to `run.suspend` (or to
+        `run.checkpoint(resumable=...)`). Raises `StateError` when the thread has no
+        suspended run.
         """
         thread = await self._home.claim(thread_id)
         try:
@@ -223,20 +257,28 @@ class Kernel:
     ) -> list[CommitRecord]:
         """The thread's saved commits with `revision > since`, oldest first (at most `limit`).
 
-        From the ThreadStore, or this kernel's memory without one. A live run's commits
-        appear once it saves them (at every checkpoint, suspension and run end)."""
+        From the ThreadStore, or this kernel's memory without one. A run's commits appear
+        once it saved them (at every checkpoint, suspension and run end). A thread nothing
+        saved raises `UnknownThread`. With a ThreadStore, ops of `persistent=False` thread
+        keys appear only in the kernel that made them (they are journaled in memory only).
+        """
         return await self._history.history(thread_id, since=since, limit=limit)
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
         """The thread keys exactly as they were right after `revision` committed.
 
         Rebuilt from the newest snapshot at or before it and the records after that. A
-        revision never reached, or pruned, raises `UnknownRevision`."""
+        revision never reached, or pruned, raises `UnknownRevision`; a thread nothing saved,
+        `UnknownThread`."""
         return await self._history.state_at(thread_id, revision)
 
     async def threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
-        """The ids of the threads saved where this kernel keeps them (its ThreadStore, or its
-        memory), that start with `prefix` (literally), sorted, at most `limit`."""
+        """The ids of the threads saved where this kernel keeps them, sorted.
+
+        Those in its ThreadStore (or, without one, its memory) that start with `prefix`
+        (literally), at most `limit`. A thread whose run has not saved yet is not listed. A
+        `prefix` that is not a string raises `TypeError`; a `limit` that is not None or an
+        int >= 0, `ValueError`."""
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a string, got {prefix!r}")
         if limit is not None and (
@@ -256,41 +298,54 @@ class Kernel:
         return await self._history.state_at(thread_id, head)
 
     async def run_events(self, thread_id: str) -> list[RunEvent]:
-        """What the thread's runs did beyond their commits, oldest first: each phase
-        (`PhaseRun`: its hooks' plugins, re-runs, effects, actions), each tool gate decision
-        (`GateRun`) and how each tool call ended (`ToolRun`), as their saves journaled them.
-        Empty where the ThreadStore does not keep them (`SupportsRunEvents`); a thread
-        nothing saved raises `UnknownThread`."""
+        """What the thread's runs did beyond their commits, oldest first.
+
+        Each phase (`PhaseRun`: its hooks' plugins, re-runs, effects, actions), each tool
+        gate decision (`GateRun`) and how each tool call ended (`ToolRun`), as their saves
+        journaled them: the [run events](reference.md#statekernel.RunEvent). Empty where the
+        ThreadStore does not keep them (`SupportsRunEvents`); a thread nothing saved raises
+        `UnknownThread`."""
         if await self._history.head(thread_id) is None:
             raise UnknownThread(thread_id)
         return await self._home.run_events(thread_id)
 
     async def export_state(self, thread_id: str, *, revision: int | None = None) -> ExportedState:
-        """The thread's stored keys at `revision` (None: its head) as plain JSON data, every
-        key included: those this kernel's plugins register as their values encode, the
-        others as far as their stored bytes go (`ExportedState.as_of` names those whose
-        later updates only their declaration can apply). For tools that show a thread to
-        people or other programs, whoever wrote it; a thread nothing saved raises
-        `UnknownThread`."""
+        """Every stored key of the thread at `revision` (None: its head) as plain JSON data.
+
+        The keys this kernel's plugins register appear as their values encode, every other
+        key as far as its stored bytes go (`ExportedState.as_of` names those whose later
+        updates only their declaration can apply). For tools that show a thread to people
+        or other programs, whoever wrote it; it is what `statekernel show --json` prints.
+        A thread nothing saved raises `UnknownThread`, a revision it does not hold
+        `UnknownRevision`."""
         return await self._history.export(thread_id, revision)
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:
-        """Make `new_thread_id` a thread whose state and history up to `revision` are the
-        source's; the source is untouched. An existing `new_thread_id` raises `StateError`."""
+        """Make `new_thread_id` a new thread whose state and history up to `revision` are
+        the source's.
+
+        The source is untouched. An existing `new_thread_id` raises `StateError`."""
         await self._history.fork(thread_id, revision, new_thread_id)
 
     async def verify(self, thread_id: str) -> ReplayReport:
-        """Rebuild the thread from its journal alone and compare it with what was stored, at
-        every snapshot and at the head; the report names the first revision that differs."""
+        """Rebuild the thread from its journal alone and compare it with what was stored.
+
+        The rebuilt state is compared at every stored snapshot and at the head; the
+        `ReplayReport` names the first revision that differs. A thread nothing saved raises
+        `UnknownThread`."""
         return await self._history.verify(thread_id)
 
     async def prune(
         self, thread_id: str, *, before: int | None = None, keep: int | None = None
     ) -> None:
-        """Forget history older than revision `before` (or all but the newest `keep`
-        revisions), as far as snapshots allow: the newest snapshot at or before that
-        revision and everything after it stay. `state_at` of an older revision raises
-        `UnknownRevision`; everything newer still works."""
+        """Forget history older than revision `before`, or all but the newest `keep`
+        revisions.
+
+        Give exactly one of them (else `ValueError`; so is a `keep` that is not an int >= 0).
+        History goes as far as snapshots allow: the newest snapshot at or before that
+        revision, and everything after it, stay. `state_at` of an older revision raises
+        `UnknownRevision`; everything newer still works. A kernel's `Retention` prunes this
+        way on its own at every save that writes a snapshot."""
         if (before is None) == (keep is None):
             raise ValueError("prune takes one of before=<revision> or keep=<count of revisions>")
         if keep is not None:
@@ -314,16 +369,16 @@ class Kernel:
         revision.
 
         Validated and atomic like every commit, journaled with source `"external"`. Only
-        thread-scoped keys can be written, and effects and scheduled actions are refused
-        (there is no run to dispatch them). A thread with a live or suspended run raises
-        `StateError`; so does one another kernel saved since this one loaded it
-        (`RevisionConflict`).
+        thread-scoped keys can be written; effects and scheduled actions raise `StateError`
+        (there is no run to dispatch them), and so does a run key. A thread with a live or
+        suspended run raises `StateError`; so does one another kernel saved since this one
+        loaded it (`RevisionConflict`). Anything but a `StateCommand` raises `TypeError`.
 
-        `replacing` names keys whose stored value is replaced, not read: each is cleared
-        first, in the same commit, and its stored bytes need not decode into today's type.
-        This is how a key whose type changed is dropped (`StateCommand()` with
-        `replacing=[K]`) or migrated (read its old value with `read_stored`, write the new
-        one in `command`).
+        `replacing` names keys whose stored value is cleared first, in the same commit,
+        without being read: their stored bytes need not decode into today's type. This is
+        how a key whose type changed is dropped (`StateCommand()` with `replacing=[K]`) or
+        migrated (read its old value with `read_stored`, write the new one in `command`).
+        Any other stored key that no longer decodes still raises `StateError`.
         """
         if not isinstance(command, StateCommand):
             raise TypeError(f"update_state takes a StateCommand, got {command!r}")
@@ -392,14 +447,17 @@ class Kernel:
             self._home.release(thread_id)
 
     async def read_stored(self, thread_id: str, key: type[StateKey[Any, Any]]) -> Any:
-        """The value the thread last saved for `key`'s key string, read with `key`'s
-        declaration, which need not be the one this kernel registers: give the old
+        """The value the thread last saved for `key`'s key string, read with `key`'s own
+        declaration.
+
+        That declaration need not be the one this kernel registers: give the old
         declaration of a key whose type changed, and this is its old value, typed as it was
         (its snapshot and journal decoded and replayed with the old types and `apply`).
         What a migration reads before it writes the new value with
         `update_state(..., replacing=[NewKey])`. None when the thread holds no value.
         Without a ThreadStore, values live in this kernel's memory, decoded with its own
-        declarations: the value held is returned as it is."""
+        declarations: the value held is returned as it is. See
+        [agent: a key whose type changed](agent.md#a-key-whose-type-changed)."""
         return await self._home.read_as(thread_id, KeyBinding.of(key))
 
     def _decode_action(

@@ -115,7 +115,19 @@ class Lease:
 
 
 class Run:
-    """One run on one thread: phases, tool gates and submissions, strictly one at a time."""
+    """One run on one thread: phases, tool gates and submissions, strictly one at a time.
+
+    Get it from `kernel.start_run` or `kernel.resume_run`, not from the constructor. Its
+    calls run strictly one at a time. Once the run is finished, `run_phase`, `tool_gate`,
+    `submit`, `handle_tool_call`, `execute_tool`, `checkpoint`, `finish` and `suspend`
+    raise `StateError`, and `abandon` does nothing.
+
+    Attributes:
+
+    - `run.identity`: its `RunIdentity` (run id, thread id, agent, parent thread and run).
+      A save that rebased under a new run id updates it (see `rebases`).
+    - `run.agent`: its `AgentSpec` (the agent's name and active hook filter).
+    """
 
     def __init__(
         self,
@@ -159,14 +171,17 @@ class Run:
 
     @property
     def snapshot(self) -> Snapshot:
+        """The run's current snapshot: the state as of its last commit."""
         return self._state.snapshot
 
     @property
     def revision(self) -> int:
+        """The revision of the current snapshot."""
         return self._state.revision
 
     @property
     def finished(self) -> bool:
+        """Whether the run is closed (finished, suspended or abandoned)."""
         return self._finished
 
     @property
@@ -177,8 +192,12 @@ class Run:
 
     @property
     def rebases(self) -> tuple[Rebase, ...]:
-        """The saves of this run that landed after another kernel's (`Rebase`: onto which
-        revision, and the run id they were journaled under), oldest first."""
+        """The saves of this run that landed after another kernel's save of the thread.
+
+        One `Rebase(onto, revision, run_id)` per such save (onto which revision, where this
+        run's commits now end, and the run id they were journaled under), oldest first;
+        empty when none did. See [durability: saves that merge what
+        commutes](durability.md#saves-that-merge-what-commutes)."""
         return tuple(self._lease.rebases)
 
     async def _save(self, suspended: SuspendedRun | None = None) -> None:
@@ -196,8 +215,9 @@ class Run:
 
     @property
     def step(self) -> int:
-        """How many STEP_START phases this run has begun (0 before the first); the journal
-        records it with every commit."""
+        """How many `STEP_START` phases this run has begun (0 before the first).
+
+        Kept across a suspension. The journal records it with every commit."""
         return self._state.step
 
     def add_commit_listener(self, listener: Callable[[Snapshot], None]) -> None:
@@ -205,18 +225,25 @@ class Run:
         self._state.add_listener(listener)
 
     def add_phase_listener(self, listener: PhaseListener) -> None:
-        """Call `listener(run, report)` after every phase of this run (tracing, demos); an async
-        listener is awaited before the phase returns."""
+        """Call `listener(run, report)` after every phase of this run (tracing, demos).
+
+        An async listener is awaited before the phase returns. A listener that raises fails
+        the call with `HookFailed` (plugin `"phase listener"`); the phase has committed by
+        then."""
         self._phase_listeners.append(listener)
 
     def add_phase_start_listener(self, listener: PhaseStartListener) -> None:
-        """Call `listener(run, phase)` before every phase of this run begins; an async
-        listener is awaited first."""
+        """Call `listener(run, phase)` before every phase of this run begins.
+
+        An async listener is awaited first. `agent.stream` is built on this and
+        `add_record_listener`."""
         self._start_listeners.append(listener)
 
     def add_record_listener(self, listener: Callable[[CommitRecord], None]) -> None:
         """Call `listener(record)` after every commit of this run with its `CommitRecord`,
-        every op included (what `kernel.history` shows of it without a store)."""
+        every op included (what `kernel.history` shows of it without a store).
+
+        `agent.stream` is built on this and `add_phase_start_listener`."""
         state = self._state
         journal = self._lease.journal
         journal.writer.write_every_op()  # a save sorts them for the store
@@ -231,7 +258,10 @@ class Run:
     async def run_phase(self, phase: Phase | str, **fields: Any) -> PhaseReport:
         """Run one phase: gather, merge, commit, effects, then its actions until converged.
 
-        `phase` is a `Phase` or its name in any case (`"step_start"`).
+        `phase` is a `Phase` or its name in any case (`"step_start"`); anything else raises
+        `StateError` listing the phases. `fields` may be `messages` (a tuple), `tool_call`,
+        `response` and `tool_result`, which the phase's `PhaseContext` carries; any other
+        field raises `TypeError`.
         """
         if self._finished:
             self._check_open()
@@ -271,17 +301,24 @@ class Run:
         return report
 
     async def tool_gate(self, tool_call: ToolCall, **fields: Any) -> GateDecision | None:
-        """Run TOOL_GATE hooks for `tool_call`, then the tool gates; return the decision."""
+        """Run the `TOOL_GATE` hooks for `tool_call`, then the tool gates on the resulting
+        snapshot; return the decision.
+
+        The decision is a `Block`, `Suspend` or `SetResult`, or None when the call may run.
+        `fields` are the phase's fields, as for `run_phase`."""
         decision, _ = await self._tool_gate(tool_call, fields)
         return decision
 
     async def submit(
         self, command: StateCommand, *, source: str = "submit", phase: Phase | None = None
     ) -> PhaseReport:
-        """Commit a command from outside a hook through the same path (atomic, validated).
+        """Commit a command from outside a hook through the same path as a hook's.
 
-        Its journal record names `source` (who made it: the Agent says `"agent:input"`,
-        `"agent:model"`, `"tool:<name>"`, ...) and `phase` (the phase it belongs to)."""
+        Checked, atomic, and its effects dispatched. Its journal record names `source` (who
+        made it) and `phase` (a `Phase`, or None: outside any); the Agent's own commits use
+        `"agent:input"`, `"agent:model"`, `"tool:<name>"` and the like (see
+        [agent](agent.md#the-agent-in-ten-lines)). An empty `source` or a `phase` that is
+        not a `Phase` raises `TypeError`."""
         if not isinstance(source, str) or not source:
             raise TypeError(f"source must be a non-empty string, got {source!r}")
         if phase is not None and not isinstance(phase, Phase):
@@ -291,10 +328,17 @@ class Run:
             return await self._engine.submit(command, source=source, phase=phase)
 
     async def retry(self, letter: DeadLetter | str) -> PhaseReport:
-        """Schedule a dead letter's action again, as its next attempt. It runs in its phase's
-        convergence loop, as when it was first scheduled. The letter stays in `DeadLetters`
-        until then: the action's own commit takes it out, or, if it fails again, replaces
-        it with its next letter. A run that ends before the phase comes keeps the letter."""
+        """Schedule a dead letter's action again, as its next `attempt`.
+
+        `letter` is a `DeadLetter` or its id. The action runs in its phase's convergence
+        loop, as when it was first scheduled. The letter stays in `DeadLetters` until then:
+        the action's own commit takes it out, or, if it fails again, replaces it with its
+        next letter. A run that ends before the phase comes keeps the letter.
+
+        A letter the thread does not hold or that is already being retried, a `DeadLetter`
+        read from another thread (ids are unique within a thread only), one whose payload
+        was not kept or no longer decodes, or one whose action has no handler raises a
+        `StateError`; anything but a letter or a string, `TypeError`."""
         if not isinstance(letter, DeadLetter | str):
             raise TypeError(
                 f"run.retry takes a DeadLetter or its id, got {type(letter).__name__} "
@@ -353,11 +397,14 @@ class Run:
         before_execute: Callable[[], Awaitable[None]] | None = None,
         on_run: Callable[[], None] | None = None,
     ) -> ToolResult:
-        """Take one tool call through its whole life: gate, BEFORE_TOOL_EXECUTE, the tool,
-        its command, AFTER_TOOL_EXECUTE. (`execute_tool` is the middle part: the tool run.)
+        """Take one tool call through its whole life: the gate, `BEFORE_TOOL_EXECUTE`, the
+        tool, its command, `AFTER_TOOL_EXECUTE`.
 
-        A Block, a tool that raises, or a rejected tool command fail only this call: the
-        result carries the reason for the model, and state is untouched by the failure.
+        `execute_tool` is the middle part: the tool run. `messages` is the conversation the
+        phases see. A Block, a tool that raises, or a rejected tool command fail only this
+        call: the result carries the reason for the model, and state is untouched by the
+        failure. `run.call_tool`, its earlier name, still works and warns
+        (`DeprecationWarning`) until 0.2.0.
         `before_execute` is awaited once the gates let the tool run, before
         BEFORE_TOOL_EXECUTE (the Agent saves the run there, so that a crash cannot run the
         tool twice unseen, and a resume runs that phase's hooks once). `on_run` is called
@@ -386,8 +433,12 @@ class Run:
         return self._tool_span if self._tool_span is not None else self._span
 
     def model_call_span(self, model: str) -> AbstractContextManager[Any]:
-        """A span for one model call of this run (`chat {model}`), or nothing when the run
-        is not traced; `note_model_response(span, response)` completes it."""
+        """A context manager for one model call of this run.
+
+        It opens the `chat {model}` span under the run's when the run is traced
+        ([tracing](observability.md)); else it does nothing and yields None. The Agent
+        calls it around each model call; `note_model_response(span, response)` puts what
+        the model answered on the span."""
         if self._span is None:
             return contextlib.nullcontext()
         assert self._tracing is not None
@@ -440,9 +491,11 @@ class Run:
         messages: tuple[Message, ...] = (),
         on_run: Callable[[], None] | None = None,
     ) -> ToolResult:
-        """Run BEFORE_TOOL_EXECUTE, then the tool with that phase's context (`on_run()` right
-        before it), then commit the tool's command. Used by `handle_tool_call`, and by a resume
-        that skips the gate."""
+        """The middle of a call's life: `BEFORE_TOOL_EXECUTE`, then the tool, then its command.
+
+        The tool runs with that phase's context (`on_run()` right before it); there is no
+        gate and no `AFTER_TOOL_EXECUTE`. Used by `handle_tool_call`, and by a resume that
+        skips the gate."""
         result = await self._execute_tool(tool_call, tool, messages, on_run)
         return self._note_tool(result)
 
@@ -499,7 +552,8 @@ class Run:
     async def shape_request(self, request: Any) -> Any:
         """Apply the active request transforms, in registration order, before an inference.
 
-        Each is `(request, snapshot) -> request`; they see the snapshot as it is now.
+        Each is `(request, snapshot) -> request`; they see the snapshot as it is now. A
+        transform that raises, or returns another type, fails with `HookFailed`.
         """
         for transform in self._kernel.components.transforms:
             if not self.agent.allows(transform.plugin):
@@ -521,17 +575,18 @@ class Run:
         return request
 
     async def checkpoint(self, *, resumable: bytes | None = None) -> None:
-        """Persist the thread keys now (the Agent calls this at every STEP_END).
+        """Persist the thread keys now (the Agent calls this at every `STEP_END`).
 
-        With `resumable`, the whole run is saved as `suspend(resumable)` would save it (run
-        keys and waiting actions included) and stays open: if the process dies before the
-        next save, `kernel.resume_run` reopens the run from here and hands back
-        `resumable`. The Agent does this before running a tool, so that a crash can never
+        With `resumable` (bytes), the whole run is saved as `suspend(resumable)` would save
+        it (run keys and waiting actions included) and stays open: if the process dies
+        before the next save, `kernel.resume_run` reopens the run from here and returns
+        `resumable`. The Agent does this before each tool runs, so that a crash can never
         silently run it twice. The next save (checkpoint, finish, suspend) replaces it.
 
-        The save is a compare-and-set on the thread's write position in the store: if
-        another kernel saved the thread since this run loaded it (even without a commit),
-        this raises `RevisionConflict` and saves nothing.
+        Like every save (`finish`, `suspend`), it is a compare-and-set on the thread's write
+        position in the store: if another kernel saved the thread since this run loaded it
+        (even without committing anything), this raises `RevisionConflict` and saves
+        nothing.
         """
         self._check_open()
         record = self._suspended_record(resumable) if resumable is not None else None
@@ -539,10 +594,11 @@ class Run:
             await self._save(record)
 
     async def finish(self, **fields: Any) -> PhaseReport:
-        """Run RUN_END, save the thread keys and close the run.
+        """Run `RUN_END`, save the thread keys and close the run.
 
-        The thread is saved and released even if RUN_END fails, with the state as last
-        committed; the failure is then raised.
+        `fields` are the phase's fields, as for `run_phase`. The save and the close happen
+        even if `RUN_END` fails, with the state as last committed; the failure is then
+        raised.
         """
         self._check_open()
         try:
@@ -551,10 +607,10 @@ class Run:
             await self._close(save=True)
 
     async def suspend(self, detail: bytes = b"") -> None:
-        """Save the whole run -- run keys included -- and close it without RUN_END.
+        """Save the whole run, run keys included, and close it without `RUN_END`.
 
         `kernel.resume_run(thread_id)` reopens it exactly as it was, in this or any
-        process sharing the ThreadStore, and hands back `detail`.
+        process sharing the ThreadStore, and returns `detail`.
         """
         self._check_open()
         record = self._suspended_record(detail)
@@ -715,10 +771,12 @@ class Run:
         )
 
     def note_tool_result(self, result: ToolResult) -> None:
-        """Journal how a tool call ended (a `ToolRun` run event, for the trace), when it ended
-        outside `handle_tool_call`: an outside decision on a suspended call, a call of a tool
-        that does not exist, a call answered because its run stopped. A call already noted
-        with the same status is not noted twice."""
+        """Journal how a tool call ended (a `ToolRun` run event, for the trace).
+
+        For a call that ended outside `handle_tool_call` and `execute_tool`, which journal
+        their own: an outside decision on a suspended call, a call of a tool that does not
+        exist, a call answered because its run stopped. A call already journaled with the
+        same status is not journaled twice."""
         self._note_tool(result)
 
     def _note_tool(self, result: ToolResult) -> ToolResult:

@@ -20,15 +20,23 @@ __all__ = ["Stores", "chosen_stores"]
 
 @attrs.frozen
 class Stores:
-    """A `ThreadStore` and a `ProfileStore` that belong together.
+    """The two stores a program keeps its state in, as one value: a `ThreadStore` and a
+    `ProfileStore` that belong together.
 
+    `Stores(thread_store, profile_store)`. `Kernel`, `Agent` and `AgentTeam` take it as
+    `stores=` instead of `thread_store=` and `profile_store=` (giving both ways raises
+    `TypeError`, and so does a `stores=` that is not a `Stores`).
+    `statekernel.stores.embedded()` and `statekernel.stores.open_stores(db)` make one.
     `async with stores:` closes both on leaving (each store also closes on its own, and
-    reopens on next use)."""
+    reopens on next use). Without any store, a kernel keeps everything in the process's
+    memory, and it dies with it.
+    """
 
     thread_store: ThreadStore
     profile_store: ProfileStore
 
     async def close(self) -> None:
+        """Close both stores, the thread store first (each reopens on next use)."""
         try:
             await self.thread_store.close()
         finally:

@@ -77,15 +77,20 @@ _View = TypeVar("_View", bound="ProfileAccess")
 class ProfileAccess:
     """Typed, async access to shared and profile entries: what hooks see as `ctx.profile`.
 
-    Build one on any `ProfileStore`. `keys`, when given (the kernel passes the profile keys
-    its plugins registered), is checked on every call, so a key nobody registered fails with
-    `UnknownProfileKey` instead of writing a namespace nobody reads. `key` arguments are a
-    `StateScope` or any string. Reads go to the store, never the snapshot.
+    Build one on any `ProfileStore` (`store`). `keys`, when given (the kernel passes the
+    profile keys its plugins registered), is checked on every call, so a key nobody
+    registered fails with `UnknownProfileKey` instead of writing a namespace nobody reads.
+    `key` arguments are a `StateScope` or any string. Reads go to the store, never the
+    snapshot.
 
-    Written values are checked against the key's type and `max_value_bytes` (measured on
-    the encoded JSON) before anything is written. `update` is a read-modify-write that never
-    loses a concurrent write: atomic in the store when it `SupportsAtomicUpdate`, otherwise
-    compare-and-set retried up to `max_update_attempts` times with jittered backoff.
+    Each written value is checked before anything is written. A value of the wrong type, or
+    one that would not read back, raises `StateValidationError`. A value over
+    `max_value_bytes` (default 16 MiB, `16 * 1024 * 1024`) of encoded JSON raises
+    `StoreError`. `update` is a read-modify-write that never loses a concurrent write:
+    atomic in the store when it `SupportsAtomicUpdate`, otherwise compare-and-set retried up
+    to `max_update_attempts` (default 32) times with jittered backoff. A store error that is
+    not a `StateError` is wrapped in `StoreError`. Non-positive limits raise `ValueError`.
+    See [state layers: `ctx.profile`](state-layers.md#reading-and-writing-ctxprofile).
     """
 
     __slots__ = (
@@ -120,13 +125,16 @@ class ProfileAccess:
 
     @property
     def store(self) -> ProfileStore:
-        """The store this access reads from and (eventually) writes to."""
+        """The underlying store this access reads from and (eventually) writes to."""
         return self._store
 
     # -- the hook-facing API ---------------------------------------------------------------
 
     async def read(self, key_cls: type[ProfileKey[V]], key: str) -> V:
-        """The entry's value, or the key's default when the entry does not exist."""
+        """The entry's value, or the key's default when the entry does not exist.
+
+        A stored value that no longer decodes raises `DecodeFailed`, for that entry only.
+        """
         info, record = self._resolve(key_cls, key)
         entry = await self._store_call("get", info, record, self._store.get(info.name, record))
         return cast(V, self._decode(info, record, _ABSENT if entry is None else entry.value))
@@ -157,14 +165,17 @@ class ProfileAccess:
         return cast(V, await self._update(info, record, fn))
 
     async def list(self, owner: str) -> dict[type[ProfileKey[Any]], Any]:
-        """Every entry `owner` holds (an agent, `"system"`, a scope string), across every
-        registered profile key: key class -> its value, decoded to the key's type. A key
-        `owner` holds no entry of is left out (rather than given its default), so the
-        result says what is stored. Keys come in the order of their key strings.
+        """Every entry `owner` holds, across every registered profile key.
+
+        `owner` is a string or `StateScope` (an agent, `"system"`, a scope string). The
+        result maps key class -> its value, decoded to the key's type. A key `owner` holds
+        no entry of is left out (rather than given its default), so the result says what is
+        stored. Keys come in the order of their key strings.
 
         An entry that no longer decodes is left out and logged (a warning naming its key,
         owner and why), so one bad entry costs only itself; `read` of it still raises
-        `DecodeFailed`."""
+        `DecodeFailed`. Needs the registered keys (`ctx.profile`, `kernel.profile`, or
+        `keys=`): otherwise `StateError`."""
         keys = self._registered("list", owner)
         raws = await asyncio.gather(
             *(self._raw(key_cls, owner) for key_cls in keys), return_exceptions=True
@@ -184,24 +195,34 @@ class ProfileAccess:
         return found
 
     async def forget(self, owner: str) -> None:
-        """Remove every entry `owner` holds, across every registered profile key; entries
-        of other owners stay. Each key's entry is deleted as `delete` does it (so a
+        """Remove every entry `owner` holds, across every registered profile key.
+
+        Entries of other owners stay. Each key's entry is deleted as `delete` does it (so a
         buffered view records the deletes, and a read-only one refuses). Named apart from
-        `ProfileStore.clear(namespace)`, which empties one namespace of every owner."""
+        `ProfileStore.clear(namespace)`, which empties one namespace of every owner.
+        `access.clear(owner)`, its earlier name, still works and warns
+        (`DeprecationWarning`) until 0.2.0. Needs the registered keys (`ctx.profile`,
+        `kernel.profile`, or `keys=`): otherwise `StateError`."""
         for key_cls in self._registered("forget", owner):
             await self.delete(key_cls, owner)
 
     clear = renamed(forget, "clear", until="0.2.0")
 
     def buffered(self) -> BufferedProfileAccess:
-        """A view whose writes are recorded and sent to the store only by `apply()`."""
+        """A `BufferedProfileAccess` on the same store.
+
+        Its writes are recorded and sent to the store only by `apply()`.
+        """
         view = self._view_as(BufferedProfileAccess)
         view._ops = []
         view._overlay = {}
         return view
 
     def read_only(self, reason: str = _GATE_REASON) -> ReadOnlyProfileAccess:
-        """A view that reads like this one and refuses every write with `StateError`."""
+        """A `ReadOnlyProfileAccess` on the same store.
+
+        It reads like this one and refuses every write with `StateError` (saying `reason`).
+        """
         view = self._view_as(ReadOnlyProfileAccess)
         view._reason = reason
         return view
@@ -375,14 +396,17 @@ class _Op:
 class BufferedProfileAccess(ProfileAccess):
     """A ProfileAccess whose `write`, `delete` and `update` are recorded, not sent.
 
-    Made by `access.buffered()`; the engine gives one to each hook run. Reads see the
-    buffer first, so a hook reads its own writes (after `update`, the provisional value
-    computed against the value read then).
+    Made by `access.buffered()`; the engine gives one to each hook call, action handler and
+    tool. Reads see the buffer first, so a hook reads its own writes (after `update`, the
+    provisional value computed against the value read then).
     `apply()` sends the recorded operations to the store in order, right after the hook's
     command commits; `discard()` drops them (a deferred or failed hook: its re-run gets a new
     buffer and makes its writes anew, so nothing is ever written twice). A recorded `update`
     runs its function again at apply time against the store's value then, exactly as
     `ProfileAccess.update` does: the value returned inside the hook was provisional.
+
+    See [state layers: writes travel with the
+    command](state-layers.md#writes-travel-with-the-command).
     """
 
     __slots__ = ("_ops", "_overlay")
@@ -464,7 +488,11 @@ class ReadOnlyProfileAccess(ProfileAccess):
     """A ProfileAccess that reads and refuses every write with `StateError`.
 
     Made by `access.read_only(reason)`. Tool gates get this one: a gate is re-evaluated
-    whenever the engine likes, so a write there could happen any number of times.
+    whenever the engine likes, so a write there could happen any number of times. `write`,
+    `delete` and `update` raise `StateError` (naming `reason`); reads work as usual.
+
+    See [state layers: writes travel with the
+    command](state-layers.md#writes-travel-with-the-command).
     """
 
     __slots__ = ("_reason",)

@@ -29,11 +29,29 @@ class ProfileKeyInfo:
 class ProfileKey(DeclaredToken, Generic[V]):
     """Base class of shared/profile entry types: subclass as `ProfileKey[Value]`.
 
-    Set `key` (the namespace string in the store) and optionally `default` (immutable) or
-    `default_factory`; otherwise a missing entry reads as `Value()`, and a type without a
-    zero value must declare a default (checked when the class is created). The class itself
-    is the token: `await ctx.profile.read(TeamContext, scope)`. A subclass without `key`, or
-    with an unbound type variable, is an abstract base for other keys.
+    ```python
+    from statekernel import ProfileKey
+
+
+    class Locale(ProfileKey[str]):  # ProfileKey[Value]
+        key = "locale"  # the namespace in the store
+        default = "en-US"
+    ```
+
+    It names a kind of shared or profile entry: a namespace string and a value type. The
+    class itself is the token: `await ctx.profile.read(Locale, scope)`. Creating an instance
+    raises `TypeError` (`InvalidDeclaration`).
+
+    - Set `key` (the namespace string in the store) and optionally `default` (immutable) or
+      `default_factory`. A missing entry reads as `default`, or `default_factory()`, or
+      else `Value()`. A type with no zero value must declare a default
+      (`InvalidDeclaration` when the class is created).
+    - Values must be msgspec-encodable.
+    - Register the key with `registrar.register_profile_key(P)`.
+
+    A subclass without `key`, or with an unbound type variable, is an abstract base for
+    other keys. See
+    [state layers: declaring](state-layers.md#declaring-shared-and-profile-state).
     """
 
     _family = TokenFamily(
@@ -45,6 +63,7 @@ class ProfileKey(DeclaredToken, Generic[V]):
         usage="Pass the class: await ctx.profile.read({name}, scope)",
     )
     key: ClassVar[str]
+    """Required. The namespace string of the key's entries in the store."""
     __statekernel_profile_key__: ClassVar[ProfileKeyInfo | None] = None
 
     @classmethod
@@ -61,6 +80,13 @@ class ProfileKey(DeclaredToken, Generic[V]):
 
 
 def profile_key_info(key: Any) -> ProfileKeyInfo:
-    """The derived facts of a concrete ProfileKey class, or a clear error for anything else."""
+    """The derived facts of a concrete ProfileKey class, or a clear error for anything else.
+
+    Returns what the kernel derived from the declaration when the class was created: `name`
+    (the namespace string), `value_type` and `make_default()` (a fresh default value).
+
+    An abstract key (no `key` string, or an unbound type variable) or a class that is not a
+    profile key raises `InvalidDeclaration` saying which.
+    """
     info: ProfileKeyInfo = declared_info(key, ProfileKey)
     return info

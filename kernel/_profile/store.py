@@ -44,6 +44,7 @@ __all__ = [
 DEFAULT_MAX_VALUE_BYTES = 16 * 1024 * 1024
 """Largest value, measured as encoded JSON, that a ProfileAccess or store accepts (16 MiB).
 
+It is the profile stores' default size limit per encoded value (their `max_value_bytes`).
 A profile entry is read whole on every access; anything bigger belongs in a file or blob
 store, with a reference kept here."""
 
@@ -54,10 +55,11 @@ store, with a reference kept here."""
 class Entry(msgspec.Struct, frozen=True):
     """One stored entry as a store returns it: the value is JSON-compatible builtins.
 
-    `version` is 1 when the entry is created and grows by one per write; `updated_at` is
-    the time of the last write in seconds since the epoch. A msgspec Struct rather than an
-    attrs class because it is a stored entry, and because every get and set builds one:
-    a Struct is built several times faster.
+    `Entry(namespace, key, value, version, updated_at)`: `value` is made of JSON-compatible
+    builtins. `version` is 1 when the entry is created and grows by one per write;
+    `updated_at` is the time of the last write in seconds since the epoch. A msgspec Struct
+    rather than an attrs class because it is a stored entry, and because every get and set
+    builds one: a Struct is built several times faster.
     """
 
     namespace: str
@@ -69,7 +71,8 @@ class Entry(msgspec.Struct, frozen=True):
 
 @runtime_checkable
 class ProfileStore(Protocol):
-    """Async storage of JSON-compatible entries by `(namespace, key)`.
+    """Async storage of JSON-compatible entries by `(namespace, key)`: a runtime-checkable
+    protocol.
 
     `set(..., expected_version=n)` is a compare-and-set: it writes only if the entry's
     version is `n` (`0`: the entry must not exist) and raises `VersionConflict` otherwise;
@@ -79,28 +82,45 @@ class ProfileStore(Protocol):
     """
 
     async def get(self, namespace: str, key: str) -> Entry | None:
-        """The entry, or None when absent."""
+        """The entry, or None when absent.
+
+        An entry that no longer decodes raises `DecodeFailed`.
+        """
         ...
 
     async def set(
         self, namespace: str, key: str, value: Any, *, expected_version: int | None = None
     ) -> Entry:
-        """Write the entry; returns it with its new version."""
+        """Write the entry; returns it with its new version.
+
+        `expected_version=n` is a compare-and-set: the entry must be at version `n` (`0`: it
+        must not exist), or else `VersionConflict` and nothing is written. Without it, the
+        last write wins.
+        """
         ...
 
     async def delete(self, namespace: str, key: str) -> None:
-        """Remove the entry (a no-op when absent)."""
+        """Remove the entry. A no-op when absent."""
         ...
 
     async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
-        """Entries of `namespace` whose key starts with `prefix`, sorted by key."""
+        """The entries of `namespace` whose key starts with `prefix`, sorted by key.
+
+        `prefix` is a literal prefix, no wildcards. A row that no longer decodes is left out
+        and logged (a warning naming it); `get` of it raises `DecodeFailed`.
+        """
         ...
 
     async def clear(self, namespace: str) -> None:
         """Remove every entry of `namespace`."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close the store's connections; `async with store:` closes it when the block ends.
+
+        Stores connect on first use, and a closed store reopens on its next use.
+        """
+        ...
 
     async def __aenter__(self) -> ProfileStore: ...
 
@@ -116,13 +136,18 @@ class ProfileStore(Protocol):
 class SupportsAtomicUpdate(Protocol):
     """A ProfileStore that can also read-modify-write one entry atomically.
 
-    Optional: `ProfileAccess.update` uses it when the store has it, and falls back to
+    An optional, runtime-checkable protocol: `await store.update(namespace, key, fn) -> Entry`
+    sets the entry to `fn(current entry or None)` in one atomic step. Every bundled profile
+    store implements it.
+    `ProfileAccess.update` uses it when the store has it, and falls back to
     compare-and-set retries otherwise. Under contention compare-and-set makes losers retry,
     and a writer that keeps losing to others (several processes hammering one counter) can
     run out of attempts; a store that holds its write lock from the read to the write never
     makes anyone retry. `fn` gets the current entry (None when absent) and returns the new
     value; it may run on the store's own thread while the lock is held, so it must be pure
     and quick. Exceptions from `fn` propagate unchanged and nothing is written.
+
+    See [state layers: compare-and-set](state-layers.md#compare-and-set-and-update).
     """
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
@@ -134,9 +159,10 @@ class SupportsAtomicUpdate(Protocol):
 class SupportsNamespaces(Protocol):
     """A ProfileStore that can list the namespaces holding entries.
 
-    Optional: nothing in a run needs it (a plugin knows its namespaces); it is how a tool
-    that sees a store for the first time (`statekernel inspect`) finds what is in it. The
-    three bundled stores have it.
+    An optional, runtime-checkable protocol: `await store.namespaces(prefix="")`. Nothing in
+    a run needs it (a plugin knows its namespaces); it is how a tool that sees a store for
+    the first time (`statekernel inspect`) finds what is in it. All three bundled profile
+    stores have it, and the store contract checks it.
     """
 
     async def namespaces(self, prefix: str = "") -> builtins.list[str]:
@@ -149,9 +175,11 @@ class SupportsNamespaces(Protocol):
 class EncodedValue:
     """A profile value already encoded and checked: its JSON builtins and their JSON bytes.
 
-    `ProfileAccess` encodes each write once, to check its type, that it reads back and its
-    size, and hands a store that `AcceptsEncodedValues` this pair instead of the builtins,
-    so the store writes the bytes as they are instead of encoding them again.
+    `EncodedValue(value, data)`: `value` is the JSON builtins, `data` their JSON bytes, as
+    `encode_entry` returns them. `ProfileAccess` encodes each write once, to check its type,
+    that it reads back and its size, and hands a store that `AcceptsEncodedValues` this pair
+    in `set`, and as the result of an `update` function, instead of the builtins, so the
+    store writes the bytes as they are instead of encoding them again.
     """
 
     value: Any
@@ -161,10 +189,14 @@ class EncodedValue:
 @runtime_checkable
 class AcceptsEncodedValues(Protocol):
     """A ProfileStore whose `set`, and the function of whose `update`, may also pass an
-    `EncodedValue` (both bundled stores do). A store says so with a class attribute
-    `accepts_encoded_values = True` and reads the pair with `encode_entry`. A subclass of
-    such a store that overrides `set` or `update` receives the pair too, or sets the
-    attribute back to False."""
+    `EncodedValue` (every bundled profile store does).
+
+    A store says so with a class attribute `accepts_encoded_values = True`. It then gets the
+    `EncodedValue` that `ProfileAccess` made in `set`, and as the result of an `update`
+    function, instead of the plain builtins; it passes what it got to `encode_entry` and
+    writes `data` as it is. A store without the attribute always gets plain JSON builtins.
+    A subclass of such a store that overrides `set` or `update` receives the pair too, or
+    sets the attribute back to False."""
 
     accepts_encoded_values: ClassVar[bool]
 
@@ -188,11 +220,13 @@ def encode_entry(
 ) -> EncodedValue:
     """An entry's value as JSON within `max_bytes`, refused before anything is written.
 
-    The one place a profile value becomes bytes: `ProfileAccess` uses it for every write
-    (in its two steps, `encode_json` and `check_size`, with its type check between them) and
-    stores call it on what they are given. An `EncodedValue` is not encoded again; only its
-    size is compared with this limit. `operation` and `limit` word the size error for the
-    caller.
+    The one place a profile value becomes bytes: it encodes `value` as JSON and returns the
+    pair `EncodedValue(value, data)`. `ProfileAccess` uses it for every write (in its two
+    steps, with its type check between them) and stores call it on what they are given. A
+    value that is not JSON raises `StateValidationError`, and one whose JSON is longer than
+    `max_bytes` raises `StoreError`; both errors name the namespace and the entry, and
+    nothing is written. An `EncodedValue` is not encoded again; only its size is compared
+    with this limit. `operation` and `limit` word the size error for the caller.
     """
     encoded = encode_json(namespace, key, value)
     check_size(namespace, key, encoded, max_bytes, operation=operation, limit=limit)
@@ -200,6 +234,9 @@ def encode_entry(
 
 
 encode_record = renamed(encode_entry, "encode_record", until="0.2.0")
+"""The earlier name of `encode_entry`: it still works, and warns (`DeprecationWarning`).
+
+It is removed in 0.2.0: "record" now means only a journal's `CommitRecord`."""
 
 
 def encode_json(

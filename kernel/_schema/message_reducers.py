@@ -37,12 +37,18 @@ Positions = immutables.Map[Any, int]
 
 
 def append_messages(old: Any, new: Any) -> Any:
-    """Append `new` (a list, tuple or Vector of messages, or one message) to `old`, dropping
-    each message whose id is already present (the first one stays, as in EvoFabric).
+    """EvoFabric's message reducer: append `new` to `old`, dropping repeated ids.
 
-    Ids are checked against `old` and against the messages appended before it in the same
-    call, so a batch cannot duplicate itself either. The result has `old`'s kind: a Vector
-    stays a Vector (in O(appended) amortised), a tuple a tuple, anything else becomes a list.
+    `new` is a list, tuple or Vector of messages, or one message. Each message whose id
+    (`id`, or EvoFabric's `msg_id`) is already present is dropped: the first one stays, as
+    in EvoFabric. Ids are checked against `old` and against the messages appended before it
+    in the same call, so a batch cannot duplicate itself either. The result has `old`'s
+    kind: a Vector stays a Vector (in O(appended) amortised), a tuple a tuple, anything else
+    becomes a list.
+
+    Registered as the reducer `"append_messages"`: use it as
+    `Annotated[list[Message], append_messages]` or by name. See
+    [schema: messages](schema.md#messages).
     """
     items = new if isinstance(new, list | tuple | Vector) else (new,)
     history = _history(old)
@@ -62,15 +68,20 @@ def append_messages(old: Any, new: Any) -> Any:
 
 
 def add_messages(old: Any, new: Any) -> Any:
-    """LangGraph's message reducer: append `new` to `old`, but a message whose id is
-    already present replaces that message where it stands.
+    """LangGraph's message reducer: append `new` to `old`, replacing messages by id.
 
-    `new` is one message or a list of them; in it, `RemoveMessage(id)` removes that message
-    (an id the history does not hold is refused), and `RemoveMessage(REMOVE_ALL_MESSAGES)`
-    drops the whole history before the messages after it. A message without an id gets one,
-    made from its position (`"msg-12"`), so the same update always yields the same history:
-    replay and forks depend on that. Plain appends cost O(appended); a replace or a remove
-    rebuilds the history, O(n). The result has `old`'s kind, as with `append_messages`.
+    A message whose id is already present replaces that message where it stands. `new` is
+    one message or a list of them; in it, `RemoveMessage(id)` removes that message (an id
+    the history does not hold is refused: the commit fails with `CommitRejected`), and
+    `RemoveMessage(REMOVE_ALL_MESSAGES)` drops the whole history before the messages after
+    it. A message without an id gets one, made from its position (`"msg-12"`), so the same
+    update always yields the same history: replay and forks depend on that. Plain appends
+    cost O(appended), on a `Vector` history; a replace or a remove rebuilds the history,
+    O(n). The result has `old`'s kind, as with `append_messages`.
+
+    Registered as the reducer `"add_messages"`: use it as
+    `Annotated[list[Message], add_messages]` or by name. See
+    [schema: messages](schema.md#messages).
     """
     items = list(new) if isinstance(new, list | tuple | Vector) else [new]
     if isinstance(new, RemoveMessage):

@@ -43,7 +43,7 @@ def is_appending(reducer: Reducer) -> bool:
 
 
 class StateUpdater:
-    """The registry of named reducers (EvoFabric's `StateUpdater`).
+    """The process-wide registry of named reducers (EvoFabric's `StateUpdater`).
 
     ```python
     @StateUpdater.register("max")
@@ -53,10 +53,12 @@ class StateUpdater:
     class Scores(BaseModel):
         best: Annotated[int, "max"] = 0
     ```
+
     `"overwrite"`, `"append_messages"` (EvoFabric's) and `"add_messages"` (LangGraph's) are
-    built in. A name can be registered once per
-    process; a schema naming an unknown updater is an `InvalidDeclaration` listing the names
-    that exist.
+    built in. A name can be registered once per process; a schema naming an unknown updater
+    is an `InvalidDeclaration` listing the names that exist. The class is not meant to be
+    instantiated: that raises `InvalidDeclaration` (which is also a `TypeError`).
+    See [schema: from EvoFabric](schema.md#from-evofabric-stateupdater).
     """
 
     _reducers: ClassVar[dict[str, Reducer]] = {}
@@ -71,7 +73,11 @@ class StateUpdater:
 
     @classmethod
     def register(cls, name: str) -> Callable[[R], R]:
-        """Decorator registering an `(old, new) -> merged` function under `name`."""
+        """Decorator registering an `(old, new) -> merged` function under `name`.
+
+        Use it as `@StateUpdater.register(name)`. A name already taken, an empty name, or a
+        function not callable as `(old, new)`, raises `InvalidDeclaration`.
+        """
         owner = f"@StateUpdater.register({name!r})"
         if not isinstance(name, str) or not name:
             raise InvalidDeclaration(
@@ -96,8 +102,10 @@ class StateUpdater:
 
     @classmethod
     def get(cls, name: str) -> Reducer:
-        """The reducer registered under `name`; `UnknownUpdater` (listing the known names) if
-        none."""
+        """The reducer registered under `name`.
+
+        Raises `UnknownUpdater` (a `KeyError`), listing the known names, if there is none.
+        """
         found = cls._reducers.get(name)
         if found is None:
             raise UnknownUpdater(name, cls.names())
@@ -105,7 +113,10 @@ class StateUpdater:
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        """Every registered name, sorted."""
+        """Every registered name, sorted.
+
+        `"overwrite"`, `"append_messages"` and `"add_messages"` are built in.
+        """
         return tuple(sorted(cls._reducers))
 
 

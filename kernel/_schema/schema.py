@@ -82,30 +82,68 @@ def _reset_hook(
 
 @attrs.frozen(init=False, eq=False, repr=False)
 class StateSchema(Generic[M]):
-    """A pydantic model or TypedDict compiled into state keys.
+    """A pydantic model, dataclass or TypedDict compiled into state keys.
 
     ```python
+    from typing import Annotated
+
+    from pydantic import BaseModel, ConfigDict
+
+    from statekernel import Agent, InferenceResponse, KeyScope, ScriptedModel, StateSchema
+    from statekernel.testing import snapshot_of
+
+
+    class Msg(BaseModel):
+        model_config = ConfigDict(frozen=True)
+        text: str
+
+
+    class ChatState(BaseModel):
+        messages: Annotated[list[Msg], "append_messages"] = []
+        turns: Annotated[int, "overwrite"] = 0
+
+
     chat = StateSchema(ChatState, prefix="chat", scope=KeyScope.THREAD)
-    agent = Agent([chat.plugin, MyPlugin()], model)
-    # in a hook:
-    return chat.command({"messages": [reply], "turns": 1})
-    # anywhere:
-    state = chat.view(snapshot)  # a validated ChatState
+    model = ScriptedModel([InferenceResponse(text="hello")])
+    agent = Agent([chat.plugin], model)  # the schema's fields are the agent's keys
+    # in a hook: a partial update, each field through its reducer
+    command = chat.command({"messages": [Msg(text="hi")], "turns": 1})
+    # anywhere: the snapshot's values as a validated ChatState
+    state = chat.view(snapshot_of(chat.plugin))
+    assert state.turns == 0
     ```
-    `keys` maps each field name to its generated StateKey class (key string
-    `f"{prefix}.{field}"`), usable anywhere a hand-written key is (`snapshot.get`,
-    `cmd.update`, `statekernel.testing`). `plugin` (id `f"schema:{prefix}"`) registers them all.
-    `prefix` defaults to the class name; `scope` applies to every field except
-    `Ephemeral("run")` ones, which are always run-scoped; `persistent=False` keeps thread
-    fields out of the ThreadStore.
+
+    `StateSchema(model, *, prefix=None, scope=KeyScope.RUN, persistent=True)` compiles a
+    pydantic `BaseModel`, a dataclass or a `TypedDict` whose fields carry `Annotated`
+    reducers into ordinary state keys, one per field.
+
+    - `prefix` defaults to the class name. A prefix starting with `statekernel` is refused.
+    - `scope` applies to every field except `Ephemeral("run")` fields, which are always run
+      keys.
+    - `persistent=False` keeps thread fields out of the ThreadStore.
+    - Any mistake in the declaration raises `InvalidDeclaration` naming the field.
+
+    See [schema: what you get](schema.md) and
+    [the rules, field by field](schema.md#the-rules-field-by-field).
     """
 
     model: type[M]
+    """The compiled class."""
     prefix: str
+    """The prefix of the generated key strings."""
     scope: KeyScope
+    """The `KeyScope` of the fields (except `Ephemeral("run")` ones, always run keys)."""
     fields: Mapping[str, SchemaField]
+    """Field name -> how the field compiled (its `key`, `reducer`, `merge`, `ephemeral`,
+    `held_as`)."""
     keys: Mapping[str, type[StateKey[Any, Any]]]
+    """Field name -> generated `StateKey` class, with key string `f"{prefix}.{field}"`.
+
+    Usable anywhere a hand-written key is (`snapshot.get`, `cmd.update`,
+    `statekernel.testing`)."""
     plugin: SchemaPlugin
+    """A plugin with id `f"schema:{prefix}"`. It registers the keys and the step/call reset
+    hooks. Register it before the plugins that write its fields."""
     _is_pydantic: bool
 
     def __init__(
@@ -185,8 +223,12 @@ class StateSchema(Generic[M]):
         """A command applying a partial update, given as a dict and/or keyword arguments.
 
         Each value goes through its field's reducer at commit (`{"messages": [m]}` appends on
-        an appending field). Field names are checked (`UnknownSchemaField`), and values are
-        type-checked all the way down (`StateValidationError`) right here.
+        an appending field). Checked right here: an unknown field raises
+        `UnknownSchemaField`; a wrong value type, down to items, or a value the model's
+        constraints refuse (`Field(gt=0)`, a `@field_validator`), raises
+        `StateValidationError` naming the field. A merged value the constraints refuse fails
+        its commit with `CommitRejected`. Messages may be given in any `MessageLike`
+        spelling; `Overwrite(value)` replaces a reducer field.
         """
         if updates is not None and not isinstance(updates, Mapping):
             raise TypeError(
@@ -208,8 +250,11 @@ class StateSchema(Generic[M]):
         return command
 
     def view(self, snapshot: Snapshot) -> M:
-        """The state in `snapshot` as a validated instance of the model (a dict for a
-        TypedDict), with every field in its declared type (Vector-held lists as lists).
+        """The state in `snapshot` as a validated instance of the model.
+
+        A dict for a TypedDict, an instance for a dataclass, with every field in its
+        declared type (Vector-held lists back as lists). A state the model refuses raises
+        `StateError`.
 
         O(size of the state): it builds a fresh object. Hot hooks that need one field read it
         with `snapshot.get(schema.keys[name])` instead.
@@ -247,8 +292,10 @@ class StateSchema(Generic[M]):
         """A phase hook running a Jianmu/LangGraph-style node: `node(state) -> dict | None`.
 
         The node receives `view(ctx.snapshot)` and returns a partial update (a dict, turned into
-        `command(...)`), a StateCommand, or None. Sync or async. Building the view costs
-        O(size of the state) per call; write a plain hook for hot paths.
+        `command(...)`), a model instance (a pydantic model's set fields, or every field of
+        a dataclass), a StateCommand, or None. Sync or async; any awaitable it returns is
+        awaited. Building the view costs O(size of the state) per call; write a plain hook
+        for hot paths.
         """
         if inspect.iscoroutinefunction(node):
 

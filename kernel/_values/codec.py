@@ -30,8 +30,12 @@ CODEC_ERRORS: tuple[type[BaseException], ...] = (
     NotImplementedError,  # an object of a type msgspec cannot encode
     RecursionError,  # a value nested deeper than the interpreter's stack
 )
-"""What msgspec raises for a value it cannot encode, convert or decode: the one list every
-boundary catches, so each failure becomes an error naming the key instead of escaping raw."""
+"""What msgspec and the kernel's hooks raise for a value they cannot encode, convert or decode.
+
+The tuple of exceptions, including the one for a value nested too deep: the one list every
+boundary catches, so each failure becomes an error naming the key instead of escaping raw.
+Catch it at a codec boundary and raise `StateValidationError` or `DecodeFailed` naming the
+key."""
 
 NOT_EXACT = (
     "it would not decode back equal (JSON has no infinity or NaN, and a tuple, set or Vector "
@@ -48,9 +52,14 @@ _ANY_ITEM: tuple[object, ...] = (Any, object)
 
 
 def enc_hook(obj: Any) -> Any:
-    """Encode kernel types msgspec does not know; a Vector becomes an array, a pydantic
-    model its JSON-mode dump, a Snapshot its key -> value map, an exception its type name
-    and message (so a run's events and results can be sent as JSON as they are)."""
+    """Encode kernel types msgspec does not know: the msgspec `enc_hook` for kernel types.
+
+    Pass it as `msgspec.json.encode(value, enc_hook=enc_hook)`. A `Vector` becomes an
+    array, a pydantic model its JSON-mode dump, a `Snapshot` its key -> value map, an
+    exception its type name and message (so a run's events and results can be sent as JSON
+    as they are). The kernel's own persistence uses it, with `dec_hook`.
+    See [concepts: Vector](concepts.md#vector).
+    """
     if type(obj) is Vector:
         return obj.tolist()
     if _is_pydantic_model(type(obj)):
@@ -77,7 +86,12 @@ def as_json_data(value: Any, fallback: Any) -> Any:
 
 
 def dec_hook(type_: Any, obj: Any) -> Any:
-    """Decode kernel types from the raw value msgspec produced.
+    """Decode kernel types from the raw value msgspec produced: the msgspec `dec_hook`.
+
+    Pass it as `msgspec.json.decode(data, type=T, dec_hook=dec_hook)`. A `Vector` is decoded
+    from an array, with its items converted to the declared item type; a pydantic model is
+    validated from its dump. The kernel's own persistence uses it, with `enc_hook`.
+    See [concepts: Vector](concepts.md#vector).
 
     msgspec passes the annotation as written: `Vector[int]` (a generic alias) or the bare
     `Vector` class.  Items are converted with `msgspec.convert` so they get the same

@@ -37,6 +37,10 @@ class _Clear:
 
 
 CLEAR: Final = _Clear()
+"""The marker a `MutationBatch.clear(K)` op carries as its update.
+
+`batch.ops` lists `(K, CLEAR)`, and the commit resets `K` to its default (the key then holds
+no value)."""
 
 Op = tuple[type[StateKey[Any, Any]], Any]
 """One mutation: the key class and its update (or CLEAR)."""
@@ -45,10 +49,15 @@ Op = tuple[type[StateKey[Any, Any]], Any]
 class MutationBatch:
     """An ordered list of `(key, update)` ops, with an optional `base_revision`.
 
-    Ops are kept in the order written; `touched_keys` lists each key once, in first-touch
-    order. An update is type-checked against the key's declared `Update` type when it is
-    added, and a mutable update is copied then, so changing the object afterwards cannot
-    reach committed state.
+    It is a command's `patch`. Ops are kept in the order written. An update is type-checked
+    against the key's declared `Update` type when it is added, and a mutable update is
+    copied then, so changing the object afterwards cannot reach committed state.
+
+    - `batch.ops`: the ops, in order.
+    - `batch.base_revision`: the expected revision, or None.
+    - `len(batch)`, `iter(batch)`: the number of ops, and the ops.
+
+    See [concepts: commands](concepts.md#commands).
     """
 
     __slots__ = ("base_revision", "ops")
@@ -58,24 +67,40 @@ class MutationBatch:
         self.base_revision = base_revision
 
     def update(self, key: type[StateKey[V, U]], update: U) -> MutationBatch:
+        """Append the op `(key, update)` and return the batch.
+
+        `update` is checked against `key`'s `Update` type here (parameterised types against
+        their origin class). A wrong type raises `StateValidationError`. A mutable update is
+        copied.
+        """
         self.ops.append((key, _checked(key, update)))
         return self
 
     def clear(self, key: type[StateKey[Any, Any]]) -> MutationBatch:
+        """Append an op that returns `key` to its default, and return the batch.
+
+        The key then holds no value.
+        """
         key_info(key)
         self.ops.append((key, CLEAR))
         return self
 
     @property
     def touched_keys(self) -> tuple[type[StateKey[Any, Any]], ...]:
+        """Each key the ops touch, once, in first-touch order."""
         return tuple(dict.fromkeys(key for key, _ in self.ops))
 
     def extend(self, other: MutationBatch) -> MutationBatch:
+        """Append `other`'s ops and return the batch.
+
+        Raises `StateError` if the two batches carry different `base_revision`s.
+        """
         self.base_revision = _joined_revision(self.base_revision, other.base_revision)
         self.ops.extend(other.ops)
         return self
 
     def is_empty(self) -> bool:
+        """Whether there are no ops."""
         return not self.ops
 
     def __len__(self) -> int:
@@ -93,9 +118,17 @@ class MutationBatch:
 class StateCommand:
     """Everything one hook, tool or action asks for: a patch, scheduled actions, effects.
 
+    It holds a `patch` (a `MutationBatch`), `scheduled_actions` and `effects`. The builder
+    methods return the command, so calls can be chained. Building a command needs no kernel.
+
     `StateCommand(base_revision=n)` commits only while the live revision is still `n`
     (optimistic concurrency for commands built outside a phase); otherwise the commit raises
-    `RevisionConflict`. The builder methods return the command so calls can be chained.
+    `RevisionConflict`.
+
+    The registry check happens when a command is submitted or returned from a hook, before
+    anything of that round commits. An unregistered key raises `UnknownStateKey`. An action
+    or effect that nobody handles raises `UnknownActionHandler` or `UnknownEffectHandler`.
+    See [concepts: commands](concepts.md#commands).
     """
 
     __slots__ = ("effects", "patch", "scheduled_actions")
@@ -109,9 +142,19 @@ class StateCommand:
 
     @property
     def base_revision(self) -> int | None:
+        """The revision the command expects, or None.
+
+        With one, the command commits only while the live revision still equals it.
+        Otherwise the commit raises `RevisionConflict`.
+        """
         return self.patch.base_revision
 
     def update(self, key: type[StateKey[V, U]], update: U) -> StateCommand:
+        """Append the op `(key, update)` to `patch` and return the command.
+
+        The type check happens here, as in `MutationBatch.update`: a wrong type raises
+        `StateValidationError`, and a mutable update is copied.
+        """
         info = getattr(key, "__statekernel_key__", None)
         if info is not None and not info.copy_updates:
             classes = info.update_classes
@@ -122,27 +165,41 @@ class StateCommand:
         return self
 
     def clear(self, key: type[StateKey[Any, Any]]) -> StateCommand:
+        """Append to `patch` an op that returns `key` to its default; return the command."""
         self.patch.clear(key)
         return self
 
     def schedule(self, action: type[ScheduledActionSpec[P]], payload: P) -> StateCommand:
+        """Schedule runtime-owned work for `action.phase`, and return the command.
+
+        The payload type is checked here (`StateValidationError`).
+        """
         self.scheduled_actions.append(
             ScheduledAction(action, _payload(action, payload, ScheduledActionSpec))
         )
         return self
 
     def emit(self, effect: type[EffectSpec[P]], payload: P) -> StateCommand:
+        """Add a terminal side effect, dispatched after the commit; return the command.
+
+        The payload type is checked here (`StateValidationError`).
+        """
         self.effects.append(Effect(effect, _payload(effect, payload, EffectSpec)))
         return self
 
     def extend(self, other: StateCommand) -> StateCommand:
-        """Append everything `other` asks for after what this command already holds."""
+        """Append everything `other` asks for after what this command already holds.
+
+        Returns the command. Raises `StateError` if the two carry different
+        `base_revision`s.
+        """
         self.patch.extend(other.patch)
         self.scheduled_actions.extend(other.scheduled_actions)
         self.effects.extend(other.effects)
         return self
 
     def is_empty(self) -> bool:
+        """True when there are no ops, actions or effects."""
         return not (self.patch.ops or self.scheduled_actions or self.effects)
 
     def __repr__(self) -> str:
@@ -193,9 +250,12 @@ def _joined_revision(mine: int | None, theirs: int | None) -> int | None:
 class Overwrite:
     """Update marker: replace a reducer field's value instead of merging into it.
 
-    `schema.command(messages=Overwrite([summary]))`, or inside a node's partial dict, as in
-    LangGraph. The value is checked against the field's type like any update; the commit
-    journals the value it leaves (not the marker), so replay and history see a replace.
+    `Overwrite(value)` in `schema.command(field=Overwrite(value))`, for example
+    `schema.command(messages=Overwrite([summary]))`, or inside a node's partial dict,
+    replaces the field's value whatever its reducer (LangGraph's `Overwrite`). The value is
+    checked against the field's declared type like any update; the commit journals the
+    value it leaves (not the marker), so replay and history see a replace.
+    See [schema: replacing a reducer field](schema.md#replacing-a-reducer-field).
     """
 
     __slots__ = ("value",)

@@ -35,19 +35,26 @@ _encode = msgspec.json.Encoder(enc_hook=enc_hook).encode
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, tag="dead_letter"):
     """One failed scheduled action: which, with what payload, why, where and how often.
 
-    `id` is unique within the thread. `payload` is the payload as JSON text (None when it
-    could not be encoded: such a letter can be read but not retried). `error` is
-    `"ExceptionType: message"` of what failed: the handler, its result, or its command's
-    commit. `attempt` is 1 for the first failure and grows by one per retry.
+    A frozen record, held by the thread key `DeadLetters`. Retry one with `run.retry`.
+    See [concepts: dead letters](concepts.md#dead-letters).
     """
 
     id: str
+    """Unique within the thread."""
     action: str
+    """The action spec's key."""
     payload: str | None
+    """The payload as JSON text, or None when it could not be encoded: such a letter can be
+    read but not retried."""
     error: str
+    """`"ExceptionType: message"` of what failed: what the handler raised, its wrong result,
+    or the rejection of its command's commit."""
     phase: Phase
+    """The `Phase` the action ran in."""
     attempt: int
+    """1 for the first failure; it grows by one per retry."""
     run_id: str | None
+    """The id of the run the action failed in, or None."""
 
 
 class Retried(msgspec.Struct, frozen=True, tag="retried"):
@@ -57,7 +64,13 @@ class Retried(msgspec.Struct, frozen=True, tag="retried"):
 
 
 class DeadLetters(StateKey[Vector[DeadLetter], DeadLetter | Retried]):
-    """The thread's dead letters, oldest first (reserved: the kernel registers it)."""
+    """The thread's dead letters, oldest first (reserved: the kernel registers it).
+
+    The reserved thread key `"statekernel.dead_letters"`, registered by every kernel, holds
+    a `Vector` of `DeadLetter`s: read it as `run.snapshot.get(DeadLetters)`. It is journaled
+    and saved like any thread key. A letter stays until its retried action has run.
+    See [concepts: dead letters](concepts.md#dead-letters).
+    """
 
     key = "statekernel.dead_letters"
     scope = KeyScope.THREAD

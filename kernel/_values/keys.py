@@ -32,34 +32,50 @@ RESERVED_PLUGIN_ID = "statekernel"
 
 
 class KeyScope(enum.Enum):
-    """How long a key's value lives: one run, or a whole thread across runs."""
+    """How long a key's value lives: one run, or a whole thread across runs.
+
+    See [concepts: scopes](concepts.md#scopes) and [state layers](state-layers.md#choosing).
+    """
 
     RUN = "run"
+    """The key is reset to its default at every `start_run`."""
     THREAD = "thread"
+    """The key keeps its value across the runs of one thread."""
 
 
 class MergeStrategy(enum.Enum):
     """What happens when several hooks of one phase write the same key.
 
-    COMMUTATIVE: their ops are concatenated in registration order (declare it only when the
-    order of `apply` calls cannot change the result). EXCLUSIVE: only one hook's write can be
-    applied against a given snapshot; the others are re-run on a fresh one.
+    See [concepts: merge](concepts.md#merge-commutative-and-exclusive).
     """
 
     EXCLUSIVE = "exclusive"
+    """The default. Only one hook's write can be applied against a given snapshot: one write
+    is kept and the other hooks are re-run on a fresh snapshot."""
     COMMUTATIVE = "commutative"
+    """The ops are concatenated in registration order. Declare it only when the order of
+    updates (`apply` calls) cannot change the result (check with `assert_commutative`)."""
 
 
 @attrs.frozen
 class StateKeyOptions:
     """Per-registration overrides of a key's class defaults.
 
-    `scope=None` keeps the class's scope. `persistent=False` keeps a thread key in the
-    kernel's memory only, never in a ThreadStore. `retain_on_uninstall=False`: when a kernel
-    without the plugin that registers this thread key saves a commit to the thread, the key
-    is dropped rather than carried over untouched, so the plugin, added back later, starts
-    it afresh. (Kernels learn of such keys from the thread's snapshot, which a kernel that
-    registers one writes at its first save that can.)
+    `StateKeyOptions(scope=None, persistent=True, retain_on_uninstall=True)` is passed as
+    `registrar.register_key(K, options)`; it overrides the key's class defaults for one
+    kernel.
+
+    - `scope`: a `KeyScope`; `None` keeps the class's scope.
+    - `persistent`: `False` keeps a thread key in the kernel's memory only, never in a
+      ThreadStore.
+    - `retain_on_uninstall`: `False` means that a kernel without the plugin that registers
+      this thread key drops it from the thread when it saves (its next save with a commit),
+      instead of carrying it over untouched, so the plugin, added back later, starts it from
+      its default. The drop is journaled as a clear. (Kernels learn of such keys from the
+      thread's snapshot, which a kernel that registers one writes at its first save that
+      can.)
+
+    See [agent: runs and threads](agent.md#runs-and-threads-without-the-facade).
     """
 
     scope: KeyScope | None = None
@@ -86,13 +102,43 @@ class KeyInfo:
 class StateKey(DeclaredToken, Generic[V, U]):
     """Base class of typed state keys: subclass as `StateKey[Value, Update]`.
 
-    Set `key` (a unique string), optionally `merge`, `scope`, `default` or
-    `default_factory`, and a pure static `apply(value, update) -> new value`. Without an
-    `apply` the update replaces the value. An optional static `validate(value)` may raise to
-    refuse a value; it runs on every committed value.
+    ```python
+    from statekernel import KeyScope, MergeStrategy, StateKey
 
-    A subclass that leaves `key` unset, or whose types are still type variables, is an
-    abstract base for other keys (for example a generic stage key) and cannot be registered.
+
+    class StepCounter(StateKey[int, int]):  # StateKey[Value, Update]
+        key = "step_counter"
+        merge = MergeStrategy.COMMUTATIVE
+        scope = KeyScope.RUN
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + update
+    ```
+
+    You pass the class itself as the token (`snapshot.get(K)`, `cmd.update(K, u)`).
+    Creating an instance raises `InvalidDeclaration` (also a `TypeError`), as it does for
+    every declared token: specs and `ProfileKey` too.
+
+    Class attributes to set:
+
+    - `key`: required. A unique, non-empty string.
+    - `merge`: a `MergeStrategy`. Default: `EXCLUSIVE`.
+    - `scope`: a `KeyScope`. Default: `RUN`.
+    - `default` / `default_factory`: the value when the key holds none. Without either, the
+      default is `Value()`. A type with no zero value (`int | None`, a `Literal`, an enum, a
+      model with required fields) must declare one.
+    - `apply(value, update)`: a pure static method that returns the new value. Without one,
+      the update replaces the value.
+    - `validate(value)`: optional static method; raise in it to refuse a value.
+
+    The declaration is checked when the class statement runs. A bad `key`, `merge` or
+    `scope`, an `apply`/`validate` with the wrong arity, or a missing default raises
+    `InvalidDeclaration`. A subclass without `key`, or with unbound type variables, is an
+    abstract base for other keys (for example a generic stage key): it can be subclassed but
+    not registered.
+
+    See [concepts: state keys](concepts.md#state-keys).
     """
 
     _family = TokenFamily(
@@ -104,18 +150,30 @@ class StateKey(DeclaredToken, Generic[V, U]):
         usage="Pass the class: snapshot.get({name}), cmd.update({name}, ...)",
     )
     key: ClassVar[str]
+    """Required. The key string: unique in a kernel and non-empty."""
     merge: ClassVar[MergeStrategy] = MergeStrategy.EXCLUSIVE
+    """What happens when several hooks of one phase write this key. Default: `EXCLUSIVE`."""
     scope: ClassVar[KeyScope] = KeyScope.RUN
+    """How long the value lives: `KeyScope.RUN` (the default) or `KeyScope.THREAD`."""
     __statekernel_key__: ClassVar[KeyInfo | None] = None
 
     @staticmethod
     def apply(value: V, update: U) -> V:
-        """Replace the value with the update (the behaviour of keys that declare no apply)."""
+        """Return the new value from the current value and one update.
+
+        Declare it as a pure static method. This base version replaces the value with the
+        update, the behaviour of keys that declare no `apply`. If it raises, the whole commit
+        is rejected (`CommitRejected`).
+        """
         return update  # type: ignore[return-value]
 
     @staticmethod
     def validate(value: V) -> None:
-        """Accept every value; override and raise to refuse one."""
+        """Refuse a value by raising; this base version accepts every value.
+
+        Optional static method. It runs on every committed value, and again before a thread
+        store saves a persistent value that changed since the run last saved it.
+        """
 
     @classmethod
     def _declare(cls, name: str, args: tuple[Any, ...]) -> KeyInfo | None:
@@ -149,7 +207,22 @@ class StateKey(DeclaredToken, Generic[V, U]):
 
 
 def key_info(key: Any) -> KeyInfo:
-    """The derived facts of a registrable key class, or a clear error for anything else."""
+    """The derived facts of a registrable key class, or a clear error for anything else.
+
+    Returns what the kernel derived from the key declaration when the class was created:
+
+    - `name`: the key string.
+    - `value_type`, `update_type`: the declared types.
+    - `update_classes`: the runtime classes an update may be (None: any).
+    - `make_default()`: a fresh default value.
+    - `copy_values`: whether values are deep-copied on read.
+    - `copy_items`: the value is a `Vector` of mutable items: only the items read are copied.
+    - `copy_updates`: whether an update is copied when a command takes it (a mutable type).
+    - `has_validate`: whether the key declares a `validate`.
+
+    An abstract key (no `key` string, or unbound type variables) or a class that is not a
+    key raises `InvalidDeclaration` saying which.
+    """
     info: KeyInfo = declared_info(key, StateKey)
     return info
 

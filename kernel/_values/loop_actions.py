@@ -32,22 +32,48 @@ __all__ = [
 
 
 class ExcludeTool(ScheduledActionSpec[str]):
-    """Do not offer the named tool in this step's request."""
+    """Do not offer the named tool in this step's request.
+
+    `cmd.schedule(ExcludeTool, "publish")`: `publish` is not offered.
+
+    A loop action, scheduled like any action, that changes the model request of the
+    current step only. Loop actions run in `BEFORE_INFERENCE`, so schedule them from
+    `STEP_START` or `BEFORE_INFERENCE` (scheduled later, they apply to the next step's
+    request). See [tools and schemas](tools.md#tools-by-state-one-step-at-a-time).
+    """
 
     key = f"{RESERVED_PREFIX}exclude_tool"
     phase = Phase.BEFORE_INFERENCE
 
 
 class IncludeOnlyTools(ScheduledActionSpec[tuple[str, ...]]):
-    """Offer only the named tools in this step's request (several: only those named by all)."""
+    """Offer only the named tools in this step's request (several: only those named by all).
+
+    `cmd.schedule(IncludeOnlyTools, ("review", "draft"))`: only these are offered. Several
+    of them offer only the tools that all of them name.
+
+    A loop action, scheduled like any action, that changes the model request of the
+    current step only. Loop actions run in `BEFORE_INFERENCE`, so schedule them from
+    `STEP_START` or `BEFORE_INFERENCE` (scheduled later, they apply to the next step's
+    request). See [tools and schemas](tools.md#tools-by-state-one-step-at-a-time).
+    """
 
     key = f"{RESERVED_PREFIX}include_only_tools"
     phase = Phase.BEFORE_INFERENCE
 
 
 class SetInferenceOverride(ScheduledActionSpec[dict[str, Any]]):
-    """Model parameters for this step's request (`{"temperature": 0.0}`), merged field by
-    field over earlier overrides; the last writer of a field wins."""
+    """Model parameters for this step's request, merged field by field over earlier
+    overrides; the last writer of a field wins.
+
+    `cmd.schedule(SetInferenceOverride, {"temperature": 0.0})`: the parameters are passed
+    in `InferenceRequest.params`.
+
+    A loop action, scheduled like any action, that changes the model request of the
+    current step only. Loop actions run in `BEFORE_INFERENCE`, so schedule them from
+    `STEP_START` or `BEFORE_INFERENCE` (scheduled later, they apply to the next step's
+    request). See [tools and schemas](tools.md#tools-by-state-one-step-at-a-time).
+    """
 
     key = f"{RESERVED_PREFIX}set_inference_override"
     phase = Phase.BEFORE_INFERENCE

@@ -20,14 +20,18 @@ Role = Literal["system", "user", "assistant", "tool"]
 
 
 class Message(msgspec.Struct, frozen=True):
-    """One message of a thread's history.
+    """One frozen message of a thread's history.
 
-    Frozen, so histories are shared between snapshots without copying. A tool result or a
-    tool error (a Block reason, a rejected command, an exception's text) is a `role="tool"`
-    message carrying the call's id, with `is_error=True` for errors. An assistant message
-    carries the `tool_calls` it made, so that each tool message follows the message that
-    called it, as model APIs require. When `id` is not given, the Agent derives one from
-    thread, run and position, so replays produce the same ids.
+    `Message(role, content, tool_call_id=None, is_error=False, id=None, tool_calls=())`.
+    `role` is `"system"`, `"user"`, `"assistant"` or `"tool"`. Frozen, so histories are
+    shared between snapshots without copying.
+
+    An assistant message carries the `ToolCall`s it made (`tool_calls`), and each tool
+    result or tool error (a Block reason, a rejected command, an exception's text) is a
+    `role="tool"` message after it carrying the call's id (`tool_call_id`), with
+    `is_error=True` for errors: the order every model API requires. When `id` is None, the
+    Agent derives one from the run id and the message's position (`"thread-1:run-1:m0"`),
+    so replays produce the same ids. See [agent](agent.md#the-agent-in-ten-lines).
     """
 
     role: Role
@@ -40,7 +44,9 @@ class Message(msgspec.Struct, frozen=True):
 
 REMOVE_ALL_MESSAGES: Final = "__remove_all__"
 """`RemoveMessage(REMOVE_ALL_MESSAGES)` in an `add_messages` update drops the whole history
-before the messages that follow it (LangGraph's spelling, to trim or summarise)."""
+before the messages that follow it (LangGraph's spelling, to trim or summarise).
+
+See [schema: messages](schema.md#messages)."""
 
 
 class RemoveMessage(NamedTuple):
@@ -48,14 +54,27 @@ class RemoveMessage(NamedTuple):
 
     A tuple, so that it journals as a two-item array beside the messages of an update (a
     history of `Message` structs can hold no second record type). Removing an id the
-    history does not hold is refused, as LangGraph refuses it.
+    history does not hold is refused, as LangGraph refuses it: the commit fails with
+    `CommitRejected`. `RemoveMessage(REMOVE_ALL_MESSAGES)` drops everything before the
+    messages after it. See [schema: messages](schema.md#messages).
     """
 
     id: str
+    """The id of the message to remove, or `REMOVE_ALL_MESSAGES`."""
 
 
 MessageLike = Message | str | tuple[str, str] | Mapping[str, Any]
-"""What `as_message` turns into a Message."""
+"""The spellings users hand messages in as, which `as_message` turns into a `Message`.
+
+- a `Message`, taken as it is;
+- a string: a user message;
+- a `(role, content)` tuple such as `("user", "hi")`; a tuple of two strings is always one
+  message;
+- an OpenAI-style dict (`{"role": ..., "content": ...}`, with optional `id`,
+  `tool_call_id`, `is_error` and `tool_calls`).
+
+See `as_message` for the details, and [schema: messages](schema.md#messages).
+"""
 
 _ROLES: Mapping[str, Role] = {
     "user": "user",
@@ -75,9 +94,21 @@ _EXPECTED = (
 def as_message(value: Any, where: str) -> Message:
     """`value` as a Message; `StateValidationError` naming `where` for anything else.
 
-    Roles may be spelled as OpenAI (`developer` for system) or LangChain (`human`, `ai`)
-    spell them. A dict may carry `id`, `tool_call_id` and OpenAI's `tool_calls` (their
-    arguments a JSON string or a dict); content given as a list of text parts is joined.
+    The one coercion of the spellings users hand messages in as (`MessageLike`): a
+    `Message` (as it is); a string (a user message); a `(role, content)` tuple such as
+    `("user", "hi")`; an OpenAI-style dict (`{"role": ..., "content": ...}`, with optional
+    `id` and `tool_call_id` (strings), `is_error` (a bool) and OpenAI's `tool_calls`, whose
+    `arguments` may be a JSON string or a dict; content given as a list of text parts is
+    joined).
+
+    Roles may be spelled `user`/`human`, `assistant`/`ai`, `system`/`developer` or `tool`
+    (as OpenAI and LangChain spell them). A tuple of two strings is always one message,
+    so an unknown role is refused rather than read as two messages. Anything else, or a
+    dict field of the wrong type, raises `StateValidationError` naming `where`.
+
+    `agent.run`, `agent.stream` and `schema.command` (for fields holding `Message`s) call
+    it on their input; given one of these alone (a string, a tuple, a dict or a
+    `Message`), they take it as one message. See [schema: messages](schema.md#messages).
     """
     if isinstance(value, Message):
         return value

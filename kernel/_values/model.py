@@ -19,15 +19,23 @@ from .tools import ToolCall, ToolSpec
 
 @attrs.frozen
 class InferenceRequest:
-    """What the model sees: the thread's messages (the system prompt first, context messages
-    already placed by the request transforms), the specs of the tools on offer this step,
-    and model parameters for this step (`SetInferenceOverride`), frozen.
+    """What the model sees: one side of the model boundary.
 
-    `transcript` is for request transforms whose placed messages users should see too: the
-    Agent appends these messages to the thread's history once the model has answered (before
-    its answer, where the model read them), so they are in `RunResult.messages`, saved and
-    streamed. The model gets `messages` only; a transform that wants a message both read and
-    recorded puts it in both.
+    `InferenceRequest(messages, tools=(), params={}, transcript=())`:
+
+    - `messages`: a tuple, the system prompt first, with context messages already placed
+      by the request transforms.
+    - `tools`: the `ToolSpec`s on offer this step (`request.tool_names`: their names).
+    - `params`: this step's model parameters (`SetInferenceOverride`), frozen.
+    - `transcript`: messages a transform wants recorded in the thread's history, for
+      request transforms whose placed messages users should see too. The Agent appends
+      them once the model has answered, just before its answer (where the model read
+      them), so they are in `RunResult.messages`, saved and streamed. The model gets
+      `messages` only; a transform that wants a message both read and recorded puts it in
+      both. Anything but `Message`s there raises `TypeError`.
+
+    `request.replace(**changes)` returns a copy, which is what transforms should return.
+    See [agent](agent.md#the-agent-in-ten-lines).
     """
 
     messages: tuple[Message, ...]
@@ -46,16 +54,21 @@ class InferenceRequest:
 
     @property
     def tool_names(self) -> tuple[str, ...]:
+        """The names of the tools on offer this step, in the order of `tools`."""
         return tuple(spec.name for spec in self.tools)
 
     def replace(self, **changes: Any) -> InferenceRequest:
-        """A copy with some fields changed: transforms use it so fields added later survive."""
+        """A copy with some fields changed: what transforms should return, so that fields
+        added later survive."""
         return attrs.evolve(self, **changes)
 
 
 @attrs.frozen
 class InferenceResponse:
-    """What the model answers: text, and the tool calls it wants made (none: it is done)."""
+    """What the model answers: text, and the tool calls it wants made.
+
+    `InferenceResponse(text="", tool_calls=())`. With no `tool_calls`, the run is done.
+    """
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -65,9 +78,12 @@ Model = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 
 
 class ScriptedModel:
-    """Returns the given responses in order, then `InferenceResponse(text="done")` forever.
+    """An offline model: returns the given responses in order, then
+    `InferenceResponse(text="done")` forever.
 
-    Every request it was sent is kept in `requests`, so tests can check what the model saw.
+    `ScriptedModel(responses=())`. Every request it was sent is kept in `model.requests`,
+    so tests can check what the model saw. A response that is not an `InferenceResponse`
+    raises `TypeError`. See [agent](agent.md#the-agent-in-ten-lines).
     """
 
     def __init__(self, responses: Iterable[InferenceResponse] = ()) -> None:

@@ -31,19 +31,32 @@ __all__ = [
 
 
 class EffectRun(msgspec.Struct, frozen=True, gc=False):
-    """One effect a phase dispatched: its spec's key, and the failure when its handler
-    raised (the commit stands either way)."""
+    """One effect a phase dispatched, in `PhaseRun.effects`.
+
+    `EffectRun(key, error=None)`: its spec's `key`, and the failure (`error`) when its
+    handler raised (the commit stands either way).
+    """
 
     key: str
     error: str | None = None
 
 
 class PhaseRun(msgspec.Struct, frozen=True, gc=False, tag="phase"):
-    """One phase of a run: the plugins whose hooks ran in its round, in order; the plugins
-    whose hooks were re-run on a fresh snapshot after an exclusive conflict; its commits and
-    the revision after them; its effects and scheduled actions; and when it ended (seconds
-    since the epoch). A phase that failed (a hook raised, an action failed) has its
-    `error` and nothing else: nothing of its failed round was committed."""
+    """One phase of a run, as a [run event](reference.md#statekernel.RunEvent).
+
+    `PhaseRun(run_id, step, phase, revision, commits=0, hooks=(), reruns=(), effects=(),
+    actions=(), at=0.0, error=None)`:
+
+    - `run_id`, `step`, `phase`: the run, its step, and which phase this was.
+    - `revision`, `commits`: the revision after its commits, and how many there were.
+    - `hooks`: the plugins whose hooks ran in its round, in order.
+    - `reruns`: the plugins whose hooks were re-run on a fresh snapshot after an exclusive
+      conflict.
+    - `effects`: its effects, as `EffectRun`s; `actions`: its scheduled actions.
+    - `at`: when it ended, in seconds since the epoch.
+    - `error`: set when the phase failed (a hook raised, an action failed); such a phase
+      has its `error` and nothing else: nothing of its failed round was committed.
+    """
 
     run_id: str
     step: int
@@ -59,8 +72,14 @@ class PhaseRun(msgspec.Struct, frozen=True, gc=False, tag="phase"):
 
 
 class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):
-    """A tool gate's decision on one tool call: `"allow"` (no gate objected), `"block"`,
-    `"suspend"` or `"set_result"`, with the deciding plugin and its reason."""
+    """The tool gates' decision on one tool call, as a
+    [run event](reference.md#statekernel.RunEvent).
+
+    `GateRun(run_id, step, call_id, tool, decision, revision, plugin=None, reason=None,
+    at=0.0)`: the run and step, the call's id and tool name, the `decision` (`"allow"`: no
+    gate objected, `"block"`, `"suspend"` or `"set_result"`), the revision, the `plugin`
+    whose gate decided and its `reason`, and when (`at`, seconds since the epoch).
+    """
 
     run_id: str
     step: int
@@ -74,8 +93,15 @@ class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):
 
 
 class ToolRun(msgspec.Struct, frozen=True, gc=False, tag="tool"):
-    """How one tool call ended: its `ToolCallStatus` value, and the error a failed one
-    reports to the model."""
+    """How one tool call ended, as a [run event](reference.md#statekernel.RunEvent).
+
+    `ToolRun(run_id, step, call_id, tool, status, revision, error=None, at=0.0)`: the run
+    and step, the call's id and tool name, its `status` (a `ToolCallStatus` value), the
+    revision, the `error` a failed one reports to the model, and when (`at`, seconds since
+    the epoch). A call ends either through the host (`run.handle_tool_call`,
+    `run.execute_tool`) or otherwise (an outside decision, a tool the agent does not have,
+    a call answered because its run stopped: `run.note_tool_result`).
+    """
 
     run_id: str
     step: int
@@ -88,6 +114,12 @@ class ToolRun(msgspec.Struct, frozen=True, gc=False, tag="tool"):
 
 
 RunEvent = PhaseRun | GateRun | ToolRun
+"""What a run did beyond its commits: a `PhaseRun`, a `GateRun` or a `ToolRun`.
+
+Run events are journaled beside a run's commits at every save, for the
+[trace](cli.md#the-html-trace); `await kernel.run_events(thread_id)` returns them, oldest
+first. They are frozen msgspec Structs, and `RunEvent` is their union.
+"""
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(tuple[RunEvent, ...])

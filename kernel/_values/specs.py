@@ -76,15 +76,39 @@ def _spec_family(kind: str, base: str) -> TokenFamily:
 class ScheduledActionSpec(_Spec[P]):
     """Declare an action: subclass as `ScheduledActionSpec[Payload]`, set `key` and `phase`.
 
-    The action runs in the convergence loop of `phase`: scheduled earlier, it waits for that
-    phase; scheduled during it, it runs in the same phase's next round.
+    ```python
+    from statekernel import EffectSpec, Phase, ScheduledActionSpec
+
+
+    class AddNote(ScheduledActionSpec[str]):  # ScheduledActionSpec[Payload]
+        key = "notes.add"
+        phase = Phase.BEFORE_INFERENCE
+    ```
+
+    An action is runtime-owned work that runs in the convergence loop of `phase`. Its
+    handler, registered with `registrar.register_action`, returns a command of its own.
+    Scheduled before `phase`, the action waits for that phase; scheduled during it, it runs
+    in the same phase's next round. Schedule one with `cmd.schedule(Action, payload)`.
+
+    The class is the token: creating an instance raises `TypeError` (`InvalidDeclaration`).
+    A bad `key`, `phase` or `on_failure` raises `InvalidDeclaration` when the class is
+    created. See [concepts: the phase loop](concepts.md#the-phase-loop).
     """
 
     _family = _spec_family("action", "ScheduledActionSpec")
     phase: ClassVar[Phase]
+    """Required. The `Phase` whose convergence loop runs the action."""
     on_failure: ClassVar[FailurePolicy] = "raise"
-    """What a failure of the handler (or of its command's commit) does: `"raise"` fails the
-    phase with `HookFailed`; `"dead_letter"` commits a `DeadLetter` and goes on."""
+    """What a failure of the handler does: `"raise"` (the default) or `"dead_letter"`.
+
+    A failure is the handler raising, returning the wrong type, or its command being
+    rejected. `"raise"` fails the phase with `HookFailed`. `"dead_letter"` commits a
+    `DeadLetter` to `DeadLetters` instead (journaled with source `"dead_letter:<key>"`),
+    logs the failure at WARNING, and the phase goes on with the other actions; nothing of
+    the failed action lands (its profile writes are dropped). An action saved with a
+    suspended run whose payload no longer decodes on resume is dead-lettered the same way.
+    Any other value raises `InvalidDeclaration`.
+    See [concepts: dead letters](concepts.md#dead-letters)."""
 
     @classmethod
     def _check(cls, owner: str) -> None:
@@ -106,7 +130,19 @@ class ScheduledActionSpec(_Spec[P]):
 
 
 class EffectSpec(_Spec[P]):
-    """Declare an effect: subclass as `EffectSpec[Payload]` and set `key`."""
+    """Declare an effect: subclass as `EffectSpec[Payload]` and set `key`.
+
+    ```python
+    class Audit(EffectSpec[str]):  # EffectSpec[Payload]
+        key = "audit"
+    ```
+
+    An effect is a terminal side effect, emitted with `cmd.emit(Effect, payload)` and
+    dispatched to its handler (`registrar.register_effect`) after its command commits, with
+    the post-commit snapshot. A failing handler is logged and counted in
+    `PhaseReport.effects_failed`. It never rolls anything back. The class is the token.
+    See [concepts: the phase loop](concepts.md#the-phase-loop).
+    """
 
     _family = _spec_family("effect", "EffectSpec")
 

@@ -19,23 +19,51 @@ logger = logging.getLogger("statekernel")
 
 @attrs.frozen
 class Block:
-    """Refuse the call: it fails, and the model sees `reason` as the tool's error."""
+    """Refuse the call: it fails, and the model sees `reason` as the tool's error.
+
+    `Block(reason)`. The run goes on.
+
+    One of the answers a tool gate may return (`None` means no opinion): `Block`,
+    `Suspend` or `SetResult`. The strongest kind wins (Block > Suspend > SetResult). Within a
+    kind, the first gate in registration order wins. A gate that returns anything else fails
+    with `HookFailed`. See [concepts: tool gates](concepts.md#tool-gates-and-tool-commands).
+    """
 
     reason: str
+    """What the model sees as the tool's error."""
 
 
 @attrs.frozen
 class Suspend:
-    """Hold the call until an outside decision arrives; `ticket` says what is awaited."""
+    """Hold the call until an outside decision arrives; `ticket` says what is awaited.
+
+    `Suspend(ticket=None)`: the call waits for an outside decision, and the run is
+    suspended.
+
+    One of the answers a tool gate may return (`None` means no opinion): `Block`,
+    `Suspend` or `SetResult`. The strongest kind wins (Block > Suspend > SetResult). Within a
+    kind, the first gate in registration order wins. A gate that returns anything else fails
+    with `HookFailed`. See [concepts: tool gates](concepts.md#tool-gates-and-tool-commands).
+    """
 
     ticket: Any = None
+    """Any msgspec-encodable description of what is awaited."""
 
 
 @attrs.frozen
 class SetResult:
-    """Skip the tool and use `result` as its result."""
+    """Skip the tool and use `result` as its result.
+
+    `SetResult(result)`.
+
+    One of the answers a tool gate may return (`None` means no opinion): `Block`,
+    `Suspend` or `SetResult`. The strongest kind wins (Block > Suspend > SetResult). Within a
+    kind, the first gate in registration order wins. A gate that returns anything else fails
+    with `HookFailed`. See [concepts: tool gates](concepts.md#tool-gates-and-tool-commands).
+    """
 
     result: Any
+    """The result used in place of running the tool."""
 
 
 GateDecision = Block | Suspend | SetResult

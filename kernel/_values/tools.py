@@ -37,26 +37,46 @@ def _frozen_schema(parameters: Mapping[str, Any]) -> FrozenDict:
 
 @attrs.frozen
 class ToolSpec:
-    """What a model is told about one tool: its name, what it does, and its arguments as a
-    JSON Schema object (`{"type": "object", "properties": ...}`). `statekernel.tool` builds
-    one from a function; a plain callable tool gets `{"type": "object"}`."""
+    """What a model is told about one tool: its name, what it does, and its arguments.
+
+    `ToolSpec(name, description="", parameters={"type": "object"})`. The arguments are a
+    JSON Schema object (`{"type": "object", "properties": ...}`).
+    `statekernel.tool` builds one from a function; a plain callable tool gets
+    `{"type": "object"}`. See [tools and schemas](tools.md).
+    """
 
     name: str
+    """The tool's name."""
     description: str = ""
+    """What the tool does, as the model is told."""
     parameters: Mapping[str, Any] = attrs.field(
         factory=lambda: {"type": "object"}, converter=_frozen_schema
     )
+    """A JSON Schema object, frozen like a call's arguments; anything but a mapping raises
+    `TypeError`. Default: `{"type": "object"}`."""
     __statekernel_frozen__: ClassVar[bool] = True
 
 
 @attrs.frozen
 class ToolCall:
-    """One tool call the model asked for. `arguments` is deeply frozen (nested dicts and
-    lists too: changing them raises `TypeError`); the tool itself gets a fresh, mutable copy."""
+    """One tool call the model asked for: its `id`, the tool's `name` and its `arguments`.
+
+    `ToolCall(id, name, arguments={})`.
+    See [tools and schemas](tools.md).
+    """
 
     id: str
+    """The call's id."""
     name: str
+    """The name of the tool called."""
     arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_arguments)
+    """A private copy of the arguments, frozen all the way down.
+
+    Nested dicts and lists are frozen too (still equal to, and encoded as, plain dicts and
+    lists), and changing any of them raises `TypeError`. So no hook can change what a gate
+    approved or what the tool receives. `copy.deepcopy` of the arguments gives plain,
+    mutable data, and that is what the tool itself receives (a fresh copy for every run of
+    it). A call decoded from a store is frozen the same way."""
     __statekernel_frozen__: ClassVar[bool] = True  # the arguments are frozen all the way
 
     def __attrs_post_init__(self) -> None:
@@ -76,49 +96,71 @@ class ToolCall:
 
 @attrs.frozen
 class ToolOutput:
-    """What a tool may return: its result plus a command to commit with it.
+    """What a tool may return instead of a plain value: its result plus a command to commit.
 
-    The command goes through the same commit path as any hook's; if it is rejected, the
-    call fails with the rejection reason and state is untouched.
+    `ToolOutput(result, command=None)`. The command goes through the same commit path as
+    any hook's. If it is rejected
+    (`CommitRejected` or `RevisionConflict`), the call fails with the rejection reason as
+    the tool's error, and state is untouched.
+    See [concepts: tool gates and tool commands](concepts.md#tool-gates-and-tool-commands).
     """
 
     result: Any
+    """The tool's result."""
     command: StateCommand | None = None
+    """The `StateCommand` to commit with it, or None."""
 
 
 class ToolCallStatus(enum.Enum):
-    """Where a tool call is in its life; a run's status is derived from its calls'."""
+    """Where a tool call is in its life; a run's status is derived from its calls'.
+
+    See `run_status`.
+    """
 
     NEW = "new"
+    """Asked for by the model; not started yet."""
     RUNNING = "running"
+    """The tool is running."""
     SUSPENDED = "suspended"
+    """Waiting for an outside decision (a gate answered `Suspend`)."""
     RESUMING = "resuming"
+    """An outside decision on the suspended call is being carried out."""
     SUCCEEDED = "succeeded"
+    """Ended with a result."""
     FAILED = "failed"
+    """Ended with an error the model sees."""
     CANCELLED = "cancelled"
+    """Ended because the run was cancelled; an error, like `FAILED`."""
 
 
 class ToolResult:
     """How one call ended: its result, the error the model sees, or the ticket it waits on.
 
-    `result` is deeply frozen like a call's arguments (dicts, lists and sets in it; other
-    objects are kept as they are), and `text`, what the model is shown, is made from it
-    when the result is made: no hook that sees the result later can change what the model
-    reads. A tool that raised has its exception in `exception` (the model sees
-    `"ExceptionType: message"` as `error`). Frozen; equal when call, status, result, error
-    and ticket are.
+    As returned by `run.handle_tool_call` and `run.execute_tool`. Frozen; equal when call,
+    status, result, error and ticket are. See [tools and schemas](tools.md).
     """
 
     # A plain slotted class rather than an attrs one: msgspec encodes attrs classes field
     # by field, and a result that is not JSON must encode (in an event) as its text.
     __slots__ = ("call", "error", "exception", "result", "status", "text", "ticket")
     call: ToolCall
+    """The `ToolCall`."""
     status: ToolCallStatus
+    """How the call ended, a `ToolCallStatus`."""
     result: Any
+    """The result, frozen like a call's arguments (the dicts, lists and sets in it; any
+    other object is kept as it is)."""
     error: str | None
+    """The text the model sees for a failed call; for a tool that raised it is
+    `"ExceptionType: message"`."""
     ticket: Any
+    """What a suspended call waits on (the gate's `Suspend.ticket`)."""
     exception: BaseException | None
+    """The exception a tool raised, traceback included; None otherwise."""
     text: str
+    """What the model is shown: the error, or the result itself if it is a string, else the
+    result as JSON (its `repr` if it does not encode). It is made when the result is made,
+    so no hook that sees the result later can change what the model reads."""
 
     def __init__(
         self,
@@ -140,6 +182,7 @@ class ToolResult:
 
     @property
     def is_error(self) -> bool:
+        """True for `FAILED` and `CANCELLED`."""
         return self.status is ToolCallStatus.FAILED or self.status is ToolCallStatus.CANCELLED
 
     def _key(self) -> tuple[Any, ...]:

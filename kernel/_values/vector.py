@@ -131,8 +131,20 @@ def _is_stringlike(obj: object) -> bool:
 class Vector(Sequence[T], Generic[T]):
     """Immutable sequence; `append`/`extend`/`+` return new vectors sharing structure.
 
-    Equal to any sequence (list, tuple, Vector, ...) of equal items, and hashes like the
-    tuple of its items, so it can stand in for a tuple in values that must be hashable.
+    `Vector(items=())` is a persistent, immutable sequence for logs and message histories,
+    and the fast path for list-like values. It cannot be subclassed. `Vector(v)` with a
+    Vector `v` returns `v`. See [concepts: Vector](concepts.md#vector).
+
+    - `v.append(x)`, `v.extend(xs)`, `v + xs`: each returns a new Vector that shares
+      structure with `v`. The cost grows with what is added, not with `len(v)`.
+    - `v[i]`, `v[a:b]`, `len(v)`, `iter(v)`, `reversed(v)`, `x in v`, `v.index(x)`,
+      `v.count(x)`: read-only sequence operations. A slice is a Vector.
+    - `v == other`: True for any sequence (list, tuple, Vector, ...) of equal items.
+    - `hash(v)`: the same as the hash of the tuple of its items, so a Vector can stand in
+      for a tuple in values that must be hashable.
+
+    Setting an attribute raises `AttributeError`. As a pydantic field, a Vector validates
+    like `list[T]` and serialises as a list.
     """
 
     __slots__ = ("_h", "_s")
@@ -153,7 +165,10 @@ class Vector(Sequence[T], Generic[T]):
     # -- growth -----------------------------------------------------------------------
 
     def append(self, item: T) -> Vector[T]:
-        """Return a new Vector with `item` at the end; O(1) amortised."""
+        """Return a new Vector with `item` at the end; O(1) amortised.
+
+        The new Vector shares structure with this one, which stays valid and unchanged.
+        """
         cnt, tlen, tail, body = self._s
         v = _new(Vector)
         if tlen < 32:
@@ -172,7 +187,10 @@ class Vector(Sequence[T], Generic[T]):
         return v
 
     def extend(self, items: Iterable[T]) -> Vector[T]:
-        """Return a new Vector with `items` at the end; O(len(items)) amortised."""
+        """Return a new Vector with `items` at the end; O(len(items)) amortised.
+
+        The cost grows with what is added, not with `len(self)`; `v + xs` does the same.
+        """
         cnt, tlen, tail, body = self._s
         cls = type(items)
         if cls is list:
@@ -319,6 +337,7 @@ class Vector(Sequence[T], Generic[T]):
         return any(value in chunk for chunk in self._chunks())
 
     def index(self, value: Any, start: SupportsIndex = 0, stop: SupportsIndex = sys.maxsize) -> int:
+        """Return the index of the first item equal to `value`; `ValueError` if there is none."""
         lo, hi, _ = slice(start, stop).indices(self._s[0])
         base = 0
         for chunk in self._chunks():
@@ -336,9 +355,10 @@ class Vector(Sequence[T], Generic[T]):
     def startswith(self, prefix: Iterable[Any]) -> bool:
         """Whether this vector's first items equal `prefix`'s, all of them.
 
-        Fast where it matters, when this vector was made by extending `prefix`: both then
-        hold the same leaf tuples, which compare by identity, so only the prefix's last
-        partial chunk is compared item by item."""
+        `prefix` may be any iterable. Fast where it matters, when this vector was made by
+        extending the Vector `prefix`: both then hold the same leaf tuples, which compare by
+        identity, so it costs about `len(prefix) / 32` identity checks, and only the prefix's
+        last partial chunk is compared item by item."""
         if type(prefix) is not Vector:
             items = _to_list(prefix)
             return len(items) <= self._s[0] and self[: len(items)].tolist() == items
@@ -356,6 +376,7 @@ class Vector(Sequence[T], Generic[T]):
         return True
 
     def count(self, value: Any) -> int:
+        """Return how many items equal `value`."""
         return sum(chunk.count(value) for chunk in self._chunks())
 
     def tolist(self) -> list[T]:
@@ -371,6 +392,7 @@ class Vector(Sequence[T], Generic[T]):
         return out
 
     def totuple(self) -> tuple[T, ...]:
+        """Return the items as a new tuple."""
         return tuple(self.tolist())
 
     # -- comparison, hashing, display -------------------------------------------------

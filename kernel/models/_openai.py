@@ -41,10 +41,28 @@ class OpenAIChatModel:
     """A model for `Agent` speaking OpenAI Chat Completions (also vLLM, Ollama, LM Studio,
     LiteLLM proxies: give their `base_url`).
 
-    `params` (`temperature=0.2`, `max_tokens=...`) go with every request, and this step's
-    `SetInferenceOverride` parameters over them. With `stream=True` the answer streams, and
-    `agent.stream` shows its text as `TextDelta` events. `client` is an
-    `openai.AsyncOpenAI` of your own (then `base_url` and `api_key` are its business).
+    It speaks the wire format through the official `openai` package (the extra
+    `statekernel[openai]`); without that package, constructing one raises `ImportError`
+    naming the extra.
+
+    - `model`: the model name, such as `"gpt-4o-mini"` (an empty one is a `ValueError`).
+    - `params` (`temperature=0.2`, `max_tokens=...`) go with every request, and this step's
+      `SetInferenceOverride` parameters override them.
+    - `stream=True`: the answer streams, and `agent.stream` shows its text as `TextDelta`
+      events.
+    - `max_retries=3`, `backoff=0.5`: a 429, a 5xx, a timeout or a dropped connection is
+      retried `max_retries` times (an int >= 0), waiting `backoff * 2**attempt` seconds (or
+      the server's `Retry-After`, at most 30 s); each retry is logged at `INFO`. Any other
+      4xx fails at once. Either way the error is `ModelCallFailed`, which fails the run. A
+      streamed answer is retried only until its first piece arrived.
+    - `base_url`, `api_key`, `timeout=120.0` (seconds): the settings of the client it makes.
+    - `client`: an `openai.AsyncOpenAI` of your own; then `base_url`, `api_key` and
+      `timeout` are its settings (its own `max_retries` adds to ours).
+
+    Messages map one to one: an assistant message with its `tool_calls` (arguments as a
+    JSON string), each tool result as a `tool` message with its `tool_call_id`. Each
+    `ToolSpec` is a `function` tool. The answer's tool calls come back as `ToolCall`s
+    (arguments that are not a JSON object are logged and become `{}`).
     """
 
     def __init__(
@@ -105,7 +123,11 @@ class OpenAIChatModel:
         raise AssertionError("unreachable: the last attempt raises")
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[str | InferenceResponse]:
-        """The answer as it arrives: text pieces, then the whole `InferenceResponse`."""
+        """The answer as it arrives: text pieces (`str`), then the whole `InferenceResponse`.
+
+        A failure is retried only until the first piece arrived; after that it ends the call
+        with `ModelCallFailed`.
+        """
         body = {**self._body(request), "stream": True}
         for attempt in range(self.max_retries + 1):
             text: list[str] = []

@@ -32,10 +32,21 @@ from .._values.keys import StateKey, key_info
 from .._values.phases import Phase
 from .determinism import assert_deterministic as assert_deterministic
 
+__all__ = [
+    "TEST_RUN",
+    "assert_commutative",
+    "assert_deterministic",
+    "run_hooks",
+    "run_hooks_sync",
+    "snapshot_of",
+]
+
 V = TypeVar("V")
 U = TypeVar("U")
 
 TEST_RUN = RunIdentity(run_id="test:run-1", thread_id="test", agent_id="test-agent")
+"""The run `run_hooks` gives its hooks' `PhaseContext`: run `"test:run-1"` of thread
+`"test"`, agent `"test-agent"`."""
 
 
 def snapshot_of(
@@ -44,7 +55,12 @@ def snapshot_of(
     *,
     revision: int = 0,
 ) -> Snapshot:
-    """A snapshot of the keys a plugin registers (or the given keys) holding `values`."""
+    """A snapshot of the keys a plugin registers (or the given keys) holding `values`.
+
+    `source` is a `Plugin` (its registered keys) or the key classes themselves; `values` is
+    `{K: value}`, and `revision` the snapshot's revision. Each value is checked by its key's
+    `validate`; a refusal raises `CommitRejected`.
+    """
     return LiveState.of(_registry(source), values or {}, revision=revision).snapshot
 
 
@@ -58,7 +74,11 @@ async def run_hooks(
 ) -> list[StateCommand]:
     """The commands `plugin`'s hooks for `phase` return against one snapshot, in order.
 
-    Hooks that return None contribute nothing to the list. Nothing is committed.
+    Calls the hooks in registration order against the given `snapshot`, or
+    `snapshot_of(plugin, values)`. Hooks that return None contribute nothing to the list.
+    Nothing is committed. `fields` become `PhaseContext` fields (for example
+    `tool_call=...` or `profile=...`). The run is `statekernel.testing.TEST_RUN`
+    (`run_id="test:run-1"`, `thread_id="test"`, `agent_id="test-agent"`).
     """
     components = Components.build([plugin])
     if snapshot is None:
@@ -83,7 +103,7 @@ def run_hooks_sync(
     snapshot: Snapshot | None = None,
     **fields: Any,
 ) -> list[StateCommand]:
-    """`run_hooks` for code with no event loop running."""
+    """`run_hooks` for code with no event loop running: same arguments, same commands."""
     return asyncio.run(run_hooks(plugin, phase, values=values, snapshot=snapshot, **fields))
 
 
@@ -98,8 +118,9 @@ def assert_commutative(
     """Fail unless applying `updates` to `base` in every tried order gives one result.
 
     All orders are tried when there are at most `max_orders` of them, otherwise a seeded
-    random sample. Each application starts from a fresh copy of `base`, so an `apply` that
-    mutates its input is judged fairly.
+    (`seed`) random sample of `max_orders` orders. Each application starts from a fresh copy
+    of `base`, so an `apply` that mutates its input is judged fairly. Raises
+    `AssertionError` showing two orders that disagree.
     """
     key_info(key)
     orders = _orders(len(updates), max_orders, seed)

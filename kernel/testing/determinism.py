@@ -43,9 +43,15 @@ async def assert_deterministic(
     ends in another state than the first. Returns the first run's snapshot.
 
     Each run is a fresh `Kernel` (no store) and a fresh run on one thread: `setup`, if
-    given, is committed first, then the phase runs with `fields`. Pass a function that
-    makes the plugins to get fresh plugin objects for every run (plugins that keep state
-    of their own); a list is reused. `seed` makes the timings repeatable.
+    given, is committed first, then the phase runs with `fields`. Each time, every phase
+    hook is held back by a random number of event-loop turns, so that async hooks finish in
+    other orders and sync ones run at other moments. Pass a function that makes the plugins
+    to get fresh plugin objects for every run (plugins that keep state of their own); a
+    list is reused. `seed` makes the timings repeatable.
+
+    Raises `AssertionError` at the first run that ends in another state than the first,
+    naming the keys that differ and the order the hooks finished in both runs. `runs` below
+    2 raises `ValueError`.
     """
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise ValueError(f"runs must be an int >= 2 (one run proves nothing), got {runs!r}")

@@ -3,15 +3,19 @@ PostgreSQL binaries: a fresh cluster in a temporary folder, on a free port of 12
 stopped and deleted when the `with` block ends, also when it ends in an error, and also
 when the process that started it is killed outright (a watchdog process stops it then).
 
-    from statekernel.testing.postgres import throwaway_postgres
+```python
+from statekernel.stores import PostgresThreadStore
+from statekernel.testing.postgres import throwaway_postgres
 
-    with throwaway_postgres() as server:
-        store = PostgresThreadStore(server.dsn)
+with throwaway_postgres() as server:
+    store = PostgresThreadStore(server.dsn)
+```
 
 It needs the server binaries (`initdb`, `pg_ctl`: Debian's and Ubuntu's `postgresql`
 package, or any install with them on PATH). PostgreSQL refuses to run as root, so as root it
 runs them as the `postgres` user (which that package creates). Nothing here listens anywhere
-but 127.0.0.1, and the cluster trusts local connections: it is for tests, never for data.
+but 127.0.0.1, and the cluster trusts local connections: it is for tests of your own
+PostgreSQL-backed code, never for data.
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ HOW_TO_INSTALL = (
 
 class PostgresUnavailable(RuntimeError):
     """No PostgreSQL server binaries here, or the cluster would not start (the message says
-    which, and how to fix it)."""
+    which, and how to fix it; when the cluster would not start, with the server's log).
+
+    Also a `RuntimeError`.
+    """
 
 
 def find_binaries() -> Path | None:
@@ -58,7 +65,12 @@ def find_binaries() -> Path | None:
 
 @attrs.define
 class PostgresServer:
-    """A running throwaway cluster: `dsn` reaches its `postgres` database as its superuser."""
+    """A running throwaway cluster: `dsn` reaches its `postgres` database as its superuser.
+
+    `throwaway_postgres` makes it: `binaries` is the folder of the server binaries, `folder`
+    the temporary folder holding the cluster, `port` its port on 127.0.0.1, and `durable`
+    whether fsync is on.
+    """
 
     binaries: Path
     folder: Path
@@ -67,6 +79,8 @@ class PostgresServer:
 
     @property
     def dsn(self) -> str:
+        """The connection string of its `postgres` database, as its superuser `postgres`
+        (trusted locally, no password)."""
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     @property
@@ -90,6 +104,7 @@ class PostgresServer:
         self.start()
 
     def log(self) -> str:
+        """The server's log so far (empty when there is none yet)."""
         path = self.folder / "log"
         return path.read_text(errors="replace") if path.exists() else ""
 
@@ -99,11 +114,18 @@ class PostgresServer:
 
 @contextlib.contextmanager
 def throwaway_postgres(*, durable: bool = False) -> Iterator[PostgresServer]:
-    """A fresh PostgreSQL cluster for the block's duration (see the module's docstring).
+    """A fresh PostgreSQL cluster for the block's duration; yields its `PostgresServer`.
+
+    The cluster starts from the machine's own server binaries (`initdb` and `pg_ctl` on PATH,
+    or Debian's `/usr/lib/postgresql/<version>/bin`) in a temporary folder, on a free port of
+    127.0.0.1, and is stopped and deleted when the block ends, also on an error (and, through
+    a small watchdog process, when the process that started it is killed outright). As root
+    it runs the server as the `postgres` user.
 
     `durable=False` (tests) turns fsync off; benchmarks pass `durable=True` to measure what a
-    real server does. Raises `PostgresUnavailable` when there are no server binaries or the
-    cluster does not start (with the server's log).
+    real server does. Raises `PostgresUnavailable`, saying how to fix it, when there are no
+    server binaries or the cluster does not start (with the server's log). It is for tests
+    of your own PostgreSQL-backed code, never for data.
     """
     binaries = find_binaries()
     if binaries is None:

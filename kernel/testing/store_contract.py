@@ -1,29 +1,40 @@
 """A conformance suite for store backends: any ProfileStore or ThreadStore runs it against
 itself, and every backend then behaves the same on every input it tries.
 
-statekernel runs it against its memory and SQLite stores. A backend of your own (Redis,
-DynamoDB, a service) subclasses the contract in its tests and gives it a fresh, empty store
-per test as a fixture::
+The suite is two pytest classes, `ThreadStoreContract` and `ProfileStoreContract`.
+statekernel runs it against its memory, SQLite and PostgreSQL stores
+(`tests/test_store_contract.py`). A backend of your own (Redis, DynamoDB, a service)
+subclasses the contract in its tests (the class name starting with `Test`) and gives it a
+fixture yielding a fresh, empty store per test (`thread_store` or `profile_store`; a
+ProfileStore also needs `break_entry`, an async function `(namespace, key)` that makes one
+stored entry no longer decode, the way your backend could come to hold it). Every test of
+the contract then runs against your store:
 
-    import pytest
-    from statekernel.testing.store_contract import ProfileStoreContract, ThreadStoreContract
+```python
+import pytest
+from statekernel.testing.store_contract import ProfileStoreContract, ThreadStoreContract
 
-    class TestMyThreadStore(ThreadStoreContract):
-        @pytest.fixture
-        async def thread_store(self):
-            async with MyThreadStore(...) as store:
-                yield store
 
-    class TestMyProfileStore(ProfileStoreContract):
-        @pytest.fixture
-        async def profile_store(self):
-            async with MyProfileStore(...) as store:
-                yield store
+class TestMyThreadStore(ThreadStoreContract):
+    @pytest.fixture
+    async def thread_store(self):
+        async with MyThreadStore(...) as store:
+            yield store
 
-        @pytest.fixture
-        def break_entry(self, profile_store):
-            # make one stored entry no longer decode, the way your backend could hold it
-            ...
+
+class TestMyProfileStore(ProfileStoreContract):
+    @pytest.fixture
+    async def profile_store(self):
+        async with MyProfileStore(...) as store:
+            yield store
+
+    @pytest.fixture
+    def break_entry(self, profile_store):
+        async def corrupt(namespace, key):
+            ...  # make that stored entry no longer decode, the way your backend could
+
+        return corrupt
+```
 
 It needs pytest and pytest-asyncio (async fixtures in their "auto" mode, or declared with
 `pytest_asyncio.fixture`). Each test says in its name what a user relies on; a failure names
@@ -142,7 +153,26 @@ async def _commits(kernel: Kernel, thread_id: str, count: int, *, every: int = 0
 @_MARK
 class ThreadStoreContract:
     """The ThreadStore contract (`statekernel.lowlevel.ThreadSave` and friends): subclass it
-    and give it a `thread_store` fixture yielding a fresh, empty store."""
+    and give it a `thread_store` fixture yielding a fresh, empty store.
+
+    What it asserts of a ThreadStore:
+
+    - absent threads are absent everywhere;
+    - a save loads back byte for byte (records, seal, run values);
+    - of two saves from one write position only the first lands, also among eight
+      concurrent savers;
+    - records follow the head one by one;
+    - reads by revision, snapshots and `prune`;
+    - `threads()` sorted by literal prefix;
+    - hostile ids kept as they are (`HOSTILE_NAMES`: SQL metacharacters, wildcards, the last
+      code point, control characters, long names), and ids no store can keep
+      (`REFUSED_NAMES`: a lone surrogate, a NUL) refused alike;
+    - a record handed to the store altered is caught by the kernel's chain;
+    - two kernels adding to one thread both land, and an exclusive one conflicts;
+    - of a store with the optional `SupportsHead` or `SupportsRunEvents` (the others skip
+      these tests): a head is the loaded position and seal; run events are kept in save
+      order, and `prune` drops those of what it forgets.
+    """
 
     @pytest.fixture
     async def thread_store(self) -> ThreadStore:
@@ -386,9 +416,22 @@ class ThreadStoreContract:
 @_MARK
 class ProfileStoreContract:
     """The ProfileStore contract: subclass it and give it a `profile_store` fixture yielding
-    a fresh, empty store (with the default size limit), and `break_entry`, a function
+    a fresh, empty store (with the default size limit), and `break_entry`, an async function
     `(namespace, key)` that makes one stored entry no longer decode, the way the backend
-    could come to hold it."""
+    could come to hold it.
+
+    What it asserts of a ProfileStore:
+
+    - versions and compare-and-set;
+    - JSON values only;
+    - a 10 MB value kept, and one over the limit refused;
+    - `list` by literal prefix, and `clear` of one namespace;
+    - hostile and refused names (`HOSTILE_NAMES`, `REFUSED_NAMES`);
+    - one entry that no longer decodes costing only itself;
+    - no update lost among 50 concurrent writers;
+    - of a store with the optional `SupportsNamespaces` (the others skip this test):
+      `namespaces()` lists those holding entries.
+    """
 
     @pytest.fixture
     async def profile_store(self) -> ProfileStore:

@@ -137,15 +137,23 @@ _LIST_RANGE = _LIST + " AND key >= $2 AND key < $3 ORDER BY key"
 
 
 class PostgresProfileStore(ClosingStore):
-    """A ProfileStore in a PostgreSQL database (its table created on first use).
+    """A `ProfileStore` in a PostgreSQL database (its table created on first use).
 
-    `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
-    `pool_size` bounds this store's connections; `retry_for` is how long a transient failure
-    (the server restarting, a broken connection) is retried before a `StoreError`.
-    `max_value_bytes` refuses larger values (as encoded JSON) before any write.
-    `read_only=True` creates, migrates and writes nothing (the server refuses writes on its
-    connections, and a write raises `StoreError`); a database without this store's table at
-    this statekernel's schema version is refused.
+    For agents on many hosts; it needs the extra `statekernel[postgres]` (without asyncpg
+    installed, constructing it raises `ImportError` naming the extra). Every operation is
+    one statement over a bounded pool. It `SupportsAtomicUpdate` (the row stays locked
+    while the function runs), and also `SupportsNamespaces` and `AcceptsEncodedValues`. It
+    may share its database with a `PostgresThreadStore`. See [PostgreSQL](postgres.md).
+
+    - `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    - `pool_size` bounds this store's connections.
+    - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
+      broken connection) is retried before a `StoreError`; a write is never applied twice.
+    - `max_value_bytes` (16 MiB by default) refuses larger values (as encoded JSON) with
+      `StoreError` before any write.
+    - `read_only=True` creates, migrates and writes nothing (connections are opened with
+      `default_transaction_read_only`, and a write raises `StoreError`); a database without
+      this store's table at this statekernel's schema version is refused.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -216,6 +224,7 @@ class PostgresProfileStore(ClosingStore):
 
     @property
     def dsn(self) -> str:
+        """The DSN the store connects to."""
         return self._db.dsn
 
     async def get(self, namespace: str, key: str) -> Entry | None:

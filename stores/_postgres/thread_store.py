@@ -254,15 +254,23 @@ _BATCH_BYTES = 8 * 1024 * 1024  # records and snapshots in one statement, unless
 
 
 class PostgresThreadStore(ClosingStore):
-    """A ThreadStore in a PostgreSQL database (its tables created on first use).
+    """A `ThreadStore` in a PostgreSQL database (its tables created on first use).
 
-    `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
-    `pool_size` bounds this store's connections; `retry_for` is how long a transient failure
-    (the server restarting, a broken connection) is retried before a `StoreError`. May share
-    its database (and its DSN) with a PostgresProfileStore. `read_only=True` creates,
-    migrates and writes nothing (the server refuses writes on its connections, and a write
-    raises `StoreError`); a database without this store's tables at this statekernel's
-    schema version is refused.
+    It needs the extra `statekernel[postgres]` (without asyncpg installed, constructing it
+    raises `ImportError` naming the extra). Each save is one statement that compares the
+    write position and appends. Saves of different threads that arrive while others are in
+    flight leave together as one statement (group commit), each still landing or failing on
+    its own compare-and-set, and no lock serialises them. It may share its database (and
+    its DSN) with a `PostgresProfileStore`. It `SupportsHead` and `SupportsRunEvents`. See
+    [PostgreSQL](postgres.md).
+
+    - `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    - `pool_size` bounds this store's connections.
+    - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
+      broken connection) is retried before a `StoreError`.
+    - `read_only=True` creates, migrates and writes nothing (connections are opened with
+      `default_transaction_read_only`, and a write raises `StoreError`); a database without
+      this store's tables at this statekernel's schema version is refused.
     """
 
     def __init__(
@@ -283,6 +291,7 @@ class PostgresThreadStore(ClosingStore):
 
     @property
     def dsn(self) -> str:
+        """The DSN the store connects to."""
         return self._db.dsn
 
     async def head(self, thread_id: str) -> ThreadHead | None:

@@ -86,15 +86,24 @@ _NAMESPACES = "SELECT DISTINCT namespace FROM profile_records ORDER BY namespace
 
 
 class SqliteProfileStore(ClosingStore):
-    """A ProfileStore in a SQLite file (created on first use, with its schema).
+    """A `ProfileStore` in a SQLite file (created on first use, with its schema).
 
-    `max_value_bytes` refuses larger values (as encoded JSON) before any write;
-    `synchronous="FULL"` makes every commit survive power loss too, at an fsync per commit.
-    A file it creates (and its missing folders) is owner-only, `file_mode=0o600`; a file
-    holding another application's tables is refused unless `other_tables="allow"`.
-    `read_only=True` opens an existing file for reading only: nothing is created, migrated
-    or written (a write raises `StoreError`), and a file without this store's tables at this
-    statekernel's schema version is refused.
+    It uses WAL, parameterised SQL only, group commit, and `BEGIN IMMEDIATE` with busy
+    retries. It is safe for many tasks and several processes, and it `SupportsAtomicUpdate`
+    (also `SupportsNamespaces` and `AcceptsEncodedValues`). It may share its file with a
+    `SqliteThreadStore`.
+
+    - `max_value_bytes` (16 MiB by default) refuses larger values (as encoded JSON) with
+      `StoreError` before any write.
+    - `synchronous="FULL"` makes every commit survive power loss too, at an fsync per
+      commit; a value other than `"NORMAL"` or `"FULL"` raises `ValueError`.
+    - `file_mode`: a file it creates (and its missing folders) gets it, owner-only `0o600`
+      by default; a file that exists keeps its own.
+    - `other_tables`: a file holding another application's tables is refused with a
+      `StoreError` naming them unless `other_tables="allow"`.
+    - `read_only=True` opens an existing file for reading only: nothing is created, migrated
+      or written (a missing file or a write raises `StoreError`), and a file without this
+      store's tables at this statekernel's schema version is refused.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -121,6 +130,7 @@ class SqliteProfileStore(ClosingStore):
 
     @property
     def path(self) -> str:
+        """The SQLite file."""
         return self._db.path
 
     async def get(self, namespace: str, key: str) -> Entry | None:

@@ -160,15 +160,20 @@ _NO_END = 2**63 - 1
 
 
 class SqliteThreadStore(ClosingStore):
-    """A ThreadStore in a SQLite file (created on first use, with its schema).
+    """A `ThreadStore` in a SQLite file (created on first use, with its schema).
 
-    May share its file with a SqliteProfileStore. `synchronous="FULL"` makes every save
-    survive power loss too, at an fsync per commit. A file it creates (and its missing
-    folders) is owner-only, `file_mode=0o600`; a file holding another application's tables
-    is refused unless `other_tables="allow"`.
-    `read_only=True` opens an existing file for reading only: nothing is created, migrated
-    or written (a write raises `StoreError`), and a file without this store's tables at this
-    statekernel's schema version is refused.
+    It may share its file with a `SqliteProfileStore`. Each save is one transaction that
+    compares the write position first. It `SupportsHead` and `SupportsRunEvents`.
+
+    - `synchronous="FULL"` makes every save survive power loss too, at an fsync per commit;
+      a value other than `"NORMAL"` or `"FULL"` raises `ValueError`.
+    - `file_mode`: a file it creates (and its missing folders) gets it, owner-only `0o600`
+      by default; a file that exists keeps its own.
+    - `other_tables`: a file holding another application's tables is refused with a
+      `StoreError` naming them unless `other_tables="allow"`.
+    - `read_only=True` opens an existing file for reading only: nothing is created, migrated
+      or written (a missing file or a write raises `StoreError`), and a file without this
+      store's tables at this statekernel's schema version is refused.
     """
 
     def __init__(
@@ -191,6 +196,7 @@ class SqliteThreadStore(ClosingStore):
 
     @property
     def path(self) -> str:
+        """The SQLite file."""
         return self._db.path
 
     async def load(self, thread_id: str) -> ThreadState | None:

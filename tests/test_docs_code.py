@@ -1,0 +1,135 @@
+"""Every page of the docs runs: each page's Python code, block after block, exits cleanly.
+
+That includes the reference pages, whose code is the examples in the docstrings they show.
+Each page runs in a process of its own (tests/docs_page.py), in an empty folder, as a reader
+would paste it. The pages that talk to something real get that thing, on 127.0.0.1 only:
+"connect a real model" a local server speaking the Chat Completions wire format, "tracing"
+a local OTLP/HTTP receiver (which must then hold the run's spans), "PostgreSQL" a throwaway
+server (and so does the testing reference, whose `throwaway_postgres` example starts one).
+A page drifting from the API fails here instead of in front of a reader.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from chat_server import ChatServer, calls, text
+from docs_page import python_blocks
+
+from statekernel.testing.postgres import PostgresServer
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RUNNER = Path(__file__).resolve().parent / "docs_page.py"
+PAGES = sorted(DOCS.glob("*.md"))
+# The pages that talk to a server, each run by a test of its own that starts it.
+SERVED = ("models.md", "observability.md", "postgres.md", "reference-testing.md")
+
+
+def _run(page: Path, folder: Path, env: dict[str, str] | None = None) -> None:
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(page)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=folder,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+    assert done.returncode == 0, f"docs/{page.name} failed:\n{done.stdout}\n{done.stderr}"
+
+
+def test_pages_are_found() -> None:
+    assert DOCS / "concepts.md" in PAGES
+    assert python_blocks((DOCS / "concepts.md").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    "page",
+    [page for page in PAGES if page.name not in SERVED],
+    ids=lambda page: page.name,
+)
+def test_the_page_runs(page: Path, tmp_path: Path) -> None:
+    _run(page, tmp_path)
+
+
+def test_the_models_page_runs_against_a_local_chat_server(tmp_path: Path) -> None:
+    server = ChatServer(
+        [
+            calls(("call_1", "lookup", {"city": "Oslo"})),
+            text("It is sunny in Oslo."),
+        ]
+        * 4
+    )
+    with server:
+        _run(
+            DOCS / "models.md",
+            tmp_path,
+            {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test-key"},
+        )
+    assert server.requests, "the page's model never reached the local server"
+    assert not server.refused, server.refused
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint: keeps every export request's path and body."""
+
+    received: list[tuple[str, bytes]]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reads what arrived, not the log."""
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    received: list[tuple[str, bytes]] = []
+    handler = type("Receiver", (_Receiver,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_tracing_page_sends_its_run_to_a_local_otlp_endpoint(
+    tmp_path: Path, otlp_receiver: tuple[str, list[tuple[str, bytes]]]
+) -> None:
+    endpoint, received = otlp_receiver
+    _run(DOCS / "observability.md", tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    traces = [body for path, body in received if path == "/v1/traces"]
+    assert traces, f"nothing reached {endpoint}/v1/traces (got {[p for p, _ in received]})"
+    sent = b"".join(traces)
+    for name in (b"invoke_agent", b"statekernel.revision"):
+        assert name in sent, f"the exported spans hold no {name!r}"
+
+
+def test_the_postgres_page_runs_against_a_throwaway_server(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    _run(DOCS / "postgres.md", tmp_path, {"DATABASE_URL": postgres_server.dsn})
+
+
+def test_the_testing_reference_runs_where_postgres_can_start(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """Its `throwaway_postgres` example starts a cluster of its own from the same binaries
+    (the `postgres_server` fixture only decides whether they are there, and says so)."""
+    _run(DOCS / "reference-testing.md", tmp_path)
