@@ -14,8 +14,12 @@ what would make a visible block's claims true: a visible block still asserts its
 A reference page (docs/reference*.md) shows docstrings: each `::: statekernel.Name` block
 there is replaced by the docstrings mkdocstrings renders for it (the name's and its public
 members', in source order, read by griffe as mkdocstrings reads them), so their examples run
-too. They run as doctest runs a module's examples: with the documented module's public
-names imported.
+too, each example with its own imports, as a reader pastes it. A block whose directive says
+`members: false` shows its name's docstring alone, and so runs only that one's examples.
+
+A block that leaves a coroutine un-awaited (`run.submit(cmd)` without `await`), or raises
+a RuntimeWarning anywhere, fails like one that raises: Python would only warn, and the
+reader's program would silently skip the call.
 
 It exits 1 at the first block that raises, printing the block's line on the page and the
 traceback; tests/test_docs_code.py runs every page through it.
@@ -25,12 +29,15 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import importlib
+import functools
+import gc
 import inspect
 import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
+from typing import Any
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>[^\n`]*)$")
 _HIDDEN = "<!-- python"
@@ -68,7 +75,9 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return blocks
 
 
-_DIRECTIVE = re.compile(r"^::: (?P<path>[\w.]+)[ \t]*$", re.MULTILINE)
+_DIRECTIVE = re.compile(
+    r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+\S.*\n)*)", re.MULTILINE
+)
 
 
 def rendered_text(page: Path) -> str:
@@ -78,46 +87,45 @@ def rendered_text(page: Path) -> str:
         return text
     import griffe  # only the reference pages need it (the `docs` extra, installed by dev)
 
-    package = griffe.load("statekernel", resolve_aliases=True, resolve_external=False)
+    package = _package()
 
-    def docstrings(found: griffe.Object | griffe.Alias) -> list[str]:
+    def docstrings(found: griffe.Object | griffe.Alias, members: bool) -> list[str]:
         target = found.final_target if isinstance(found, griffe.Alias) else found
         shown = [target.docstring.value] if target.docstring else []
-        if target.is_module or target.is_class:
+        if members and (target.is_module or target.is_class):
             for name, member in target.members.items():
                 if not name.startswith("_") and not member.is_alias:
-                    shown += docstrings(member)
+                    shown += docstrings(member, members=True)
         return shown
 
     def replace(match: re.Match[str]) -> str:
         found = package[match.group("path").removeprefix("statekernel.")]
-        return "\n\n".join(docstrings(found))
+        members = not re.search(r"^\s*members:\s*false\s*$", match["options"], re.MULTILINE)
+        return "\n\n".join(docstrings(found, members)) + "\n"
 
     return _DIRECTIVE.sub(replace, text)
 
 
-def _documented_modules(text: str) -> list[str]:
-    """The modules whose names a reference page documents (its examples may use them)."""
-    modules = []
-    for path in _DIRECTIVE.findall(text):
-        module = path.rpartition(".")[0]
-        while module and module not in sys.modules:
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                module = module.rpartition(".")[0]
-        if module and module not in modules:
-            modules.append(module)
-    return modules
+@functools.cache
+def _package() -> Any:
+    """The package as mkdocstrings reads it (griffe's model of the source), loaded once."""
+    import griffe
+
+    return griffe.load("statekernel", resolve_aliases=True, resolve_external=False)
 
 
-def run_page(page: Path) -> int:
+def run_page(page: Path, rendered: str | None = None) -> int:
+    """Run the page's code; `rendered` is its `rendered_text`, when the caller has it."""
     namespace: dict[str, object] = {"__name__": "__main__"}
-    for module in _documented_modules(page.read_text(encoding="utf-8")):
-        exec(f"from {module} import *", namespace)
+    lost: list[str] = []  # what Python could only report (a finalizer's exception)
+    sys.unraisablehook = lambda report: lost.append(
+        f"{report.exc_type.__name__}: {report.exc_value}"
+    )
+    warnings.simplefilter("error", RuntimeWarning)
     loop = asyncio.new_event_loop()
     try:
-        for line, code in python_blocks(rendered_text(page)):
+        text = rendered_text(page) if rendered is None else rendered
+        for line, code in python_blocks(text):
             where = f"{page.name}, the block at line {line}"
             try:
                 compiled = compile(
@@ -127,6 +135,9 @@ def run_page(page: Path) -> int:
                     loop.run_until_complete(eval(compiled, namespace))
                 else:
                     exec(compiled, namespace)
+                gc.collect()
+                if lost:
+                    raise RuntimeError("; ".join(lost))
             except BaseException:
                 print(f"{where} raised:\n{code}", file=sys.stderr)
                 traceback.print_exc()
@@ -138,4 +149,6 @@ def run_page(page: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_page(Path(sys.argv[1]).resolve()))
+    # docs_page.py PAGE [RENDERED]: RENDERED is a file holding the page's rendered text.
+    rendered = Path(sys.argv[2]).read_text(encoding="utf-8") if len(sys.argv) > 2 else None
+    sys.exit(run_page(Path(sys.argv[1]).resolve(), rendered))

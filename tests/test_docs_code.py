@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from chat_server import ChatServer, calls, text
-from docs_page import python_blocks
+from docs_page import python_blocks, rendered_text
 
 from statekernel.testing.postgres import PostgresServer
 
@@ -33,9 +33,15 @@ PAGES = sorted(DOCS.glob("*.md"))
 SERVED = ("models.md", "observability.md", "postgres.md", "reference-testing.md")
 
 
+def _has_code(page: Path) -> bool:
+    return bool(python_blocks(rendered_text(page)))
+
+
 def _run(page: Path, folder: Path, env: dict[str, str] | None = None) -> None:
+    rendered = folder / f"rendered-{page.name}"
+    rendered.write_text(rendered_text(page), encoding="utf-8")  # griffe loads once, here
     done = subprocess.run(
-        [sys.executable, str(RUNNER), str(page)],
+        [sys.executable, str(RUNNER), str(page), str(rendered)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -46,14 +52,37 @@ def _run(page: Path, folder: Path, env: dict[str, str] | None = None) -> None:
     assert done.returncode == 0, f"docs/{page.name} failed:\n{done.stdout}\n{done.stderr}"
 
 
+@pytest.mark.parametrize(
+    ("code", "problem"),
+    [
+        ("assert 1 == 2", "AssertionError"),
+        (
+            "from statekernel import Kernel, StateCommand\n"
+            "run = await Kernel([]).start_run('t')\n"
+            "run.submit(StateCommand())  # not awaited: Python would only warn",
+            "was never awaited",
+        ),
+    ],
+    ids=["a block that raises", "a coroutine never awaited"],
+)
+def test_a_broken_page_fails(tmp_path: Path, code: str, problem: str) -> None:
+    page = tmp_path / "broken.md"
+    page.write_text(f"# Broken\n\n```python\n{code}\n```\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match=problem):
+        _run(page, tmp_path)
+
+
 def test_pages_are_found() -> None:
     assert DOCS / "concepts.md" in PAGES
     assert python_blocks((DOCS / "concepts.md").read_text(encoding="utf-8"))
+    # a reference page's code is in the docstrings it shows
+    assert "```python" not in (DOCS / "reference.md").read_text(encoding="utf-8")
+    assert _has_code(DOCS / "reference.md")
 
 
 @pytest.mark.parametrize(
     "page",
-    [page for page in PAGES if page.name not in SERVED],
+    [page for page in PAGES if page.name not in SERVED and _has_code(page)],
     ids=lambda page: page.name,
 )
 def test_the_page_runs(page: Path, tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ class Agent:
       transforms ran), never stored in the history. Not a string: `TypeError`.
     - `stores`, `profile_store`, `thread_store`: where state lives. No store given: state
       lives in this process's memory and dies with it. One argument persists it:
-      `stores=statekernel.stores.embedded()` (SQLite files in ./.statekernel, the embedded
+      `stores=statekernel.stores.embedded()` (one SQLite file in ./.statekernel, the embedded
       default) or `stores=statekernel.stores.open_stores(db)` (a file or a PostgreSQL DSN);
       or give `thread_store` and `profile_store` one by one.
     - `max_steps` (default 25): how many steps a run may take; running out ends the run

@@ -218,7 +218,7 @@ class AgentTeam:
       an in-memory one for you. Without it, `StateError` says which store to pass.
     - `thread_store`: where threads live (without one, in memory, like `Agent`'s).
     - `stores`: both stores as one `Stores`; `stores=statekernel.stores.embedded()` gives
-      SQLite files in a folder.
+      one SQLite file in a folder.
     - `team_id`: reopens a team saved in those stores (its agents, mail and snapshots);
       without it, a new id is made (`team.team_id`).
     - `restart_policy`: `"on_failure"` (the default) runs a failed agent again, up to
@@ -264,7 +264,7 @@ class AgentTeam:
         if profile_store is None:
             raise StateError(
                 "an AgentTeam keeps its mailbox and roster in a ProfileStore, and none was "
-                "given: pass stores=statekernel.stores.embedded() (SQLite files in a folder), "
+                "given: pass stores=statekernel.stores.embedded() (one SQLite file in a folder), "
                 "stores=statekernel.stores.open_stores(dsn) for many hosts, or "
                 "profile_store=MemoryProfileStore() for a test"
             )

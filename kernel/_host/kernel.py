@@ -65,7 +65,7 @@ class Kernel:
       checkpoint. Without one, thread keys live in this kernel's memory and die with it.
     - `profile_store`: where profile keys live (`kernel.profile` reads and writes them).
     - `stores`: both stores as one [`Stores`](reference.md#statekernel.Stores)
-      (`statekernel.stores.embedded()`: SQLite files in a folder) instead of
+      (`statekernel.stores.embedded()`: one SQLite file in a folder) instead of
       `profile_store=` and `thread_store=`. A kernel never closes a store it was given.
     - `max_phase_rounds` (default 16): how many rounds of scheduled actions one phase may
       run before `PhaseRunLoopExceeded`. Below 1 raises `ValueError`.

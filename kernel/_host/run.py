@@ -580,13 +580,15 @@ class Run:
         With `resumable` (bytes), the whole run is saved as `suspend(resumable)` would save
         it (run keys and waiting actions included) and stays open: if the process dies
         before the next save, `kernel.resume_run` reopens the run from here and returns
-        `resumable`. The Agent does this before each tool runs, so that a crash can never
-        silently run it twice. The next save (checkpoint, finish, suspend) replaces it.
+        `resumable`. With a ThreadStore, the Agent does this before each tool that is not
+        `idempotent` runs, so that a crash can never silently run it twice. The next save
+        (checkpoint, finish, suspend) replaces it.
 
         Like every save (`finish`, `suspend`), it is a compare-and-set on the thread's write
-        position in the store: if another kernel saved the thread since this run loaded it
-        (even without committing anything), this raises `RevisionConflict` and saves
-        nothing.
+        position in the store. If another kernel saved the thread since this run loaded it
+        (even without committing anything), the save rebases when every op of its unsaved
+        commits is an update of a `COMMUTATIVE` key (see `rebases`); otherwise it raises
+        `RevisionConflict` and saves nothing.
         """
         self._check_open()
         record = self._suspended_record(resumable) if resumable is not None else None

@@ -155,7 +155,7 @@ class ProfileAccess:
 
         `fn` gets the current value (the default when absent) and must be pure: it may run
         more than once, and on another thread. With a store that `SupportsAtomicUpdate`
-        (both bundled stores) the read, `fn` and the write are one atomic step and nobody
+        (every bundled store) the read, `fn` and the write are one atomic step and nobody
         retries. With any other store it reads, computes, and writes with compare-and-set on
         the version read; on `VersionConflict` it reads again and retries, and after
         `max_update_attempts` losses it raises the last `VersionConflict`. Returns the value

@@ -46,12 +46,23 @@ class StateUpdater:
     """The process-wide registry of named reducers (EvoFabric's `StateUpdater`).
 
     ```python
+    from typing import Annotated
+
+    from pydantic import BaseModel
+
+    from statekernel import StateSchema, StateUpdater
+
+
     @StateUpdater.register("max")
     def keep_max(old: int, new: int) -> int:
         return max(old, new)
 
+
     class Scores(BaseModel):
         best: Annotated[int, "max"] = 0
+
+
+    scores = StateSchema(Scores)  # the field's key keeps the larger of two writes
     ```
 
     `"overwrite"`, `"append_messages"` (EvoFabric's) and `"add_messages"` (LangGraph's) are
