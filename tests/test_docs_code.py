@@ -37,19 +37,29 @@ def _has_code(page: Path) -> bool:
     return bool(python_blocks(rendered_text(page)))
 
 
-def _run(page: Path, folder: Path, env: dict[str, str] | None = None) -> None:
+def _start(page: Path, folder: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """The page's run, started in `folder` (rendered here: griffe loads once, in this process)."""
     rendered = folder / f"rendered-{page.name}"
-    rendered.write_text(rendered_text(page), encoding="utf-8")  # griffe loads once, here
-    done = subprocess.run(
-        [sys.executable, str(RUNNER), str(page), str(rendered)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=folder,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-    assert done.returncode == 0, f"docs/{page.name} failed:\n{done.stdout}\n{done.stderr}"
+    rendered.write_text(rendered_text(page), encoding="utf-8")
+    with (folder / "output.txt").open("w", encoding="utf-8") as output:  # the child keeps it
+        return subprocess.Popen(
+            [sys.executable, str(RUNNER), str(page), str(rendered)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=folder,
+            env={**os.environ, **(env or {})},
+        )
+
+
+def _check(page: Path, process: subprocess.Popen[str]) -> None:
+    process.wait(timeout=180)
+    output = (Path(str(process.args[-1])).parent / "output.txt").read_text(encoding="utf-8")
+    assert process.returncode == 0, f"docs/{page.name} failed:\n{output}"
+
+
+def _run(page: Path, folder: Path, env: dict[str, str] | None = None) -> None:
+    _check(page, _start(page, folder, env))
 
 
 @pytest.mark.parametrize(
@@ -80,13 +90,26 @@ def test_pages_are_found() -> None:
     assert _has_code(DOCS / "reference.md")
 
 
-@pytest.mark.parametrize(
-    "page",
-    [page for page in PAGES if page.name not in SERVED and _has_code(page)],
-    ids=lambda page: page.name,
-)
-def test_the_page_runs(page: Path, tmp_path: Path) -> None:
-    _run(page, tmp_path)
+PLAIN = [page for page in PAGES if page.name not in SERVED and _has_code(page)]
+
+
+@pytest.fixture(scope="module")
+def plain_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, subprocess.Popen[str]]:
+    """Every page that needs no server, started two at a time (the suite's machine has two
+    cores) as the first of their tests asks; each test then checks its own page."""
+    started: dict[Path, subprocess.Popen[str]] = {}
+    for page in PLAIN:
+        running = [process for process in started.values() if process.poll() is None]
+        while len(running) >= 2:
+            running[0].wait(timeout=180)
+            running = [process for process in started.values() if process.poll() is None]
+        started[page] = _start(page, tmp_path_factory.mktemp(page.stem))
+    return started
+
+
+@pytest.mark.parametrize("page", PLAIN, ids=lambda page: page.name)
+def test_the_page_runs(page: Path, plain_pages: dict[Path, subprocess.Popen[str]]) -> None:
+    _check(page, plain_pages[page])
 
 
 def test_the_models_page_runs_against_a_local_chat_server(tmp_path: Path) -> None:
