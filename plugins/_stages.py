@@ -15,18 +15,8 @@ Three parts, each enforced by the kernel rather than hoped for from the model:
    `ToolOutput(result, command)` carrying the transition; `StageWorkflow.tools` adds it for
    you.
 
-    class Doc(enum.Enum):
-        DRAFT = "draft"
-        REVIEWED = "reviewed"
-        PUBLISHED = "published"
-
-
-    class DocStage(StageKey[Doc]):
-        key = "doc.stage"
-        transitions = {Doc.DRAFT: {Doc.REVIEWED}, Doc.REVIEWED: {Doc.PUBLISHED}}
-
-    flow = StageWorkflow(DocStage, advances={"review": Doc.REVIEWED, "publish": Doc.PUBLISHED})
-    agent = Agent([flow], model, flow.tools({"review": review, "publish": publish}))
+The examples (a document's stages, a workflow over review and publish tools) are in the
+docstrings of `StageKey` and `StageWorkflow`, which the API reference shows.
 """
 
 from __future__ import annotations
