@@ -25,6 +25,7 @@ from statekernel import (
     PhaseRun,
     Plugin,
     PluginRegistrar,
+    Rebase,
     ScriptedModel,
     StateCommand,
     StateKey,
@@ -231,6 +232,47 @@ async def test_a_rebased_save_moves_its_events_with_its_records(tmp_path: Any) -
     record = next(r for r in history if r.run_id == rebase.run_id)
     assert step.revision == record.revision  # the revision its commit has in the journal
     assert all(e.revision <= history[-1].revision for e in events)
+
+
+async def test_a_rebase_that_moves_nothing_keeps_every_event_at_its_revision(
+    tmp_path: Any,
+) -> None:
+    """The other kernel's save committed nothing (the head's revision stayed where this run
+    loaded it, only its write position moved): the rebase shifts by zero, so a phase that
+    ran before any commit still says revision 0, and the commit's phase says 1."""
+    from statekernel.stores import SqliteThreadStore
+
+    class Tally(StateKey[int, int]):
+        key = "t.tally"
+        merge = MergeStrategy.COMMUTATIVE
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + update
+
+    class Adds(Plugin):
+        id = "adds"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_key(Tally)
+            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Tally, 1))
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        first, second = Kernel([Adds()], thread_store=store), Kernel([Adds()], thread_store=store)
+        await (await first.start_run("t")).finish()  # the thread exists, at revision 0
+        idle, adding = await first.start_run("t"), await second.start_run("t")
+        await adding.run_phase(Phase.RUN_START)  # nothing commits: revision 0
+        await adding.run_phase(Phase.STEP_START)  # revision 1
+        await idle.finish()  # moves the write position, not the revision
+        await adding.finish()
+        assert adding.rebases == (Rebase(onto=0, revision=1, run_id=adding.identity.run_id),)
+        events = await Kernel([], thread_store=store).run_events("t")
+    phases = [
+        (e.phase, e.revision)
+        for e in events
+        if e.run_id == adding.identity.run_id and isinstance(e, PhaseRun)
+    ]
+    assert phases == [(Phase.RUN_START, 0), (Phase.STEP_START, 1), (Phase.RUN_END, 1)]
 
 
 async def test_a_fork_carries_the_run_events_of_what_it_copies(
