@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,12 +93,21 @@ def test_stores_and_plugins_use_only_the_public_kernel() -> None:
 def test_the_kernel_never_imports_stores_or_plugins() -> None:
     """Stores implement protocols the kernel defines; the kernel knows neither backend nor
     plugin (data flows one way). The command line finds them through the package's
-    metadata (entry points), never by import."""
+    metadata (entry points), never by import. Nor do the examples in its docstrings, which
+    the reference shows and the docs tests run: an example needing a store lives with the
+    store."""
     offenders = [
         f"{path.relative_to(ROOT)}:{line} imports {module}"
         for path in _python_files("kernel")
         for line, module in _imports(path)
         if module.startswith(("statekernel.stores", "statekernel.plugins"))
+    ]
+    example_import = re.compile(r"^\s*(from|import) statekernel\.(stores|plugins)\b")
+    offenders += [
+        f"{path.relative_to(ROOT)}:{number} shows an import of a layer above the kernel"
+        for path in _python_files("kernel")
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if example_import.match(text)
     ]
     assert not offenders, "; ".join(offenders)
 

@@ -4,11 +4,11 @@ stopped and deleted when the `with` block ends, also when it ends in an error, a
 when the process that started it is killed outright (a watchdog process stops it then).
 
 ```python
-from statekernel.stores import PostgresThreadStore
 from statekernel.testing.postgres import throwaway_postgres
 
 with throwaway_postgres() as server:
-    store = PostgresThreadStore(server.dsn)
+    # hand the DSN to the code under test (a `PostgresThreadStore(server.dsn)`, say)
+    assert server.dsn.startswith("postgresql://postgres@127.0.0.1:")
 ```
 
 It needs the server binaries (`initdb`, `pg_ctl`: Debian's and Ubuntu's `postgresql`
