@@ -41,6 +41,10 @@ from typing import Any
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>[^\n`]*)$")
 _HIDDEN = "<!-- python"
+# A reference page's `::: statekernel.Name` line, with the indented options under it.
+_DIRECTIVE = re.compile(
+    r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+\S.*\n)*)", re.MULTILINE
+)
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
@@ -75,11 +79,12 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
     return blocks
 
 
-_DIRECTIVE = re.compile(
-    r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+\S.*\n)*)", re.MULTILINE
-)
+def directives(text: str) -> list[str]:
+    """The names a page's `:::` blocks document, in page order."""
+    return [match["path"] for match in _DIRECTIVE.finditer(text)]
 
 
+@functools.cache
 def rendered_text(page: Path) -> str:
     """The page as a reader sees it: each `:::` block replaced by the docstrings it shows."""
     text = page.read_text(encoding="utf-8")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -37,29 +38,40 @@ def _has_code(page: Path) -> bool:
     return bool(python_blocks(rendered_text(page)))
 
 
-def _start(page: Path, folder: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+@dataclass(frozen=True)
+class _PageRun:
+    """One page's code running in a process of its own, its output going to a file."""
+
+    page: Path
+    process: subprocess.Popen[str]
+    output: Path
+
+    def check(self) -> None:
+        self.process.wait(timeout=180)
+        assert self.process.returncode == 0, (
+            f"docs/{self.page.name} failed:\n{self.output.read_text(encoding='utf-8')}"
+        )
+
+
+def _start(page: Path, folder: Path, env: dict[str, str] | None = None) -> _PageRun:
     """The page's run, started in `folder` (rendered here: griffe loads once, in this process)."""
     rendered = folder / f"rendered-{page.name}"
     rendered.write_text(rendered_text(page), encoding="utf-8")
-    with (folder / "output.txt").open("w", encoding="utf-8") as output:  # the child keeps it
-        return subprocess.Popen(
+    output = folder / "output.txt"
+    with output.open("w", encoding="utf-8") as file:  # the child keeps its own copy
+        process = subprocess.Popen(
             [sys.executable, str(RUNNER), str(page), str(rendered)],
-            stdout=output,
+            stdout=file,
             stderr=subprocess.STDOUT,
             text=True,
             cwd=folder,
             env={**os.environ, **(env or {})},
         )
-
-
-def _check(page: Path, process: subprocess.Popen[str]) -> None:
-    process.wait(timeout=180)
-    output = (Path(str(process.args[-1])).parent / "output.txt").read_text(encoding="utf-8")
-    assert process.returncode == 0, f"docs/{page.name} failed:\n{output}"
+    return _PageRun(page, process, output)
 
 
 def _run(page: Path, folder: Path, env: dict[str, str] | None = None) -> None:
-    _check(page, _start(page, folder, env))
+    _start(page, folder, env).check()
 
 
 @pytest.mark.parametrize(
@@ -94,22 +106,21 @@ PLAIN = [page for page in PAGES if page.name not in SERVED and _has_code(page)]
 
 
 @pytest.fixture(scope="module")
-def plain_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, subprocess.Popen[str]]:
+def plain_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, _PageRun]:
     """Every page that needs no server, started two at a time (the suite's machine has two
     cores) as the first of their tests asks; each test then checks its own page."""
-    started: dict[Path, subprocess.Popen[str]] = {}
+    started: dict[Path, _PageRun] = {}
     for page in PLAIN:
-        running = [process for process in started.values() if process.poll() is None]
-        while len(running) >= 2:
+        running = [run.process for run in started.values() if run.process.poll() is None]
+        if len(running) >= 2:
             running[0].wait(timeout=180)
-            running = [process for process in started.values() if process.poll() is None]
         started[page] = _start(page, tmp_path_factory.mktemp(page.stem))
     return started
 
 
 @pytest.mark.parametrize("page", PLAIN, ids=lambda page: page.name)
-def test_the_page_runs(page: Path, plain_pages: dict[Path, subprocess.Popen[str]]) -> None:
-    _check(page, plain_pages[page])
+def test_the_page_runs(page: Path, plain_pages: dict[Path, _PageRun]) -> None:
+    plain_pages[page].check()
 
 
 def test_the_models_page_runs_against_a_local_chat_server(tmp_path: Path) -> None:

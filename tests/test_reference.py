@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import re
 from pathlib import Path
 from types import ModuleType
 
 import griffe
 import pytest
+from docs_page import directives
 
 import statekernel
 import statekernel.events
@@ -39,15 +39,13 @@ PAGES: dict[ModuleType, str] = {
     statekernel.lowlevel: "reference-lowlevel.md",
 }
 
-_DIRECTIVE = re.compile(r"^::: ([\w.]+)\s*$", re.MULTILINE)
-
 
 def _public_names(module: ModuleType) -> list[str]:
     return list(module.__all__)
 
 
 def _directives(page: str) -> list[str]:
-    return _DIRECTIVE.findall((DOCS / page).read_text(encoding="utf-8"))
+    return directives((DOCS / page).read_text(encoding="utf-8"))
 
 
 def _documented_objects() -> dict[int, str]:

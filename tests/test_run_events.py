@@ -35,6 +35,7 @@ from statekernel import (
     UnknownThread,
 )
 from statekernel.lowlevel import SupportsRunEvents
+from statekernel.stores import SqliteThreadStore
 
 
 def fine(arguments: dict[str, Any], ctx: PhaseContext) -> str:
@@ -135,7 +136,6 @@ def test_every_bundled_thread_store_keeps_run_events(thread_store: ThreadStore) 
 
 async def test_tool_calls_that_end_outside_the_host_are_journaled_too(tmp_path: Any) -> None:
     from statekernel import Decision, Suspend
-    from statekernel.stores import SqliteThreadStore
 
     class Approval(Plugin):
         id = "approval"
@@ -166,8 +166,6 @@ async def test_tool_calls_that_end_outside_the_host_are_journaled_too(tmp_path: 
 
 
 async def test_a_phase_that_fails_is_journaled_with_its_error(tmp_path: Any) -> None:
-    from statekernel.stores import SqliteThreadStore
-
     class Broken(Plugin):
         id = "broken"
 
@@ -194,24 +192,26 @@ async def test_a_phase_that_fails_is_journaled_with_its_error(tmp_path: Any) -> 
     assert phases[-1][0] is Phase.RUN_END
 
 
+class Tally(StateKey[int, int]):
+    key = "t.tally"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Adds(Plugin):
+    """Adds one to a commutative key at every STEP_START: two kernels' saves of it rebase."""
+
+    id = "adds"
+
+    def register(self, r: PluginRegistrar) -> None:
+        r.register_key(Tally)
+        r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Tally, 1))
+
+
 async def test_a_rebased_save_moves_its_events_with_its_records(tmp_path: Any) -> None:
-    from statekernel.stores import SqliteThreadStore
-
-    class Tally(StateKey[int, int]):
-        key = "t.tally"
-        merge = MergeStrategy.COMMUTATIVE
-
-        @staticmethod
-        def apply(value: int, update: int) -> int:
-            return value + update
-
-    class Adds(Plugin):
-        id = "adds"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(Tally)
-            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Tally, 1))
-
     async with SqliteThreadStore(tmp_path / "t.db") as store:
         first, second = Kernel([Adds()], thread_store=store), Kernel([Adds()], thread_store=store)
         setup = await first.start_run("t")
@@ -240,23 +240,6 @@ async def test_a_rebase_that_moves_nothing_keeps_every_event_at_its_revision(
     """The other kernel's save committed nothing (the head's revision stayed where this run
     loaded it, only its write position moved): the rebase shifts by zero, so a phase that
     ran before any commit still says revision 0, and the commit's phase says 1."""
-    from statekernel.stores import SqliteThreadStore
-
-    class Tally(StateKey[int, int]):
-        key = "t.tally"
-        merge = MergeStrategy.COMMUTATIVE
-
-        @staticmethod
-        def apply(value: int, update: int) -> int:
-            return value + update
-
-    class Adds(Plugin):
-        id = "adds"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_key(Tally)
-            r.register_phase_hook(Phase.STEP_START, lambda ctx: StateCommand().update(Tally, 1))
-
     async with SqliteThreadStore(tmp_path / "t.db") as store:
         first, second = Kernel([Adds()], thread_store=store), Kernel([Adds()], thread_store=store)
         await (await first.start_run("t")).finish()  # the thread exists, at revision 0
