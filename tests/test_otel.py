@@ -32,6 +32,7 @@ from statekernel import (
     Role,
     ScriptedModel,
     StateCommand,
+    Suspend,
     ToolCall,
 )
 from statekernel.stores import MemoryProfileStore
@@ -119,6 +120,23 @@ async def test_an_approval_runs_spans_nest_and_carry_the_block_reason(
     assert review.status.status_code is not trace.StatusCode.ERROR
     before = [s for s in phases if s.name == "phase BEFORE_TOOL_EXECUTE"]
     assert [parent_of(s, finished).name for s in before] == ["execute_tool review"]
+
+
+async def test_a_suspended_calls_span_carries_its_ticket(spans: InMemorySpanExporter) -> None:
+    class Hold(Plugin):
+        id = "hold"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_tool_gate(lambda ctx: Suspend({"approver": "finance"}))
+
+    model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
+    agent = Agent([Hold()], model, {"pay": lambda a, c: "paid"}, name="payer")
+    assert (await agent.run("t", ["pay"])).outcome == "suspended"
+    (pay,) = by_name(spans.get_finished_spans(), "execute_tool pay")
+    assert pay.attributes is not None
+    assert pay.attributes["statekernel.gate.decision"] == "suspend"
+    assert pay.attributes["statekernel.gate.ticket"] == '{"approver":"finance"}'
+    assert "statekernel.gate.reason" not in pay.attributes
 
 
 async def test_a_bare_kernels_run_is_traced_with_its_hooks(spans: InMemorySpanExporter) -> None:

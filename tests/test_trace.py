@@ -161,6 +161,35 @@ async def test_re_runs_failed_effects_and_actions_are_drawn(tmp_path: Path) -> N
     assert "t.later" in elements.text
 
 
+async def test_a_suspended_call_shows_what_it_awaits(tmp_path: Path) -> None:
+    from statekernel import (
+        Agent,
+        InferenceResponse,
+        Plugin,
+        PluginRegistrar,
+        ScriptedModel,
+        Suspend,
+        ToolCall,
+    )
+
+    class Approval(Plugin):
+        id = "approval"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_tool_gate(lambda ctx: Suspend({"approver": "<finance>"}))
+
+    db = tmp_path / "waiting.db"
+    model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
+    async with SqliteThreadStore(db) as store:
+        agent = Agent([Approval()], model, {"pay": lambda args, ctx: "paid"}, thread_store=store)
+        assert (await agent.run("w", ["pay"])).outcome == "suspended"
+    page = tmp_path / "waiting.html"
+    assert cli("trace", str(db), "--thread", "w", "--html", str(page)).returncode == 0
+    elements = parsed(page)
+    assert 'awaits: {"approver":"<finance>"}' in elements.text
+    assert "&lt;finance&gt;" in page.read_text(encoding="utf-8")  # escaped in the markup
+
+
 async def test_state_that_looks_like_markup_cannot_break_the_page(tmp_path: Path) -> None:
     from statekernel import Agent, InferenceResponse, ScriptedModel
 

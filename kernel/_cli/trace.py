@@ -201,7 +201,9 @@ def _event_cell(column: _Column, index: int) -> str:
     if isinstance(event, GateRun):
         reason = f'<div class="reason">{_e(event.reason)}</div>' if event.reason else ""
         by = f'<div class="by">{_e(event.plugin)}</div>' if event.plugin else ""
-        body = f'<div class="what">{_e(event.decision)}: {_e(event.tool)}</div>{by}{reason}'
+        ticket = event.ticket_text()
+        awaits = f'<div class="ticket">awaits: {_e(ticket)}</div>' if ticket is not None else ""
+        body = f'<div class="what">{_e(event.decision)}: {_e(event.tool)}</div>{by}{reason}{awaits}'
         return _cell(f"gate {event.decision}", Phase.TOOL_GATE.value, index, event.revision, body)
     assert isinstance(event, ToolRun)
     error = f'<div class="reason">{_e(event.error)}</div>' if event.error else ""

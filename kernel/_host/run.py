@@ -728,13 +728,14 @@ class Run:
             decided_by,
             getattr(decision, "reason", None),
             time.time(),
+            getattr(decision, "ticket", None),
         )
         self._lease.journal.note(gate)
         if span is not None:
             assert self._tracing is not None
-            self._tracing.gate_decided(span, gate.decision, gate.plugin, gate.reason)
+            self._tracing.gate_decided(span, gate)
             if self._tool_span is not None:  # the tool call's span says it too
-                self._tracing.gate_decided(self._tool_span, gate.decision, gate.plugin, gate.reason)
+                self._tracing.gate_decided(self._tool_span, gate)
         return decision, report
 
     def _note_phase(self, report: PhaseReport) -> None:

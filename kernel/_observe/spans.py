@@ -5,8 +5,8 @@ parent of a span per phase (`phase {PHASE}`), per model call (`chat {model}`, op
 "chat", `gen_ai.request.model`) and per tool call (`execute_tool {tool}`, operation
 "execute_tool", `gen_ai.tool.name`, `gen_ai.tool.call.id`). statekernel's attributes say
 what the conventions cannot: the thread and revision, the plugins whose hooks ran and
-those re-run after a conflict, failed effects, the tool gates' decision and its reason.
-The GenAI conventions are still in development upstream; these names follow them as of
+those re-run after a conflict, failed effects, the tool gates' decision with its reason or
+ticket. The GenAI conventions are still in development upstream; these names follow them as of
 the 1.3x semantic conventions.
 """
 
@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._engine.phase_engine import PhaseReport
+from .._values.run_events import GateRun
 from .._values.tools import ToolResult
 
 __all__ = ["Tracing", "tracing"]
@@ -89,14 +90,15 @@ class Tracing:
             attributes["statekernel.actions"] = report.actions
         span.set_attributes(attributes)  # one call: each costs a lock in the SDK
 
-    def gate_decided(
-        self, span: Any, decision: str, plugin: str | None, reason: str | None
-    ) -> None:
-        span.set_attribute("statekernel.gate.decision", decision)
-        if plugin is not None:
-            span.set_attribute("statekernel.gate.plugin", plugin)
-        if reason is not None:
-            span.set_attribute("statekernel.gate.reason", str(reason))
+    def gate_decided(self, span: Any, gate: GateRun) -> None:
+        span.set_attribute("statekernel.gate.decision", gate.decision)
+        if gate.plugin is not None:
+            span.set_attribute("statekernel.gate.plugin", gate.plugin)
+        if gate.reason is not None:
+            span.set_attribute("statekernel.gate.reason", str(gate.reason))
+        ticket = gate.ticket_text()
+        if ticket is not None:
+            span.set_attribute("statekernel.gate.ticket", ticket)
 
     def tool_done(self, span: Any, result: ToolResult) -> None:
         span.set_attribute("statekernel.tool.status", result.status.value)

@@ -13,7 +13,7 @@ list of them encodes and decodes as one union.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -76,9 +76,11 @@ class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):
     [run event](reference.md#statekernel.RunEvent).
 
     `GateRun(run_id, step, call_id, tool, decision, revision, plugin=None, reason=None,
-    at=0.0)`: the run and step, the call's id and tool name, the `decision` (`"allow"`: no
-    gate objected, `"block"`, `"suspend"` or `"set_result"`), the revision, the `plugin`
-    whose gate decided and its `reason`, and when (`at`, seconds since the epoch).
+    at=0.0, ticket=None)`: the run and step, the call's id and tool name, the `decision`
+    (`"allow"`: no gate objected, `"block"`, `"suspend"` or `"set_result"`), the revision,
+    the `plugin` whose gate decided and its `reason`, when (`at`, seconds since the epoch),
+    and for a suspension the `Suspend` ticket that says what the call awaits (read back from
+    a store as plain data: a struct or dataclass ticket comes back as a dict).
     """
 
     run_id: str
@@ -90,6 +92,14 @@ class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):
     plugin: str | None = None
     reason: str | None = None
     at: float = 0.0
+    ticket: Any = None
+
+    def ticket_text(self) -> str | None:
+        """The ticket as one line of text, for where only text fits (a span attribute, the
+        trace): a string as it is, anything else as JSON; None without a ticket."""
+        if self.ticket is None or isinstance(self.ticket, str):
+            return self.ticket
+        return msgspec.json.encode(self.ticket).decode()
 
 
 class ToolRun(msgspec.Struct, frozen=True, gc=False, tag="tool"):
