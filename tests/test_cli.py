@@ -355,6 +355,41 @@ def test_odd_arguments_and_outputs_are_one_line_and_exit_2(
     assert fingerprint(db) == before
 
 
+async def test_tables_of_chinese_state_line_up_and_fit_the_terminal(tmp_path: Path) -> None:
+    db = tmp_path / "cjk.db"
+    reply = "好的我会把季度报告翻译成中文并发送给团队的每一位成员"
+    async with SqliteThreadStore(db) as store:
+        for thread, said in (("对话", "请把这份季度报告翻译成中文"), ("english", "translate it")):
+            model = ScriptedModel([InferenceResponse(text=reply)])
+            await Agent([], model, thread_store=store).run(thread, [said])
+
+    def columns(line: str) -> int:  # every character here is ASCII or a wide CJK one
+        return sum(2 if ord(char) > 0x2E80 else 1 for char in line)
+
+    def shown(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "statekernel", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "COLUMNS": "60"},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    threads = shown("threads", str(db))
+    # the revision column starts at the same terminal column on every line
+    starts = {columns(line[: line.index(" 2 ") + 1]) for line in threads[1:]}
+    assert len(threads) == 3 and len(starts) == 1
+    assert columns(threads[0][: threads[0].index("revision")]) in starts
+    state = shown("show", str(db), "--thread", "对话")
+    history = shown("history", str(db), "--thread", "对话")
+    for line in [*threads, *state, *history]:
+        assert columns(line) <= 60, line
+    assert state[-1].endswith("…") and "请把这" in state[-1]
+
+
 def test_a_reader_that_stops_early_ends_the_command_quietly(demo_folder: Path) -> None:
     process = subprocess.Popen(
         [

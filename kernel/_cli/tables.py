@@ -1,5 +1,8 @@
 """Tables for people: aligned columns that fit the terminal, the last column cut short.
 
+Widths are counted in terminal columns, not characters: a CJK character takes two, a
+combining mark none, so that state written in Chinese lines up as English does.
+
 Written by hand rather than with a table library: the command line needs one shape (a
 header, rows, the widest column shortened to fit), and a dependency for it would cost every
 user an install for a few dozen lines.
@@ -8,6 +11,7 @@ user an install for a few dozen lines.
 from __future__ import annotations
 
 import shutil
+import unicodedata
 from collections.abc import Sequence
 
 __all__ = ["table", "width"]
@@ -26,15 +30,38 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, limit: int | 
     line fits `limit` columns (the terminal's width by default)."""
     limit = width() if limit is None else limit
     cells = [[_one_line(cell) for cell in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    widths = [max(_columns(row[i]) for row in cells) for i in range(len(header))]
     room = max(limit - sum(widths[:-1]) - len(_GAP) * (len(widths) - 1), _MIN_LAST)
     lines = []
     for row in cells:
         *first, last = row
-        if len(last) > room:
-            last = last[: room - 1] + "…"
-        lines.append(_GAP.join([*(c.ljust(w) for c, w in zip(first, widths, strict=False)), last]))
+        padded = [c + " " * (w - _columns(c)) for c, w in zip(first, widths, strict=False)]
+        lines.append(_GAP.join([*padded, _cut(last, room)]))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _columns(text: str) -> int:
+    """How many terminal columns `text` takes."""
+    return sum(_char_columns(char) for char in text)
+
+
+def _char_columns(char: str) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def _cut(text: str, room: int) -> str:
+    """`text` as it is when it fits `room` columns, else as much as fits before a "…"."""
+    if _columns(text) <= room:
+        return text
+    kept, used = [], 0
+    for char in text:
+        used += _char_columns(char)
+        if used > room - 1:
+            break
+        kept.append(char)
+    return "".join(kept) + "…"
 
 
 def _one_line(cell: str) -> str:

@@ -218,13 +218,15 @@ class ProfileAccess:
         view._overlay = {}
         return view
 
-    def read_only(self, reason: str = _GATE_REASON) -> ReadOnlyProfileAccess:
+    def read_only(self, reason: str | None = None) -> ReadOnlyProfileAccess:
         """A `ReadOnlyProfileAccess` on the same store.
 
-        It reads like this one and refuses every write with `StateError` (saying `reason`).
+        It reads like this one and refuses every write with `StateError`, saying `reason`
+        (by default: that tool gates are re-evaluated freely, so the profile is read-only
+        there, the view tool gates are given).
         """
         view = self._view_as(ReadOnlyProfileAccess)
-        view._reason = reason
+        view._reason = _GATE_REASON if reason is None else reason
         return view
 
     def _view_as(self, kind: type[_View]) -> _View:
