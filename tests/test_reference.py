@@ -141,3 +141,41 @@ def test_the_user_api_page_documents_no_lowlevel_name() -> None:
     documented = {path.rpartition(".")[2] for path in _directives(PAGES[statekernel])}
     lowlevel_only = set(statekernel.lowlevel.__all__) - set(statekernel.__all__)
     assert not documented & lowlevel_only
+
+
+def test_no_signature_shows_a_private_constant_as_a_default() -> None:
+    """`snapshot_every: int = SNAPSHOT_EVERY` would send readers after a name they cannot
+    look up: the site's Griffe extension shows the constant's value instead."""
+    extension = DOCS / "extensions" / "literal_defaults.py"
+    package = griffe.load(
+        "statekernel",
+        resolve_aliases=True,
+        resolve_external=False,
+        extensions=griffe.load_extensions(f"{extension}:LiteralDefaults"),
+    )
+    public = {name for module in PAGES for name in _public_names(module)}
+    shown = []
+    for page in PAGES.values():
+        for path in _directives(page):
+            found = package[path.removeprefix("statekernel.")]
+            target = found.final_target if isinstance(found, griffe.Alias) else found
+            for function in _signatures(target):
+                for parameter in function.parameters:
+                    default = str(parameter.default) if parameter.default is not None else ""
+                    literal = default in {"None", "True", "False"}
+                    if default.isidentifier() and not literal and default not in public:
+                        shown.append(f"{path}: {function.name}({parameter.name}={default})")
+    assert not shown, "\n".join(shown)
+
+
+def _signatures(obj: griffe.Object) -> list[griffe.Function]:
+    """The functions a block shows: the object itself, or a class's public methods."""
+    if isinstance(obj, griffe.Function):
+        return [obj]
+    if not isinstance(obj, griffe.Class):
+        return []
+    return [
+        member
+        for name, member in obj.members.items()
+        if isinstance(member, griffe.Function) and (name == "__init__" or not name.startswith("_"))
+    ]
