@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from browser import HOW_TO_INSTALL as HOW_TO_INSTALL_BROWSER
 from browser import Browser, find_browser, headless_chromium
+from mutant_deadline import pytest_runtest_protocol  # noqa: F401  (a hook: armed under mutmut)
 from sample_keys import ALL_KEYS
 
 from statekernel import ProfileStore, ThreadStore
