@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 from browser import HOW_TO_INSTALL as HOW_TO_INSTALL_BROWSER
 from browser import Browser, find_browser, headless_chromium
-from mutant_deadline import pytest_runtest_protocol  # noqa: F401  (a hook: armed under mutmut)
+from mutant_deadline import (  # noqa: F401  (hooks: a deadline per test under mutmut)
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+)
 from sample_keys import ALL_KEYS
 
 from statekernel import ProfileStore, ThreadStore

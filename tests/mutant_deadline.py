@@ -3,8 +3,9 @@
 A mutant can turn a loop endless (the codec's type walk, Vector's slicing). mutmut stops
 such a run only after about three times the covering tests' whole time: up to half an hour
 for a function most of the suite covers, per mutant. Here each test gets its own deadline
-instead, a few times what it took in mutmut's clean run plus half a minute, after which it
-fails with `MutantDeadline`: the mutant counts as killed (a hang a test catches), as it would
+instead: five times what it took in mutmut's clean run, plus half a minute (its setup and
+teardown, where servers start, two minutes each). Past it the test fails with
+`MutantDeadline`, and the mutant counts as killed (a hang a test catches), as it would
 after mutmut's own timeout, only sooner. Outside a mutation run nothing is armed.
 
 The error is a BaseException so that code under test which catches Exception (a hook's
@@ -19,16 +20,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import pytest
 
 _SLACK_S = 30.0
 _TIMES = 5.0
-_UNKNOWN_S = 180.0  # a test mutmut has no time for: three times the slowest one's
+_FIXTURES_S = 120.0  # a test's setup or teardown: a PostgreSQL server or a browser starts there
 _AGAIN_S = 5.0
 _TRIES = 4
 
@@ -38,24 +39,30 @@ class MutantDeadline(BaseException):
 
 
 def _durations() -> dict[str, float]:
-    """Each test's time in mutmut's clean run (`mutants/mutmut-stats.json`), by node id."""
+    """Each test's time in mutmut's clean run (`mutants/mutmut-stats.json`, its call
+    phase only), by node id; empty when there is none to read."""
     for folder in (Path.cwd(), Path.cwd() / "mutants"):
-        stats = folder / "mutmut-stats.json"
-        if stats.is_file():
-            durations: dict[str, float] = json.loads(stats.read_bytes())["duration_by_test"]
-            return durations
+        try:
+            durations = json.loads((folder / "mutmut-stats.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        found = durations.get("duration_by_test") if isinstance(durations, dict) else None
+        if isinstance(found, dict):
+            return {name: float(took) for name, took in found.items()}
     return {}
 
 
 _cache: dict[str, float] | None = None
 
 
-def _deadline(nodeid: str) -> float:
+def _call_deadline(nodeid: str) -> float:
     global _cache
     if _cache is None:
         _cache = _durations()
     took = _cache.get(nodeid)
-    return _UNKNOWN_S if took is None else _SLACK_S + _TIMES * took
+    if took is None:  # a test the clean run did not time: as long as the slowest may take
+        took = max(_cache.values(), default=60.0)
+    return _SLACK_S + _TIMES * took
 
 
 _fired = 0
@@ -65,21 +72,43 @@ def _expired(signum: int, frame: FrameType | None) -> None:
     global _fired
     _fired += 1
     if _fired > _TRIES:
-        os._exit(1)
+        os._exit(1)  # skips fixture teardown, as mutmut's own kill does
     raise MutantDeadline("the test ran past its deadline under a mutant")
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[Any]:
-    """Arm a deadline for `item` while mutmut runs a mutant's tests."""
+@contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Armed only while mutmut runs a mutant's tests (it names the mutant in the
+    environment); elsewhere nothing changes."""
     if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
-        return (yield)
+        yield
+        return
     global _fired
     _fired = 0
     previous = signal.signal(signal.SIGALRM, _expired)
-    signal.setitimer(signal.ITIMER_REAL, _deadline(item.nodeid), _AGAIN_S)
+    signal.setitimer(signal.ITIMER_REAL, seconds, _AGAIN_S)
     try:
-        return (yield)
+        yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    with _deadline(_FIXTURES_S):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with _deadline(_call_deadline(item.nodeid)):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    with _deadline(_FIXTURES_S):
+        return (yield)

@@ -359,12 +359,13 @@ async def test_tables_of_chinese_state_line_up_and_fit_the_terminal(tmp_path: Pa
     db = tmp_path / "cjk.db"
     reply = "好的我会把季度报告翻译成中文并发送给团队的每一位成员"
     async with SqliteThreadStore(db) as store:
-        for thread, said in (("对话", "请把这份季度报告翻译成中文"), ("english", "translate it")):
+        asked = (("对话", "请把这份\u200b季度报告翻译成中文"), ("english", "translate it"))
+        for thread, said in asked:
             model = ScriptedModel([InferenceResponse(text=reply)])
             await Agent([], model, thread_store=store).run(thread, [said])
 
-    def columns(line: str) -> int:  # every character here is ASCII or a wide CJK one
-        return sum(2 if ord(char) > 0x2E80 else 1 for char in line)
+    def columns(line: str) -> int:  # every character here is ASCII, wide CJK or zero-width
+        return sum(0 if char == "\u200b" else 2 if ord(char) > 0x2E80 else 1 for char in line)
 
     def shown(*args: str) -> list[str]:
         done = subprocess.run(
@@ -385,7 +386,8 @@ async def test_tables_of_chinese_state_line_up_and_fit_the_terminal(tmp_path: Pa
     assert columns(threads[0][: threads[0].index("revision")]) in starts
     state = shown("show", str(db), "--thread", "对话")
     history = shown("history", str(db), "--thread", "对话")
-    for line in [*threads, *state, *history]:
+    inspected = shown("inspect", str(db))  # its tables are indented: they fit all the same
+    for line in [*threads, *state, *history, *inspected]:
         assert columns(line) <= 60, line
     assert state[-1].endswith("…") and "请把这" in state[-1]
 

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from sample_keys import Counter
 from samples import Keys
 
@@ -40,17 +41,50 @@ from statekernel.stores import MemoryProfileStore
 _EXPORTER = InMemorySpanExporter()
 
 
+class _WhileATestWatches(Sampler):
+    """Records spans only while a test here runs. The tracer provider stays set for the rest
+    of the process (OpenTelemetry sets it once), so without this every later test's runs
+    would make real spans, and the in-memory exporter would hold them all: a test that
+    measures a run's memory would count them."""
+
+    on = False
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> SamplingResult:
+        # the span keeps the attributes the result carries: hand the start's on
+        decision = Decision.RECORD_AND_SAMPLE if self.on else Decision.DROP
+        return SamplingResult(decision, attributes)
+
+    def get_description(self) -> str:
+        return "while a test_otel test runs"
+
+
+_SAMPLER = _WhileATestWatches()
+
+
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """The application's tracer provider (set once per process, as an application does),
     with the spans of this test only."""
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
+        provider = TracerProvider(sampler=_SAMPLER)
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
     _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    _SAMPLER.on = True
+    try:
+        yield _EXPORTER
+    finally:
+        _SAMPLER.on = False
+        _EXPORTER.clear()
 
 
 class Approval(Plugin):
@@ -123,11 +157,16 @@ async def test_an_approval_runs_spans_nest_and_carry_the_block_reason(
 
 
 async def test_a_suspended_calls_span_carries_its_ticket(spans: InMemorySpanExporter) -> None:
+    from pydantic import BaseModel
+
+    class Ticket(BaseModel):
+        approver: str
+
     class Hold(Plugin):
         id = "hold"
 
         def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(lambda ctx: Suspend({"approver": "finance"}))
+            r.register_tool_gate(lambda ctx: Suspend(Ticket(approver="finance")))
 
     model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
     agent = Agent([Hold()], model, {"pay": lambda a, c: "paid"}, name="payer")

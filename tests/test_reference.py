@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -146,12 +147,15 @@ def test_the_user_api_page_documents_no_lowlevel_name() -> None:
 def test_no_signature_shows_a_private_constant_as_a_default() -> None:
     """`snapshot_every: int = SNAPSHOT_EVERY` would send readers after a name they cannot
     look up: the site's Griffe extension shows the constant's value instead."""
-    extension = DOCS / "extensions" / "literal_defaults.py"
+    # the extensions the site's build loads, as mkdocs.yml lists them
+    mkdocs = (DOCS.parent / "mkdocs.yml").read_text(encoding="utf-8")
+    listed = re.findall(r"^\s+- (docs/extensions/\S+\.py:\w+)$", mkdocs, re.MULTILINE)
+    assert listed, "mkdocs.yml loads no Griffe extension from docs/extensions/"
     package = griffe.load(
         "statekernel",
         resolve_aliases=True,
         resolve_external=False,
-        extensions=griffe.load_extensions(f"{extension}:LiteralDefaults"),
+        extensions=griffe.load_extensions(*(str(DOCS.parent / e) for e in listed)),
     )
     public = {name for module in PAGES for name in _public_names(module)}
     shown = []

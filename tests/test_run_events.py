@@ -169,6 +169,30 @@ async def test_tool_calls_that_end_outside_the_host_are_journaled_too(tmp_path: 
     assert suspended[0].ticket_text() == '{"awaits":"finance","limit":100}'
 
 
+async def test_a_pydantic_ticket_is_journaled_as_its_data(tmp_path: Any) -> None:
+    from pydantic import BaseModel
+
+    from statekernel import Suspend
+
+    class Ticket(BaseModel):
+        approver: str
+
+    class Approval(Plugin):
+        id = "approval"
+
+        def register(self, r: PluginRegistrar) -> None:
+            r.register_tool_gate(lambda ctx: Suspend(Ticket(approver="finance")))
+
+    model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        agent = Agent([Approval()], model, {"pay": fine}, thread_store=store)
+        assert (await agent.run("t", ["go"])).outcome == "suspended"
+        events = await Kernel([], thread_store=store).run_events("t")
+    assert any(isinstance(e, PhaseRun) for e in events)  # the save kept its events
+    gates = [(e.call_id, e.ticket) for e in events if isinstance(e, GateRun)]
+    assert gates == [("c1", {"approver": "finance"})]
+
+
 async def test_a_phase_that_fails_is_journaled_with_its_error(tmp_path: Any) -> None:
     class Broken(Plugin):
         id = "broken"

@@ -96,6 +96,18 @@ async def test_a_raising_gate_or_a_wrong_answer_is_a_hook_failure() -> None:
         await decide("yes")
 
 
+async def test_a_ticket_that_cannot_be_saved_fails_at_the_gate_naming_its_plugin() -> None:
+    class Opaque:
+        pass
+
+    run = await Kernel([Gate("approval", Suspend(Opaque()))]).start_run("t")
+    with pytest.raises(HookFailed, match=r"Suspend ticket must be data.*Opaque") as caught:
+        await run.tool_gate(CALL)
+    assert caught.value.plugin == "approval" and caught.value.phase == Phase.TOOL_GATE
+    fine = await Kernel([Gate("approval", Suspend({"approver": "finance"}))]).start_run("t")
+    assert await fine.tool_gate(CALL) == Suspend({"approver": "finance"})
+
+
 async def test_gates_of_filtered_out_plugins_are_ignored() -> None:
     kernel = Kernel([Gate("blocker", Block("no")), Gate("other", None)])
     run = await kernel.start_run("t", active_hook_filter=("other",))

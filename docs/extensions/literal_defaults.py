@@ -11,6 +11,7 @@ loads it (`extensions:` of the Python handler); nothing of statekernel imports i
 from __future__ import annotations
 
 import ast
+import textwrap
 from typing import Any
 
 import griffe
@@ -44,7 +45,9 @@ def _constant_value(function: griffe.Function, default: Any) -> str | None:
     name = str(default) if default is not None else ""
     if not name.isidentifier() or name in ("None", "True", "False"):
         return None
-    member = function.module.members.get(name)
+    # as Python resolves the name where the signature is evaluated: the class body first
+    scopes = [function.parent] if isinstance(function.parent, griffe.Class) else []
+    member = next((s.members[name] for s in [*scopes, function.module] if name in s.members), None)
     if member is None:
         return None
     try:
@@ -53,12 +56,28 @@ def _constant_value(function: griffe.Function, default: Any) -> str | None:
         return None
     if not isinstance(target, griffe.Attribute) or target.value is None:
         return None
-    # the assignment as written (`0o600`, not the `384` the parsed value would print)
-    written = target.source.partition("=")[2].strip() if target.source else ""
-    for text in (written, str(target.value)):
-        try:
-            ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            continue  # not a literal (a call, another name, a trailing comment)
-        return text
-    return None
+    return _written_literal(target) or _literal(str(target.value))
+
+
+def _written_literal(attribute: griffe.Attribute) -> str | None:
+    """The assigned value as written (`0o600`, where the parsed value would print `384`),
+    without a trailing comment; None when it is not a one-line literal."""
+    source = textwrap.dedent(attribute.source or "")
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return None
+    if len(body) != 1 or not isinstance(body[0], ast.Assign | ast.AnnAssign):
+        return None
+    value = body[0].value
+    return _literal(ast.get_source_segment(source, value) or "") if value is not None else None
+
+
+def _literal(text: str) -> str | None:
+    if not text or "\n" in text:
+        return None
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None  # a call, another name: keep the name
+    return text

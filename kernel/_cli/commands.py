@@ -20,7 +20,7 @@ from statekernel import CommitRecord, ExportedState, JournalCorrupted, UnknownTh
 from statekernel.lowlevel import SupportsHead, SupportsNamespaces
 
 from .location import Location
-from .tables import table
+from .tables import table, width
 
 __all__ = ["history", "inspect", "show", "threads", "verify"]
 
@@ -75,18 +75,12 @@ async def inspect(where: Location, *, as_json: bool) -> int:
         return 0
     for thread_id, state in found_threads.items():
         print(f"thread {thread_id}  (revision {state.revision})")
-        print(_indent(_values_table(state)))
+        print(_indent(_values_table(state, limit=width() - len(_INDENT))))
         print()
     for namespace, entries in namespaces.items():
         print(f"profile namespace {namespace}")
-        print(
-            _indent(
-                table(
-                    ["key", "version", "value"],
-                    [[key, str(e["version"]), _json(e["value"])] for key, e in entries.items()],
-                )
-            )
-        )
+        rows = [[key, str(e["version"]), _json(e["value"])] for key, e in entries.items()]
+        print(_indent(table(["key", "version", "value"], rows, limit=width() - len(_INDENT))))
         print()
     if not found_threads and not namespaces:
         print(f"{where.shown} holds no threads and no profile entries")
@@ -204,14 +198,14 @@ async def _profiles(where: Location) -> dict[str, dict[str, dict[str, Any]]]:
     }
 
 
-def _values_table(state: ExportedState) -> str:
+def _values_table(state: ExportedState, *, limit: int | None = None) -> str:
     rows = [[name, _json(value)] for name, value in state.values.items()]
     rows += [
         [name, "(no value before its first update)"]
         for name in state.as_of
         if name not in state.values
     ]
-    return table(["key", "value"], rows) if rows else "(no keys)"
+    return table(["key", "value"], rows, limit=limit) if rows else "(no keys)"
 
 
 def _notes(states: Mapping[str, ExportedState]) -> None:
@@ -247,5 +241,8 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, ensure_ascii=False, indent=2))
 
 
+_INDENT = "  "
+
+
 def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
+    return "\n".join(_INDENT + line for line in text.splitlines())

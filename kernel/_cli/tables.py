@@ -1,7 +1,8 @@
 """Tables for people: aligned columns that fit the terminal, the last column cut short.
 
 Widths are counted in terminal columns, not characters: a CJK character takes two, a
-combining mark none, so that state written in Chinese lines up as English does.
+combining mark or a zero-width character none, so that state written in Chinese lines up
+as English does.
 
 Written by hand rather than with a table library: the command line needs one shape (a
 header, rows, the widest column shortened to fit), and a dependency for it would cost every
@@ -46,7 +47,7 @@ def _columns(text: str) -> int:
 
 
 def _char_columns(char: str) -> int:
-    if unicodedata.combining(char):
+    if unicodedata.category(char) in ("Mn", "Me", "Cf"):  # marks and format characters
         return 0
     return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
 

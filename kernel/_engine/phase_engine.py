@@ -36,6 +36,7 @@ from .._errors import (
     cause_text,
 )
 from .._profile.access import BufferedProfileAccess, ProfileAccess
+from .._values.codec import CODEC_ERRORS, enc_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, Retried, letter_for, payload_text
 from .._values.phases import Phase
@@ -240,6 +241,8 @@ class PhaseEngine:
                 what="a tool gate",
                 expected="Block, Suspend, SetResult or None",
             )
+            if isinstance(answer, Suspend) and answer.ticket is not None:
+                _check_ticket(answer.ticket, gate.plugin)
             answers.append((gate.plugin, answer))
         decision = decide(answers)
         decided_by = next((plugin for plugin, a in answers if a is decision), None)
@@ -546,6 +549,20 @@ async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
         profile = context.profile
         if isinstance(profile, BufferedProfileAccess) and not profile.is_empty():
             await profile.apply()
+
+
+def _check_ticket(ticket: Any, plugin: str) -> None:
+    """A `Suspend` ticket is saved with the suspended run and shown by the trace, so it must
+    encode: refused here, naming the gate's plugin, rather than later, when the run saves."""
+    try:
+        msgspec.json.encode(ticket, enc_hook=enc_hook)
+    except CODEC_ERRORS as error:
+        problem = TypeError(
+            f"a Suspend ticket must be data statekernel can save (JSON data, a msgspec "
+            f"Struct, a dataclass, a pydantic model); {type(ticket).__qualname__} is not "
+            f"({error}). Pass a description of what the call awaits, such as a dict"
+        )
+        raise HookFailed(plugin, Phase.TOOL_GATE, problem) from error
 
 
 def _call_hooks(

@@ -36,7 +36,7 @@ from .._errors import (
     cause_text,
 )
 from .._public import renamed
-from .._values.codec import CODEC_ERRORS, enc_hook
+from .._values.codec import CODEC_ERRORS, as_json_data, enc_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, letter_for, retried
 from .._values.frozen import thaw
@@ -728,7 +728,7 @@ class Run:
             decided_by,
             getattr(decision, "reason", None),
             time.time(),
-            getattr(decision, "ticket", None),
+            _ticket_data(decision),
         )
         self._lease.journal.note(gate)
         if span is not None:
@@ -840,3 +840,12 @@ def _decision_name(
     if isinstance(decision, Suspend):
         return "suspend"
     return "set_result"
+
+
+def _ticket_data(decision: GateDecision | None) -> Any:
+    """A suspension's ticket as the run event keeps it: plain JSON data (a pydantic model as
+    its dump), else its repr, as a `ToolResult` keeps it; so that the event always encodes,
+    and reads back from a store as it was noted."""
+    if not isinstance(decision, Suspend) or decision.ticket is None:
+        return None
+    return as_json_data(decision.ticket, repr(decision.ticket))

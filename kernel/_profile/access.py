@@ -221,9 +221,9 @@ class ProfileAccess:
     def read_only(self, reason: str | None = None) -> ReadOnlyProfileAccess:
         """A `ReadOnlyProfileAccess` on the same store.
 
-        It reads like this one and refuses every write with `StateError`, saying `reason`
-        (by default: that tool gates are re-evaluated freely, so the profile is read-only
-        there, the view tool gates are given).
+        It reads like this one and refuses every write with `StateError`, saying `reason`.
+        Without one it says why tool gates, which are given this view, cannot write: they
+        are re-evaluated freely.
         """
         view = self._view_as(ReadOnlyProfileAccess)
         view._reason = _GATE_REASON if reason is None else reason

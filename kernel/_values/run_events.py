@@ -79,8 +79,9 @@ class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):
     at=0.0, ticket=None)`: the run and step, the call's id and tool name, the `decision`
     (`"allow"`: no gate objected, `"block"`, `"suspend"` or `"set_result"`), the revision,
     the `plugin` whose gate decided and its `reason`, when (`at`, seconds since the epoch),
-    and for a suspension the `Suspend` ticket that says what the call awaits (read back from
-    a store as plain data: a struct or dataclass ticket comes back as a dict).
+    and for a suspension the `Suspend` ticket that says what the call awaits, kept as plain
+    JSON data (a struct, dataclass or pydantic model as a dict; what JSON cannot hold as its
+    repr), so that a run's events always encode.
     """
 
     run_id: str
