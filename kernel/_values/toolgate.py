@@ -47,7 +47,9 @@ class Suspend:
     """
 
     ticket: Any = None
-    """Any msgspec-encodable description of what is awaited."""
+    """What the call awaits, as data statekernel can save (JSON data, a msgspec Struct, a
+    dataclass, a pydantic model): it is saved with the suspended run and shown by the trace.
+    A gate whose ticket cannot be saved fails with `HookFailed`."""
 
 
 @attrs.frozen
