@@ -78,7 +78,7 @@ mutation: $(VENV)/.mutation-installed
 	cp -r kernel/. .mutation/statekernel/
 	cp -r plugins .mutation/statekernel/plugins
 	cp -r stores .mutation/statekernel/stores
-	cp -r tests docs benchmarks pyproject.toml README.md .mutation/
+	cp -r tests docs benchmarks pyproject.toml README.md mkdocs.yml .mutation/
 	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
@@ -93,7 +93,7 @@ mutation-continue: $(VENV)/.mutation-installed
 	cp -r kernel/. .mutation/statekernel/
 	cp -r plugins .mutation/statekernel/
 	cp -r stores .mutation/statekernel/
-	cp -r tests docs benchmarks pyproject.toml README.md .mutation/
+	cp -r tests docs benchmarks pyproject.toml README.md mkdocs.yml .mutation/
 	test -d .mutation/mutants || { cd .mutation && ../$(BIN)/python tests/mutation_ledger.py restore --ledger ../tests/mutation_ledger.json; }
 	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
