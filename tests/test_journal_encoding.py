@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import pytest
@@ -383,6 +383,28 @@ def test_registration_looks_inside_vectors_and_at_dict_keys() -> None:
         Kernel([Keys(Items)])
     with pytest.raises(InvalidDeclaration, match=r"'e\.pairs'.*keys are neither strings"):
         Kernel([Keys(Pairs)])
+
+
+class Point(msgspec.Struct):
+    x: int
+
+
+def test_registration_finds_an_unencodable_part_anywhere_in_the_update_type() -> None:
+    """Behind a part the type names twice, or inside `Annotated`: nothing is overlooked."""
+
+    class Repeated(StateKey[Any, tuple[Opaque, Point, Point]]):
+        key = "e.repeated"
+        scope = KeyScope.THREAD
+        default = None
+
+    class Described(StateKey[Any, Annotated[Opaque, msgspec.Meta(description="a handle")]]):
+        key = "e.described"
+        scope = KeyScope.THREAD
+        default = None
+
+    for declared in (Repeated, Described):
+        with pytest.raises(InvalidDeclaration, match=rf"'{declared.key}'.*Opaque"):
+            Kernel([Keys(declared)])
 
 
 class AnyLog(StateKey[Any, str]):
