@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 import pytest
@@ -197,6 +199,46 @@ async def test_an_update_of_an_inexact_type_that_decodes_back_is_journaled_as_it
     ]
 
 
+async def test_a_vector_of_floats_holding_infinity_is_refused_not_stored_inexactly(
+    thread_store: ThreadStore,
+) -> None:
+    """JSON has no infinity: a Vector's float items make its key inexact, so each update is
+    checked, and one that would come back different commits nothing."""
+    kernel = Kernel([Keys(Score, Floats)], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    with pytest.raises(StateValidationError, match=r"'e\.floats' must be a value a thread store"):
+        await run.submit(StateCommand().update(Floats, Vector([1.5, math.inf])))
+    assert list(run.snapshot.get(Floats)) == []
+    await run.submit(StateCommand().update(Floats, Vector([1.5])))
+    await run.finish()
+    reloaded = await Kernel([Keys(Score, Floats)], thread_store=thread_store).get_state("t")
+    assert list(reloaded.get(Floats)) == [1.5]
+
+
+async def test_a_value_msgspec_cannot_decode_is_refused_at_the_save_not_stored(
+    tmp_path: Path,
+) -> None:
+    class Unknown:
+        pass
+
+    class Mixed(StateKey[float | Unknown, float]):
+        """Its updates journal, but msgspec cannot decode a value of its value type."""
+
+        key = "e.mixed"
+        scope = KeyScope.THREAD
+        default = None
+
+        @staticmethod
+        def apply(value: Any, update: float) -> float:
+            return update
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel([Keys(Mixed)], thread_store=store, snapshot_every=1)
+        refused = r"value of key 'e\.mixed' cannot be encoded for persistence: Type unions"
+        with pytest.raises(StateError, match=refused):
+            await commit_all(kernel, "t", StateCommand().update(Mixed, 1.0), checkpoints=True)
+
+
 async def test_the_other_ops_of_a_commit_with_an_unencodable_update_replay_and_load(
     thread_store: ThreadStore,
 ) -> None:
@@ -381,7 +423,10 @@ def test_registration_looks_inside_vectors_and_at_dict_keys() -> None:
 
     with pytest.raises(InvalidDeclaration, match=r"'e\.items'.*items of a Vector.*Opaque"):
         Kernel([Keys(Items)])
-    with pytest.raises(InvalidDeclaration, match=r"'e\.pairs'.*keys are neither strings"):
+    pairs = (
+        r"'e\.pairs'.*: a dict whose keys are neither strings nor numbers \(JSON object keys are\)"
+    )
+    with pytest.raises(InvalidDeclaration, match=pairs):
         Kernel([Keys(Pairs)])
 
 
@@ -389,8 +434,13 @@ class Point(msgspec.Struct):
     x: int
 
 
+class Holder(msgspec.Struct):
+    handle: Opaque
+
+
 def test_registration_finds_an_unencodable_part_anywhere_in_the_update_type() -> None:
-    """Behind a part the type names twice, or inside `Annotated`: nothing is overlooked."""
+    """In a list's items, a dict's keys or values, behind a part the type names twice, or
+    inside `Annotated`: nothing is overlooked."""
 
     class Repeated(StateKey[Any, tuple[Opaque, Point, Point]]):
         key = "e.repeated"
@@ -402,9 +452,82 @@ def test_registration_finds_an_unencodable_part_anywhere_in_the_update_type() ->
         scope = KeyScope.THREAD
         default = None
 
-    for declared in (Repeated, Described):
+    class Listed(StateKey[Any, list[Opaque]]):
+        key = "e.listed"
+        scope = KeyScope.THREAD
+        default = None
+
+    class Valued(StateKey[Any, dict[str, Opaque]]):
+        key = "e.valued"
+        scope = KeyScope.THREAD
+        default = None
+
+    class Keyed(StateKey[Any, dict[Annotated[Opaque, msgspec.Meta(title="id")], int]]):
+        key = "e.keyed"
+        scope = KeyScope.THREAD
+        default = None
+
+    class VectorFirst(StateKey[Any, tuple[Vector[Opaque], int, int]]):
+        key = "e.vector_first"
+        scope = KeyScope.THREAD
+        default = None
+
+    class Optional(StateKey[Any, Opaque | None]):
+        key = "e.optional"
+        scope = KeyScope.THREAD
+        default = None
+
+    class InAField(StateKey[Any, Holder]):
+        key = "e.in_a_field"
+        scope = KeyScope.THREAD
+        default = None
+
+    class InAVectorValue(StateKey[Any, dict[str, Vector[Opaque]]]):
+        key = "e.in_a_vector_value"
+        scope = KeyScope.THREAD
+        default = None
+
+    declared_keys = (Repeated, Described, Listed, Valued, Keyed, VectorFirst, Optional, InAField)
+    for declared in (*declared_keys, InAVectorValue):
         with pytest.raises(InvalidDeclaration, match=rf"'{declared.key}'.*Opaque"):
             Kernel([Keys(declared)])
+
+
+def test_an_update_type_msgspec_cannot_read_is_refused_with_its_reason() -> None:
+    class Ambiguous(StateKey[Any, list[int] | tuple[int, int]]):
+        key = "e.ambiguous"
+        scope = KeyScope.THREAD
+        default = None
+
+    @dataclasses.dataclass
+    class Unsayable:  # its hint raises an error with no message when it is evaluated
+        x: "(_ for _ in ()).throw(ValueError())"  # noqa: UP037
+
+    class Silent(StateKey[Any, Unsayable]):
+        key = "e.silent"
+        scope = KeyScope.THREAD
+        default = None
+
+    union = r"'e\.ambiguous'.*: Type unions may not contain more than one array-like"
+    with pytest.raises(InvalidDeclaration, match=union):
+        Kernel([Keys(Ambiguous)])
+    with pytest.raises(InvalidDeclaration, match=r"'e\.silent'.*Unsayable.*: ValueError\b"):
+        Kernel([Keys(Silent)])
+
+
+def test_a_persistent_key_of_a_literal_type_is_accepted_and_journaled() -> None:
+    """A Literal's arguments are values, not types: nothing in them is looked into."""
+
+    class Direction(StateKey[Any, Literal["up", "down"]]):
+        key = "e.direction"
+        scope = KeyScope.THREAD
+        default = None
+
+        @staticmethod
+        def apply(value: Any, update: str) -> str:
+            return update
+
+    Kernel([Keys(Direction)])
 
 
 class AnyLog(StateKey[Any, str]):
