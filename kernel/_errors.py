@@ -159,7 +159,7 @@ class StateValidationError(StateError, TypeError):
         self.key = key
         self.expected = expected
         self.given = type(given).__name__
-        extra = f": {detail}" if detail else ""
+        extra = f": {detail.rstrip('.')}" if detail else ""  # a detail may end a sentence
         super().__init__(
             f"{what} for {key!r} must be {expected}, got {self.given} {_preview(given)}{extra}. "
             f"Pass a value of the declared type, or change the declaration."
