@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -216,6 +217,47 @@ async def test_a_vector_of_floats_holding_infinity_is_refused_not_stored_inexact
     await run.finish()
     reloaded = await Kernel([Keys(Score, Floats)], thread_store=thread_store).get_state("t")
     assert list(reloaded.get(Floats)) == [1.5]
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+async def test_a_number_must_come_back_a_number_of_either_kind_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """An inexact type's update is kept only if it decodes back equal and of the same kind:
+    an int may come back a float, but an IntEnum that comes back a plain int would change
+    what later reads see."""
+
+    class Anything(StateKey[Any, Any]):
+        key = "e.anything"
+        scope = KeyScope.THREAD
+        default = None
+
+        @staticmethod
+        def apply(value: Any, update: Any) -> Any:
+            return update
+
+    class Ratio(StateKey[float, float]):
+        key = "e.ratio"
+        scope = KeyScope.THREAD
+        default = 0.0
+
+        @staticmethod
+        def apply(value: float, update: float) -> float:
+            return update
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        kernel = Kernel([Keys(Anything, Ratio)], thread_store=store)
+        run = await kernel.start_run("t")
+        with pytest.raises(StateValidationError, match=r"'e\.anything'"):
+            await run.submit(StateCommand().update(Anything, Level.HIGH))
+        await run.submit(StateCommand().update(Ratio, 3))  # an int comes back 3.0: equal
+        await run.finish()
+        reloaded = await Kernel([Keys(Anything, Ratio)], thread_store=store).get_state("t")
+    assert reloaded.get(Ratio) == 3 and reloaded.get(Anything) is None
 
 
 async def test_a_value_msgspec_cannot_decode_is_refused_at_the_save_not_stored(
@@ -490,10 +532,21 @@ def test_registration_finds_an_unencodable_part_anywhere_in_the_update_type() ->
         scope = KeyScope.THREAD
         default = None
 
+    class DumpsOnly:  # looks half like a pydantic model: model_dump, no model_validate
+        def model_dump(self) -> dict[str, Any]:
+            return {}
+
+    class HalfModel(StateKey[Any, DumpsOnly]):
+        key = "e.half_model"
+        scope = KeyScope.THREAD
+        default = None
+
     declared_keys = (Repeated, Described, Listed, Valued, Keyed, VectorFirst, Optional, InAField)
     for declared in (*declared_keys, InAVectorValue):
         with pytest.raises(InvalidDeclaration, match=rf"'{declared.key}'.*Opaque"):
             Kernel([Keys(declared)])
+    with pytest.raises(InvalidDeclaration, match=r"'e\.half_model'.*DumpsOnly are not supported"):
+        Kernel([Keys(HalfModel)])
 
 
 def test_an_update_type_msgspec_cannot_read_is_refused_with_its_reason() -> None:

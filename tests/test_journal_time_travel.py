@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +261,68 @@ async def test_without_a_store_time_travel_names_a_held_value_it_cannot_copy() -
     with pytest.raises(StateValidationError, match=r"'e\.bag'.*live resource") as refused:
         await kernel.state_at("t", 1)
     assert refused.value.key == Bag.key
+
+
+async def test_export_state_reads_a_thread_without_its_declarations_as_far_as_its_bytes_go(
+    tmp_path: Path,
+) -> None:
+    """A kernel that declares none of the keys (the command line's) shows each as the JSON
+    its bytes hold: at a snapshot, the same as the writer; after a key's update ops, its
+    value as of the newest snapshot before them, and that revision in `as_of`."""
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        writer = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = []
+        for i in range(40):
+            command = StateCommand().update(Count, 1).update(Log, (f"line {i}",))
+            if i % 7 == 3:
+                command.update(Mood, f"mood {i}")
+            if i == 30:
+                command.clear(Mood)
+            commands.append(command)
+        head = await commit_all(writer, "t", *commands, checkpoints=True)
+        reader = Kernel([], thread_store=store)
+        whole = 0
+        for revision in range(1, head + 1):
+            typed = await writer.export_state("t", revision=revision)
+            untyped = await reader.export_state("t", revision=revision)
+            assert typed.revision == untyped.revision == revision and not typed.as_of
+            for name, value in typed.values.items():
+                if name in untyped.as_of:
+                    then = await writer.export_state("t", revision=untyped.as_of[name])
+                    assert untyped.values.get(name) == then.values.get(name), (revision, name)
+                else:
+                    assert untyped.values[name] == value, (revision, name)
+            assert set(untyped.values) <= set(typed.values)
+            if not untyped.as_of:  # a snapshot's revision: everything as the writer has it
+                assert untyped.values == typed.values
+                whole += 1
+        assert whole >= 5
+        cleared = await reader.export_state("t", revision=31)  # line 30's commit
+        assert "j.mood" not in cleared.values and "j.mood" not in cleared.as_of
+        assert (await reader.export_state("t", revision=30)).values["j.mood"] == "mood 24"
+        assert (await writer.export_state("t")).values["j.log"][:2] == ["line 0", "line 1"]
+
+
+async def test_export_without_declarations_names_the_key_whose_bytes_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+    async with SqliteThreadStore(db) as store:
+        writer = Kernel(plugins(), thread_store=store, snapshot_every=4)
+        commands = [StateCommand().update(Count, 1).update(Log, (f"l{i}",)) for i in range(40)]
+        head = await commit_all(writer, "t", *commands, checkpoints=True)
+    assert head == 40  # a snapshot every 4 revisions; j.log's at 40 extends the one at 36
+
+    def count_as(data: bytes) -> Callable[[dict[str, bytes]], None]:
+        return lambda values: values.__setitem__("j.count", data)
+
+    edit_snapshot(db, "t", 40, count_as(b"{no json"), reseal=True)
+    async with SqliteThreadStore(db) as store:
+        with pytest.raises(DecodeFailed, match=r"'j\.count' \(record 't'\).*malformed"):
+            await Kernel([], thread_store=store).export_state("t")
+    edit_snapshot(db, "t", 40, count_as(b"40"), reseal=True)
+    with sqlite3.connect(db) as raw:  # the snapshot j.log's extends is gone, as a hand would
+        raw.execute("DELETE FROM thread_snapshots WHERE thread_id = 't' AND revision = 36")
+    async with SqliteThreadStore(db) as store:
+        with pytest.raises(DecodeFailed, match=r"'j\.log' \(record 't'\).*revision 36"):
+            await Kernel([], thread_store=store).export_state("t")

@@ -445,6 +445,16 @@ def test_converting_a_vector_checks_and_converts_its_items_like_a_list() -> None
     assert type(untyped) is Vector and untyped == [1, "two"]
 
 
+def test_the_decode_hook_names_a_type_it_cannot_make() -> None:
+    """msgspec's protocol: a hook says NotImplementedError for a type it does not handle."""
+
+    class Opaque:
+        pass
+
+    with pytest.raises(NotImplementedError, match=r"Opaque'> is not supported"):
+        msgspec.json.decode(b"1", type=Opaque, dec_hook=dec_hook)
+
+
 class SharedWith(StateKey[str, str]):
     key = "codec.shared_with"
     scope = KeyScope.THREAD
