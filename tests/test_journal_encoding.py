@@ -220,6 +220,17 @@ async def test_a_vector_of_floats_holding_infinity_is_refused_not_stored_inexact
     assert list(reloaded.get(Floats)) == [1.5]
 
 
+def thread_key(
+    update_type: Any, *, value_type: Any = Any, key: str = "e.typed", default: Any = None
+) -> type[StateKey[Any, Any]]:
+    """A persistent thread key whose updates replace its value (the base `apply`)."""
+    namespace = {"key": key, "scope": KeyScope.THREAD, "default": default}
+    made = types.new_class(
+        "Typed", (StateKey[value_type, update_type],), {}, lambda ns: ns.update(namespace)
+    )
+    return cast("type[StateKey[Any, Any]]", made)
+
+
 class Level(enum.IntEnum):
     LOW = 1
     HIGH = 2
@@ -232,23 +243,8 @@ async def test_a_number_must_come_back_a_number_of_either_kind_and_nothing_else(
     an int may come back a float, but an IntEnum that comes back a plain int would change
     what later reads see."""
 
-    class Anything(StateKey[Any, Any]):
-        key = "e.anything"
-        scope = KeyScope.THREAD
-        default = None
-
-        @staticmethod
-        def apply(value: Any, update: Any) -> Any:
-            return update
-
-    class Ratio(StateKey[float, float]):
-        key = "e.ratio"
-        scope = KeyScope.THREAD
-        default = 0.0
-
-        @staticmethod
-        def apply(value: float, update: float) -> float:
-            return update
+    Anything = thread_key(Any, key="e.anything")
+    Ratio = thread_key(float, value_type=float, key="e.ratio", default=0.0)
 
     async with SqliteThreadStore(tmp_path / "t.db") as store:
         kernel = Kernel([Keys(Anything, Ratio)], thread_store=store)
@@ -267,16 +263,8 @@ async def test_a_value_msgspec_cannot_decode_is_refused_at_the_save_not_stored(
     class Unknown:
         pass
 
-    class Mixed(StateKey[float | Unknown, float]):
-        """Its updates journal, but msgspec cannot decode a value of its value type."""
-
-        key = "e.mixed"
-        scope = KeyScope.THREAD
-        default = None
-
-        @staticmethod
-        def apply(value: Any, update: float) -> float:
-            return update
+    # its updates journal, but msgspec cannot decode a value of its value type
+    Mixed = thread_key(float, value_type=float | Unknown, key="e.mixed")
 
     async with SqliteThreadStore(tmp_path / "t.db") as store:
         kernel = Kernel([Keys(Mixed)], thread_store=store, snapshot_every=1)
@@ -491,15 +479,6 @@ class DumpsOnly:
         return {}
 
 
-def thread_key(update_type: Any) -> type[StateKey[Any, Any]]:
-    """A persistent thread key `e.typed` whose updates are of `update_type`."""
-    namespace = {"key": "e.typed", "scope": KeyScope.THREAD, "default": None}
-    made = types.new_class(
-        "Typed", (StateKey[Any, update_type],), {}, lambda ns: ns.update(namespace)
-    )
-    return cast("type[StateKey[Any, Any]]", made)
-
-
 @pytest.mark.parametrize(
     ("update_type", "part"),
     [
@@ -524,40 +503,20 @@ def test_registration_finds_an_unencodable_part_anywhere_in_the_update_type(
 
 
 def test_an_update_type_msgspec_cannot_read_is_refused_with_its_reason() -> None:
-    class Ambiguous(StateKey[Any, list[int] | tuple[int, int]]):
-        key = "e.ambiguous"
-        scope = KeyScope.THREAD
-        default = None
-
     @dataclasses.dataclass
     class Unsayable:  # its hint raises an error with no message when it is evaluated
         x: "(_ for _ in ()).throw(ValueError())"  # noqa: UP037
 
-    class Silent(StateKey[Any, Unsayable]):
-        key = "e.silent"
-        scope = KeyScope.THREAD
-        default = None
-
-    union = r"'e\.ambiguous'.*: Type unions may not contain more than one array-like"
+    union = r"'e\.typed'.*: Type unions may not contain more than one array-like"
     with pytest.raises(InvalidDeclaration, match=union):
-        Kernel([Keys(Ambiguous)])
-    with pytest.raises(InvalidDeclaration, match=r"'e\.silent'.*Unsayable.*: ValueError\b"):
-        Kernel([Keys(Silent)])
+        Kernel([Keys(thread_key(list[int] | tuple[int, int]))])
+    with pytest.raises(InvalidDeclaration, match=r"'e\.typed'.*Unsayable.*: ValueError\b"):
+        Kernel([Keys(thread_key(Unsayable))])
 
 
-def test_a_persistent_key_of_a_literal_type_is_accepted_and_journaled() -> None:
+def test_a_persistent_key_of_a_literal_type_is_accepted() -> None:
     """A Literal's arguments are values, not types: nothing in them is looked into."""
-
-    class Direction(StateKey[Any, Literal["up", "down"]]):
-        key = "e.direction"
-        scope = KeyScope.THREAD
-        default = None
-
-        @staticmethod
-        def apply(value: Any, update: str) -> str:
-            return update
-
-    Kernel([Keys(Direction)])
+    Kernel([Keys(thread_key(Literal["up", "down"]))])
 
 
 class AnyLog(StateKey[Any, str]):

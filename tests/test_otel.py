@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from sample_keys import Counter
-from samples import Keys
+from samples import Hooks, Keys
 
 from statekernel import (
     Agent,
@@ -162,14 +162,9 @@ async def test_a_suspended_calls_span_carries_its_ticket(spans: InMemorySpanExpo
     class Ticket(BaseModel):
         approver: str
 
-    class Hold(Plugin):
-        id = "hold"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(lambda ctx: Suspend(Ticket(approver="finance")))
-
+    hold = Hooks("hold", gate=lambda ctx: Suspend(Ticket(approver="finance")))
     model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
-    agent = Agent([Hold()], model, {"pay": lambda a, c: "paid"}, name="payer")
+    agent = Agent([hold], model, {"pay": lambda a, c: "paid"}, name="payer")
     assert (await agent.run("t", ["pay"])).outcome == "suspended"
     (pay,) = by_name(spans.get_finished_spans(), "execute_tool pay")
     assert pay.attributes is not None

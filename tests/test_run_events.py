@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from run_event_samples import First, Second
+from samples import Hooks
 
 from statekernel import (
     Agent,
@@ -177,15 +178,10 @@ async def test_a_pydantic_ticket_is_journaled_as_its_data(tmp_path: Any) -> None
     class Ticket(BaseModel):
         approver: str
 
-    class Approval(Plugin):
-        id = "approval"
-
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(lambda ctx: Suspend(Ticket(approver="finance")))
-
+    approval = Hooks("approval", gate=lambda ctx: Suspend(Ticket(approver="finance")))
     model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
     async with SqliteThreadStore(tmp_path / "t.db") as store:
-        agent = Agent([Approval()], model, {"pay": fine}, thread_store=store)
+        agent = Agent([approval], model, {"pay": fine}, thread_store=store)
         assert (await agent.run("t", ["go"])).outcome == "suspended"
         events = await Kernel([], thread_store=store).run_events("t")
     assert any(isinstance(e, PhaseRun) for e in events)  # the save kept its events

@@ -162,26 +162,15 @@ async def test_re_runs_failed_effects_and_actions_are_drawn(tmp_path: Path) -> N
 
 
 async def test_a_suspended_call_shows_what_it_awaits(tmp_path: Path) -> None:
-    from statekernel import (
-        Agent,
-        InferenceResponse,
-        Plugin,
-        PluginRegistrar,
-        ScriptedModel,
-        Suspend,
-        ToolCall,
-    )
+    from samples import Hooks
 
-    class Approval(Plugin):
-        id = "approval"
+    from statekernel import Agent, InferenceResponse, ScriptedModel, Suspend, ToolCall
 
-        def register(self, r: PluginRegistrar) -> None:
-            r.register_tool_gate(lambda ctx: Suspend({"approver": "<finance>"}))
-
+    approval = Hooks("approval", gate=lambda ctx: Suspend({"approver": "<finance>"}))
     db = tmp_path / "waiting.db"
     model = ScriptedModel([InferenceResponse(tool_calls=(ToolCall("c1", "pay", {}),))])
     async with SqliteThreadStore(db) as store:
-        agent = Agent([Approval()], model, {"pay": lambda args, ctx: "paid"}, thread_store=store)
+        agent = Agent([approval], model, {"pay": lambda args, ctx: "paid"}, thread_store=store)
         assert (await agent.run("w", ["pay"])).outcome == "suspended"
     page = tmp_path / "waiting.html"
     assert cli("trace", str(db), "--thread", "w", "--html", str(page)).returncode == 0
