@@ -31,13 +31,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, limit: int | 
     line fits `limit` columns (the terminal's width by default)."""
     limit = width() if limit is None else limit
     cells = [[_one_line(cell) for cell in row] for row in [header, *rows]]
-    widths = [max(_columns(row[i]) for row in cells) for i in range(len(header))]
+    sizes = [[_columns(cell) for cell in row] for row in cells]
+    widths = [max(row[i] for row in sizes) for i in range(len(header))]
     room = max(limit - sum(widths[:-1]) - len(_GAP) * (len(widths) - 1), _MIN_LAST)
     lines = []
-    for row in cells:
-        *first, last = row
-        padded = [c + " " * (w - _columns(c)) for c, w in zip(first, widths, strict=False)]
-        lines.append(_GAP.join([*padded, _cut(last, room)]))
+    for row, size in zip(cells, sizes, strict=True):
+        padded = [c + " " * (w - n) for c, n, w in zip(row[:-1], size, widths, strict=False)]
+        lines.append(_GAP.join([*padded, _cut(row[-1], room)]))
     return "\n".join(line.rstrip() for line in lines)
 
 

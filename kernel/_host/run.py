@@ -844,8 +844,8 @@ def _decision_name(
 
 def _ticket_data(decision: GateDecision | None) -> Any:
     """A suspension's ticket as the run event keeps it: plain JSON data (a pydantic model as
-    its dump), else its repr, as a `ToolResult` keeps it; so that the event always encodes,
-    and reads back from a store as it was noted."""
+    its dump), so that it reads back from a store as it was noted. The engine refused
+    tickets that do not encode, so the repr fallback `as_json_data` asks for stays unused."""
     if not isinstance(decision, Suspend) or decision.ticket is None:
         return None
     return as_json_data(decision.ticket, repr(decision.ticket))

@@ -80,8 +80,8 @@ class GateRun(msgspec.Struct, frozen=True, gc=False, tag="gate"):
     (`"allow"`: no gate objected, `"block"`, `"suspend"` or `"set_result"`), the revision,
     the `plugin` whose gate decided and its `reason`, when (`at`, seconds since the epoch),
     and for a suspension the `Suspend` ticket that says what the call awaits, kept as plain
-    JSON data (a struct, dataclass or pydantic model as a dict; what JSON cannot hold as its
-    repr), so that a run's events always encode.
+    JSON data (a struct, dataclass or pydantic model as a dict), so that it reads back from
+    a store as it was noted.
     """
 
     run_id: str
