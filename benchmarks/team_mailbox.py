@@ -21,7 +21,14 @@ runs once, one step with a model call and a checkpoint. Reports agent steps/s, t
 step, and the kernel's share of it (all but the time spent inside the model function). On
 memory and SQLite.
 
-Run: .venv-bench/bin/python benchmarks/team_mailbox.py [--quick] [--only mail|team]
+**tool**: the same 100 agents, each sending through its own `send_message` tool: per round,
+every agent is given one message, its model (scripted, a fresh random call id each time it
+is asked, as real models pick them) calls `send_message(to=<a sink agent>)` in the first
+step and answers in the second. The sinks' role runs in no process here (`local_roles`), so
+only the senders' steps are timed. Reports ms per step and the sends' share: a tool step's
+time over a plain step's (the **team** part's, same store).
+
+Run: .venv-bench/bin/python benchmarks/team_mailbox.py [--quick] [--only mail|team|tool]
 """
 
 from __future__ import annotations
@@ -32,13 +39,14 @@ import contextlib
 import dataclasses
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from postgres_stores import fresh_schema
 
-from statekernel import AgentTeam, InferenceRequest, InferenceResponse, Role
+from statekernel import AgentTeam, InferenceRequest, InferenceResponse, Role, ToolCall
 from statekernel.stores import (
     MemoryProfileStore,
     MemoryThreadStore,
@@ -243,10 +251,58 @@ async def team_part(agents: int, rounds: int) -> None:
                     )
 
 
+class SendingModel:
+    """A scripted model whose first answer of a run calls `send_message` to the agent's
+    sink (a fresh random call id each time, as real models do), and whose second answers."""
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        last = request.messages[-1]
+        if last.role == "tool":
+            return InferenceResponse("ok")
+        me = last.content.rsplit(" ", 1)[-1]
+        call = ToolCall(
+            f"call_{uuid.uuid4().hex[:12]}", "send_message", {"content": "hi", "to": f"sink-{me}"}
+        )
+        return InferenceResponse("", tool_calls=(call,))
+
+
+async def tool_part(agents: int, rounds: int) -> None:
+    print(f"\n## tool: {agents} agents, {rounds} rounds of one send through send_message each\n")
+    print("| store | agent steps/s | ms per step |")
+    print("|---|---:|---:|")
+    for kind in ("memory", "sqlite"):
+        with tempfile.TemporaryDirectory() as folder:
+            async with stores(kind, Path(folder), None) as (profiles, threads):
+                team = AgentTeam(
+                    {"sender": Role(model=SendingModel()), "sink": Role(model=ModelClock())},
+                    profile_store=profiles,
+                    thread_store=threads,
+                    local_roles=("sender",),
+                )
+                async with team:
+                    ids = [f"a{n}" for n in range(agents)]
+                    for agent_id in ids:
+                        team.spawn("sink", "wait", agent_id=f"sink-{agent_id}")
+                        team.spawn("sender", "start", agent_id=agent_id)
+                    await team.run_until_idle()  # the tasks: not timed
+                    steps, elapsed = 0, 0.0
+                    for r in range(rounds):
+                        for agent_id in ids:
+                            await team.send("user", f"round {r}: to {agent_id}", to=agent_id)
+                        start = time.perf_counter()
+                        report = await team.run_until_idle()
+                        elapsed += time.perf_counter() - start
+                        steps += sum(a.steps for a in report.agents.values())
+                    assert steps == 2 * agents * rounds, steps
+                    print(f"| {kind} | {steps / elapsed:,.0f} | {1000 * elapsed / steps:.2f} |")
+
+
 async def main(args: argparse.Namespace) -> None:
     messages = 400 if args.quick else args.messages
     if args.only in (None, "team"):
         await team_part(100, 2 if args.quick else args.rounds)
+    if args.only in (None, "tool"):
+        await tool_part(100, 2 if args.quick else args.rounds)
     if args.only in (None, "mail"):
         try:
             with throwaway_postgres(durable=True) as server:
@@ -261,5 +317,5 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--only", choices=["mail", "team"])
+    parser.add_argument("--only", choices=["mail", "team", "tool"])
     asyncio.run(main(parser.parse_args()))

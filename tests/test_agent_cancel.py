@@ -20,7 +20,6 @@ from statekernel import (
     PhaseContext,
     ScriptedModel,
     StateCommand,
-    StateError,
     Suspend,
     ToolCall,
     ToolCallStatus,
@@ -404,8 +403,7 @@ async def test_a_cancel_during_a_save_leaves_the_thread_as_the_store_has_it(
             await store.task
         store.task = None
         # No false "interrupted" call, no false conflict: the thread just goes on.
-        with pytest.raises(StateError, match="no suspended run|not suspended|has no"):
-            await agent.pending("th")
+        assert await agent.pending("th") == ()
         result = await agent.run("th", ["again"])
         assert result.outcome == "success", result.error
         fresh = Agent([], ScriptedModel(), thread_store=store)

@@ -117,7 +117,7 @@ async def test_a_run_that_lost_a_save_race_to_another_process_keeps_its_message_
         assert (await other.run("t", ["from B"])).outcome == "success"  # ...and another
         gate.release.set()
         lost = await held
-        assert lost.outcome == "failure" and type(lost.error).__name__ == "RevisionConflict"
+        assert lost.outcome == "superseded" and type(lost.error).__name__ == "RevisionConflict"
         assert "result.unsaved" in str(lost.error) and "agent.run('t'" in str(lost.error)
         assert [(m.role, m.content) for m in lost.unsaved] == [("user", "from A")]
         # Retrying as the error says continues from what the other process saved.

@@ -40,7 +40,7 @@ from .facade_state import FacadeState
 from .function_tools import spec_of
 from .run_control import RunControl
 from .run_input import RunInput
-from .run_loop import MailDrop, RunLoop
+from .run_loop import RunLoop, TeamLink
 from .run_result import PendingCall, RunResult
 from .suspension import Decision, Suspension
 from .turns import Turns
@@ -131,9 +131,9 @@ class Agent:
         self.max_steps = max_steps
         self.name = name
         self.on_phase = on_phase
-        self.mail: MailDrop | None = None
-        """Where runs collect messages sent to their thread before each step: set by the
-        `AgentTeam` whose agents this agent runs."""
+        self.team: TeamLink | None = None
+        """How runs meet the `AgentTeam` whose agents this agent runs (their mail, their
+        outbox): set by that team."""
 
     def tool_specs(self) -> tuple[ToolSpec, ...]:
         """What the model is told of every tool: the `ToolSpec` of each, in the order given.
@@ -203,7 +203,14 @@ class Agent:
         given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
         return stream(lambda control: self._start(thread_id, given, control))
 
-    async def _start(self, thread_id: str, given: RunInput, control: RunControl) -> RunResult:
+    async def _start(
+        self,
+        thread_id: str,
+        given: RunInput,
+        control: RunControl,
+        *,
+        only_with_work: bool = False,
+    ) -> RunResult:
         async with self._turns.turn(thread_id, control):
             run = await self.kernel.start_run(
                 thread_id,
@@ -217,8 +224,18 @@ class Agent:
             except BaseException:
                 await run.abandon()
                 raise
-            loop = RunLoop(self, run, control, incoming=given.messages)
+            loop = RunLoop(
+                self, run, control, incoming=given.messages, only_with_work=only_with_work
+            )
             return await loop.drive(loop.begin)
+
+    async def run_if_work(self, thread_id: str, *, parent_thread_id: str | None) -> RunResult:
+        """A run of `thread_id` with no new messages, that ends at once as `"superseded"`
+        (saving nothing) if the thread has nothing to answer: no mail, and a conversation
+        that ends with the model's answer. The team's way to run an agent that had work
+        when it last looked."""
+        given = RunInput.of((), parent_thread_id, (), ())
+        return await self._start(thread_id, given, RunControl(), only_with_work=True)
 
     async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:
         """Continue a suspended run with an outside `decision` on its pending call
@@ -257,18 +274,17 @@ class Agent:
         return () if held is None else tuple(held)
 
     async def pending(self, thread_id: str) -> tuple[PendingCall, ...]:
-        """The calls the thread's suspended run waits on, with their tickets; changes nothing.
+        """The calls the thread's suspended run waits on, with their tickets; `()` when the
+        thread has no suspended run (or is unknown). Changes nothing.
 
         After a crash this says what came back: a call whose tool was running has the ticket
         `"interrupted"` (its outcome is unknown: decide with `resume`), one the model asked
         for beside it and never started has `"not started"` (see
-        [agent: crash safety](agent.md#crash-safety)). Raises `StateError` when the thread
-        has no suspended run.
+        [agent: crash safety](agent.md#crash-safety)).
         """
         async with self._turns.turn(thread_id):
-            run, detail = await self.kernel.resume_run(thread_id)
-            await run.abandon()
-            return Suspension.decode(detail).pending
+            detail = await self.kernel.suspension(thread_id)
+        return () if detail is None else Suspension.decode(detail).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
         """Cancel the thread's run; returns how the run ended.

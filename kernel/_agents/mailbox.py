@@ -19,9 +19,15 @@ both hold a letter after a crash between the two writes, read as one letter. A r
 the head first and the pages after: a letter moves to a page before it leaves the head, so
 the reader never misses one that later letters of its sender were read beyond.
 
-A send given a `message_id` (a tool that sends uses its call's id) is dropped when the
-recipient's inbox saw that id from that sender among the last `RECENT_IDS`, so a tool run
-again after a crash, or a caller retrying a send whose answer it lost, sends once.
+A letter from a run comes out of its sender's outbox (`outbox.py`) and names its origin:
+the sender's thread and the entry's number there. The inbox keeps, per origin thread, the
+highest number it took, and drops a letter at or below it: its sender posts entries in
+order, so whatever was posted before is in. A send from outside a run given a `message_id`
+is dropped when the recipient's inbox saw that id from that sender among the last
+`RECENT_IDS`, so a caller retrying a send whose answer it lost sends once.
+
+Every store call goes through `ProfileAccess` (its compare-and-set, its atomic update), so
+values are checked and a store's failure becomes a `StoreError` in one place.
 """
 
 from __future__ import annotations
@@ -32,10 +38,9 @@ from collections.abc import Mapping
 import attrs
 import msgspec
 
-from .._errors import DecodeFailed, StateError, StoreError, VersionConflict
+from .._errors import StateError, VersionConflict
 from .._profile.access import ProfileAccess
 from .._profile.keys import ProfileKey
-from .._values.codec import CODEC_ERRORS
 from .._values.messages import Message
 
 __all__ = [
@@ -59,10 +64,10 @@ PRUNE_AT = 32
 and one per run would double what a delivery costs the store."""
 
 CAS_ATTEMPTS = 4
+"""How many compare-and-set races a send loses before it takes the store's atomic update."""
 
 CACHED_HEADS = 1024
 """How many inbox heads a mailbox keeps (the ones it wrote last) to send without a read."""
-"""How many compare-and-set races a send loses before it takes the store's atomic update."""
 
 PAGE_LETTERS = 32
 """How many letters an inbox head holds before its sender seals them into a page."""
@@ -96,13 +101,21 @@ class InboxData(msgspec.Struct, frozen=True):
     moved_to: str | None = None
     """Set by a team restore on the inbox of a thread it left: the agent's new thread
     ("": the agent is gone). A send to it is refused (`InboxMoved`)."""
+    origins: dict[str, int] = {}
+    """Per sender thread, the highest outbox number of a letter this inbox took."""
 
     def posted(self, letter_of: LetterOf, message_id: str | None) -> InboxData | None:
-        """This inbox with the sender's next letter appended, or None when `message_id`
-        was seen from that sender already."""
+        """This inbox with the sender's next letter appended, or None when it holds that
+        letter already (its origin, or `message_id` from that sender, was seen)."""
         if self.moved_to is not None:  # first: a send repeated after a restore follows it
             raise InboxMoved(self.moved_to)
         sender = letter_of.sender
+        origins = self.origins
+        if letter_of.origin is not None:
+            thread, number = letter_of.origin
+            if number <= origins.get(thread, 0):
+                return None
+            origins = {**origins, thread: number}
         seen = self.recent.get(sender, ())
         if message_id is not None and message_id in seen:
             return None
@@ -113,7 +126,11 @@ class InboxData(msgspec.Struct, frozen=True):
             recent = {**recent, sender: (*seen, message_id)[-RECENT_IDS:]}
         letters = (*self.letters, letter)
         return msgspec.structs.replace(
-            self, letters=letters, last_seq={**self.last_seq, sender: seq}, recent=recent
+            self,
+            letters=letters,
+            last_seq={**self.last_seq, sender: seq},
+            recent=recent,
+            origins=origins,
         )
 
     def undelivered(self, cursor: Mapping[str, int]) -> InboxData:
@@ -152,11 +169,13 @@ class InboxMoved(StateError):
 @attrs.frozen
 class LetterOf:
     """What a send gives the mailbox for each recipient: the number is assigned inside the
-    store's atomic update."""
+    store's atomic update. `origin`: the sender's thread and the letter's outbox number, for
+    a letter out of an outbox."""
 
     sender: str
     content: str
     via: str | None = None
+    origin: tuple[str, int] | None = None
 
 
 class Inbox(ProfileKey[InboxData]):
@@ -243,7 +262,6 @@ class Mailbox:
                 del self._posting[thread_id]
 
     async def _post(self, thread_id: str, letter: LetterOf, message_id: str | None) -> bool:
-        store = self._profile.store
         for _ in range(CAS_ATTEMPTS):
             known = self._heads.pop(thread_id, None)
             read = known is None
@@ -256,33 +274,19 @@ class Mailbox:
                     return False
                 continue  # in this process's copy: ask the store (a restore may have moved it)
             try:
-                entry = await store.set(
-                    Inbox.key, thread_id, msgspec.to_builtins(posted), expected_version=version
+                written = await self._profile.compare_and_set(
+                    Inbox, thread_id, posted, version=version
                 )
             except VersionConflict:
                 continue
-            except StateError:
-                raise
-            except Exception as error:  # a third-party store's own failure
-                raise StoreError(f"set of entry {thread_id!r}", error, key=Inbox.key) from error
-            self._remember_head(thread_id, entry.version, posted)
+            self._remember_head(thread_id, written, posted)
             await self._seal_full(thread_id, posted)
             return True
         return await self._post_atomically(thread_id, letter, message_id)
 
     async def _read_head(self, thread_id: str) -> tuple[int, InboxData]:
-        try:
-            entry = await self._profile.store.get(Inbox.key, thread_id)
-        except StateError:
-            raise
-        except Exception as error:  # a third-party store's own failure
-            raise StoreError(f"get of entry {thread_id!r}", error, key=Inbox.key) from error
-        if entry is None:
-            return 0, InboxData()
-        try:
-            return entry.version, msgspec.convert(entry.value, InboxData)
-        except CODEC_ERRORS as error:
-            raise DecodeFailed(Inbox.key, thread_id, error) from error
+        head, version = await self._profile.read_with_version(Inbox, thread_id)
+        return version, head
 
     async def _post_atomically(
         self, thread_id: str, letter: LetterOf, message_id: str | None
@@ -325,19 +329,14 @@ class Mailbox:
         placed.update(enumerate(head.letters, head.base))
         order = sorted(placed)
         letters = tuple(placed[index] for index in order)
-        return InboxData(letters, head.last_seq, head.recent, order[0])
+        return msgspec.structs.replace(head, letters=letters, base=order[0])
 
     async def _pages(self, thread_id: str) -> list[tuple[int, tuple[Letter, ...]]]:
         prefix = f"{thread_id}#"
-        entries = await self._profile.store.list(InboxPage.key, prefix)
         pages = []
-        for entry in entries:
-            start = entry.key[len(prefix) :]
+        for key, letters in await self._profile.list_entries(InboxPage, prefix):
+            start = key[len(prefix) :]
             if len(start) == _INDEX_DIGITS and start.isdigit():  # not another thread's
-                try:
-                    letters = msgspec.convert(entry.value, tuple[Letter, ...])
-                except CODEC_ERRORS as error:
-                    raise DecodeFailed(InboxPage.key, entry.key, error) from error
                 pages.append((int(start), letters))
         return pages
 
@@ -361,8 +360,9 @@ class Mailbox:
             Inbox, thread_id, lambda inbox: inbox.delivered_dropped(saved_cursor)
         )
 
-    async def exists(self, thread_id: str) -> bool:
-        return await self._profile.store.get(Inbox.key, thread_id) is not None
+    async def head(self, thread_id: str) -> tuple[int, InboxData]:
+        """The inbox's head as stored, with its version (0: no inbox)."""
+        return await self._read_head(thread_id)
 
     async def move(self, thread_id: str, moved_to: str) -> None:
         """Mark the thread's inbox as left for `moved_to` ("": for nowhere)."""

@@ -28,14 +28,13 @@ from .._values.phases import Phase
 from .._values.reserved_keys import History, MailCursor
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ..events import ModelResponded, TextDelta
-from .mailbox import Delivery
 from .run_control import CancelRequested, RunControl
 from .run_history import RunHistory
 from .run_result import Outcome, PendingCall, RunResult
 from .suspension import Decision, Step, Suspension
 from .tool_calls import ToolCallRunner
 
-__all__ = ["LoopSettings", "MailDrop", "RunLoop"]
+__all__ = ["LoopSettings", "RunLoop", "TeamLink", "awaits_answer"]
 
 logger = logging.getLogger("statekernel")
 
@@ -44,16 +43,30 @@ _NO_OVERRIDES = RequestOverrides()
 # What the journal records the Agent's own commits as made by (`CommitRecord.sources`).
 INPUT = "agent:input"  # the messages given to run()
 MAIL = "agent:mail"  # a team's messages, delivered
+OUTBOX = "agent:outbox"  # the letters and spawns a run made, for its team to post
 CONTEXT = "agent:context"  # messages the request transforms placed, once the model read them
 REQUEST = "agent:request"  # the step's loop actions, cleared once they shaped the request
 MODEL = "agent:model"  # the model's answer
 
 
-class MailDrop(Protocol):
-    """Where a run collects the messages sent to its thread (an AgentTeam's mailbox)."""
+class TeamLink(Protocol):
+    """How a run of a team's agent meets its team: the mail it collects before each step,
+    the letters and spawns it makes (committed in its own thread, in the commit of the step
+    that made them), and their posting once a save holds them."""
 
-    async def collect(self, thread_id: str, snapshot: Snapshot) -> Delivery | None:
-        """The messages beyond the thread's `MailCursor` in `snapshot`, if any."""
+    async def collect(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
+        """What to commit at a step's start: the mail beyond the thread's `MailCursor` in
+        `snapshot` with the cursor's advance, and the outbox entries now posted dropped
+        (those of `snapshot`'s outbox not yet posted are posted first)."""
+        ...
+
+    def outgoing(self, thread_id: str) -> StateCommand | None:
+        """The letters and spawns the thread's run made since this was last asked, as the
+        outbox update to commit with what made them."""
+        ...
+
+    async def dispatch(self, thread_id: str, snapshot: Snapshot) -> None:
+        """Post what the outbox of `snapshot` (just saved) holds and was not yet posted."""
         ...
 
 
@@ -73,14 +86,17 @@ class LoopSettings(Protocol):
     @property
     def on_phase(self) -> PhaseListener | None: ...
     @property
-    def mail(self) -> MailDrop | None: ...
+    def team(self) -> TeamLink | None: ...
     def tool_specs(self) -> tuple[ToolSpec, ...]: ...
 
 
 class RunLoop:
     """One run of an Agent, from its first step (or the step it resumes) to its end.
 
-    `incoming` are the messages `run` was given: unsaved until a save holds them."""
+    `incoming` are the messages `run` was given: unsaved until a save holds them. With
+    `only_with_work`, a new run that finds nothing to answer (no messages given, no mail,
+    and a history that ends with the model's answer) ends at once as `"superseded"`,
+    saving nothing: what a team does when another process got there first."""
 
     def __init__(
         self,
@@ -90,6 +106,7 @@ class RunLoop:
         *,
         step: int = 0,
         incoming: tuple[Message, ...] = (),
+        only_with_work: bool = False,
     ) -> None:
         self._agent = agent
         self._run = run
@@ -100,10 +117,18 @@ class RunLoop:
         self._step = Step(step, frozenset(agent.tools))
         self._history = RunHistory(run)
         durable = run.durable  # whether a save outlives the process
+        self._team = agent.team
         self._calls = ToolCallRunner(
-            run, agent.tools, self._step, self._history, control, durable=durable
+            run,
+            agent.tools,
+            self._step,
+            self._history,
+            control,
+            durable=durable,
+            outgoing=self._outgoing,
         )
         self._incoming = incoming
+        self._only_with_work = only_with_work
         self._mail_collected = False  # at this step's start already (by `begin`)
 
     async def drive(self, body: Callable[[], Awaitable[RunResult]]) -> RunResult:
@@ -116,7 +141,10 @@ class RunLoop:
             except CancelRequested:
                 result = await self._cancelled()
             except RevisionConflict as conflict:
-                result = await self._fail(_for_agent_users(conflict, thread_id))
+                if conflict.position:  # another writer saved the thread first
+                    result = await self._superseded(_for_agent_users(conflict, thread_id))
+                else:
+                    result = await self._fail(conflict)
             except Exception as error:
                 result = await self._fail(error)
         except asyncio.CancelledError:
@@ -140,8 +168,11 @@ class RunLoop:
     async def begin(self) -> RunResult:
         """A new run: its messages, RUN_START, then the steps."""
         await self._history.append(*self._incoming, source=INPUT, phase=Phase.RUN_START)
-        await self._collect_mail(Phase.RUN_START)
+        delivered = await self._collect_mail(Phase.RUN_START)
         self._mail_collected = True
+        nothing_new = not (self._incoming or delivered)
+        if self._only_with_work and nothing_new and not awaits_answer(self._history.messages()):
+            return await self._superseded(None)
         await self._run.run_phase(Phase.RUN_START, messages=self._history.messages())
         return await self._loop()
 
@@ -210,17 +241,38 @@ class RunLoop:
         self._calls.expect(response.tool_calls)
         return response
 
-    async def _collect_mail(self, phase: Phase) -> None:
+    async def _collect_mail(self, phase: Phase) -> bool:
         """Deliver the thread's new mail: the messages and the cursor that counts them are
-        one commit, so the save that holds one holds the other (exactly once)."""
-        mail = self._agent.mail
-        if mail is None:
-            return
-        delivery = await mail.collect(self._run.identity.thread_id, self._run.snapshot)
-        if delivery is not None:
-            messages = self._history.stamped(delivery.messages)
-            command = StateCommand().update(History, messages).update(MailCursor, delivery.cursor)
-            await self._run.submit(command, source=MAIL, phase=phase)
+        one commit, so the save that holds one holds the other (exactly once). Returns
+        whether any mail came."""
+        if self._team is None:
+            return False
+        command = await self._team.collect(self._run.identity.thread_id, self._run.snapshot)
+        if command is None:
+            return False
+        delivered = any(key is MailCursor for key, _ in command.patch.ops)
+        if delivered:
+            ops = command.patch.ops
+            command = StateCommand()
+            for key, update in ops:
+                command.update(key, self._history.stamped(update) if key is History else update)
+        await self._run.submit(command, source=MAIL, phase=phase)
+        return delivered
+
+    def _outgoing(self) -> StateCommand | None:
+        """The letters and spawns this run made since they were last committed."""
+        if self._team is None:
+            return None
+        return self._team.outgoing(self._run.identity.thread_id)
+
+    async def _save(self, save: Callable[[], Awaitable[object]], phase: Phase) -> None:
+        """Commit the run's uncommitted letters, save, then post what the save holds."""
+        outgoing = self._outgoing()
+        if outgoing is not None and not self._run.finished:
+            await self._run.submit(outgoing, source=OUTBOX, phase=phase)
+        await save()
+        if self._team is not None:
+            await self._team.dispatch(self._run.identity.thread_id, self._run.snapshot)
 
     async def _request(self) -> InferenceRequest:
         """This step's request: the tools on offer and the model parameters as the step's
@@ -263,7 +315,7 @@ class RunLoop:
 
     async def _end_step(self) -> None:
         await self._run.run_phase(Phase.STEP_END, messages=self._history.messages())
-        await self._run.checkpoint()
+        await self._save(self._run.checkpoint, Phase.STEP_END)
 
     async def _end(self, outcome: Outcome) -> RunResult:
         self._control.end()
@@ -272,8 +324,18 @@ class RunLoop:
 
     async def _suspend(self, pending: tuple[PendingCall, ...]) -> RunResult:
         self._control.stop_if_requested()  # asked to stop: end the run rather than wait on it
-        await self._run.suspend(self._step.suspended_on(pending))
+        detail = self._step.suspended_on(pending)
+        await self._save(lambda: self._run.suspend(detail), Phase.TOOL_GATE)
         return self._result("suspended", pending=pending)
+
+    async def _superseded(self, conflict: RevisionConflict | None) -> RunResult:
+        """Another writer saved the thread first (or, with `only_with_work`, already did
+        what this run was for): nothing of this run is saved, nothing failed."""
+        if conflict is not None:
+            logger.info("run %r superseded: %s", self._run.identity.run_id, conflict)
+        self._control.end()
+        await self._run.abandon()
+        return self._result("superseded", error=conflict)
 
     async def _fail(self, error: BaseException) -> RunResult:
         """RUN_END still runs, best effort, and the last committed state is checkpointed."""
@@ -327,7 +389,7 @@ class RunLoop:
     async def _finish(self) -> None:
         """RUN_END and the last save. (In this task: RUN_END hooks see the run's own task
         and context, as every other phase's hooks do.)"""
-        await self._run.finish(messages=self._history.messages())
+        await self._save(lambda: self._run.finish(messages=self._history.messages()), Phase.RUN_END)
 
     def _result(
         self,
@@ -346,6 +408,12 @@ class RunLoop:
             tool_results=tuple(self._calls.results),
             unsaved=() if self._run.saves else self._incoming,
         )
+
+
+def awaits_answer(messages: tuple[Message, ...]) -> bool:
+    """Whether a conversation waits for the model: its last message is not the model's
+    (a run cut between steps, or mail delivered and never answered)."""
+    return bool(messages) and messages[-1].role != "assistant"
 
 
 def _for_agent_users(conflict: RevisionConflict, thread_id: str) -> RevisionConflict:

@@ -13,7 +13,7 @@ from .._values.tools import ToolResult
 
 __all__ = ["Outcome", "PendingCall", "RunResult"]
 
-Outcome = Literal["success", "failure", "suspended", "cancelled"]
+Outcome = Literal["success", "failure", "suspended", "cancelled", "superseded"]
 
 
 class PendingCall(msgspec.Struct, frozen=True):
@@ -40,7 +40,11 @@ class RunResult:
     unsaved=())`:
 
     - `outcome`: `"success"` (the model answered without tool calls), `"failure"` (see
-      `error`), `"suspended"` (see `pending`) or `"cancelled"`.
+      `error`), `"suspended"` (see `pending`), `"cancelled"`, or `"superseded"`: another
+      process (or Agent) saved the thread while this run went on, so nothing of the run
+      after its last save was kept (`error` is the `RevisionConflict`, logged at INFO
+      without a traceback: it is a race lost, not a failure; run again to continue from
+      what the other saved).
     - `snapshot`: the final state.
     - `messages`: the thread's whole history after the run, as a tuple of `Message`.
     - `steps`: how many steps were taken.
@@ -51,8 +55,8 @@ class RunResult:
     - `tool_results`: the `ToolResult`s of the calls that ended during this `run` (or
       `resume`, `cancel`), in order; a tool that raised has its exception, traceback
       included, in its `exception`.
-    - `unsaved`: the messages given to `run` that no save holds (the run failed before its
-      first save, for example on a `RevisionConflict` with another process):
+    - `unsaved`: the messages given to `run` that no save holds (the run failed, or was
+      superseded, before its first save):
       `agent.run(thread_id, result.unsaved)` sends them again. Empty once any save of the
       run succeeded.
 

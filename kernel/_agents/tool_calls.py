@@ -11,7 +11,7 @@ runs it twice unseen; an idempotent tool is simply run again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .._host.run import Run, Tool
 from .._values.codec import as_json_data
@@ -40,6 +40,8 @@ class ToolCallRunner:
     keeps which calls in the history still have no result.
 
     `durable`: the thread is saved to a store, so an in-flight save can outlive a crash.
+    `outgoing`: the letters and spawns the run made (a team's agent), committed with each
+    call's result, so that the tool that made them and they are saved together.
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class ToolCallRunner:
         control: RunControl,
         *,
         durable: bool,
+        outgoing: Callable[[], StateCommand | None] = lambda: None,
     ) -> None:
         self._run = run
+        self._outgoing = outgoing
         self._tools = tools
         self._step = step
         self._history = history
@@ -135,6 +139,9 @@ class ToolCallRunner:
         message = Message("tool", result.text, tool_call_id=call.id, is_error=result.is_error)
         stamped = self._history.stamped((message,))
         command = StateCommand().update(ToolCalls, state).update(History, stamped)
+        made = self._outgoing()
+        if made is not None:
+            command.extend(made)
         await self._run.submit(command, source=f"tool:{call.name}", phase=Phase.AFTER_TOOL_EXECUTE)
         if self._control.streamed:
             shown = as_json_data(result.result, result.text)  # an event always encodes

@@ -42,7 +42,7 @@ from .._values.codec import CODEC_ERRORS, dec_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetters
 from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
-from .._values.reserved_keys import History, MailCursor
+from .._values.reserved_keys import History, MailCursor, Outbox
 from .._values.run_events import RunEvent
 from .._values.specs import ScheduledAction, ScheduledActionSpec, spec_info
 from .run import Lease, Run
@@ -136,7 +136,7 @@ class Kernel:
             plugins,
             extra_keys=tuple(
                 KeyBinding.of(key, plugin=RESERVED_PLUGIN_ID)
-                for key in (DeadLetters, History, MailCursor)
+                for key in (DeadLetters, History, MailCursor, Outbox)
             ),
         )
         self.profile_store = profile_store
@@ -249,6 +249,18 @@ class Kernel:
         except BaseException:
             self._home.release(thread_id)
             raise
+
+    async def suspension(self, thread_id: str) -> bytes | None:
+        """The detail bytes the thread's suspended run was saved with (what `run.suspend`
+        or `run.checkpoint(resumable=...)` was given), or None when the thread has no
+        suspended run (or is unknown). Changes nothing.
+
+        Raises `StateError` while this kernel has a live run on the thread."""
+        thread = await self._home.claim(thread_id)
+        try:
+            return None if thread.suspended is None else thread.suspended.detail
+        finally:
+            self._home.release(thread_id)
 
     # -- the journal: history, time travel, outside commits --------------------------------
 

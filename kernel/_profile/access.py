@@ -164,6 +164,53 @@ class ProfileAccess:
         info, record = self._resolve(key_cls, key)
         return cast(V, await self._update(info, record, fn))
 
+    async def read_with_version(self, key_cls: type[ProfileKey[V]], key: str) -> tuple[V, int]:
+        """The entry's value and its version: `(default, 0)` when the entry does not exist.
+
+        The version is what `compare_and_set` takes, to write only if nobody wrote since.
+        """
+        info, record = self._resolve(key_cls, key)
+        entry = await self._store_call("get", info, record, self._store.get(info.name, record))
+        if entry is None:
+            return cast(V, info.make_default()), 0
+        return cast(V, self._decode(info, record, entry.value)), entry.version
+
+    async def compare_and_set(
+        self, key_cls: type[ProfileKey[V]], key: str, value: V, *, version: int
+    ) -> int:
+        """Write `value` only if the entry is still at `version` (0: only if it does not
+        exist); returns the new version.
+
+        Anyone else's write since raises `VersionConflict` and writes nothing: read again
+        with `read_with_version` and decide anew. The value is checked as `write` checks it.
+        Inside a hook (a buffered view) or a tool gate (a read-only one) it raises
+        `StateError`: a compare-and-set needs the store's answer at once.
+        """
+        info, record = self._resolve(key_cls, key)
+        outgoing = self._outgoing(self._encode(info, record, value))
+        entry = await self._store_call(
+            "set",
+            info,
+            record,
+            self._store.set(info.name, record, outgoing, expected_version=version),
+        )
+        return entry.version
+
+    async def list_entries(
+        self, key_cls: type[ProfileKey[V]], prefix: str = ""
+    ) -> builtins.list[tuple[str, V]]:
+        """Every entry of `key_cls` whose entry key starts with `prefix` (literally), as
+        `(entry key, value)` pairs sorted by entry key.
+
+        An entry that no longer decodes raises `DecodeFailed` naming it."""
+        info = profile_key_info(key_cls)
+        if self._keys is not None and self._keys.get(info.name) is not key_cls:
+            raise UnknownProfileKey(info.name, tuple(self._keys))
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a string, got {type(prefix).__name__} {prefix!r}")
+        entries = await self._store_call("list", info, prefix, self._store.list(info.name, prefix))
+        return [(e.key, cast(V, self._decode(info, e.key, e.value))) for e in entries]
+
     async def list(self, owner: str) -> dict[type[ProfileKey[Any]], Any]:
         """Every entry `owner` holds, across every registered profile key.
 
@@ -445,6 +492,16 @@ class BufferedProfileAccess(ProfileAccess):
         self._record(_Op("update", info, record, fn=fn), encoded.value)
         return new
 
+    async def compare_and_set(
+        self, key_cls: type[ProfileKey[V]], key: str, value: V, *, version: int
+    ) -> int:
+        info, record = self._resolve(key_cls, key)
+        raise StateError(
+            f"compare_and_set of profile key {info.name!r} (entry {record!r}) needs the "
+            f"store's answer at once, and a hook's profile writes are buffered until its "
+            f"command commits; use update(), which re-reads and retries at apply time."
+        )
+
     def is_empty(self) -> bool:
         """True when nothing is recorded (apply would do nothing)."""
         return not self._ops
@@ -508,6 +565,11 @@ class ReadOnlyProfileAccess(ProfileAccess):
 
     async def update(self, key_cls: type[ProfileKey[V]], key: str, fn: Callable[[V], V]) -> V:
         self._refuse("update", key_cls, key)
+
+    async def compare_and_set(
+        self, key_cls: type[ProfileKey[V]], key: str, value: V, *, version: int
+    ) -> int:
+        self._refuse("compare_and_set", key_cls, key)
 
     def _refuse(self, operation: str, key_cls: type[ProfileKey[Any]], key: str) -> NoReturn:
         info, record = self._resolve(key_cls, key)

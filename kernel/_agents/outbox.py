@@ -1,0 +1,171 @@
+"""The outbox: what a team's running agent sends and spawns leaves its thread only once a
+save holds it, and reaches its recipients exactly once, however the process dies.
+
+A letter sent from inside a run (the `send_message` tool, or `team.send` from a tool or hook
+of the run) and an agent spawned there (`spawn_agent`, or `team.spawn`) are staged here, then
+committed into the sender's own thread, in the `Outbox` key, with what made them: a tool's
+letters in the commit of its result, a hook's before the step's checkpoint. The outbox
+numbers each entry once per thread, so `(sender thread, number)` names it wherever it goes;
+the model's call id never does. So a crash before the save loses the step and its letters
+together, and the step done again makes them anew under the same numbers.
+
+After each save the entries are posted: a letter into each recipient's inbox (which drops
+a number from that thread it took already), a spawn into the roster (which adopts an agent
+id it holds already). They are posted again, just as safely, whenever the sender's next run
+starts and whenever the team opens, until a commit of the sender's thread drops them: the
+next step's, which also delivers the sender's own mail. Entries are posted in number order,
+so when an inbox holds a number from a thread, it holds every earlier letter of that thread
+to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Protocol
+
+from .._engine.snapshot import Snapshot
+from .._errors import StateError
+from .._values.commands import StateCommand
+from .._values.reserved_keys import (
+    History,
+    MailCursor,
+    Outbox,
+    OutboxChange,
+    OutboxData,
+    OutEntry,
+    OutLetter,
+    OutSpawn,
+)
+from .mailbox import InboxData, InboxMoved, LetterOf, Mailbox, deliverable
+from .roster import AgentRecord, TeamRoster
+
+__all__ = ["Outboxes", "SpawnsEntries", "post_following"]
+
+logger = logging.getLogger("statekernel")
+
+MOVES = 3
+"""How many team restores a post follows to an agent's new thread before it gives up."""
+
+
+class SpawnsEntries(Protocol):
+    """What carries out a spawn an outbox holds (the team's `Spawner`)."""
+
+    async def spawn_entry(self, entry: OutSpawn) -> None: ...
+
+
+class Outboxes:
+    """The outboxes of the team's agents: staged by their runs, posted after their saves;
+    and the mail their runs collect. The team's side of `TeamLink`."""
+
+    def __init__(self, roster: TeamRoster, mailbox: Mailbox, spawns: SpawnsEntries) -> None:
+        self._roster = roster
+        self.mailbox = mailbox
+        self._spawns = spawns
+        self._staged: dict[str, list[OutEntry]] = {}
+        self._next: dict[str, int] = {}  # per thread, its outbox's next number as last seen
+        self._posted: dict[str, int] = {}  # per thread, the last number this process posted
+        self.prefetched: dict[str, InboxData] = {}  # inboxes the rounds read just before
+        self.delivered: Counter[str] = Counter()  # messages delivered, per thread
+
+    # -- staging, inside a run ---------------------------------------------------------------
+
+    def next_number(self, thread_id: str) -> int:
+        """The number the next entry staged from `thread_id`'s run will be given, as far
+        as this process knows the thread's outbox."""
+        return self._next.get(thread_id, 1) + len(self._staged.get(thread_id, ()))
+
+    def stage(self, thread_id: str, entry: OutEntry) -> None:
+        """Stage `entry` from the run of `thread_id`: committed with what made it."""
+        self._staged.setdefault(thread_id, []).append(entry)
+
+    def outgoing(self, thread_id: str) -> StateCommand | None:
+        staged = self._staged.pop(thread_id, None)
+        if not staged:
+            return None
+        self._next[thread_id] = self._next.get(thread_id, 1) + len(staged)
+        return StateCommand().update(Outbox, OutboxChange(added=tuple(staged)))
+
+    def discard(self, thread_id: str) -> None:
+        """Forget what a run staged and never committed (it ended first)."""
+        self._staged.pop(thread_id, None)
+
+    # -- posting, after a save -------------------------------------------------------------
+
+    async def dispatch(self, thread_id: str, snapshot: Snapshot) -> None:
+        await self.post(thread_id, snapshot.get(Outbox))
+
+    async def post(self, thread_id: str, outbox: OutboxData) -> None:
+        """Post the entries of `outbox` (as a save of `thread_id` holds it) this process
+        has not posted yet, in order."""
+        self._next[thread_id] = max(self._next.get(thread_id, 1), outbox.next)
+        for entry in outbox.entries:
+            if entry.seq <= self._posted.get(thread_id, 0):
+                continue
+            if isinstance(entry, OutLetter):
+                await self._post_letter(thread_id, entry)
+            else:
+                await self._spawns.spawn_entry(entry)
+            self._posted[thread_id] = entry.seq
+
+    async def _post_letter(self, thread_id: str, entry: OutLetter) -> None:
+        letter = LetterOf(entry.sender, entry.content, entry.via, origin=(thread_id, entry.seq))
+        if len(entry.to) == 1:
+            await self._post_to(entry.to[0], letter)
+        else:
+            await asyncio.gather(*(self._post_to(agent_id, letter) for agent_id in entry.to))
+
+    async def _post_to(self, agent_id: str, letter: LetterOf) -> None:
+        await post_following(self._roster, self.mailbox, agent_id, letter, None)
+
+    # -- collecting, at a step's start ------------------------------------------------------
+
+    async def collect(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
+        if self._roster.agent_of_thread(thread_id) is None:
+            return None
+        outbox = snapshot.get(Outbox)
+        command = StateCommand()
+        if outbox.entries:
+            await self.post(thread_id, outbox)  # after a crash: what the last run left
+            command.update(Outbox, OutboxChange(posted_through=outbox.entries[-1].seq))
+        inbox = self.prefetched.pop(thread_id, None)
+        if inbox is None:
+            inbox = await self.mailbox.read(thread_id)
+        delivery = deliverable(inbox, snapshot.get(MailCursor))
+        if delivery is not None:
+            self.delivered[thread_id] += len(delivery.messages)
+            command.update(History, delivery.messages).update(MailCursor, delivery.cursor)
+        return None if command.is_empty() else command
+
+
+async def post_following(
+    roster: TeamRoster,
+    mailbox: Mailbox,
+    agent_id: str,
+    letter: LetterOf,
+    message_id: str | None,
+) -> bool:
+    """Post `letter` to the agent's inbox; one a team restore moved is followed to the
+    agent's thread as the stored roster has it now. An agent no longer in the roster (a
+    restore dropped it) gets nothing. Returns whether the inbox took the letter anew."""
+    record: AgentRecord | None = roster.agents.get(agent_id)
+    for _ in range(MOVES):
+        if record is None:
+            await roster.load()
+            record = roster.agents.get(agent_id)
+            if record is None:
+                logger.warning(
+                    "a letter from %r to agent %r was dropped: the team no longer has it",
+                    letter.sender,
+                    agent_id,
+                )
+                return False
+        try:
+            return await mailbox.post(record.thread_id, letter, message_id)
+        except InboxMoved:
+            record = None  # read the roster again
+    raise StateError(
+        f"the inbox of agent {agent_id!r} kept moving ({MOVES} restores of team "
+        f"{roster.team_id!r} while sending); send again once they are done"
+    )
