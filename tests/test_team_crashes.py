@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import team_agents_process as agents_process
 from team_process import AGENTS, TEAM_ID, plan, roles
 
 from statekernel import AgentTeam, Message
-from statekernel.stores import SqliteProfileStore, SqliteThreadStore
+from statekernel.stores import SqliteProfileStore, SqliteThreadStore, open_stores
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "team_process.py"
@@ -96,3 +97,86 @@ async def test_sigkilled_teams_deliver_every_message_exactly_once_in_sender_orde
         acked = (tmp / "acked.log").read_text().split()
         assert len(acked) == len(set(acked)) == MESSAGES
     assert kills >= 10  # the processes were killed mid-work, not after they finished
+
+
+# -- agents that send through their own tool, as real agents do ------------------------------
+
+AGENTS_SCRIPT = HERE / "team_agents_process.py"
+
+
+def start_agents(db: str, seed: int, *mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(AGENTS_SCRIPT), db, str(seed), *mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def check_exactly_once(db: str, seed: int) -> None:
+    """What a user relies on after any crash: every planned letter in its recipient's
+    history once, in its sender's order; every agent done with its plan and answered (none
+    stalled, waiting or failed); every thread verifying; no thread outside the roster."""
+    plans = agents_process.plan(seed)
+    async with (
+        open_stores(db) as stores,
+        AgentTeam(
+            agents_process.roles(random.Random()), stores=stores, team_id=agents_process.TEAM_ID
+        ) as team,
+    ):
+        kernel = team.agent("peer").kernel
+        infos = {info.id: info for info in team.list_agents()}
+        assert sorted(infos) == agents_process.AGENTS
+        assert {i.status for i in infos.values()} <= {"idle", "done"}, infos
+        threads = await kernel.threads(prefix=agents_process.TEAM_ID)
+        assert sorted(threads) == sorted(i.thread_id for i in infos.values())  # no orphans
+        received: dict[str, list[tuple[str | None, str]]] = {}
+        for agent_id, info in infos.items():
+            assert (await kernel.verify(info.thread_id)).ok, agent_id
+            history = tuple(
+                (await kernel.get_state(info.thread_id)).to_dict()["statekernel.messages"]
+            )
+            received[agent_id] = [
+                (AgentTeam.sender_of(m), m.content.split("\n", 1)[1])
+                for m in history
+                if AgentTeam.sender_of(m) is not None
+            ]
+            sent = [m for m in history if m.role == "tool"]
+            assert len(sent) == len(plans[agent_id]), (agent_id, sent)  # no call sent twice
+            assert history[-1].role == "assistant" and history[-1].content == "done", agent_id
+    for sender, items in plans.items():
+        for n, to in items:
+            assert received[to].count((sender, f"m{n}")) == 1, (sender, n, received[to])
+    assert sum(len(mail) for mail in received.values()) == sum(len(p) for p in plans.values())
+    for mail in received.values():
+        for sender in agents_process.AGENTS:
+            numbers = [int(text[1:]) for who, text in mail if who == sender]
+            assert numbers == sorted(numbers), (sender, mail)
+
+
+async def test_agents_that_send_through_their_tool_deliver_once_across_sigkills(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL at random points, between steps too, while agents send through
+    `send_message` with a model that picks fresh call ids; then the same program again,
+    with nothing added for recovery."""
+    rng = random.Random(4040)
+    kills = 0
+    for trial in range(20):
+        db = str(tmp_path / f"trial-{trial}.db")
+        for _ in range(1 + trial % 2):  # every other trial is killed twice
+            process = start_agents(db, trial)
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "started"
+            # unhurried, the work takes about 0.15 s after "started": kill within it
+            time.sleep(rng.uniform(0.0, 0.15))
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                kills += 1
+            process.communicate(timeout=60)
+        finishing = start_agents(db, trial)
+        out, err = finishing.communicate(timeout=120)
+        assert finishing.returncode == 0 and out.split() == ["started", "idle"], err
+        assert "Traceback" not in err, err
+        await check_exactly_once(db, trial)
+    assert kills >= 20  # the processes were killed mid-work, not after they finished

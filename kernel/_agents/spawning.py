@@ -99,9 +99,9 @@ class Spawner:
         return candidate
 
     async def _seed(self, kernel: Kernel, thread_id: str, seed: StateCommand) -> None:
-        if thread_id in await kernel.threads(prefix=thread_id):
-            return  # seeded by a spawn of this id a crash cut short, or by a racing one
-        command = StateCommand().update(MailCursor, ()).extend(seed)
-        # Of two spawns of the same id racing here, in two processes, the first seeds it.
+        """Seed a new thread: committed only on revision 0, with the exclusive mail cursor,
+        so that a thread a spawn of this id seeded already (one a crash cut short, or one
+        racing in another process) refuses it instead of taking it twice."""
+        command = StateCommand(base_revision=0).update(MailCursor, ()).extend(seed)
         with contextlib.suppress(RevisionConflict):
             await kernel.update_state(thread_id, command)

@@ -1,0 +1,113 @@
+"""A child process for the team's exactly-once trials: agents that send through their own
+`send_message` tool, asked by a scripted model that picks a fresh random call id each time
+it is asked (as OpenAI's and every real model's API does).
+
+    python team_agents_process.py DB SEED [until-complete]
+
+DB is a SQLite file's path or a `postgresql://` DSN. Five agents p0..p4 each get a task that
+lists the messages they are to send (the plan made from SEED): `plan m3>p1 m8>p4 ...`. Asked,
+the model sends the next message of the plan the history has no tool result for yet, then
+answers "done". Each letter wakes its recipient, whose run answers too.
+
+The process opens the team, spawns the five agents (the same ids every time: a spawn of an
+id the roster holds adopts it), prints "started" and runs the team to idle, then prints
+"idle". That is all the code there is after a crash too: started again, it does exactly the
+same. With `until-complete` it runs rounds until the whole plan is delivered and answered,
+for several processes sharing one team.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import uuid
+
+from statekernel import AgentTeam, InferenceRequest, InferenceResponse, Role, ToolCall
+from statekernel.stores import open_stores
+
+AGENTS = [f"p{n}" for n in range(5)]
+PER_AGENT = 10
+TEAM_ID = "tool-team"
+
+
+def plan(seed: int) -> dict[str, list[tuple[int, str]]]:
+    """Per sender, the (message number, recipient) pairs it sends, in order."""
+    rng = random.Random(seed)
+    plans: dict[str, list[tuple[int, str]]] = {a: [] for a in AGENTS}
+    for n in range(PER_AGENT * len(AGENTS)):
+        sender = AGENTS[n % len(AGENTS)]
+        plans[sender].append((n, rng.choice([a for a in AGENTS if a != sender])))
+    return plans
+
+
+def task(plans: dict[str, list[tuple[int, str]]], me: str) -> str:
+    return "plan " + " ".join(f"m{n}>{to}" for n, to in plans[me])
+
+
+class PlanModel:
+    """Sends the plan's next message through `send_message`, then answers "done"."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        await asyncio.sleep(self.rng.random() * 0.01)
+        steps = next(m.content for m in request.messages if m.content.startswith("plan "))
+        todo = [item.split(">") for item in steps.split()[1:]]
+        sent = sum(1 for m in request.messages if m.role == "tool" and not m.is_error)
+        if sent < len(todo):
+            content, to = todo[sent]
+            call_id = f"call_{uuid.uuid4().hex[:16]}"  # new each time the model is asked
+            call = ToolCall(call_id, "send_message", {"content": content, "to": to})
+            return InferenceResponse("", tool_calls=(call,))
+        return InferenceResponse("done")
+
+
+def roles(rng: random.Random) -> dict[str, Role]:
+    return {"peer": Role(model=PlanModel(rng))}
+
+
+async def complete(team: AgentTeam, plans: dict[str, list[tuple[int, str]]]) -> bool:
+    """Whether every agent has answered its whole plan and holds all its mail."""
+    kernel = team.agent("peer").kernel
+    expected = {a: sum(1 for p in plans.values() for _, to in p if to == a) for a in AGENTS}
+    for info in team.list_agents():
+        try:
+            messages = tuple(
+                (await kernel.get_state(info.thread_id)).to_dict()["statekernel.messages"]
+            )
+        except Exception:
+            return False
+        mail = sum(1 for m in messages if AgentTeam.sender_of(m) is not None)
+        sent = sum(1 for m in messages if m.role == "tool" and not m.is_error)
+        last = messages[-1] if messages else None
+        if mail < expected[info.id] or sent < len(plans[info.id]):
+            return False
+        if last is None or last.role != "assistant":
+            return False
+    return len(team.list_agents()) == len(AGENTS)
+
+
+async def main(db: str, seed: int, mode: str) -> None:
+    plans = plan(seed)
+    async with (
+        open_stores(db) as stores,
+        AgentTeam(roles(random.Random()), stores=stores, team_id=TEAM_ID) as team,
+    ):
+        print("started", flush=True)
+        for agent_id in AGENTS:
+            team.spawn("peer", task(plans, agent_id), agent_id=agent_id)
+        if mode == "until-complete":
+            while not await complete(team, plans):
+                await team.run_until_idle()
+                await asyncio.sleep(0.02)
+        else:
+            while not (await team.run_until_idle()).idle:
+                pass
+    print("idle", flush=True)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    asyncio.run(main(args[0], int(args[1]), args[2] if len(args) > 2 else "to-idle"))
