@@ -693,3 +693,103 @@ async def test_a_snapshot_asked_for_from_inside_a_round_is_refused_not_a_hang(
         (result,) = report.agents[a].results[0].tool_results
         assert result.error is not None and "inside one of the team's own runs" in result.error
         await team.save_snapshot()  # between rounds it works
+
+
+# -- calls refused at the call; a lost race is no failure ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        lambda team, a: team.subscribe(a, "news\ud800"),
+        lambda team, a: team.subscribe(a, "nul\x00"),
+        lambda team, a: team.unsubscribe(a, "news\ud800"),
+        lambda team, a: team.spawn("a", "task\ud800"),
+        lambda team, a: team.spawn("a", "task", agent_id="x\ud800"),
+        lambda team, a: team.spawn("a", "task", agent_id="x/y"),
+        lambda team, a: team.spawn("a", "task", parent_id="nobody"),
+        lambda team, a: team.spawn("nobody", "task"),
+    ],
+)
+async def test_a_refused_call_raises_at_the_call_and_the_team_goes_on(
+    stores: tuple[ProfileStore, ThreadStore], refused: Callable[[AgentTeam, str], object]
+) -> None:
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        first = team.spawn("a", "first")
+        await team.run_until_idle()
+        with pytest.raises((StateError, TypeError, ValueError)):
+            refused(team, first)
+        assert [i.id for i in team.list_agents()] == [first]  # nothing was queued
+        team.subscribe(first, "news")
+        assert await team.send("user", "hello", topic="news") == 1
+        report = await team.run_until_idle()
+        assert report.agents[first].outcomes == ("success",)
+    assert mail(await history(team, first)) == [("user", "hello")]
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        {"to": "x\ud800"},
+        {"topic": "t\ud800"},
+        {"group": "g\x00"},
+        {"to": []},
+        {"to": "a", "topic": "t"},
+    ],
+)
+async def test_a_send_refused_at_the_call_stores_nothing(
+    stores: tuple[ProfileStore, ThreadStore], address: dict[str, Any]
+) -> None:
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        first = team.spawn("a", "first", agent_id="a")
+        await team.run_until_idle()
+        with pytest.raises((StateError, TypeError, ValueError)):
+            await team.send("user", "hello", **address)
+        with pytest.raises(ValueError, match="lone surrogate"):
+            await team.send("user", "bad \ud800 text", to=first)
+        assert (await team.run_until_idle()).agents == {}  # nothing arrived
+        assert await team.send("user", "fine", to=first) == 1
+
+
+async def test_a_seed_of_a_key_no_plugin_registers_is_refused_at_the_spawn(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    class Stray(StateKey[int, int]):
+        key = "team_test.stray"
+        scope = KeyScope.THREAD
+
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        with pytest.raises(StateError, match="team_test.stray"):
+            team.spawn("a", "task", seed=StateCommand().update(Stray, 1))
+        assert team.list_agents() == []
+
+
+async def test_two_teams_running_one_agent_at_once_supersede_without_failing(
+    stores: tuple[ProfileStore, ThreadStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two processes (two teams on one store) run the same agent at once: the run that
+    lost the save race is superseded, spends no restart and logs no error."""
+    both_in = asyncio.Event()
+    entered = 0
+
+    async def slow(request: InferenceRequest) -> InferenceResponse:
+        nonlocal entered
+        entered += 1
+        if entered == 2:
+            both_in.set()
+        await asyncio.wait_for(both_in.wait(), 5)
+        return InferenceResponse("ok")
+
+    roles = {"a": Role(model=slow)}
+    async with (
+        team_of(stores, roles, team_id="t") as one,
+        team_of(stores, roles, team_id="t") as two,
+    ):
+        agent_id = one.spawn("a", "task", agent_id="w")
+        await one.send("user", "hi", to=agent_id)
+        reports = await asyncio.gather(one.run_until_idle(), two.run_until_idle())
+    outcomes = sorted(o for r in reports for o in r.agents[agent_id].outcomes)
+    assert outcomes == ["success", "superseded"]
+    assert all(r.agents[agent_id].restarts == 0 for r in reports)
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
+    assert mail(await history(one, agent_id)) == [("user", "hi")]

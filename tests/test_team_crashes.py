@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import team_agents_process as agents_process
+import team_cut_process as cut_process
 from team_process import AGENTS, TEAM_ID, plan, roles
 
-from statekernel import AgentTeam, Message
+from statekernel import AgentTeam, Decision, Message
 from statekernel.stores import SqliteProfileStore, SqliteThreadStore, open_stores
 
 HERE = Path(__file__).parent
@@ -180,3 +181,57 @@ async def test_agents_that_send_through_their_tool_deliver_once_across_sigkills(
         assert "Traceback" not in err, err
         await check_exactly_once(db, trial)
     assert kills >= 20  # the processes were killed mid-work, not after they finished
+
+
+# -- what a reopened team finds ----------------------------------------------------------------
+
+
+def killed_at(db: str, mode: str, line: str) -> None:
+    """Run team_cut_process.py in `mode` and SIGKILL it once it prints `line`."""
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "team_cut_process.py"), db, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == line
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+
+
+async def test_a_run_killed_between_steps_is_continued_by_run_until_idle(tmp_path: Path) -> None:
+    db = str(tmp_path / "team.db")
+    killed_at(db, "between-steps", "asking")
+    cut_process.HANG["on"] = False
+    async with open_stores(db) as stores, cut_process.team(stores) as team:
+        report = await team.run_until_idle()
+        assert report.idle and report.agents["w"].outcomes == ("success",)
+        assert [i.status for i in team.list_agents()] == ["done"]
+        info = team.list_agents()[0]
+        state = await team.agent("a").kernel.get_state(info.thread_id)
+        history = state.to_dict()["statekernel.messages"]
+        assert [(m.role, m.content) for m in history][-2:] == [
+            ("tool", "looked"),
+            ("assistant", "done after looked"),
+        ]
+        assert (await team.agent("a").kernel.verify(info.thread_id)).ok
+
+
+async def test_an_agent_a_crash_left_in_its_tool_is_waiting_and_resumes(tmp_path: Path) -> None:
+    db = str(tmp_path / "team.db")
+    killed_at(db, "in-tool", "paying")
+    cut_process.HANG["on"] = False
+    async with open_stores(db) as stores, cut_process.team(stores) as team:
+        report = await team.run_until_idle()
+        assert report.idle
+        assert [(i.id, i.status) for i in team.list_agents()] == [("w", "waiting")]
+        pending = await team.agent("a").pending(team.list_agents()[0].thread_id)
+        assert [(p.id, p.ticket) for p in pending] == [("call-1", "interrupted")]
+        result = await team.resume("w", "call-1", Decision.result("paid by hand"))
+        assert result.outcome == "success"
+        assert result.messages[-1].content == "done after paid by hand"
+        assert [(i.id, i.status) for i in team.list_agents()] == [("w", "done")]
+    async with open_stores(db) as stores, cut_process.team(stores) as again:
+        assert (await again.run_until_idle()).agents == {}  # nothing left to do
+        assert [(i.id, i.status) for i in again.list_agents()] == [("w", "idle")]

@@ -68,5 +68,5 @@ async def test_every_role_in_two_processes_at_once_delivers_once_and_stalls_noth
     assert [p.returncode for p in both] == [0, 0], [err for _, err in outputs]
     for out, err in outputs:
         assert out.split() == ["started", "idle"]
-        assert "Traceback" not in err, err  # a lost save race is no failure
+        assert "Traceback" not in err and "failed" not in err, err  # a lost race is no failure
     await check_exactly_once(postgres_dsn, seed)
