@@ -19,6 +19,7 @@ from statekernel import (
     KeyScope,
     Message,
     ModelCallFailed,
+    Phase,
     PhaseContext,
     Plugin,
     PluginRegistrar,
@@ -793,3 +794,32 @@ async def test_two_teams_running_one_agent_at_once_supersede_without_failing(
     assert all(r.agents[agent_id].restarts == 0 for r in reports)
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "WARNING")]
     assert mail(await history(one, agent_id)) == [("user", "hi")]
+
+
+async def test_a_hook_that_sends_at_run_end_sends_once_through_the_outbox(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    teams: list[AgentTeam] = []
+
+    class Report(Plugin):
+        id = "report"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_phase_hook(Phase.RUN_END, self.done)
+
+        async def done(self, ctx: PhaseContext) -> None:
+            if ctx.run.agent_id == "worker":
+                await teams[0].send("worker-hook", f"finished {ctx.run.run_id}", to="boss")
+
+    roles = {"worker": Role(model=answer_ok, plugins=[Report()]), "boss": Role(model=answer_ok)}
+    async with team_of(stores, roles) as team:
+        teams.append(team)
+        team.spawn("boss", "wait", agent_id="boss")
+        worker = team.spawn("worker", "work", agent_id="w")
+        await team.run_until_idle()
+        await team.send("user", "more", to=worker)
+        await team.run_until_idle()
+        got = mail(await history(team, "boss"))
+        assert [text.split(":run-")[1] for _, text in got] == ["1", "2"]
+        records = await team.agent("worker").kernel.history(team.list_agents()[1].thread_id)
+        assert any(r.sources == ("agent:outbox",) and r.phase is Phase.RUN_END for r in records)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from .._engine.phase_engine import PhaseReport
 from .._engine.snapshot import Snapshot
 from .._errors import RevisionConflict, StateError, cause_text
 from .._host.kernel import Kernel
@@ -173,7 +174,7 @@ class RunLoop:
         nothing_new = not (self._incoming or delivered)
         if self._only_with_work and nothing_new and not awaits_answer(self._history.messages()):
             return await self._superseded(None)
-        await self._run.run_phase(Phase.RUN_START, messages=self._history.messages())
+        await self._phase(Phase.RUN_START, messages=self._history.messages())
         return await self._loop()
 
     async def carry_on(
@@ -228,14 +229,14 @@ class RunLoop:
         if not self._mail_collected:
             await self._collect_mail(Phase.STEP_START)
         self._mail_collected = False
-        await run.run_phase(Phase.STEP_START, messages=history.messages())
-        await run.run_phase(Phase.BEFORE_INFERENCE, messages=history.messages())
+        await self._phase(Phase.STEP_START, messages=history.messages())
+        await self._phase(Phase.BEFORE_INFERENCE, messages=history.messages())
         request = await self._request()
         response = await self._infer(request)
         await history.append(*request.transcript, source=CONTEXT, phase=Phase.BEFORE_INFERENCE)
         control.emit(ModelResponded(response))
         await control.safe_point()
-        await run.run_phase(Phase.AFTER_INFERENCE, messages=history.messages(), response=response)
+        await self._phase(Phase.AFTER_INFERENCE, messages=history.messages(), response=response)
         answer = Message("assistant", response.text, tool_calls=response.tool_calls)
         await history.append(answer, source=MODEL, phase=Phase.AFTER_INFERENCE)
         self._calls.expect(response.tool_calls)
@@ -264,6 +265,21 @@ class RunLoop:
         if self._team is None:
             return None
         return self._team.outgoing(self._run.identity.thread_id)
+
+    async def _phase(self, phase: Phase, **fields: Any) -> None:
+        """Run `phase`, then commit the letters and spawns its hooks made (the tool phases'
+        are committed with the tool's result, RUN_END's by `_commit_outgoing`)."""
+        await self._run.run_phase(phase, **fields)
+        if self._team is not None:
+            outgoing = self._team.outgoing(self._run.identity.thread_id)
+            if outgoing is not None:
+                await self._run.submit(outgoing, source=OUTBOX, phase=phase)
+
+    async def _commit_outgoing(self, run: Run, report: PhaseReport) -> None:
+        """RUN_END's letters and spawns, committed before the run's last save."""
+        outgoing = self._outgoing()
+        if outgoing is not None:
+            await run.submit(outgoing, source=OUTBOX, phase=report.phase)
 
     async def _save(self, save: Callable[[], Awaitable[object]], phase: Phase) -> None:
         """Commit the run's uncommitted letters, save, then post what the save holds."""
@@ -314,7 +330,7 @@ class RunLoop:
         return response
 
     async def _end_step(self) -> None:
-        await self._run.run_phase(Phase.STEP_END, messages=self._history.messages())
+        await self._phase(Phase.STEP_END, messages=self._history.messages())
         await self._save(self._run.checkpoint, Phase.STEP_END)
 
     async def _end(self, outcome: Outcome) -> RunResult:
@@ -389,6 +405,8 @@ class RunLoop:
     async def _finish(self) -> None:
         """RUN_END and the last save. (In this task: RUN_END hooks see the run's own task
         and context, as every other phase's hooks do.)"""
+        if self._team is not None:  # the only phase left is RUN_END
+            self._run.add_phase_listener(self._commit_outgoing)
         await self._save(lambda: self._run.finish(messages=self._history.messages()), Phase.RUN_END)
 
     def _result(

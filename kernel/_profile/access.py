@@ -71,6 +71,31 @@ def _from_raw(raw: Any, value_type: Any) -> Any:
     return msgspec.convert(raw, value_type, dec_hook=dec_hook, str_keys=True)
 
 
+_DECODERS: dict[Any, msgspec.json.Decoder[Any] | None] = {}
+
+
+def _read_back(data: bytes, value_type: Any) -> Any:
+    """`data` (a value's JSON) decoded as `value_type`, in one pass where msgspec can build
+    a decoder for the type (the same result as decoding to builtins and converting them)."""
+    try:
+        decoder = _DECODERS[value_type]
+    except KeyError:
+        try:
+            decoder = msgspec.json.Decoder(value_type, dec_hook=dec_hook)
+        except TypeError:
+            decoder = None
+        _DECODERS[value_type] = decoder
+    except TypeError:  # a type that cannot be a dict key: no cache
+        decoder = None
+    if decoder is None:
+        return _from_raw(msgspec.json.decode(data), value_type)
+    return decoder.decode(data)
+
+
+def _expected(info: ProfileKeyInfo) -> str:
+    return _declared_types.describe(info.value_type)
+
+
 _View = TypeVar("_View", bound="ProfileAccess")
 
 
@@ -325,20 +350,21 @@ class ProfileAccess:
     def _encode(self, info: ProfileKeyInfo, record: str, value: Any) -> EncodedValue:
         """Check `value` against the key's type, that it reads back, and the size limit,
         encoding it once; the result is what goes to the store (see `_outgoing`)."""
-        expected = _declared_types.describe(info.value_type)
         what = f"profile value (entry {record!r})"
         if info.classes is not None and not isinstance(value, info.classes):
-            raise StateValidationError(info.name, expected, value, what=what)
+            raise StateValidationError(info.name, _expected(info), value, what=what)
         try:
             raw = _to_raw(value)
         except CODEC_ERRORS as exc:
-            raise json_refusal(info.name, expected, value, what, exc) from exc
-        encoded = encode_json(info.name, record, raw, expected=expected, what="profile value")
+            raise json_refusal(info.name, _expected(info), value, what, exc) from exc
+        encoded = encode_json(
+            info.name, record, raw, expected=_expected(info), what="profile value"
+        )
         try:
-            _from_raw(msgspec.json.decode(encoded.data), info.value_type)  # it must read back
+            _read_back(encoded.data, info.value_type)  # what was written can be read
         except CODEC_ERRORS as exc:
             raise StateValidationError(
-                info.name, expected, value, what=what, detail=str(exc)
+                info.name, _expected(info), value, what=what, detail=str(exc)
             ) from exc
         check_size(
             info.name,
