@@ -823,3 +823,35 @@ async def test_a_hook_that_sends_at_run_end_sends_once_through_the_outbox(
         assert [text.split(":run-")[1] for _, text in got] == ["1", "2"]
         records = await team.agent("worker").kernel.history(team.list_agents()[1].thread_id)
         assert any(r.sources == ("agent:outbox",) and r.phase is Phase.RUN_END for r in records)
+
+
+class _FailingOnce(MemoryProfileStore):
+    """A profile store whose next write of the team roster fails, as a store does when its
+    server goes away for a moment."""
+
+    fail_next_roster_write = False
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Any], Any]) -> Any:
+        if namespace == "statekernel.team_roster" and self.fail_next_roster_write:
+            self.fail_next_roster_write = False
+            raise ConnectionError("the server went away")
+        return await super().update(namespace, key, fn)
+
+
+async def test_a_change_the_store_refuses_is_dropped_once_and_never_blocks_later_calls() -> None:
+    store = _FailingOnce()
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=store) as team:
+        first = team.spawn("a", "first")
+        await team.run_until_idle()
+        store.fail_next_roster_write = True
+        team.subscribe(first, "news")
+        with pytest.raises(StateError, match="subscription of agent .* to topic 'news'"):
+            await team.send("user", "hello", to=first)  # the queued change fails here, once,
+            # before this send does anything: it sent nothing
+        assert await team.send("user", "hello", to=first) == 1  # and blocks nothing after
+        assert await team.send("user", "news", topic="news") == 0  # it was not recorded
+        team.subscribe(first, "news")
+        assert await team.send("user", "news", topic="news") == 1
+        report = await team.run_until_idle()
+    assert report.agents[first].outcomes == ("success",)
+    assert mail(await history(team, first)) == [("user", "hello"), ("user", "news")]

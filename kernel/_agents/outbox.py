@@ -13,9 +13,9 @@ After each save the entries are posted: a letter into each recipient's inbox (wh
 a number from that thread it took already), a spawn into the roster (which adopts an agent
 id it holds already). They are posted again, just as safely, whenever the sender's next run
 starts and whenever the team opens, until a commit of the sender's thread drops them: the
-next step's, which also delivers the sender's own mail. Entries are posted in number order,
-so when an inbox holds a number from a thread, it holds every earlier letter of that thread
-to it.
+next step's commit of the model's answer (no commit of its own). Entries are posted in
+number order, so when an inbox holds a number from a thread, it holds every earlier letter
+of that thread to it.
 """
 
 from __future__ import annotations
@@ -125,18 +125,26 @@ class Outboxes:
         if self._roster.agent_of_thread(thread_id) is None:
             return None
         outbox = snapshot.get(Outbox)
-        command = StateCommand()
         if outbox.entries:
             await self.post(thread_id, outbox)  # after a crash: what the last run left
-            command.update(Outbox, OutboxChange(posted_through=outbox.entries[-1].seq))
         inbox = self.prefetched.pop(thread_id, None)
         if inbox is None:
             inbox = await self.mailbox.read(thread_id)
         delivery = deliverable(inbox, snapshot.get(MailCursor))
-        if delivery is not None:
-            self.delivered[thread_id] += len(delivery.messages)
-            command.update(History, delivery.messages).update(MailCursor, delivery.cursor)
-        return None if command.is_empty() else command
+        if delivery is None:
+            return None
+        self.delivered[thread_id] += len(delivery.messages)
+        command = StateCommand().update(History, delivery.messages)
+        return command.update(MailCursor, delivery.cursor)
+
+    def posted(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
+        entries = snapshot.get(Outbox).entries
+        if not entries:
+            return None
+        through = min(entries[-1].seq, self._posted.get(thread_id, 0))
+        if through < entries[0].seq:
+            return None
+        return StateCommand().update(Outbox, OutboxChange(posted_through=through))
 
 
 async def post_following(

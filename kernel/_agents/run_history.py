@@ -44,8 +44,13 @@ class RunHistory:
             for i, m in enumerate(messages)
         )
 
-    async def append(self, *messages: Message, source: str, phase: Phase) -> None:
-        """Commit `messages` to the history, recorded as made by `source` in `phase`."""
+    async def append(
+        self, *messages: Message, source: str, phase: Phase, also: StateCommand | None = None
+    ) -> None:
+        """Commit `messages` to the history, recorded as made by `source` in `phase`, with
+        what `also` holds in the same commit."""
         if messages:
             command = StateCommand().update(History, self.stamped(messages))
+            if also is not None:
+                command.extend(also)
             await self._run.submit(command, source=source, phase=phase)

@@ -57,8 +57,13 @@ class TeamLink(Protocol):
 
     async def collect(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
         """What to commit at a step's start: the mail beyond the thread's `MailCursor` in
-        `snapshot` with the cursor's advance, and the outbox entries now posted dropped
-        (those of `snapshot`'s outbox not yet posted are posted first)."""
+        `snapshot`, with the cursor's advance (the entries of `snapshot`'s outbox not yet
+        posted are posted first)."""
+        ...
+
+    def posted(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
+        """The outbox entries of `snapshot` that are posted, dropped: committed with the
+        step's next commit."""
         ...
 
     def outgoing(self, thread_id: str) -> StateCommand | None:
@@ -238,7 +243,10 @@ class RunLoop:
         await control.safe_point()
         await self._phase(Phase.AFTER_INFERENCE, messages=history.messages(), response=response)
         answer = Message("assistant", response.text, tool_calls=response.tool_calls)
-        await history.append(answer, source=MODEL, phase=Phase.AFTER_INFERENCE)
+        posted = (
+            None if self._team is None else self._team.posted(run.identity.thread_id, run.snapshot)
+        )
+        await history.append(answer, source=MODEL, phase=Phase.AFTER_INFERENCE, also=posted)
         self._calls.expect(response.tool_calls)
         return response
 
