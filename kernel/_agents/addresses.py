@@ -55,9 +55,13 @@ class Address:
                 "topic=<topic>"
             )
         if to is not None:
-            if not isinstance(to, str | Iterable):
-                raise TypeError(f"to must be an agent id or several, got {to!r}")
-            names = (to,) if isinstance(to, str) else tuple(to)
+            if isinstance(to, str):
+                names: tuple[object, ...] = (to,)
+            else:
+                try:
+                    names = tuple(to)
+                except TypeError:
+                    raise TypeError(f"to must be an agent id or several, got {to!r}") from None
             if not names:
                 raise StateError("send(to=...) names no agent; give one agent id or several")
             return cls(to=tuple(dict.fromkeys(checked_text("agent id", n) for n in names)))

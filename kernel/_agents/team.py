@@ -5,6 +5,8 @@ a thread of it whose parent thread is the team's (or its parent agent's), so tea
 kept under `StateScope.parent_thread(...)` is shared by construction. This module is the
 face; each concept behind it has its module:
 
+- **roles** (`roles.py`): what each role's `Agent` is made of; the agents' own tools
+  (`team_tools.py`);
 - the **roster** (`roster.py`): agents, threads and subscriptions, in the ProfileStore,
   changed only by compare-and-set; `spawning.py`: one agent id, one thread, in any process;
 - **addresses** (`addresses.py`): `to`, `group` or `topic`, checked at the call and resolved
@@ -23,15 +25,13 @@ does anything else. A change the store refuses then is dropped and raised once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 
 import attrs
 
 from .._durable.store import ThreadStore
-from .._engine.context import PhaseContext
 from .._engine.plugin import Plugin
 from .._errors import StateError, UnknownAgent, cause_text
 from .._host.kernel import Kernel
@@ -43,39 +43,21 @@ from .._values.commands import StateCommand
 from .._values.messages import Message
 from .._values.model import Model
 from .._values.reserved_keys import OutLetter, OutSpawn
+from . import team_tools
 from .addresses import Address, checked_agent_id, checked_text
 from .agent import Agent, _named_tools
-from .function_tools import tool
 from .mailbox import TASK_SENDER, LetterOf, Mailbox, sender_of
 from .outbox import Outboxes, post_following
+from .roles import Role, RoleDefaults
 from .roster import AgentRecord, AgentStatus, TeamRoster, TeamSnapshot
 from .rounds import SENDING, AgentReport, RestartPolicy, Rounds, TeamReport
 from .run_result import RunResult
 from .spawning import Spawner, check_seed
 from .suspension import Decision
 from .team_snapshots import TeamSnapshots
+from .team_tools import digest
 
 __all__ = ["AgentInfo", "AgentReport", "AgentTeam", "Role", "TeamReport", "TeamSnapshot"]
-
-
-@attrs.frozen
-class Role:
-    """What every agent of a role is made of, as `AgentTeam(roles=...)` takes it.
-
-    `Role(plugins=(), model=None, tools=None, system_prompt=None, topics=(), max_steps=None)`.
-    Anything left None (or empty) comes from the team's defaults: `plugins` and `tools` are
-    added to the team's (a role's plugin or tool replaces the team's of the same id or
-    name); `model`, `system_prompt` and `max_steps` replace the team's when given.
-    `topics`: every agent of the role subscribes to them when spawned. A role with no
-    model, in a team with none, raises `StateError`. See [teams](team.md).
-    """
-
-    plugins: Sequence[Plugin] = ()
-    model: Model | None = None
-    tools: Mapping[str, Tool] | Iterable[Tool] | None = None
-    system_prompt: str | None = None
-    topics: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    max_steps: int | None = None
 
 
 @attrs.frozen
@@ -218,9 +200,16 @@ class AgentTeam:
         self.restart_policy: RestartPolicy = restart_policy
         self.max_restarts = max_restarts
         profile = ProfileAccess(profile_store)
-        defaults = _Defaults(model, _named_tools(tools), tuple(plugins), system_prompt, max_steps)
+        self._roster = TeamRoster(profile, self.team_id)
+        mailbox = Mailbox(profile)
+        self._outboxes = Outboxes(self._roster, mailbox, self)
+        defaults = RoleDefaults(
+            model, _named_tools(tools), tuple(plugins), system_prompt, max_steps
+        )
         if mail_tool:
-            defaults.tools.setdefault("send_message", self._mail_tool())
+            defaults.tools.setdefault(
+                "send_message", team_tools.mail_tool(self._roster, self._outboxes, self.send)
+            )
         spawners = (
             frozenset(roles if spawn_tool else ())
             if isinstance(spawn_tool, bool)
@@ -234,7 +223,9 @@ class AgentTeam:
             if not isinstance(role, Role):
                 raise TypeError(f"role {name!r} must be a statekernel.Role, got {role!r}")
             self.roles[name] = role
-            extra = {"spawn_agent": self._spawn_tool()} if name in spawners else {}
+            extra = {}
+            if name in spawners:
+                extra["spawn_agent"] = team_tools.spawn_tool(self._outboxes, self.spawn)
             self._agents[name] = defaults.agent(
                 name, role, extra, profile_store=profile_store, thread_store=thread_store
             )
@@ -245,10 +236,7 @@ class AgentTeam:
                 f"local_roles names roles the team does not have: {unknown}; its roles are "
                 f"{sorted(self.roles)}"
             )
-        self._roster = TeamRoster(profile, self.team_id)
-        mailbox = Mailbox(profile)
         self._spawner = Spawner(self._roster, mailbox, self._kernel_of)
-        self._outboxes = Outboxes(self._roster, mailbox, self)
         for agent in self._agents.values():
             agent.team = self._outboxes
         self._rounds = Rounds(
@@ -342,7 +330,7 @@ class AgentTeam:
                     "in its task, or spawn it with a seed from outside the team's runs."
                 )
             number = self._outboxes.next_number(sending)
-            agent_id = agent_id or f"{role}-{_digest(sending, str(number))}"
+            agent_id = agent_id or f"{role}-{digest(sending, str(number))}"
             self._outboxes.stage(sending, OutSpawn(0, role, agent_id, task, parent_id))
             return agent_id
         agent_id = agent_id or f"{role}-{uuid.uuid4().hex[:8]}"
@@ -593,102 +581,3 @@ class AgentTeam:
         return self._roster.record(agent_id)
 
     # -- the agents' own tools ------------------------------------------------------------------
-
-    def _mail_tool(self) -> Tool:
-        team = self
-
-        async def send_message(
-            content: str,
-            ctx: PhaseContext,
-            to: str | None = None,
-            group: str | None = None,
-            topic: str | None = None,
-        ) -> str:
-            """Send a message to other agents of your team: to one agent (`to`, its id), to
-            every agent of a role (`group`) or to a topic's subscribers (`topic`). Give
-            exactly one of them. A message you receive starts with the sender's id.
-
-            Args:
-                content: The message.
-                to: The id of the agent to send it to.
-                group: A role: every agent of it gets the message.
-                topic: A topic: every agent subscribed to it gets the message.
-            """
-            thread_id = ctx.run.thread_id
-            sender = team._roster.agent_of_thread(thread_id) or thread_id
-            token = SENDING.set((team._outboxes, thread_id))
-            try:
-                count = await team.send(sender, content, to=to, group=group, topic=topic)
-            finally:
-                SENDING.reset(token)
-            return f"sent to {count} agent(s)"
-
-        return tool(idempotent=True)(send_message)
-
-    def _spawn_tool(self) -> Tool:
-        team = self
-
-        async def spawn_agent(role: str, task: str, ctx: PhaseContext) -> str:
-            """Start a new agent of your team on a task; it shares the team's context.
-
-            Args:
-                role: The new agent's role.
-                task: What it should do (its first message).
-            """
-            thread_id = ctx.run.thread_id
-            # Named after the thread and the step's snapshot, so that the step done again
-            # after a crash names the same agent.
-            staged = team._outboxes.next_number(thread_id)
-            name = f"{role}-{_digest(thread_id, str(ctx.snapshot.revision), str(staged))}"
-            token = SENDING.set((team._outboxes, thread_id))
-            try:
-                agent_id = team.spawn(role, task, agent_id=name)
-            finally:
-                SENDING.reset(token)
-            return f"started {agent_id} ({role})"
-
-        return tool(idempotent=True)(spawn_agent)
-
-
-@attrs.frozen
-class _Defaults:
-    """The team's defaults, and how a role's choices combine with them."""
-
-    model: Model | None
-    tools: dict[str, Tool]
-    plugins: tuple[Plugin, ...]
-    system_prompt: str | None
-    max_steps: int
-
-    def agent(
-        self,
-        name: str,
-        role: Role,
-        extra: Mapping[str, Tool],
-        *,
-        profile_store: ProfileStore,
-        thread_store: ThreadStore | None,
-    ) -> Agent:
-        model = role.model if role.model is not None else self.model
-        if model is None:
-            raise StateError(
-                f"role {name!r} has no model, and the team gives none: pass "
-                f"AgentTeam(..., model=...) or Role(..., model=...)"
-            )
-        plugins = {p.id: p for p in self.plugins}
-        plugins.update({p.id: p for p in role.plugins})
-        tools = {**self.tools, **extra, **_named_tools(role.tools)}
-        return Agent(
-            plugins.values(),
-            model,
-            tools,
-            system_prompt=self.system_prompt if role.system_prompt is None else role.system_prompt,
-            profile_store=profile_store,
-            thread_store=thread_store,
-            max_steps=role.max_steps if role.max_steps is not None else self.max_steps,
-            name=name,
-        )
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:8]
