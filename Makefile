@@ -66,7 +66,7 @@ $(BENCH_STAMP): pyproject.toml
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/suite.py $(BENCH_ARGS)
 
-# Slow (minutes), so not part of `make test`: mutates the commit, merge, copy, vector and
+# Slow (minutes), so not part of `make test`: mutates the commit, merge, copy, vector, team and
 # persistence modules one change at a time ([tool.mutmut] in pyproject.toml) and prints the
 # score per module with every surviving mutant; fails below 95 %.
 $(VENV)/.mutation-installed: $(STAMP)

@@ -5,9 +5,10 @@ it is asked (as OpenAI's and every real model's API does).
     python team_agents_process.py DB SEED [until-complete]
 
 DB is a SQLite file's path or a `postgresql://` DSN. Five agents p0..p4 each get a task that
-lists the messages they are to send (the plan made from SEED): `plan m3>p1 m8>p4 ...`. Asked,
-the model sends the next message of the plan the history has no tool result for yet, then
-answers "done". Each letter wakes its recipient, whose run answers too.
+lists the messages they are to send (the plan made from SEED): `plan m3>p1 m8>p4 ...`; p0's
+plan starts with `spawn>peer`, a helper it spawns through `spawn_agent` (whose own plan is
+empty). Asked, the model carries out the next item of the plan the history has no tool
+result for yet, then answers "done". Each letter wakes its recipient, whose run answers too.
 
 The process opens the team, spawns the five agents (the same ids every time: a spawn of an
 id the roster holds adopts it), prints "started" and runs the team to idle, then prints
@@ -41,8 +42,18 @@ def plan(seed: int) -> dict[str, list[tuple[int, str]]]:
     return plans
 
 
+SPAWNER = "p0"
+"""The agent whose plan starts by spawning a helper."""
+
+
 def task(plans: dict[str, list[tuple[int, str]]], me: str) -> str:
-    return "plan " + " ".join(f"m{n}>{to}" for n, to in plans[me])
+    spawn = ["spawn>peer"] if me == SPAWNER else []
+    return "plan " + " ".join([*spawn, *(f"m{n}>{to}" for n, to in plans[me])])
+
+
+def tool_results(plans: dict[str, list[tuple[int, str]]], me: str) -> int:
+    """How many tool results an agent's history holds once its plan is done."""
+    return len(plans.get(me, ())) + (me == SPAWNER)
 
 
 class PlanModel:
@@ -57,9 +68,12 @@ class PlanModel:
         todo = [item.split(">") for item in steps.split()[1:]]
         sent = sum(1 for m in request.messages if m.role == "tool" and not m.is_error)
         if sent < len(todo):
-            content, to = todo[sent]
+            what, to = todo[sent]
             call_id = f"call_{uuid.uuid4().hex[:16]}"  # new each time the model is asked
-            call = ToolCall(call_id, "send_message", {"content": content, "to": to})
+            if what == "spawn":
+                call = ToolCall(call_id, "spawn_agent", {"role": to, "task": "plan "})
+            else:
+                call = ToolCall(call_id, "send_message", {"content": what, "to": to})
             return InferenceResponse("", tool_calls=(call,))
         return InferenceResponse("done")
 
@@ -68,42 +82,47 @@ def roles(rng: random.Random) -> dict[str, Role]:
     return {"peer": Role(model=PlanModel(rng))}
 
 
+def team(stores: object, rng: random.Random) -> AgentTeam:
+    return AgentTeam(
+        roles(rng),
+        stores=stores,  # type: ignore[arg-type]
+        team_id=TEAM_ID,
+        spawn_tool=True,
+    )
+
+
 async def complete(team: AgentTeam, plans: dict[str, list[tuple[int, str]]]) -> bool:
-    """Whether every agent has answered its whole plan and holds all its mail."""
+    """Whether every agent (and the helper) has answered its whole plan and holds its mail."""
     kernel = team.agent("peer").kernel
     expected = {a: sum(1 for p in plans.values() for _, to in p if to == a) for a in AGENTS}
     for info in team.list_agents():
         try:
-            messages = tuple(
-                (await kernel.get_state(info.thread_id)).to_dict()["statekernel.messages"]
-            )
+            state = await kernel.get_state(info.thread_id)
         except Exception:
             return False
+        messages = tuple(state.to_dict()["statekernel.messages"])
         mail = sum(1 for m in messages if AgentTeam.sender_of(m) is not None)
         sent = sum(1 for m in messages if m.role == "tool" and not m.is_error)
         last = messages[-1] if messages else None
-        if mail < expected[info.id] or sent < len(plans[info.id]):
+        if mail < expected.get(info.id, 0) or sent < tool_results(plans, info.id):
             return False
         if last is None or last.role != "assistant":
             return False
-    return len(team.list_agents()) == len(AGENTS)
+    return len(team.list_agents()) == len(AGENTS) + 1  # and the helper
 
 
 async def main(db: str, seed: int, mode: str) -> None:
     plans = plan(seed)
-    async with (
-        open_stores(db) as stores,
-        AgentTeam(roles(random.Random()), stores=stores, team_id=TEAM_ID) as team,
-    ):
+    async with open_stores(db) as stores, team(stores, random.Random()) as agents:
         print("started", flush=True)
         for agent_id in AGENTS:
-            team.spawn("peer", task(plans, agent_id), agent_id=agent_id)
+            agents.spawn("peer", task(plans, agent_id), agent_id=agent_id)
         if mode == "until-complete":
-            while not await complete(team, plans):
-                await team.run_until_idle()
+            while not await complete(agents, plans):
+                await agents.run_until_idle()
                 await asyncio.sleep(0.02)
         else:
-            while not (await team.run_until_idle()).idle:
+            while not (await agents.run_until_idle()).idle:
                 pass
     print("idle", flush=True)
 

@@ -831,11 +831,11 @@ class _FailingOnce(MemoryProfileStore):
 
     fail_next_roster_write = False
 
-    async def update(self, namespace: str, key: str, fn: Callable[[Any], Any]) -> Any:
+    async def set(self, namespace: str, key: str, value: Any, **kw: Any) -> Any:
         if namespace == "statekernel.team_roster" and self.fail_next_roster_write:
             self.fail_next_roster_write = False
             raise ConnectionError("the server went away")
-        return await super().update(namespace, key, fn)
+        return await super().set(namespace, key, value, **kw)
 
 
 async def test_a_change_the_store_refuses_is_dropped_once_and_never_blocks_later_calls() -> None:
@@ -855,3 +855,104 @@ async def test_a_change_the_store_refuses_is_dropped_once_and_never_blocks_later
         report = await team.run_until_idle()
     assert report.agents[first].outcomes == ("success",)
     assert mail(await history(team, first)) == [("user", "hello"), ("user", "news")]
+
+
+async def test_spawns_from_a_tool_without_ids_get_new_agents_in_every_process(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """A tool of the team's own that spawns without an agent id: the agent is named after
+    the spawner's thread and its outbox's number, which a reopened team reads from the
+    thread, so a later spawn in another process never takes an earlier one's name."""
+    teams: list[AgentTeam] = []
+
+    async def hire(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        return teams[-1].spawn("helper", f"help with {len(ctx.messages)}")
+
+    roles = {
+        "boss": Role(model=calling("hire", lambda r: {}), tools={"hire": hire}),
+        "helper": Role(model=answer_ok),
+    }
+    for _ in range(2):  # two processes, one after the other
+        async with team_of(stores, roles, team_id="hiring") as team:
+            teams.append(team)
+            if not team.list_agents():
+                team.spawn("boss", "hire someone", agent_id="boss")
+            else:
+                await team.send("user", "hire another", to="boss")
+            await team.run_until_idle()
+    helpers = [i for i in teams[-1].list_agents() if i.role == "helper"]
+    assert len(helpers) == 2 and len({h.thread_id for h in helpers}) == 2
+    for helper in helpers:
+        tasks = [m.content for m in await history(teams[-1], helper.id) if m.role == "user"]
+        assert len(tasks) == 1 and tasks[0].startswith("help with")
+
+
+async def test_an_agent_another_process_runs_inside_a_tool_is_waiting_only_until_it_returns(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """Before a tool that is not idempotent runs, the run is saved as if suspended on it. A
+    second process looking then cannot tell it from a crash: it shows the agent waiting,
+    but only in itself, and sees it again as it is once the tool returned."""
+    inside, release = asyncio.Event(), asyncio.Event()
+
+    async def pay(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        inside.set()
+        await release.wait()
+        return "paid"
+
+    roles = {"a": Role(model=calling("pay", lambda r: {}), tools={"pay": pay})}
+    async with (
+        team_of(stores, roles, team_id="t") as one,
+        team_of(stores, roles, team_id="t") as two,
+    ):
+        one.spawn("a", "pay please", agent_id="w")
+        running = asyncio.ensure_future(one.run_until_idle())
+        await inside.wait()
+        await two.run_until_idle()  # it looks at w, and leaves it be
+        assert [(i.id, i.status) for i in two.list_agents()] == [("w", "waiting")]
+        release.set()
+        assert (await running).agents["w"].outcomes == ("success",)
+        await two.run_until_idle()
+        assert [(i.id, i.status) for i in two.list_agents()] == [("w", "idle")]
+        assert [(i.id, i.status) for i in one.list_agents()] == [("w", "done")]
+
+
+class _InboxFailsOnce(MemoryProfileStore):
+    """A profile store whose next write of an inbox fails once asked to."""
+
+    fail_next_inbox_write = False
+
+    async def set(self, namespace: str, key: str, value: Any, **kw: Any) -> Any:
+        if namespace == "statekernel.team_inbox" and self.fail_next_inbox_write:
+            self.fail_next_inbox_write = False
+            raise ConnectionError("the server went away")
+        return await super().set(namespace, key, value, **kw)
+
+    async def update(self, namespace: str, key: str, fn: Callable[[Any], Any]) -> Any:
+        if namespace == "statekernel.team_inbox" and self.fail_next_inbox_write:
+            self.fail_next_inbox_write = False
+            raise ConnectionError("the server went away")
+        return await super().update(namespace, key, fn)
+
+
+async def test_a_letter_saved_but_not_posted_fails_nothing_and_is_posted_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = _InboxFailsOnce()
+    roles = {
+        "a": Role(model=calling("send_message", lambda r: {"content": "hi", "to": "b"})),
+        "b": Role(model=answer_ok),
+    }
+    async with AgentTeam(roles, profile_store=store, team_id="t") as team:
+        team.spawn("b", "wait", agent_id="b")
+        await team.run_until_idle()
+        team.spawn("a", "say hi", agent_id="a")
+        await team._sync()
+        store.fail_next_inbox_write = True  # the task is in; the letter's post fails
+        report = await team.run_until_idle()
+        assert report.agents["a"].outcomes == ("success",)
+        assert any("not posted yet" in r.getMessage() for r in caplog.records)
+        assert mail(await history(team, "b")) == [("a", "hi")]  # posted after a's next step
+        await team.send("user", "again", to="a")
+        await team.run_until_idle()
+    assert mail(await history(team, "b")) == [("a", "hi"), ("a", "hi")]

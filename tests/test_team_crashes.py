@@ -116,18 +116,19 @@ def start_agents(db: str, seed: int, *mode: str) -> subprocess.Popen[str]:
 
 async def check_exactly_once(db: str, seed: int) -> None:
     """What a user relies on after any crash: every planned letter in its recipient's
-    history once, in its sender's order; every agent done with its plan and answered (none
-    stalled, waiting or failed); every thread verifying; no thread outside the roster."""
+    history once, in its sender's order; the one helper p0 spawns spawned once; every agent
+    done with its plan and answered (none stalled, waiting or failed); every thread
+    verifying; no thread outside the roster."""
     plans = agents_process.plan(seed)
     async with (
         open_stores(db) as stores,
-        AgentTeam(
-            agents_process.roles(random.Random()), stores=stores, team_id=agents_process.TEAM_ID
-        ) as team,
+        agents_process.team(stores, random.Random()) as team,
     ):
         kernel = team.agent("peer").kernel
         infos = {info.id: info for info in team.list_agents()}
-        assert sorted(infos) == agents_process.AGENTS
+        helpers = [i for i in infos.values() if i.id not in agents_process.AGENTS]
+        assert len(helpers) == 1 and helpers[0].role == "peer", sorted(infos)
+        assert sorted(infos) == sorted([*agents_process.AGENTS, helpers[0].id])
         assert {i.status for i in infos.values()} <= {"idle", "done"}, infos
         threads = await kernel.threads(prefix=agents_process.TEAM_ID)
         assert sorted(threads) == sorted(i.thread_id for i in infos.values())  # no orphans
@@ -143,11 +144,15 @@ async def check_exactly_once(db: str, seed: int) -> None:
                 if AgentTeam.sender_of(m) is not None
             ]
             sent = [m for m in history if m.role == "tool"]
-            assert len(sent) == len(plans[agent_id]), (agent_id, sent)  # no call sent twice
+            expected = agents_process.tool_results(plans, agent_id)
+            assert len(sent) == expected, (agent_id, sent)  # no call made twice
             assert history[-1].role == "assistant" and history[-1].content == "done", agent_id
+            if agent_id == helpers[0].id:
+                assert [m.content for m in history if m.role == "user"] == ["plan "]
     for sender, items in plans.items():
         for n, to in items:
             assert received[to].count((sender, f"m{n}")) == 1, (sender, n, received[to])
+    assert received[helpers[0].id] == []
     assert sum(len(mail) for mail in received.values()) == sum(len(p) for p in plans.values())
     for mail in received.values():
         for sender in agents_process.AGENTS:

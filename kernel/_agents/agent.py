@@ -45,7 +45,7 @@ from .run_result import PendingCall, RunResult
 from .suspension import Decision, Suspension
 from .turns import Turns
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "named_tools"]
 
 
 class Agent:
@@ -124,7 +124,7 @@ class Agent:
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a string, got {system_prompt!r}")
         self.model = model
-        self.tools: dict[str, Tool] = _named_tools(tools)
+        self.tools: dict[str, Tool] = named_tools(tools)
         self.system_prompt = system_prompt
         self._specs: dict[str, _KnownSpec] = {}
         self._turns = Turns()
@@ -324,7 +324,7 @@ class _KnownSpec:
     spec: ToolSpec
 
 
-def _named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:
+def named_tools(tools: Mapping[str, Tool] | Iterable[Tool] | None) -> dict[str, Tool]:
     """Tools by name: a mapping as given, or each `@tool` function under its own name."""
     if tools is None:
         return {}

@@ -237,7 +237,7 @@ class Mailbox:
 
     def __init__(self, profile: ProfileAccess) -> None:
         self._profile = profile
-        self._heads: dict[str, tuple[int, InboxData]] = {}  # the heads this mailbox last wrote
+        self._heads: dict[str, tuple[InboxData, int]] = {}  # the heads this mailbox last wrote
         self._posting: dict[str, _Turn] = {}  # one send per inbox at a time, in this process
 
     async def post(self, thread_id: str, letter: LetterOf, message_id: str | None = None) -> bool:
@@ -266,8 +266,8 @@ class Mailbox:
             known = self._heads.pop(thread_id, None)
             read = known is None
             if known is None:
-                known = await self._read_head(thread_id)
-            version, head = known
+                known = await self.head(thread_id)
+            head, version = known
             posted = head.posted(letter, message_id)
             if posted is None:  # the id was seen
                 if read:
@@ -283,10 +283,6 @@ class Mailbox:
             await self._seal_full(thread_id, posted)
             return True
         return await self._post_atomically(thread_id, letter, message_id)
-
-    async def _read_head(self, thread_id: str) -> tuple[int, InboxData]:
-        head, version = await self._profile.read_with_version(Inbox, thread_id)
-        return version, head
 
     async def _post_atomically(
         self, thread_id: str, letter: LetterOf, message_id: str | None
@@ -341,7 +337,7 @@ class Mailbox:
         return pages
 
     def _remember_head(self, thread_id: str, version: int, head: InboxData) -> None:
-        self._heads[thread_id] = (version, head)
+        self._heads[thread_id] = (head, version)
         while len(self._heads) > CACHED_HEADS:
             del self._heads[next(iter(self._heads))]
 
@@ -360,9 +356,9 @@ class Mailbox:
             Inbox, thread_id, lambda inbox: inbox.delivered_dropped(saved_cursor)
         )
 
-    async def head(self, thread_id: str) -> tuple[int, InboxData]:
+    async def head(self, thread_id: str) -> tuple[InboxData, int]:
         """The inbox's head as stored, with its version (0: no inbox)."""
-        return await self._read_head(thread_id)
+        return await self._profile.read_with_version(Inbox, thread_id)
 
     async def move(self, thread_id: str, moved_to: str) -> None:
         """Mark the thread's inbox as left for `moved_to` ("": for nowhere)."""

@@ -21,15 +21,15 @@ of that thread to it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections import Counter
 from typing import Protocol
 
 from .._engine.snapshot import Snapshot
-from .._errors import StateError
+from .._errors import StateError, StoreError
 from .._values.commands import StateCommand
 from .._values.reserved_keys import (
-    History,
     MailCursor,
     Outbox,
     OutboxChange,
@@ -38,12 +38,18 @@ from .._values.reserved_keys import (
     OutLetter,
     OutSpawn,
 )
-from .mailbox import InboxData, InboxMoved, LetterOf, Mailbox, deliverable
+from .mailbox import Delivery, InboxData, InboxMoved, LetterOf, Mailbox, deliverable
 from .roster import AgentRecord, TeamRoster
 
-__all__ = ["Outboxes", "SpawnsEntries", "post_following"]
+__all__ = ["SENDING", "Outboxes", "SpawnsEntries", "post_following"]
 
 logger = logging.getLogger("statekernel")
+
+SENDING: contextvars.ContextVar[tuple[Outboxes, str] | None] = contextvars.ContextVar(
+    "statekernel_team_sending", default=None
+)
+"""The outboxes and thread of the team run the current task belongs to: a `team.send` or
+`team.spawn` made there goes into that thread's outbox."""
 
 MOVES = 3
 """How many team restores a post follows to an agent's new thread before it gives up."""
@@ -80,6 +86,11 @@ class Outboxes:
         """Stage `entry` from the run of `thread_id`: committed with what made it."""
         self._staged.setdefault(thread_id, []).append(entry)
 
+    def note(self, thread_id: str, snapshot: Snapshot) -> None:
+        """Take the outbox's next number from `snapshot`, the thread as a run starts or
+        resumes with it: what the entries it stages will be numbered (and named) after."""
+        self._next[thread_id] = snapshot.get(Outbox).next
+
     def outgoing(self, thread_id: str) -> StateCommand | None:
         staged = self._staged.pop(thread_id, None)
         if not staged:
@@ -98,15 +109,26 @@ class Outboxes:
 
     async def post(self, thread_id: str, outbox: OutboxData) -> None:
         """Post the entries of `outbox` (as a save of `thread_id` holds it) this process
-        has not posted yet, in order."""
-        self._next[thread_id] = max(self._next.get(thread_id, 1), outbox.next)
+        has not posted yet, in order. A spawn the team refuses for good (an id another
+        spawn took with another role, a role the team does not have) is logged and counted
+        as posted, so that it never holds up the entries after it."""
         for entry in outbox.entries:
             if entry.seq <= self._posted.get(thread_id, 0):
                 continue
             if isinstance(entry, OutLetter):
                 await self._post_letter(thread_id, entry)
             else:
-                await self._spawns.spawn_entry(entry)
+                try:
+                    await self._spawns.spawn_entry(entry)
+                except StateError as refused:
+                    if isinstance(refused, StoreError):
+                        raise  # the store failed: posted again later
+                    logger.warning(
+                        "agent %r could not be spawned from thread %r and never will be: %s",
+                        entry.agent_id,
+                        thread_id,
+                        refused,
+                    )
             self._posted[thread_id] = entry.seq
 
     async def _post_letter(self, thread_id: str, entry: OutLetter) -> None:
@@ -121,21 +143,20 @@ class Outboxes:
 
     # -- collecting, at a step's start ------------------------------------------------------
 
-    async def collect(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
+    async def collect(self, thread_id: str, snapshot: Snapshot) -> Delivery | None:
         if self._roster.agent_of_thread(thread_id) is None:
             return None
         outbox = snapshot.get(Outbox)
+        self._next[thread_id] = outbox.next
         if outbox.entries:
             await self.post(thread_id, outbox)  # after a crash: what the last run left
         inbox = self.prefetched.pop(thread_id, None)
         if inbox is None:
             inbox = await self.mailbox.read(thread_id)
         delivery = deliverable(inbox, snapshot.get(MailCursor))
-        if delivery is None:
-            return None
-        self.delivered[thread_id] += len(delivery.messages)
-        command = StateCommand().update(History, delivery.messages)
-        return command.update(MailCursor, delivery.cursor)
+        if delivery is not None:
+            self.delivered[thread_id] += len(delivery.messages)
+        return delivery
 
     def posted(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
         entries = snapshot.get(Outbox).entries

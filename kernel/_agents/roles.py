@@ -13,7 +13,7 @@ from .._errors import StateError
 from .._host.run import Tool
 from .._profile.store import ProfileStore
 from .._values.model import Model
-from .agent import Agent, _named_tools
+from .agent import Agent, named_tools
 
 __all__ = ["Role", "RoleDefaults"]
 
@@ -65,7 +65,7 @@ class RoleDefaults:
             )
         plugins = {p.id: p for p in self.plugins}
         plugins.update({p.id: p for p in role.plugins})
-        tools = {**self.tools, **extra, **_named_tools(role.tools)}
+        tools = {**self.tools, **extra, **named_tools(role.tools)}
         return Agent(
             plugins.values(),
             model,

@@ -5,12 +5,13 @@ An agent has work when its inbox holds letters beyond the cursor its thread save
 is due, or its thread's conversation waits for the model (a run a crash cut between steps).
 In each round every agent with work runs once, concurrently. The first time a process looks
 at an agent since it opened the team, it reads the agent's thread as stored: a run a crash
-left suspended makes the agent `"waiting"` (for `team.resume`), a conversation that waits for
-the model makes it due, and what its outbox holds is posted.
+left suspended makes the agent `"waiting"` (for `team.resume`; looked at again each round),
+a conversation that waits for the model makes it due, and what its outbox holds is posted.
 
-Statuses live in two places on purpose: `"waiting"` and `"failed"` outlast the process, so
-they are kept in the roster (`AgentRecord.held`); `"running"`, `"done"` and `"idle"` are
-this process's to know. `status_of` is the one reading of both.
+Statuses live in two places on purpose: `"waiting"` on a decision and `"failed"` outlast the
+process, so they are kept in the roster (`AgentRecord.held`); `"running"`, `"done"`, `"idle"`
+and a suspension found in the store are this process's to know. `status_of` is the one
+reading of both.
 """
 
 from __future__ import annotations
@@ -26,21 +27,15 @@ from .._errors import StateError, UnknownThread, cause_text
 from .._values.reserved_keys import History, MailCursor, Outbox
 from .agent import Agent
 from .mailbox import PRUNE_AT
-from .outbox import Outboxes
+from .outbox import SENDING, Outboxes
 from .roster import AgentRecord, AgentStatus, TeamRoster
 from .run_loop import awaits_answer
 from .run_result import Outcome, RunResult
 from .suspension import Decision
 
-__all__ = ["SENDING", "AgentReport", "RestartPolicy", "Rounds", "TeamReport"]
+__all__ = ["AgentReport", "RestartPolicy", "Rounds", "TeamReport"]
 
 RestartPolicy = Literal["never", "on_failure"]
-
-SENDING: contextvars.ContextVar[tuple[Outboxes, str] | None] = contextvars.ContextVar(
-    "statekernel_team_sending", default=None
-)
-"""The outboxes and thread of the team run the current task belongs to: a `team.send` or
-`team.spawn` made there goes into that thread's outbox."""
 
 _IN_ROUND: contextvars.ContextVar[Rounds | None] = contextvars.ContextVar(
     "statekernel_team_round", default=None
@@ -134,6 +129,7 @@ class Rounds:
         self._restart_due: set[str] = set()
         self._answer_due: set[str] = set()  # agents whose conversation waits for the model
         self._looked_at: set[str] = set()  # threads read as stored since the team opened
+        self._found_waiting: set[str] = set()  # agents whose stored run was found suspended
         # Each thread's mail cursor as its store holds it, by thread id (a restore moves an
         # agent to a new thread, whose cursor is another).
         self._cursors: dict[str, dict[str, int]] = {}
@@ -142,6 +138,8 @@ class Rounds:
     def status_of(self, record: AgentRecord) -> AgentStatus:
         if record.held is not None:
             return record.held
+        if record.id in self._found_waiting:
+            return "waiting"
         return self._live.get(record.id, "idle")
 
     def mail_arrived(self, records: list[AgentRecord]) -> None:
@@ -156,6 +154,7 @@ class Rounds:
         self._restart_due.clear()
         self._answer_due.clear()
         self._looked_at.clear()
+        self._found_waiting.clear()
         self._cursors.clear()
 
     def refuse_inside(self, call: str) -> None:
@@ -191,36 +190,42 @@ class Rounds:
         """The agents of this process with work (their inboxes read together; delivered
         letters are pruned on the way)."""
         local = [r for r in self._roster.agents.values() if r.role in self._local]
-        unseen = [r for r in local if r.thread_id not in self._looked_at and r.held != "failed"]
+        unseen = [
+            r for r in local if r.thread_id not in self._looked_at or r.id in self._found_waiting
+        ]
         if unseen:
             await asyncio.gather(*(self._look_at(r) for r in unseen))
-        candidates = [
-            r
-            for r in self._roster.agents.values()
-            if r.role in self._local and self.status_of(r) not in ("waiting", "failed")
-        ]
+        candidates = [r for r in local if self.status_of(r) not in ("waiting", "failed")]
         self._outboxes.prefetched.clear()
         found = await asyncio.gather(*(self._has_work(r) for r in candidates))
         return [r.id for r, has in zip(candidates, found, strict=True) if has]
 
     async def _look_at(self, record: AgentRecord) -> None:
-        """Read the agent's thread as stored: an outbox not yet posted, a run a crash left
-        suspended, a conversation that waits for the model."""
+        """Read the agent's thread as stored: an outbox not yet posted (a failed agent's
+        too), a run a crash left suspended, a conversation that waits for the model.
+
+        A suspended run found here may be one a crash left, or one another process saved
+        as in flight before a tool it is running now: the store cannot tell them apart. So
+        it makes the agent `"waiting"` in this process only, and it is looked at again each
+        round until it is not suspended any more."""
         agent = self._agents[record.role]
-        self._looked_at.add(record.thread_id)
         try:
             state = await agent.kernel.get_state(record.thread_id)
         except UnknownThread:
+            self._looked_at.add(record.thread_id)
             return  # nothing saved yet: its task waits in its inbox
-        if state.get(Outbox).entries:
-            await self._outboxes.post(record.thread_id, state.get(Outbox))
+        outbox = state.get(Outbox)
+        if outbox.entries:
+            await self._outboxes.post(record.thread_id, outbox)
         cursor: tuple[tuple[str, int], ...] = state.get(MailCursor)
         self._cursors[record.thread_id] = dict(cursor)
-        if await agent.pending(record.thread_id):
-            if record.held is None:
-                self._live[record.id] = "waiting"
-                await self._roster.change(lambda r: r.changing(record.id, held="waiting"))
-        elif record.held is None and awaits_answer(tuple(state.get(History)[-1:])):
+        suspended = record.held is None and bool(await agent.pending(record.thread_id))
+        self._looked_at.add(record.thread_id)
+        if suspended:
+            self._found_waiting.add(record.id)
+            return
+        self._found_waiting.discard(record.id)
+        if record.held is None and awaits_answer(tuple(state.get(History)[-1:])):
             self._answer_due.add(record.id)
 
     async def _has_work(self, record: AgentRecord) -> bool:
@@ -281,8 +286,10 @@ class Rounds:
         return result
 
     async def cancel(self, record: AgentRecord) -> RunResult:
+        running = self._live.get(record.id) == "running"
         result = await self._agents[record.role].cancel(record.thread_id)
-        await self.after_run(record, result, _Tally())
+        if not running:  # else the round that runs it takes the result in
+            await self.after_run(record, result, _Tally())
         return result
 
     async def after_run(self, record: AgentRecord, result: RunResult, tally: _Tally) -> None:
@@ -309,12 +316,14 @@ class Rounds:
             return
         if result.outcome == "suspended":
             self._live[agent_id] = "waiting"
+            self._found_waiting.discard(agent_id)
             await self._roster.change(lambda r: r.changing(agent_id, held="waiting"))
             return
         self._live[agent_id] = "done"
+        self._found_waiting.discard(agent_id)
         current = self._roster.record(agent_id)
         if current.held == "waiting" or current.restarts:  # resumed or cancelled; recovered
-            await self._roster.change(lambda r: r.changing(agent_id, held=None, restarts=0))
+            await self._roster.change(lambda r: r.recovered(agent_id))
 
     async def _failed(self, record: AgentRecord, error: BaseException | None) -> None:
         current = self._roster.record(record.id)

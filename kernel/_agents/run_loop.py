@@ -29,6 +29,7 @@ from .._values.phases import Phase
 from .._values.reserved_keys import History, MailCursor
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ..events import ModelResponded, TextDelta
+from .mailbox import Delivery
 from .run_control import CancelRequested, RunControl
 from .run_history import RunHistory
 from .run_result import Outcome, PendingCall, RunResult
@@ -53,12 +54,15 @@ MODEL = "agent:model"  # the model's answer
 class TeamLink(Protocol):
     """How a run of a team's agent meets its team: the mail it collects before each step,
     the letters and spawns it makes (committed in its own thread, in the commit of the step
-    that made them), and their posting once a save holds them."""
+    that made them), and their posting once a save holds them (see `outbox.py`)."""
 
-    async def collect(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
-        """What to commit at a step's start: the mail beyond the thread's `MailCursor` in
-        `snapshot`, with the cursor's advance (the entries of `snapshot`'s outbox not yet
-        posted are posted first)."""
+    async def collect(self, thread_id: str, snapshot: Snapshot) -> Delivery | None:
+        """The mail beyond the thread's `MailCursor` in `snapshot`, with the cursor's
+        advance (the entries of `snapshot`'s outbox not yet posted are posted first)."""
+        ...
+
+    def note(self, thread_id: str, snapshot: Snapshot) -> None:
+        """A run resumes with the thread as `snapshot` holds it (no `collect` first)."""
         ...
 
     def posted(self, thread_id: str, snapshot: Snapshot) -> StateCommand | None:
@@ -187,6 +191,8 @@ class RunLoop:
     ) -> RunResult:
         """Carry on a suspended step with an outside `decision` on its `call`: the tools the
         step offered, and the calls it has yet to answer, are the step's as it was."""
+        if self._team is not None:
+            self._team.note(self._run.identity.thread_id, self._run.snapshot)
         if suspension.offered is not None:
             self._step.offered = frozenset(suspension.offered)
         self._calls.expect(ToolCall(p.id, p.name, p.arguments) for p in suspension.pending)
@@ -256,17 +262,13 @@ class RunLoop:
         whether any mail came."""
         if self._team is None:
             return False
-        command = await self._team.collect(self._run.identity.thread_id, self._run.snapshot)
-        if command is None:
+        delivery = await self._team.collect(self._run.identity.thread_id, self._run.snapshot)
+        if delivery is None:
             return False
-        delivered = any(key is MailCursor for key, _ in command.patch.ops)
-        if delivered:
-            ops = command.patch.ops
-            command = StateCommand()
-            for key, update in ops:
-                command.update(key, self._history.stamped(update) if key is History else update)
+        messages = self._history.stamped(delivery.messages)
+        command = StateCommand().update(History, messages).update(MailCursor, delivery.cursor)
         await self._run.submit(command, source=MAIL, phase=phase)
-        return delivered
+        return True
 
     def _outgoing(self) -> StateCommand | None:
         """The letters and spawns this run made since they were last committed."""
@@ -274,29 +276,42 @@ class RunLoop:
             return None
         return self._team.outgoing(self._run.identity.thread_id)
 
-    async def _phase(self, phase: Phase, **fields: Any) -> None:
-        """Run `phase`, then commit the letters and spawns its hooks made (the tool phases'
-        are committed with the tool's result, RUN_END's by `_commit_outgoing`)."""
-        await self._run.run_phase(phase, **fields)
-        if self._team is not None:
+    async def _commit_outgoing(self, phase: Phase) -> None:
+        """Commit the letters and spawns the run made since they were last committed."""
+        if self._team is not None and not self._run.finished:
             outgoing = self._team.outgoing(self._run.identity.thread_id)
             if outgoing is not None:
                 await self._run.submit(outgoing, source=OUTBOX, phase=phase)
 
-    async def _commit_outgoing(self, run: Run, report: PhaseReport) -> None:
+    async def _phase(self, phase: Phase, **fields: Any) -> None:
+        """Run `phase`, then commit the letters and spawns its hooks made (the tool phases'
+        are committed with the tool's result, RUN_END's by `_after_run_end`)."""
+        await self._run.run_phase(phase, **fields)
+        await self._commit_outgoing(phase)
+
+    async def _after_run_end(self, run: Run, report: PhaseReport) -> None:
         """RUN_END's letters and spawns, committed before the run's last save."""
-        outgoing = self._outgoing()
-        if outgoing is not None:
-            await run.submit(outgoing, source=OUTBOX, phase=report.phase)
+        await self._commit_outgoing(Phase.RUN_END)
 
     async def _save(self, save: Callable[[], Awaitable[object]], phase: Phase) -> None:
-        """Commit the run's uncommitted letters, save, then post what the save holds."""
-        outgoing = self._outgoing()
-        if outgoing is not None and not self._run.finished:
-            await self._run.submit(outgoing, source=OUTBOX, phase=phase)
+        """Commit the run's uncommitted letters, save, then post what the save holds.
+
+        A post that fails does not fail the run: the save stands, and what it holds is
+        posted again at the agent's next step or run, or when a team opens."""
+        await self._commit_outgoing(phase)
         await save()
-        if self._team is not None:
-            await self._team.dispatch(self._run.identity.thread_id, self._run.snapshot)
+        if self._team is None:
+            return
+        thread_id = self._run.identity.thread_id
+        try:
+            await self._team.dispatch(thread_id, self._run.snapshot)
+        except Exception as error:
+            logger.warning(
+                "run %r: what its outbox holds was saved but not posted yet (%s); it is "
+                "posted again at the agent's next step or run",
+                self._run.identity.run_id,
+                cause_text(error),
+            )
 
     async def _request(self) -> InferenceRequest:
         """This step's request: the tools on offer and the model parameters as the step's
@@ -414,7 +429,7 @@ class RunLoop:
         """RUN_END and the last save. (In this task: RUN_END hooks see the run's own task
         and context, as every other phase's hooks do.)"""
         if self._team is not None:  # the only phase left is RUN_END
-            self._run.add_phase_listener(self._commit_outgoing)
+            self._run.add_phase_listener(self._after_run_end)
         await self._save(lambda: self._run.finish(messages=self._history.messages()), Phase.RUN_END)
 
     def _result(

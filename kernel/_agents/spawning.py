@@ -17,7 +17,7 @@ moved, and the next free name (`<team id>/<agent id>/2`, `/3`, ...) is taken ins
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import msgspec
 
@@ -26,9 +26,10 @@ from .._errors import RevisionConflict, StateError, UnknownStateKey
 from .._host.kernel import Kernel
 from .._values.commands import StateCommand
 from .._values.keys import KeyScope
-from .._values.reserved_keys import MailCursor
+from .._values.reserved_keys import MailCursor, OutSpawn
 from .mailbox import TASK_SENDER, LetterOf, Mailbox
-from .roster import AgentRecord, TeamRoster
+from .roles import Role
+from .roster import AgentRecord, TeamRoster, role_clash
 
 __all__ = ["Spawner", "check_seed"]
 
@@ -58,14 +59,37 @@ def check_seed(components: Components, seed: StateCommand, role: str) -> None:
 
 
 class Spawner:
-    """Carries out spawns, from `team.spawn` and from the outboxes of running agents."""
+    """Carries out spawns, from `team.spawn` and from the outboxes of running agents.
+
+    `roles` are the team's roles (an agent of one subscribes to its topics at spawn);
+    `kernel_of` gives a role's kernel (to seed a thread)."""
 
     def __init__(
-        self, roster: TeamRoster, mailbox: Mailbox, kernel_of: Callable[[str], Kernel]
+        self,
+        roster: TeamRoster,
+        mailbox: Mailbox,
+        roles: Mapping[str, Role],
+        kernel_of: Callable[[str], Kernel],
     ) -> None:
         self._roster = roster
         self._mailbox = mailbox
+        self._roles = roles
         self._kernel_of = kernel_of
+
+    def record(self, agent_id: str, role: str, parent_id: str | None) -> AgentRecord:
+        """A new agent's record, on the thread its id names."""
+        team_id = self._roster.team_id
+        topics = tuple(dict.fromkeys(self._roles[role].topics))
+        return AgentRecord(agent_id, role, f"{team_id}/{agent_id}", parent_id, topics=topics)
+
+    async def spawn_entry(self, entry: OutSpawn) -> None:
+        """Carry out a spawn an agent's outbox holds (`SpawnsEntries`)."""
+        if entry.role not in self._roles:
+            raise StateError(
+                f"an outbox holds a spawn of role {entry.role!r}, which this team does not "
+                f"have (its roles are {sorted(self._roles)})"
+            )
+        await self.spawn(self.record(entry.agent_id, entry.role, entry.parent_id), entry.task)
 
     async def spawn(
         self, record: AgentRecord, task: str, seed: StateCommand | None = None
@@ -78,10 +102,7 @@ class Spawner:
             held = self._roster.agents.get(record.id)
         if held is not None:
             if held.role != record.role:
-                raise StateError(
-                    f"team {self._roster.team_id!r} has agent {record.id!r} already, of role "
-                    f"{held.role!r}, not {record.role!r}; choose another agent_id"
-                )
+                raise role_clash(self._roster.team_id, held, record.role)
             return held
         thread_id = await self._free_thread(record.thread_id)
         record = msgspec.structs.replace(record, thread_id=thread_id)
@@ -93,7 +114,7 @@ class Spawner:
     async def _free_thread(self, base: str) -> str:
         """`base`, or the first of `base/2`, `base/3`, ... no restore has left."""
         candidate, number = base, 1
-        while (await self._mailbox.head(candidate))[1].moved_to is not None:
+        while (await self._mailbox.head(candidate))[0].moved_to is not None:
             number += 1
             candidate = f"{base}/{number}"
         return candidate

@@ -45,12 +45,12 @@ from .._values.model import Model
 from .._values.reserved_keys import OutLetter, OutSpawn
 from . import team_tools
 from .addresses import Address, checked_agent_id, checked_text
-from .agent import Agent, _named_tools
+from .agent import Agent, named_tools
 from .mailbox import TASK_SENDER, LetterOf, Mailbox, sender_of
-from .outbox import Outboxes, post_following
+from .outbox import SENDING, Outboxes, post_following
 from .roles import Role, RoleDefaults
-from .roster import AgentRecord, AgentStatus, TeamRoster, TeamSnapshot
-from .rounds import SENDING, AgentReport, RestartPolicy, Rounds, TeamReport
+from .roster import AgentRecord, AgentStatus, TeamRoster, TeamSnapshot, role_clash
+from .rounds import AgentReport, RestartPolicy, Rounds, TeamReport
 from .run_result import RunResult
 from .spawning import Spawner, check_seed
 from .suspension import Decision
@@ -93,7 +93,7 @@ class _Spawn:
     async def make(self, team: AgentTeam) -> None:
         await team._spawner.spawn(self.record, self.task, self.seed)
 
-    def refused(self, error: StateError) -> StateError:
+    def refused(self, error: Exception) -> StateError:
         return StateError(
             f"spawn of agent {self.record.id!r} (role {self.record.role!r}) was not "
             f"recorded, and the team forgot it: {cause_text(error)}"
@@ -111,7 +111,7 @@ class _Subscription:
     async def make(self, team: AgentTeam) -> None:
         await team._roster.change(lambda r: r.subscribing(self.agent_id, self.topic, self.on))
 
-    def refused(self, error: StateError) -> StateError:
+    def refused(self, error: Exception) -> StateError:
         what = "subscription" if self.on else "unsubscription"
         return StateError(
             f"{what} of agent {self.agent_id!r} to topic {self.topic!r} was not recorded, "
@@ -202,10 +202,10 @@ class AgentTeam:
         profile = ProfileAccess(profile_store)
         self._roster = TeamRoster(profile, self.team_id)
         mailbox = Mailbox(profile)
-        self._outboxes = Outboxes(self._roster, mailbox, self)
-        defaults = RoleDefaults(
-            model, _named_tools(tools), tuple(plugins), system_prompt, max_steps
-        )
+        self.roles: dict[str, Role] = {}
+        self._spawner = Spawner(self._roster, mailbox, self.roles, self._kernel_of)
+        self._outboxes = Outboxes(self._roster, mailbox, self._spawner)
+        defaults = RoleDefaults(model, named_tools(tools), tuple(plugins), system_prompt, max_steps)
         if mail_tool:
             defaults.tools.setdefault(
                 "send_message", team_tools.mail_tool(self._roster, self._outboxes, self.send)
@@ -215,7 +215,6 @@ class AgentTeam:
             if isinstance(spawn_tool, bool)
             else frozenset(spawn_tool)
         )
-        self.roles: dict[str, Role] = {}
         self._agents: dict[str, Agent] = {}
         for name, role in roles.items():
             if not isinstance(name, str) or not name:
@@ -236,7 +235,6 @@ class AgentTeam:
                 f"local_roles names roles the team does not have: {unknown}; its roles are "
                 f"{sorted(self.roles)}"
             )
-        self._spawner = Spawner(self._roster, mailbox, self._kernel_of)
         for agent in self._agents.values():
             agent.team = self._outboxes
         self._rounds = Rounds(
@@ -316,25 +314,37 @@ class AgentTeam:
             known = self._known_or_none(agent_id)
             if known is not None:
                 if known.role != role:
-                    raise StateError(
-                        f"team {self.team_id!r} has agent {agent_id!r} already, of role "
-                        f"{known.role!r}, not {role!r}; choose another agent_id"
-                    )
+                    raise role_clash(self.team_id, known, role)
                 return agent_id
         sending = self._sending()
         if sending is not None:
-            if seed is not None:
-                raise StateError(
-                    "a spawn from inside an agent's run cannot carry a seed: it travels in "
-                    "the agent's outbox, which holds plain data. Put what the new agent needs "
-                    "in its task, or spawn it with a seed from outside the team's runs."
-                )
-            number = self._outboxes.next_number(sending)
-            agent_id = agent_id or f"{role}-{digest(sending, str(number))}"
-            self._outboxes.stage(sending, OutSpawn(0, role, agent_id, task, parent_id))
-            return agent_id
+            return self._spawn_in_run(sending, role, task, parent_id, seed, agent_id)
         agent_id = agent_id or f"{role}-{uuid.uuid4().hex[:8]}"
-        self._changes.append(_Spawn(self._new_record(agent_id, role, parent_id), task, seed))
+        record = self._spawner.record(agent_id, role, parent_id)
+        self._changes.append(_Spawn(record, task, seed))
+        return agent_id
+
+    def _spawn_in_run(
+        self,
+        thread_id: str,
+        role: str,
+        task: str,
+        parent_id: str | None,
+        seed: StateCommand | None,
+        agent_id: str | None,
+    ) -> str:
+        """A spawn from the run of `thread_id`, staged in its outbox; without an id, the
+        agent is named after the thread and the entry's number there (the same when the
+        step is done again after a crash)."""
+        if seed is not None:
+            raise StateError(
+                "a spawn from inside an agent's run cannot carry a seed: it travels in the "
+                "agent's outbox, which holds plain data. Put what the new agent needs in its "
+                "task, or spawn it with a seed from outside the team's runs."
+            )
+        number = self._outboxes.next_number(thread_id)
+        agent_id = agent_id or f"{role}-{digest(thread_id, str(number))}"
+        self._outboxes.stage(thread_id, OutSpawn(0, role, agent_id, task, parent_id))
         return agent_id
 
     def subscribe(self, agent_id: str, topic: str) -> None:
@@ -352,8 +362,6 @@ class AgentTeam:
         self._subscription(agent_id, topic, False)
 
     def _subscription(self, agent_id: str, topic: str, on: bool) -> None:
-        if not isinstance(topic, str) or not topic:
-            raise TypeError(f"a topic is a non-empty string, got {topic!r}")
         checked_text("topic", topic)
         self._known(agent_id)
         self._changes.append(_Subscription(agent_id, topic, on))
@@ -411,8 +419,9 @@ class AgentTeam:
         before its next step, exactly once and in order per sender, across crashes, as a
         user message whose content starts with `[message from <sender>]`
         (`[message from <sender> (topic t)]`). A `message_id` makes the send idempotent:
-        the same id from the same sender reaches a recipient once, however often it is sent
-        (retry a send whose answer was lost with the same id).
+        the same id from the same sender reaches a recipient once when sent again (retry a
+        send whose answer was lost with the same id; an inbox remembers each sender's last 8
+        ids).
 
         From inside a run of one of the team's agents (a tool or hook of it), the letter
         goes into that agent's outbox instead: committed with the step that sent it,
@@ -432,9 +441,10 @@ class AgentTeam:
         if message_id is not None:
             checked_text("message_id", message_id)
         address = Address.of(to, group, topic)
-        await self._sync()
-        recipients = await self._recipients(address, sender_id)
         sending = self._sending()
+        if sending is None:  # (inside a run, the round recorded the queue before it began)
+            await self._sync()
+        recipients = await self._recipients(address, sender_id)
         if sending is not None:
             if recipients:
                 ids = tuple(r.id for r in recipients)
@@ -542,24 +552,10 @@ class AgentTeam:
                 change = self._changes[0]  # left queued until made: see the fast path above
                 try:
                     await change.make(self)
-                except StateError as error:
-                    raise change.refused(error) from error
-                finally:
+                except Exception as error:  # refused: dropped, said once (a cancel keeps it)
                     self._changes.pop(0)
-
-    async def spawn_entry(self, entry: OutSpawn) -> None:
-        """Carry out a spawn an agent's outbox holds (`SpawnsEntries`)."""
-        record = self._new_record(entry.agent_id, entry.role, entry.parent_id)
-        await self._spawner.spawn(record, entry.task)
-
-    def _new_record(self, agent_id: str, role: str, parent_id: str | None) -> AgentRecord:
-        return AgentRecord(
-            agent_id,
-            role,
-            f"{self.team_id}/{agent_id}",
-            parent_id,
-            topics=tuple(dict.fromkeys(self.roles[role].topics)),
-        )
+                    raise change.refused(error) from error
+                self._changes.pop(0)
 
     def _known_or_none(self, agent_id: str) -> AgentRecord | None:
         """The agent's record in the roster, or in a spawn not yet recorded."""
@@ -579,5 +575,3 @@ class AgentTeam:
 
     def _record(self, agent_id: str) -> AgentRecord:
         return self._roster.record(agent_id)
-
-    # -- the agents' own tools ------------------------------------------------------------------

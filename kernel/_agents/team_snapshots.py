@@ -51,6 +51,9 @@ class TeamSnapshots:
             )
         team_id = self._roster.team_id
         name = name or f"snapshot-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        # First what the outboxes hold (spawns among it join the roster), then the roster.
+        await asyncio.gather(*(self._post(r) for r in self._roster.agents.values()))
+        await self._roster.load()
         records = dict(self._roster.agents)
         heads = await asyncio.gather(*(self._head(r) for r in records.values()))
         mailbox = self._outboxes.mailbox
@@ -67,14 +70,20 @@ class TeamSnapshots:
         await self._roster.change(lambda r: RosterData(r.agents, (*r.snapshots, name)))
         return snapshot
 
-    async def _head(self, record: AgentRecord) -> int | None:
-        """The thread's head revision, its outbox posted first (None: nothing saved)."""
+    async def _post(self, record: AgentRecord) -> None:
+        """Post what the agent's outbox holds."""
         try:
             state = await self._kernel_of(record.role).get_state(record.thread_id)
         except UnknownThread:
-            return None
+            return
         await self._outboxes.post(record.thread_id, state.get(Outbox))
-        return state.revision
+
+    async def _head(self, record: AgentRecord) -> int | None:
+        """The thread's head revision (None: nothing saved)."""
+        try:
+            return (await self._kernel_of(record.role).get_state(record.thread_id)).revision
+        except UnknownThread:
+            return None
 
     async def restore(self, given: TeamSnapshot | str | None) -> TeamSnapshot:
         """Fork every agent's thread at its snapshot revision, set the inboxes as they were,

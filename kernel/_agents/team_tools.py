@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable
 from .._engine.context import PhaseContext
 from .._host.run import Tool
 from .function_tools import tool
-from .outbox import Outboxes
+from .outbox import SENDING, Outboxes
 from .roster import TeamRoster
-from .rounds import SENDING
 
 __all__ = ["digest", "mail_tool", "spawn_tool"]
 

@@ -251,6 +251,9 @@ class ToolCallRunner:
         process, so there is nothing to come back to)."""
         if not self._durable:
             return False
+        made = self._outgoing()  # what its gates' hooks sent: resumed, they do not run again
+        if made is not None:
+            await self._run.submit(made, source="agent:outbox", phase=Phase.TOOL_GATE)
         await self._run.checkpoint(resumable=self._step.suspended_on(calls))
         return True
 
