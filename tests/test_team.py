@@ -825,25 +825,37 @@ async def test_a_hook_that_sends_at_run_end_sends_once_through_the_outbox(
         assert any(r.sources == ("agent:outbox",) and r.phase is Phase.RUN_END for r in records)
 
 
-class _FailingOnce(MemoryProfileStore):
-    """A profile store whose next write of the team roster fails, as a store does when its
-    server goes away for a moment."""
+class _FailsOnce(MemoryProfileStore):
+    """A profile store whose next write into one namespace fails, once asked to, as a store
+    does when its server goes away for a moment."""
 
-    fail_next_roster_write = False
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self.namespace = namespace
+        self.fail_next_write = False
+
+    def _fails(self, namespace: str) -> bool:
+        failing = namespace == self.namespace and self.fail_next_write
+        self.fail_next_write = self.fail_next_write and not failing
+        return failing
 
     async def set(self, namespace: str, key: str, value: Any, **kw: Any) -> Any:
-        if namespace == "statekernel.team_roster" and self.fail_next_roster_write:
-            self.fail_next_roster_write = False
+        if self._fails(namespace):
             raise ConnectionError("the server went away")
         return await super().set(namespace, key, value, **kw)
 
+    async def update(self, namespace: str, key: str, fn: Callable[[Any], Any]) -> Any:
+        if self._fails(namespace):
+            raise ConnectionError("the server went away")
+        return await super().update(namespace, key, fn)
+
 
 async def test_a_change_the_store_refuses_is_dropped_once_and_never_blocks_later_calls() -> None:
-    store = _FailingOnce()
+    store = _FailsOnce("statekernel.team_roster")
     async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=store) as team:
         first = team.spawn("a", "first")
         await team.run_until_idle()
-        store.fail_next_roster_write = True
+        store.fail_next_write = True
         team.subscribe(first, "news")
         with pytest.raises(StateError, match="subscription of agent .* to topic 'news'"):
             await team.send("user", "hello", to=first)  # the queued change fails here, once,
@@ -917,28 +929,10 @@ async def test_an_agent_another_process_runs_inside_a_tool_is_waiting_only_until
         assert [(i.id, i.status) for i in one.list_agents()] == [("w", "done")]
 
 
-class _InboxFailsOnce(MemoryProfileStore):
-    """A profile store whose next write of an inbox fails once asked to."""
-
-    fail_next_inbox_write = False
-
-    async def set(self, namespace: str, key: str, value: Any, **kw: Any) -> Any:
-        if namespace == "statekernel.team_inbox" and self.fail_next_inbox_write:
-            self.fail_next_inbox_write = False
-            raise ConnectionError("the server went away")
-        return await super().set(namespace, key, value, **kw)
-
-    async def update(self, namespace: str, key: str, fn: Callable[[Any], Any]) -> Any:
-        if namespace == "statekernel.team_inbox" and self.fail_next_inbox_write:
-            self.fail_next_inbox_write = False
-            raise ConnectionError("the server went away")
-        return await super().update(namespace, key, fn)
-
-
 async def test_a_letter_saved_but_not_posted_fails_nothing_and_is_posted_later(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = _InboxFailsOnce()
+    store = _FailsOnce("statekernel.team_inbox")
     roles = {
         "a": Role(model=calling("send_message", lambda r: {"content": "hi", "to": "b"})),
         "b": Role(model=answer_ok),
@@ -948,7 +942,7 @@ async def test_a_letter_saved_but_not_posted_fails_nothing_and_is_posted_later(
         await team.run_until_idle()
         team.spawn("a", "say hi", agent_id="a")
         await team._sync()
-        store.fail_next_inbox_write = True  # the task is in; the letter's post fails
+        store.fail_next_write = True  # the task is in; the letter's post fails
         report = await team.run_until_idle()
         assert report.agents["a"].outcomes == ("success",)
         assert any("not posted yet" in r.getMessage() for r in caplog.records)

@@ -4,11 +4,13 @@ in order per sender, and every agent's thread verifies."""
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import team_agents_process as agents_process
@@ -38,6 +40,29 @@ def start(tmp: Path, seed: int) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def kill_then_finish(
+    start: Callable[[], subprocess.Popen[str]], times: int, within: float, rng: random.Random
+) -> int:
+    """Start the program `times` times, each killed with SIGKILL at a random point of the
+    first `within` seconds after it printed "started" (unless it finished first), then once
+    more, to the end, with nothing else done in between. Returns how many were killed."""
+    kills = 0
+    for _ in range(times):
+        process = start()
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "started"
+        time.sleep(rng.uniform(0.0, within))
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.communicate(timeout=60)
+    finishing = start()
+    out, err = finishing.communicate(timeout=120)
+    assert finishing.returncode == 0 and out.split() == ["started", "idle"], err
+    assert "Traceback" not in err, err
+    return kills
 
 
 async def delivered(tmp: Path) -> tuple[dict[str, list[tuple[str | None, str]]], list[bool]]:
@@ -71,20 +96,11 @@ async def test_sigkilled_teams_deliver_every_message_exactly_once_in_sender_orde
     for trial in range(10):
         tmp = tmp_path / f"trial-{trial}"
         tmp.mkdir()
-        for _ in range(1 + trial % 2):  # every other trial is killed twice
-            process = start(tmp, seed=trial)
-            assert process.stdout is not None
-            assert process.stdout.readline().strip() == "started"
-            # an unhurried process does all its work in about 0.2 s after "started": kill it
-            # somewhere in the first three quarters (under load its work only takes longer)
-            time.sleep(rng.uniform(0.01, 0.15))
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-            process.communicate(timeout=60)
-        finishing = start(tmp, seed=trial)
-        out, err = finishing.communicate(timeout=120)
-        assert finishing.returncode == 0 and out.split() == ["started", "idle"], err
+        # an unhurried process does all its work in about 0.2 s after "started": kill it
+        # somewhere in the first three quarters (under load its work only takes longer)
+        kills += kill_then_finish(
+            functools.partial(start, tmp, seed=trial), 1 + trial % 2, 0.15, rng
+        )
         received, verified = await delivered(tmp)
         assert sorted(received) == AGENTS
         for n, (sender, recipient) in enumerate(plan(MESSAGES, trial)):
@@ -170,20 +186,10 @@ async def test_agents_that_send_through_their_tool_deliver_once_across_sigkills(
     kills = 0
     for trial in range(20):
         db = str(tmp_path / f"trial-{trial}.db")
-        for _ in range(1 + trial % 2):  # every other trial is killed twice
-            process = start_agents(db, trial)
-            assert process.stdout is not None
-            assert process.stdout.readline().strip() == "started"
-            # unhurried, the work takes about 0.15 s after "started": kill within it
-            time.sleep(rng.uniform(0.0, 0.15))
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-                kills += 1
-            process.communicate(timeout=60)
-        finishing = start_agents(db, trial)
-        out, err = finishing.communicate(timeout=120)
-        assert finishing.returncode == 0 and out.split() == ["started", "idle"], err
-        assert "Traceback" not in err, err
+        # unhurried, the work takes about 0.15 s after "started": kill within it
+        kills += kill_then_finish(
+            functools.partial(start_agents, db, trial), 1 + trial % 2, 0.15, rng
+        )
         await check_exactly_once(db, trial)
     assert kills >= 20  # the processes were killed mid-work, not after they finished
 
@@ -203,12 +209,12 @@ def killed_at(db: str, mode: str, line: str) -> None:
     assert process.stdout.readline().strip() == line
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
+    cut_process.HANG["on"] = False  # the team this process opens next runs to the end
 
 
 async def test_a_run_killed_between_steps_is_continued_by_run_until_idle(tmp_path: Path) -> None:
     db = str(tmp_path / "team.db")
     killed_at(db, "between-steps", "asking")
-    cut_process.HANG["on"] = False
     async with open_stores(db) as stores, cut_process.team(stores) as team:
         report = await team.run_until_idle()
         assert report.idle and report.agents["w"].outcomes == ("success",)
@@ -226,7 +232,6 @@ async def test_a_run_killed_between_steps_is_continued_by_run_until_idle(tmp_pat
 async def test_an_agent_a_crash_left_in_its_tool_is_waiting_and_resumes(tmp_path: Path) -> None:
     db = str(tmp_path / "team.db")
     killed_at(db, "in-tool", "paying")
-    cut_process.HANG["on"] = False
     async with open_stores(db) as stores, cut_process.team(stores) as team:
         report = await team.run_until_idle()
         assert report.idle
