@@ -950,3 +950,151 @@ async def test_a_letter_saved_but_not_posted_fails_nothing_and_is_posted_later(
         await team.send("user", "again", to="a")
         await team.run_until_idle()
     assert mail(await history(team, "b")) == [("a", "hi"), ("a", "hi")]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda t: t.send("user", "x", to="a", topic="t"),
+            StateError,
+            "send needs exactly one address: to=<agent id or ids>, group=<role> or topic=<topic>",
+        ),
+        (lambda t: t.send("user", "x"), StateError, "send needs exactly one address"),
+        (
+            lambda t: t.send("user", "x", to=5),
+            TypeError,
+            "to must be an agent id or several, got 5",
+        ),
+        (
+            lambda t: t.send("user", "x", to=[]),
+            StateError,
+            "send(to=...) names no agent; give one agent id or several",
+        ),
+        (lambda t: t.send("user", "x", to=["a", 7]), TypeError, "agent id must be a string"),
+        (lambda t: t.send("user", "x", to=["a", ""]), ValueError, "agent id must not be empty"),
+        (lambda t: t.send("user", "x", group="g\x00"), ValueError, "group 'g\\x00' holds a NUL"),
+        (lambda t: t.send("user", "x", topic=""), ValueError, "topic must not be empty"),
+        (
+            lambda t: t.send("user", "x", group="nope"),
+            StateError,
+            "group 'nope' is not a role of team 't'; groups are roles: ['a', 'b']",
+        ),
+        (lambda t: t.send("", "x", to="a"), TypeError, "sender_id must be a non-empty string"),
+        (lambda t: t.send("user", "x\ud800", to="a"), ValueError, "content 'x"),
+        (
+            lambda t: t.spawn("a", "t", agent_id="x/y"),
+            ValueError,
+            "agent id 'x/y' holds '/', which separates a thread id's parts",
+        ),
+        (lambda t: t.spawn("a", "t", agent_id=""), ValueError, "agent id must not be empty"),
+        (
+            lambda t: t.spawn("b", "t", agent_id="a"),
+            StateError,
+            "team 't' has agent 'a' already, of role 'a', not 'b'; choose another agent_id",
+        ),
+        (lambda t: t.subscribe("a", ""), ValueError, "topic must not be empty"),
+    ],
+)
+async def test_a_refused_call_says_what_was_wrong(
+    stores: tuple[ProfileStore, ThreadStore],
+    call: Callable[[AgentTeam], Any],
+    error: type[Exception],
+    message: str,
+) -> None:
+    async with team_of(
+        stores, {"a": Role(model=answer_ok), "b": Role(model=answer_ok)}, team_id="t"
+    ) as team:
+        team.spawn("a", "task", agent_id="a")
+        await team.run_until_idle()
+        with pytest.raises(error) as raised:
+            result = call(team)
+            if asyncio.iscoroutine(result):
+                await result
+        assert str(raised.value).startswith(message), str(raised.value)
+
+
+async def test_an_unknown_recipient_is_named(stores: tuple[ProfileStore, ThreadStore]) -> None:
+    async with team_of(stores, {"a": Role(model=answer_ok)}, team_id="t") as team:
+        team.spawn("a", "task", agent_id="a")
+        with pytest.raises(UnknownAgent) as raised:
+            await team.send("user", "x", to=["a", "ghost"])
+    assert raised.value.agent_id == "ghost" and raised.value.team_id == "t"
+    assert "'a'" in str(raised.value)  # the agents it does have
+
+
+async def test_group_and_topic_reach_all_but_the_sender_and_say_how(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    roles = {"a": Role(model=answer_ok, topics=("news",)), "b": Role(model=answer_ok)}
+    async with team_of(stores, roles) as team:
+        for agent_id, role in (("a1", "a"), ("a2", "a"), ("b1", "b")):
+            team.spawn(role, "task", agent_id=agent_id)
+        assert await team.send("a1", "to the group", group="a") == 1
+        assert await team.send("a2", "to the topic", topic="news") == 1
+        assert await team.send("b1", "to two", to=["a1", "a2", "a1"]) == 2
+        await team.run_until_idle()
+        headers = {}
+        for agent_id in ("a1", "a2", "b1"):
+            headers[agent_id] = [
+                m.content.split("\n")[0]
+                for m in await history(team, agent_id)
+                if AgentTeam.sender_of(m) is not None
+            ]
+    assert headers == {
+        "a1": ["[message from a2 (topic news)]", "[message from b1]"],
+        "a2": ["[message from a1 (group a)]", "[message from b1]"],
+        "b1": [],
+    }
+
+
+async def test_letters_a_reopened_team_posts_again_arrive_once(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """A RUN_END hook's letter stays in the sender's outbox until its next run; a team
+    opened anew (another process) posts it again, and the inbox takes it once."""
+    teams: list[AgentTeam] = []
+
+    class Report(Plugin):
+        id = "report"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_phase_hook(Phase.RUN_END, self.done)
+
+        async def done(self, ctx: PhaseContext) -> None:
+            if ctx.run.agent_id == "worker":
+                await teams[-1].send("w", "finished", group="boss")
+
+    roles = {"worker": Role(model=answer_ok, plugins=[Report()]), "boss": Role(model=answer_ok)}
+    for _ in range(3):  # the first process, then two more that look at w's outbox afresh
+        async with team_of(stores, roles, team_id="t") as team:
+            teams.append(team)
+            team.spawn("boss", "wait", agent_id="b1")
+            team.spawn("boss", "wait", agent_id="b2")
+            team.spawn("worker", "work", agent_id="w")
+            await team.run_until_idle()
+    for boss in ("b1", "b2"):
+        assert mail(await history(teams[-1], boss)) == [("w", "finished")]
+        headers = [m.content.split("\n")[0] for m in await history(teams[-1], boss)]
+        assert "[message from w (group boss)]" in headers
+
+
+async def test_two_teams_spawning_one_id_with_two_roles_at_once_get_one_agent(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    roles = {"a": Role(model=answer_ok), "b": Role(model=answer_ok)}
+    async with (
+        team_of(stores, roles, team_id="t") as one,
+        team_of(stores, roles, team_id="t") as two,
+    ):
+        one.spawn("a", "as a", agent_id="w")
+        two.spawn("b", "as b", agent_id="w")
+        outcomes = await asyncio.gather(
+            one.send("user", "hi", to="w"), two.send("user", "hi", to="w"), return_exceptions=True
+        )
+        refused = [o for o in outcomes if isinstance(o, StateError)]
+        assert len(refused) == 1 and "already, of role" in str(refused[0]), outcomes
+        await one.run_until_idle()
+        (info,) = [i for i in one.list_agents() if i.id == "w"]
+        contents = [m.content for m in await history(one, "w") if m.role == "user"]
+    assert contents[0] == f"as {info.role}" and len(contents) == 2  # its task, one hi
