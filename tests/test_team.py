@@ -33,6 +33,7 @@ from statekernel import (
     ThreadStore,
     ToolCall,
     UnknownAgent,
+    VersionConflict,
     tool,
 )
 from statekernel.plugins import ContextInjection, Team, TeamContext
@@ -1093,8 +1094,61 @@ async def test_two_teams_spawning_one_id_with_two_roles_at_once_get_one_agent(
             one.send("user", "hi", to="w"), two.send("user", "hi", to="w"), return_exceptions=True
         )
         refused = [o for o in outcomes if isinstance(o, StateError)]
-        assert len(refused) == 1 and "already, of role" in str(refused[0]), outcomes
+        assert len(refused) == 1, outcomes
+        kept, lost = ("a", "b") if isinstance(outcomes[1], StateError) else ("b", "a")
+        assert str(refused[0]).endswith(
+            f"team 't' has agent 'w' already, of role '{kept}', not '{lost}'; choose another "
+            f"agent_id"
+        )
         await one.run_until_idle()
         (info,) = [i for i in one.list_agents() if i.id == "w"]
         contents = [m.content for m in await history(one, "w") if m.role == "user"]
     assert contents[0] == f"as {info.role}" and len(contents) == 2  # its task, one hi
+
+
+async def test_roster_changes_from_two_teams_at_once_are_all_kept(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """The roster is one entry: every change is a compare-and-set on the version read, so
+    concurrent changes from two processes are all kept (none overwrites another)."""
+    roles = {"a": Role(model=answer_ok)}
+    async with (
+        team_of(stores, roles, team_id="t") as one,
+        team_of(stores, roles, team_id="t") as two,
+    ):
+        one.spawn("a", "task", agent_id="w")
+        await one.run_until_idle()
+        await two.run_until_idle()
+
+        async def subscribe(team: AgentTeam, name: str) -> None:
+            for n in range(8):
+                team.subscribe("w", f"{name}-{n}")
+                await team.send("user", "x", to="w")  # records the subscription
+
+        await asyncio.gather(subscribe(one, "one"), subscribe(two, "two"))
+        for name in ("one", "two"):
+            for n in range(8):
+                assert await one.send("user", "news", topic=f"{name}-{n}") == 1, (name, n)
+        one.subscribe("w", "two-7")  # subscribed already: nothing to write
+        assert await one.send("user", "news", topic="two-7") == 1
+
+
+async def test_a_roster_that_keeps_changing_is_an_error_that_says_so() -> None:
+    class Contended(MemoryProfileStore):
+        contended = False
+
+        async def set(self, namespace: str, key: str, value: Any, **kw: Any) -> Any:
+            if namespace == "statekernel.team_roster" and self.contended:
+                raise VersionConflict("statekernel.team_roster", key, 1, 2)
+            return await super().set(namespace, key, value, **kw)
+
+    store = Contended()
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=store, team_id="t") as team:
+        team.spawn("a", "task", agent_id="w")
+        await team.run_until_idle()
+        store.contended = True
+        team.subscribe("w", "news")
+        with pytest.raises(StateError) as raised:
+            await team.run_until_idle()
+        store.contended = False
+    assert "the roster of team 't' kept changing under this process (64 writes" in str(raised.value)
