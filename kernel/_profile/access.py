@@ -92,8 +92,18 @@ def _read_back(data: bytes, value_type: Any) -> Any:
     return decoder.decode(data)
 
 
+_DESCRIBED: dict[Any, str] = {}
+
+
 def _expected(info: ProfileKeyInfo) -> str:
-    return _declared_types.describe(info.value_type)
+    """How the key's value type reads in a message (worked out once per type)."""
+    try:
+        return _DESCRIBED[info.value_type]
+    except KeyError:
+        described = _DESCRIBED[info.value_type] = _declared_types.describe(info.value_type)
+        return described
+    except TypeError:  # a type that cannot be a dict key: no cache
+        return _declared_types.describe(info.value_type)
 
 
 _View = TypeVar("_View", bound="ProfileAccess")
