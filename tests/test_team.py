@@ -4,6 +4,7 @@ restart policy, suspension, and team snapshots, on every store backend where it 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -39,6 +40,7 @@ from statekernel import (
 from statekernel.plugins import ContextInjection, Team, TeamContext
 from statekernel.stores import (
     MemoryProfileStore,
+    MemoryThreadStore,
     SqliteProfileStore,
     SqliteThreadStore,
 )
@@ -1152,3 +1154,43 @@ async def test_a_roster_that_keeps_changing_is_an_error_that_says_so() -> None:
             await team.run_until_idle()
         store.contended = False
     assert "the roster of team 't' kept changing under this process (64 writes" in str(raised.value)
+
+
+class _SavesFail(MemoryThreadStore):
+    """A thread store whose next `fail` saves fail, as a disk that filled up does."""
+
+    fail = 0
+
+    async def save(self, thread_id: str, save: Any, *, expected_position: int) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise OSError("no space left on device")
+        await super().save(thread_id, save, expected_position=expected_position)
+
+
+async def test_pruning_keeps_every_letter_no_saved_cursor_counts_as_delivered() -> None:
+    """Delivered letters are pruned from an inbox by the cursor the thread store holds, so a
+    run that delivered a letter and could not save it finds the letter there again."""
+    threads = _SavesFail()
+    calls = 0
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # while a's first run goes on, a letter from a sender it never met
+            late = team.send("s2", "new", to="a")
+            await asyncio.get_running_loop().create_task(late, context=contextvars.Context())
+        if calls == 2:  # the run that delivers it saves nothing: its step and end fail
+            threads.fail = 2
+        return InferenceResponse("ok")
+
+    team = AgentTeam(
+        {"a": Role(model=model)}, profile_store=MemoryProfileStore(), thread_store=threads
+    )
+    async with team:
+        team.spawn("a", "task", agent_id="a")
+        for n in range(40):  # more than an inbox keeps before it is pruned
+            await team.send("s1", f"old {n}", to="a")
+        report = await team.run_until_idle()
+        assert report.agents["a"].outcomes == ("success", "failure", "success")
+    assert mail(await history(team, "a"))[-1] == ("s2", "new")
