@@ -33,6 +33,7 @@ values are checked and a store's failure becomes a `StoreError` in one place.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Mapping
 
 import attrs
@@ -238,30 +239,28 @@ class Mailbox:
     def __init__(self, profile: ProfileAccess) -> None:
         self._profile = profile
         self._heads: dict[str, tuple[InboxData, int]] = {}  # the heads this mailbox last wrote
-        self._posting: dict[str, _Turn] = {}  # one send per inbox at a time, in this process
+        # One send per inbox at a time in this process: a lock lives while a send holds it.
+        self._posting: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
 
-    async def post(self, thread_id: str, letter: LetterOf, message_id: str | None = None) -> bool:
-        """Append `letter` to the thread's inbox atomically; False when `message_id` shows
-        it was posted before (nothing is written then).
+    async def post(self, thread_id: str, letter: LetterOf, message_id: str | None = None) -> None:
+        """Append `letter` to the thread's inbox atomically, unless the inbox holds it
+        already (its origin, or `message_id` from its sender, was seen): then nothing is
+        written.
 
         A compare-and-set on the head this mailbox last wrote, when it has one: one write
         and no read while it is the only writer of the inbox (a sender's usual case), and a
         fresh read after anyone else wrote. After `CAS_ATTEMPTS` lost races it takes the
         store's atomic update (compare-and-set retried, on a store without one). Sends of
         this process to one inbox take turns, so that they never race each other."""
-        turn = self._posting.get(thread_id)
-        if turn is None:
-            turn = self._posting[thread_id] = _Turn()
-        turn.users += 1
-        try:
-            async with turn.lock:
-                return await self._post(thread_id, letter, message_id)
-        finally:
-            turn.users -= 1
-            if turn.users == 0:
-                del self._posting[thread_id]
+        lock = self._posting.get(thread_id)
+        if lock is None:
+            lock = self._posting[thread_id] = asyncio.Lock()
+        async with lock:
+            await self._post(thread_id, letter, message_id)
 
-    async def _post(self, thread_id: str, letter: LetterOf, message_id: str | None) -> bool:
+    async def _post(self, thread_id: str, letter: LetterOf, message_id: str | None) -> None:
         for _ in range(CAS_ATTEMPTS):
             known = self._heads.pop(thread_id, None)
             read = known is None
@@ -269,9 +268,9 @@ class Mailbox:
                 known = await self.head(thread_id)
             head, version = known
             posted = head.posted(letter, message_id)
-            if posted is None:  # the id was seen
+            if posted is None:  # the letter was seen
                 if read:
-                    return False
+                    return
                 continue  # in this process's copy: ask the store (a restore may have moved it)
             try:
                 written = await self._profile.compare_and_set(
@@ -281,22 +280,11 @@ class Mailbox:
                 continue
             self._remember_head(thread_id, written, posted)
             await self._seal_full(thread_id, posted)
-            return True
-        return await self._post_atomically(thread_id, letter, message_id)
-
-    async def _post_atomically(
-        self, thread_id: str, letter: LetterOf, message_id: str | None
-    ) -> bool:
-        fresh = [True]
-
-        def add(inbox: InboxData) -> InboxData:
-            posted = inbox.posted(letter, message_id)
-            fresh[0] = posted is not None  # `add` may run again on a retry: the last run counts
-            return inbox if posted is None else posted
-
-        head = await self._profile.update(Inbox, thread_id, add)
+            return
+        head = await self._profile.update(
+            Inbox, thread_id, lambda inbox: inbox.posted(letter, message_id) or inbox
+        )
         await self._seal_full(thread_id, head)
-        return fresh[0]
 
     async def _seal_full(self, thread_id: str, head: InboxData) -> None:
         while len(head.letters) >= PAGE_LETTERS:
@@ -373,14 +361,6 @@ class Mailbox:
 
 
 _INDEX_DIGITS = 12
-
-
-@attrs.define
-class _Turn:
-    """An inbox's line of sends in this process: the lock, and how many hold or wait."""
-
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    users: int = 0
 
 
 def _page(thread_id: str, start: int) -> str:

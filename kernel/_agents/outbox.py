@@ -174,10 +174,10 @@ async def post_following(
     agent_id: str,
     letter: LetterOf,
     message_id: str | None,
-) -> bool:
+) -> None:
     """Post `letter` to the agent's inbox; one a team restore moved is followed to the
     agent's thread as the stored roster has it now. An agent no longer in the roster (a
-    restore dropped it) gets nothing. Returns whether the inbox took the letter anew."""
+    restore dropped it) gets nothing, and a warning says so."""
     record: AgentRecord | None = roster.agents.get(agent_id)
     for _ in range(MOVES):
         if record is None:
@@ -189,9 +189,10 @@ async def post_following(
                     letter.sender,
                     agent_id,
                 )
-                return False
+                return
         try:
-            return await mailbox.post(record.thread_id, letter, message_id)
+            await mailbox.post(record.thread_id, letter, message_id)
+            return
         except InboxMoved:
             record = None  # read the roster again
     raise StateError(
