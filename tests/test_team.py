@@ -1251,3 +1251,25 @@ async def test_a_resumed_run_that_spawns_names_a_new_agent(
             await team.run_until_idle()  # boss hires again, and waits for approval
     helpers = [i for i in teams[-1].list_agents() if i.role == "helper"]
     assert len(helpers) == 2 and len({h.id for h in helpers}) == 2
+
+
+async def test_a_send_to_an_agent_a_restore_elsewhere_dropped_raises_unknown_agent(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    roles = {"a": Role(model=answer_ok)}
+    async with (
+        team_of(stores, roles, team_id="t") as one,
+        team_of(stores, roles, team_id="t") as two,
+    ):
+        one.spawn("a", "task", agent_id="keeper")
+        await one.save_snapshot("before-x")
+        one.spawn("a", "task", agent_id="x")
+        await one.run_until_idle()
+        await two.run_until_idle()  # two knows x
+        await one.restore_snapshot("before-x")  # x is dropped
+        assert await two.send("user", "to keeper", to="keeper") == 1  # followed to its new thread
+        with pytest.raises(UnknownAgent) as raised:
+            await two.send("user", "to x", to="x")  # two's roster is stale: it finds out
+        assert raised.value.agent_id == "x"
+        await one.run_until_idle()
+    assert mail(await history(one, "keeper")) == [("user", "to keeper")]

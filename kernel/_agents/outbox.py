@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Protocol
 
 from .._engine.snapshot import Snapshot
-from .._errors import StateError, StoreError
+from .._errors import StateError, StoreError, UnknownAgent
 from .._values.commands import StateCommand
 from .._values.reserved_keys import (
     MailCursor,
@@ -39,7 +39,7 @@ from .._values.reserved_keys import (
     OutSpawn,
 )
 from .mailbox import Delivery, InboxData, InboxMoved, LetterOf, Mailbox, deliverable
-from .roster import AgentRecord, TeamRoster
+from .roster import TeamRoster
 
 __all__ = ["SENDING", "Outboxes", "SpawnsEntries", "post_following"]
 
@@ -139,7 +139,14 @@ class Outboxes:
             await asyncio.gather(*(self._post_to(agent_id, letter) for agent_id in entry.to))
 
     async def _post_to(self, agent_id: str, letter: LetterOf) -> None:
-        await post_following(self._roster, self.mailbox, agent_id, letter, None)
+        try:
+            await post_following(self._roster, self.mailbox, agent_id, letter, None)
+        except UnknownAgent:  # a restore dropped it since the letter was sent
+            logger.warning(
+                "a letter from %r to agent %r was dropped: the team no longer has it",
+                letter.sender,
+                agent_id,
+            )
 
     # -- collecting, at a step's start ------------------------------------------------------
 
@@ -177,19 +184,12 @@ async def post_following(
 ) -> None:
     """Post `letter` to the agent's inbox; one a team restore moved is followed to the
     agent's thread as the stored roster has it now. An agent no longer in the roster (a
-    restore dropped it) gets nothing, and a warning says so."""
-    record: AgentRecord | None = roster.agents.get(agent_id)
+    restore dropped it) raises `UnknownAgent`."""
+    record = roster.agents.get(agent_id)
     for _ in range(MOVES):
         if record is None:
             await roster.load()
-            record = roster.agents.get(agent_id)
-            if record is None:
-                logger.warning(
-                    "a letter from %r to agent %r was dropped: the team no longer has it",
-                    letter.sender,
-                    agent_id,
-                )
-                return
+            record = roster.record(agent_id)
         try:
             await mailbox.post(record.thread_id, letter, message_id)
             return
