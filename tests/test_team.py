@@ -340,6 +340,8 @@ async def test_a_failing_agent_is_restarted_then_reported_failed_while_the_other
         )
         assert report.agents[b].outcomes == ("failure",) * 3 and report.agents[b].status == "failed"
         assert isinstance(report.agents[b].error, ModelCallFailed)
+        assert report.agents[a].restarts == 0  # recovered: the count starts again
+        assert report.agents[b].restarts == 2
         assert report.agents[c].outcomes == ("success",)
         assert report.failed() == (b,)
         assert always.calls == 3  # the first run and max_restarts=2 more
@@ -997,6 +999,12 @@ async def test_a_letter_saved_but_not_posted_fails_nothing_and_is_posted_later(
             "team 't' has agent 'a' already, of role 'a', not 'b'; choose another agent_id",
         ),
         (lambda t: t.subscribe("a", ""), ValueError, "topic must not be empty"),
+        (
+            lambda t: t.resume("ghost", "call-1", Decision.approve()),
+            UnknownAgent,
+            "team 't' has no agent 'ghost'; its agents are ['a']",
+        ),
+        (lambda t: t.cancel("ghost"), UnknownAgent, "team 't' has no agent 'ghost'"),
     ],
 )
 async def test_a_refused_call_says_what_was_wrong(

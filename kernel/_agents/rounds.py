@@ -330,9 +330,8 @@ class Rounds:
         if self._policy == "on_failure" and current.restarts < self._max_restarts:
             self._live[record.id] = "idle"
             self._restart_due.add(record.id)
-            # (a resumed run that failed waits on nothing any more)
-            restarts = current.restarts + 1
-            await self._roster.change(lambda r: r.changing(record.id, restarts=restarts, held=None))
+            self._found_waiting.discard(record.id)  # a resumed run that failed waits no more
+            await self._roster.change(lambda r: r.restarted(record.id))
             return
         self._live[record.id] = "failed"
         text = "failed" if error is None else cause_text(error)
