@@ -801,22 +801,28 @@ async def test_two_teams_running_one_agent_at_once_supersede_without_failing(
     assert mail(await history(one, agent_id)) == [("user", "hi")]
 
 
+class _ReportsAtRunEnd(Plugin):
+    """The worker's RUN_END hook: it sends through the team the test opened last."""
+
+    id = "report"
+
+    def __init__(self, teams: list[AgentTeam], sender: str, **address: Any) -> None:
+        self.teams, self.sender, self.address = teams, sender, address
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_phase_hook(Phase.RUN_END, self.done)
+
+    async def done(self, ctx: PhaseContext) -> None:
+        if ctx.run.agent_id == "worker":
+            await self.teams[-1].send(self.sender, f"finished {ctx.run.run_id}", **self.address)
+
+
 async def test_a_hook_that_sends_at_run_end_sends_once_through_the_outbox(
     stores: tuple[ProfileStore, ThreadStore],
 ) -> None:
     teams: list[AgentTeam] = []
-
-    class Report(Plugin):
-        id = "report"
-
-        def register(self, registrar: PluginRegistrar) -> None:
-            registrar.register_phase_hook(Phase.RUN_END, self.done)
-
-        async def done(self, ctx: PhaseContext) -> None:
-            if ctx.run.agent_id == "worker":
-                await teams[0].send("worker-hook", f"finished {ctx.run.run_id}", to="boss")
-
-    roles = {"worker": Role(model=answer_ok, plugins=[Report()]), "boss": Role(model=answer_ok)}
+    report = _ReportsAtRunEnd(teams, "worker-hook", to="boss")
+    roles = {"worker": Role(model=answer_ok, plugins=[report]), "boss": Role(model=answer_ok)}
     async with team_of(stores, roles) as team:
         teams.append(team)
         team.spawn("boss", "wait", agent_id="boss")
@@ -1065,18 +1071,8 @@ async def test_letters_a_reopened_team_posts_again_arrive_once(
     """A RUN_END hook's letter stays in the sender's outbox until its next run; a team
     opened anew (another process) posts it again, and the inbox takes it once."""
     teams: list[AgentTeam] = []
-
-    class Report(Plugin):
-        id = "report"
-
-        def register(self, registrar: PluginRegistrar) -> None:
-            registrar.register_phase_hook(Phase.RUN_END, self.done)
-
-        async def done(self, ctx: PhaseContext) -> None:
-            if ctx.run.agent_id == "worker":
-                await teams[-1].send("w", "finished", group="boss")
-
-    roles = {"worker": Role(model=answer_ok, plugins=[Report()]), "boss": Role(model=answer_ok)}
+    report = _ReportsAtRunEnd(teams, "w", group="boss")
+    roles = {"worker": Role(model=answer_ok, plugins=[report]), "boss": Role(model=answer_ok)}
     for _ in range(3):  # the first process, then two more that look at w's outbox afresh
         async with team_of(stores, roles, team_id="t") as team:
             teams.append(team)
@@ -1085,7 +1081,7 @@ async def test_letters_a_reopened_team_posts_again_arrive_once(
             team.spawn("worker", "work", agent_id="w")
             await team.run_until_idle()
     for boss in ("b1", "b2"):
-        assert mail(await history(teams[-1], boss)) == [("w", "finished")]
+        assert mail(await history(teams[-1], boss)) == [("w", "finished t/w:run-1")]
         headers = [m.content.split("\n")[0] for m in await history(teams[-1], boss)]
         assert "[message from w (group boss)]" in headers
 
