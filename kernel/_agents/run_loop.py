@@ -278,8 +278,8 @@ class RunLoop:
 
     async def _commit_outgoing(self, phase: Phase) -> None:
         """Commit the letters and spawns the run made since they were last committed."""
-        if self._team is not None and not self._run.finished:
-            outgoing = self._team.outgoing(self._run.identity.thread_id)
+        if not self._run.finished:
+            outgoing = self._outgoing()
             if outgoing is not None:
                 await self._run.submit(outgoing, source=OUTBOX, phase=phase)
 

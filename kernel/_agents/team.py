@@ -494,13 +494,13 @@ class AgentTeam:
 
         See `Agent.resume`."""
         await self._sync()
-        return await self._rounds.resume(self._record(agent_id), call_id, decision)
+        return await self._rounds.resume(self._roster.record(agent_id), call_id, decision)
 
     async def cancel(self, agent_id: str) -> RunResult:
         """Cancel an agent's run: a waiting agent's suspended run ends with its pending calls
         cancelled; a running one stops at its next safe point (see `Agent.cancel`)."""
         await self._sync()
-        return await self._rounds.cancel(self._record(agent_id))
+        return await self._rounds.cancel(self._roster.record(agent_id))
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -572,6 +572,3 @@ class AgentTeam:
         if record is None:
             raise UnknownAgent(agent_id, self.team_id, self._roster.agents)
         return record
-
-    def _record(self, agent_id: str) -> AgentRecord:
-        return self._roster.record(agent_id)
