@@ -49,7 +49,7 @@ class Address:
     def of(cls, to: str | Iterable[str] | None, group: str | None, topic: str | None) -> Address:
         """The address `send` was given, checked; `StateError` unless exactly one part is
         given, `TypeError` or `ValueError` for a name no store can keep."""
-        if sum(part is not None for part in (to, group, topic)) != 1:
+        if (to is not None) + (group is not None) + (topic is not None) != 1:
             raise StateError(
                 "send needs exactly one address: to=<agent id or ids>, group=<role> or "
                 "topic=<topic>"

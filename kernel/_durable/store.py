@@ -268,7 +268,8 @@ def check_name(label: str, name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{label} must be a string, got {type(name).__name__} {name!r}")
     try:
-        name.encode("utf-8")
+        if not name.isascii():  # (an ASCII string is valid UTF-8; the check is O(1))
+            name.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(
             f"{label} {name!r} is not valid Unicode text: it holds a lone surrogate at index "
