@@ -46,32 +46,57 @@ async def outcome(function: Callable[..., Any], *args: Any) -> Any:
     return result
 
 
-async def through_cancellation(work: Awaitable[T]) -> tuple[T, bool]:
-    """Await `work` to its end even if the caller is cancelled meanwhile; returns its result
-    and whether the caller was cancelled (it then raises `CancelledError` itself, once it
-    took note of the result: late, never lost). For what must not stop half-way: a
-    store save that may commit anyway. `work`'s own failure is raised as it is.
+CANCEL_PATIENCE = 1.0
+"""How long, in seconds, `through_cancellation` still waits for its work once cancelled."""
+
+
+async def through_cancellation(
+    work: Awaitable[T], *, patience: float = CANCEL_PATIENCE
+) -> tuple[T, bool]:
+    """Await `work` to its end even if the caller is cancelled meanwhile, for up to
+    `patience` seconds more; returns its result and whether the caller was cancelled (it
+    then raises `CancelledError` itself, once it took note of the result: late, never
+    lost). For what should not stop half-way: a store save that may commit anyway.
+    `work`'s own failure is raised as it is.
+
+    Work still going `patience` seconds after the cancellation goes on without its caller,
+    who gets `CancelledError` at once, not knowing its outcome: a cancelled caller is never
+    held by a store that stopped answering. Whoever depends on that outcome must read it
+    from the store again (a thread is loaded afresh by its next run).
 
     `work` runs in a task of its own from its first step, so that what it starts (a
     timeout, a task group) belongs to it, not to the caller.
     """
     task = asyncio.ensure_future(work)
-    interrupted = False
+    loop = asyncio.get_running_loop()
+    give_up: float | None = None
     while not task.done():
+        if give_up is not None and loop.time() >= give_up:
+            task.add_done_callback(_consume)  # its failure has no one to go to now
+            raise asyncio.CancelledError
         try:
-            await asyncio.shield(task)
+            if give_up is None:
+                await asyncio.shield(task)
+            else:
+                await asyncio.wait({task}, timeout=give_up - loop.time())
         except asyncio.CancelledError:
             if task.cancelled():
                 break
-            interrupted = True
+            if give_up is None:
+                give_up = loop.time() + patience
         except BaseException:
             break  # the task's own failure, read below
-    if interrupted:  # the caller's cancellation wins over what became of `work`
+    if give_up is not None:  # the caller's cancellation wins over what became of `work`
         if task.cancelled():
             raise asyncio.CancelledError
         if (error := task.exception()) is not None:
             raise asyncio.CancelledError from error
-    return task.result(), interrupted
+    return task.result(), give_up is not None
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def reraise(owner: str, phase: str, error: Exception) -> NoReturn:

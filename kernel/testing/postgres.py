@@ -94,13 +94,17 @@ class PostgresServer:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._pg_ctl("start", "-w", "-t", "60", "-o", options, "-l", str(self.folder / "log"))
 
-    def stop(self) -> None:
-        self._pg_ctl("stop", "-m", "fast", "-w", "-t", "60")
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: `"fast"` cuts open connections and rolls running transactions
+        back; `"immediate"` kills it outright, as a crash would (it recovers on start)."""
+        if mode not in ("fast", "immediate", "smart"):
+            raise ValueError(f"mode must be 'fast', 'immediate' or 'smart', got {mode!r}")
+        self._pg_ctl("stop", "-m", mode, "-w", "-t", "60")
 
-    def restart(self) -> None:
-        """Stop (fast: open connections are cut, running transactions roll back) and start
-        again on the same port, as an operator's `pg_ctl restart` would."""
-        self.stop()
+    def restart(self, mode: str = "fast") -> None:
+        """Stop (see `stop`) and start again on the same port, as an operator's
+        `pg_ctl restart` would."""
+        self.stop(mode)
         self.start()
 
     def log(self) -> str:

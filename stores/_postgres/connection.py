@@ -35,9 +35,11 @@ import asyncio
 import contextlib
 import enum
 import hashlib
+import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
@@ -63,6 +65,8 @@ __all__ = [
     "read_components",
     "refused",
 ]
+
+logger = logging.getLogger("statekernel")
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -90,8 +94,15 @@ _ROLLED_BACK = {
 }
 # The server is going down: a statement may have committed with its answer still unsent.
 _SHUTTING_DOWN = {"57P01", "57P02"}  # admin_shutdown, crash_shutdown
-UNTRACEABLE = f"more than {WRITE_IDS_KEPT} other writes reached the same place since"
-_SETTLE_PATIENCE = 10.0  # seconds to keep asking what became of a write, at least
+UNTRACEABLE = (
+    f"the connection broke before the server answered, and more than {WRITE_IDS_KEPT} other "
+    f"writes reached the same place since"
+)
+_STATEMENT_LOST = {
+    "26000",  # invalid_sql_statement_name: a prepared statement is not on this server connection
+    "42P05",  # duplicate_prepared_statement: another client's is
+}
+_READ_ONLY_SERVER = "25006"  # read_only_sql_transaction
 
 
 @attrs.frozen
@@ -147,6 +158,95 @@ class Write(Protocol[T_co]):
     def settle(self, conn: Any) -> Awaitable[Settled[Any]]: ...
 
 
+@attrs.frozen
+class Clock:
+    """One call's time: the call ends at `limit`'s deadline (`call_timeout`), and transient
+    failures are retried until `retry_until` (`retry_for`), whichever comes first."""
+
+    limit: asyncio.Timeout
+    retry_until: float
+
+    @classmethod
+    def start(cls, call_timeout: float, retry_for: float) -> Clock:
+        now = asyncio.get_running_loop().time()
+        return cls(asyncio.timeout_at(now + call_timeout), now + retry_for)
+
+    def retries_over(self) -> bool:
+        return asyncio.get_running_loop().time() >= self.retry_until
+
+    def settling(self) -> Clock:
+        """Asking what became of a write whose answer was lost goes on until the call's
+        deadline: giving up early would leave its outcome unknown for no reason."""
+        end = self.limit.when()
+        return Clock(self.limit, self.retry_until if end is None else max(end, self.retry_until))
+
+
+@attrs.define
+class _Attempt(Generic[T]):
+    """A write under way; `sent` while a try of it may have reached the server unanswered."""
+
+    operation: str
+    key: str | None
+    write: Write[T]
+    sent: bool = False
+    pid: int | None = None  # the server process of the connection left mid-statement
+
+
+@attrs.frozen
+class _Unsettled:
+    """A write whose call ended (out of time, or cancelled) before its outcome was known."""
+
+    operation: str
+    key: str | None
+    write: Write[Any]
+    pid: int | None
+
+    async def settle(self, conn: Any) -> Settled[Any]:
+        """End the server process that may still hold the write (its bytes delayed, or
+        waiting on a lock), so that it cannot land after it was found not to have; then
+        ask by its write id."""
+        if self.pid is not None:
+            with contextlib.suppress(Exception):  # (not ours to end: a pooler's, a superuser's)
+                await conn.fetchval("SELECT pg_terminate_backend($1)", self.pid)
+                while await conn.fetchval(_BACKEND_ALIVE, self.pid):
+                    await asyncio.sleep(0.02)
+        return await self.write.settle(conn)
+
+
+_BACKEND_ALIVE = "SELECT count(*) > 0 FROM pg_stat_activity WHERE pid = $1"
+
+
+@attrs.define
+class Outage:
+    """The server not answering, said once in the log when it starts and once when it ends,
+    rather than a traceback per failed try."""
+
+    where: str
+    since: float | None = None
+
+    def failed(self, error: BaseException, retry_for: float) -> None:
+        if self.since is not None or _rolled_back(error):  # (an aborted transaction answered)
+            return
+        self.since = time.monotonic()
+        logger.warning(
+            "PostgreSQL at %s is not answering (%s: %s); calls retry for up to %g s",
+            self.where,
+            type(error).__name__,
+            error,
+            retry_for,
+        )
+
+    def answered(self) -> None:
+        if self.since is None:
+            return
+        logger.warning(
+            "PostgreSQL at %s answers again, after %.1f s",
+            self.where,
+            time.monotonic() - self.since,
+        )
+        self.since = None
+
+
 class PostgresConnection:
     """A lazily opened, bounded asyncpg pool on one database, with the component's schema."""
 
@@ -157,7 +257,9 @@ class PostgresConnection:
         *,
         pool_size: int = 10,
         retry_for: float = 30.0,
+        call_timeout: float = 30.0,
         connect_timeout: float = 10.0,
+        statement_cache_size: int | None = None,
         read_only: bool = False,
     ) -> None:
         if not isinstance(dsn, str) or not dsn:
@@ -167,95 +269,237 @@ class PostgresConnection:
             )
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
-        if not isinstance(retry_for, int | float) or retry_for < 0:
-            raise ValueError(f"retry_for must be a number of seconds >= 0, got {retry_for!r}")
+        for name, seconds in (("retry_for", retry_for), ("call_timeout", call_timeout)):
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {seconds!r}")
+        if call_timeout == 0:
+            raise ValueError("call_timeout must be more than 0 seconds: every call needs some")
+        if statement_cache_size is not None and (
+            isinstance(statement_cache_size, bool)
+            or not isinstance(statement_cache_size, int)
+            or statement_cache_size < 0
+        ):
+            raise ValueError(
+                f"statement_cache_size must be an int >= 0 (0 behind PgBouncer's transaction "
+                f"pooling) or None, got {statement_cache_size!r}"
+            )
         self._driver = driver()
         self.dsn = dsn
         self._schema = schema
         self._pool_size = pool_size
         self._retry_for = float(retry_for)
+        self._call_timeout = float(call_timeout)
         self._connect_timeout = connect_timeout
+        self._statement_cache_size = statement_cache_size
         self.read_only = read_only
         self._pool: asyncpg.Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Lock | None = None
+        self._unsettled: list[_Unsettled] = []
+        self._outage = Outage(where=redacted(dsn))
 
-    async def read(
-        self,
-        operation: str,
-        key: str | None,
-        body: Callable[[Any], Awaitable[T]],
-        *,
-        deadline: float | None = None,
+    async def read(self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
+        """Run a read, retried through any transient failure, ended at `call_timeout`."""
+        clock = self._clock()
+        with self._ending(clock, operation, key, None):
+            async with clock.limit:
+                await self._settle_earlier(clock)
+                return await self._read(operation, key, body, clock)
+        raise AssertionError("unreachable: _ending raises")  # pragma: no cover
+
+    async def _read(
+        self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]], clock: Clock
     ) -> T:
-        """Run a read, retried through any transient failure."""
-        if deadline is None:
-            deadline = time.monotonic() + self._retry_for
         pause = 0.01
         while True:
             try:
-                pool = await self._open()
-                async with pool.acquire() as conn:
-                    return await body(conn)
+                result = await self._on_connection(self._in_transaction(body))
             except Exception as error:
-                if not _transient(error) or time.monotonic() >= deadline:
+                if not self._retryable(error) or clock.retries_over():
                     raise _store_error(operation, key, error) from error
+                self._outage.failed(error, self._retry_for)
+            else:
+                self._outage.answered()
+                return result
             pause = await _backoff(pause)
 
     async def write(self, operation: str, key: str | None, write: Write[T]) -> T:
-        """Run a write under the retry policy in the module's docstring."""
+        """Run a write under the retry policy in the module's docstring, ended at
+        `call_timeout`."""
         if self.read_only:
             raise StoreError(
                 operation,
                 PermissionError("the store was opened with read_only=True"),
                 key=key,
             )
-        deadline = time.monotonic() + self._retry_for
+        clock = self._clock()
+        attempt = _Attempt(operation, key, write)
+        with self._ending(clock, operation, key, attempt):
+            async with clock.limit:
+                await self._settle_earlier(clock)
+                return await self._write(attempt, clock)
+        raise AssertionError("unreachable: _ending raises")  # pragma: no cover
+
+    async def _write(self, attempt: _Attempt[T], clock: Clock) -> T:
+        operation, key, write = attempt.operation, attempt.key, attempt.write
         pause = 0.01
         while True:
-            sent = False
             try:
-                pool = await self._open()
-                async with pool.acquire() as conn:
-                    sent = True
-                    return await write.run(conn)
+                result = await self._on_connection(write.run, attempt)
             except UserCodeFailed as failed:
+                attempt.sent = False
                 raise failed.error from None
             except Exception as error:
                 if isinstance(error, StateError):
+                    attempt.sent = False
                     raise
-                if sent and _outcome_unknown(error):
-                    settled = await self._settle(operation, key, write, deadline, error)
+                if attempt.sent and (_outcome_unknown(error) or _statement_lost(error)):
+                    settled = await self._settle(attempt, clock, error)
                     if settled.outcome is Outcome.APPLIED:
+                        self._outage.answered()
                         return settled.result  # type: ignore[return-value]
-                elif not (_rolled_back(error) or (not sent and _transient(error))):
+                elif not (_rolled_back(error) or (not attempt.sent and _transient(error))):
+                    attempt.sent = False
                     raise _store_error(operation, key, error) from error
-                if time.monotonic() >= deadline:  # it certainly did not land
+                attempt.sent = False  # it certainly did not land
+                self._outage.failed(error, self._retry_for)
+                if clock.retries_over():
                     raise StoreError(
                         operation,
                         RuntimeError(f"not applied: {type(error).__name__}: {error}"),
                         key=key,
                     ) from error
+            else:
+                attempt.sent = False
+                self._outage.answered()
+                return result
             pause = await _backoff(pause)
 
-    async def _settle(
-        self, operation: str, key: str | None, write: Write[Any], deadline: float, error: Exception
-    ) -> Settled[Any]:
+    async def _settle(self, attempt: _Attempt[Any], clock: Clock, error: Exception) -> Settled[Any]:
         """What became of a write whose answer was lost; a StoreError saying its outcome is
-        unknown when the database cannot say (or cannot be asked before the deadline)."""
-        why = UNTRACEABLE
+        unknown when the database cannot say (or cannot be asked before the deadline: then
+        the next call asks again)."""
+        operation, key = attempt.operation, attempt.key
         try:
-            settled = await self.read(
-                f"{operation} (checking a lost answer)",
-                key,
-                write.settle,
-                deadline=max(deadline, time.monotonic() + _SETTLE_PATIENCE),
+            settled = await self._read(
+                f"{operation} (checking a lost answer)", key, attempt.write.settle, clock.settling()
             )
         except StoreError:
-            settled, why = Settled(Outcome.UNKNOWN), "the server could not be asked"
+            self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.pid))
+            attempt.sent = False
+            raise outcome_unknown(
+                operation,
+                key,
+                "the connection broke before the server answered, and the server could not "
+                "be asked (the store's next call asks again)",
+            ) from error
         if settled.outcome is Outcome.UNKNOWN:
-            raise outcome_unknown(operation, key, why) from error
+            attempt.sent = False
+            raise outcome_unknown(operation, key, UNTRACEABLE) from error
         return settled
+
+    async def _settle_earlier(self, clock: Clock) -> None:
+        """Ask what became of writes whose calls ended without an answer (a deadline, a
+        cancellation), by their write ids, and say it in the log: never assumed."""
+        while self._unsettled:
+            earlier = self._unsettled[0]
+            try:
+                settled = await self._read(
+                    f"{earlier.operation} (checking an earlier call's outcome)",
+                    earlier.key,
+                    earlier.settle,
+                    clock,
+                )
+            except StateError as error:  # (a save another one took the place of did not land)
+                if isinstance(error, StoreError):
+                    raise
+                settled = Settled(Outcome.NOT_APPLIED)
+            self._unsettled.remove(earlier)  # (only once asked: a failed ask asks again)
+            logger.warning(
+                "PostgreSQL store: the %s whose call ended without an answer was %s",
+                earlier.operation,
+                settled.outcome.value,
+            )
+
+    async def _on_connection(
+        self, work: Callable[[Any], Awaitable[T]], attempt: _Attempt[Any] | None = None
+    ) -> T:
+        """`work` on a pooled connection. A connection left in the middle of a statement (the
+        call's deadline, a cancellation) is closed, not pooled: its answer may still come."""
+        pool = await self._open()
+        conn = await pool.acquire()
+        try:
+            if attempt is not None:
+                attempt.sent = True
+            return await work(conn)
+        except asyncio.CancelledError:
+            if attempt is not None:
+                attempt.pid = conn.get_server_pid()
+            conn.terminate()
+            raise
+        finally:
+            await pool.release(conn)
+
+    def _in_transaction(self, body: Callable[[Any], Awaitable[T]]) -> Callable[[Any], Awaitable[T]]:
+        """A read as it runs on a read-only store: in a read-only transaction (set per
+        transaction, not per session, which a transaction pooler such as PgBouncer refuses)."""
+        if not self.read_only:
+            return body
+
+        async def read_only(conn: Any) -> T:
+            async with conn.transaction(readonly=True):
+                return await body(conn)
+
+        return read_only
+
+    def _retryable(self, error: BaseException) -> bool:
+        if _statement_lost(error):
+            self._behind_transaction_pooler()
+            return True
+        return _transient(error)
+
+    def _behind_transaction_pooler(self) -> None:
+        """A prepared statement vanished between two messages: a transaction pooler (such
+        as PgBouncer) sits in front. From now on, no statement is kept prepared."""
+        if self._statement_cache_size == 0:
+            return
+        logger.warning(
+            "PostgreSQL store at %s: a prepared statement vanished, so a transaction pooler "
+            "(such as PgBouncer) is in front; statements are no longer cached (give "
+            "statement_cache_size=0 to start that way)",
+            self._outage.where,
+        )
+        self._statement_cache_size = 0
+        if self._pool is not None:
+            _abandon(self._pool)
+            self._pool = None
+
+    def _clock(self) -> Clock:
+        return Clock.start(self._call_timeout, self._retry_for)
+
+    @contextlib.contextmanager
+    def _ending(
+        self, clock: Clock, operation: str, key: str | None, attempt: _Attempt[Any] | None
+    ) -> Iterator[None]:
+        """A call that ran out of `call_timeout` (or was cancelled) with a write in flight
+        leaves that write to be settled by the next call."""
+        try:
+            yield
+        except TimeoutError as error:
+            if not clock.limit.expired():
+                raise
+            why = f"no answer within call_timeout ({self._call_timeout:g} s)"
+            if attempt is not None and attempt.sent:
+                self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.pid))
+                raise outcome_unknown(
+                    operation, key, f"{why}; the store's next call asks what became of it"
+                ) from error
+            outcome = "" if attempt is None else "not applied: "
+            raise StoreError(operation, TimeoutError(f"{outcome}{why}"), key=key) from error
+        except asyncio.CancelledError:
+            if attempt is not None and attempt.sent:
+                self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.pid))
+            raise
 
     async def close(self) -> None:
         """Close the pool's connections; the store reopens them on next use."""
@@ -278,20 +522,23 @@ class PostgresConnection:
             self._loop = loop
         async with self._opening:
             if self._pool is None:
+                cache = self._statement_cache_size
                 pool = await self._driver.create_pool(
                     self.dsn,
-                    min_size=1,
+                    # No floor: asyncpg would keep reopening it through an outage, with a
+                    # traceback in the log each time (the calls' own retries say it once).
+                    min_size=0,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout,
                     command_timeout=None,
                     reset=_keep_session,
-                    # Read-only: the server itself refuses any write, whatever runs.
-                    server_settings=_READ_ONLY if self.read_only else None,
+                    **({} if cache is None else {"statement_cache_size": cache}),
                 )
                 try:
                     async with pool.acquire() as conn:
                         if self.read_only:
-                            await _check_read_only(conn, self._schema)
+                            async with conn.transaction(readonly=True):
+                                await _check_read_only(conn, self._schema)
                         else:
                             await _ensure_schema(conn, self._schema)
                 except BaseException:
@@ -299,9 +546,6 @@ class PostgresConnection:
                     raise
                 self._pool = pool
         return self._pool
-
-
-_READ_ONLY = {"default_transaction_read_only": "on"}
 
 
 async def components(conn: Any) -> dict[str, int]:
@@ -322,13 +566,14 @@ async def components(conn: Any) -> dict[str, int]:
 async def read_components(dsn: str, *, timeout: float = 10.0) -> dict[str, int]:
     """`components` of the database at `dsn`, on one read-only connection."""
     try:
-        conn = await driver().connect(dsn, timeout=timeout, server_settings=_READ_ONLY)
+        conn = await driver().connect(dsn, timeout=timeout, statement_cache_size=0)
     except Exception as error:
         raise StoreNotOpened("read-only open", error) from error
     try:
-        return await components(conn)
+        async with conn.transaction(readonly=True):
+            return await components(conn)
     finally:
-        await conn.close()
+        conn.terminate()
 
 
 async def _check_read_only(conn: Any, schema: Schema) -> None:
@@ -343,6 +588,11 @@ async def _check_read_only(conn: Any, schema: Schema) -> None:
 
 
 async def _ensure_schema(conn: Any, schema: Schema) -> None:
+    """Create or migrate the component's tables, only when they are missing or older: a
+    database already at this version is only read, so that a read-only server (a replica, a
+    demoted primary) opens."""
+    if await _current_version(conn, schema.component) == schema.version:
+        return
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
         await conn.execute(_SCHEMA_TABLE)
@@ -375,6 +625,16 @@ async def _ensure_schema(conn: Any, schema: Schema) -> None:
                 schema.component,
                 schema.version,
             )
+
+
+async def _current_version(conn: Any, component: str) -> int | None:
+    """The component's schema version in the database, None when it has none (yet)."""
+    if await conn.fetchval("SELECT to_regclass('statekernel_schema') IS NULL"):
+        return None
+    found = await conn.fetchval(
+        "SELECT version FROM statekernel_schema WHERE component = $1", component
+    )
+    return None if found is None else int(found)
 
 
 def _abandon(pool: asyncpg.Pool) -> None:
@@ -414,8 +674,8 @@ def outcome_unknown(operation: str, key: str | None, why: str) -> StoreError:
     return StoreError(
         operation,
         RuntimeError(
-            f"outcome unknown: the connection broke before the server answered, and {why}, "
-            f"so this write may or may not have landed: read it back before writing it again"
+            f"outcome unknown: {why}, so this write may or may not have landed: read it back "
+            f"before writing it again"
         ),
         key=key,
     )
@@ -450,6 +710,12 @@ def _outcome_unknown(error: BaseException) -> bool:
     )
 
 
+def _statement_lost(error: BaseException) -> bool:
+    """A prepared statement was not where the client left it: a transaction pooler in front
+    gave the next message another server connection. The statement did not run."""
+    return getattr(error, "sqlstate", None) in _STATEMENT_LOST
+
+
 def _rolled_back(error: BaseException) -> bool:
     return getattr(error, "sqlstate", None) in _ROLLED_BACK
 
@@ -457,7 +723,28 @@ def _rolled_back(error: BaseException) -> bool:
 def _store_error(operation: str, key: str | None, error: BaseException) -> BaseException:
     if isinstance(error, StateError):
         return error
+    if getattr(error, "sqlstate", None) == _READ_ONLY_SERVER:
+        error = PermissionError(
+            f"the server is read-only (a replica, a demoted primary, or "
+            f"default_transaction_read_only is on), so it refused the write ({error}); send "
+            f"writes to the primary"
+        )
     return StoreError(operation, error, key=key)
+
+
+def redacted(dsn: str) -> str:
+    """Where `dsn` points (host, port, database), without its password or other secrets,
+    for messages and logs."""
+    if "://" in dsn:
+        parts = urllib.parse.urlsplit(dsn)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        return f"{host}{port}{parts.path or ''}"
+    pairs = dict(
+        item.split("=", 1) for item in dsn.split() if "=" in item and not item.startswith("=")
+    )
+    port = f":{pairs['port']}" if "port" in pairs else ""
+    return f"{pairs.get('host', 'localhost')}{port}/{pairs.get('dbname', '')}"
 
 
 async def _backoff(pause: float) -> float:

@@ -149,11 +149,16 @@ class PostgresProfileStore(ClosingStore):
     - `pool_size` bounds this store's connections.
     - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
       broken connection) is retried before a `StoreError`; a write is never applied twice.
+    - `call_timeout` is how long, in seconds, any one call may take, retries included, even
+      on a connection that stops answering: then it raises `StoreError` saying whether the
+      write was applied, not applied, or is unknown (asked again by the store's next call).
+    - `statement_cache_size` is asyncpg's: None keeps its default until a transaction
+      pooler (PgBouncer) is detected, then 0; give 0 behind one to start that way.
     - `max_value_bytes` (16 MiB by default) refuses larger values (as encoded JSON) with
       `StoreError` before any write.
-    - `read_only=True` creates, migrates and writes nothing (connections are opened with
-      `default_transaction_read_only`, and a write raises `StoreError`); a database without
-      this store's table at this statekernel's schema version is refused.
+    - `read_only=True` creates, migrates and writes nothing (each read runs in a read-only
+      transaction, and a write raises `StoreError`); a database without this store's table
+      at this statekernel's schema version is refused.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -164,11 +169,19 @@ class PostgresProfileStore(ClosingStore):
         *,
         pool_size: int = 10,
         retry_for: float = 30.0,
+        call_timeout: float = 30.0,
+        statement_cache_size: int | None = None,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         read_only: bool = False,
     ) -> None:
         self._db = PostgresConnection(
-            dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for, read_only=read_only
+            dsn,
+            _SCHEMA,
+            pool_size=pool_size,
+            retry_for=retry_for,
+            call_timeout=call_timeout,
+            statement_cache_size=statement_cache_size,
+            read_only=read_only,
         )
         self._max_value_bytes = max_value_bytes
         self._writing: dict[tuple[str, str], _Turn] = {}
@@ -471,6 +484,7 @@ class _Update:
     async def run(self, conn: Any) -> Entry:
         namespace, key = self.namespace, self.key
         while True:
+            self.read_version.clear()  # (a try that fails before its read wrote nothing)
             async with conn.transaction():
                 row = await conn.fetchrow(_LOCK, namespace, key)
                 old = None
@@ -500,7 +514,9 @@ class _Update:
             version, updated_at = landed
             entry = Entry(self.namespace, self.key, self.written[0], version, updated_at)
             return Settled(Outcome.APPLIED, entry)
-        read = self.read_version[0] if self.read_version else 0
+        if not self.read_version:  # the last try failed before its read: it wrote nothing
+            return Settled(Outcome.NOT_APPLIED)
+        read = self.read_version[0]
         current = _version(row) or 0
         if current - read < WRITE_IDS_KEPT:
             return Settled(Outcome.NOT_APPLIED)  # it would still hold this write's id

@@ -268,16 +268,34 @@ class PostgresThreadStore(ClosingStore):
     - `pool_size` bounds this store's connections.
     - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
       broken connection) is retried before a `StoreError`.
-    - `read_only=True` creates, migrates and writes nothing (connections are opened with
-      `default_transaction_read_only`, and a write raises `StoreError`); a database without
-      this store's tables at this statekernel's schema version is refused.
+    - `call_timeout` is how long, in seconds, any one call may take, retries included, even
+      on a connection that stops answering: then it raises `StoreError` saying whether the
+      save was applied, not applied, or is unknown (asked again by the store's next call).
+    - `statement_cache_size` is asyncpg's: None keeps its default until a transaction
+      pooler (PgBouncer) is detected, then 0; give 0 behind one to start that way.
+    - `read_only=True` creates, migrates and writes nothing (each read runs in a read-only
+      transaction, and a write raises `StoreError`); a database without this store's tables
+      at this statekernel's schema version is refused.
     """
 
     def __init__(
-        self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0, read_only: bool = False
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 10,
+        retry_for: float = 30.0,
+        call_timeout: float = 30.0,
+        statement_cache_size: int | None = None,
+        read_only: bool = False,
     ) -> None:
         self._db = PostgresConnection(
-            dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for, read_only=read_only
+            dsn,
+            _SCHEMA,
+            pool_size=pool_size,
+            retry_for=retry_for,
+            call_timeout=call_timeout,
+            statement_cache_size=statement_cache_size,
+            read_only=read_only,
         )
         # At most `_IN_FLIGHT` batches of saves at a time (see group_commit).
         self._saves: GroupCommit[_Save, None] = GroupCommit(

@@ -1,0 +1,330 @@
+"""PostgreSQL stores under the faults a production server meets, on real components: a
+throwaway server of this module's own (restarted with `-m immediate`, stopped for seconds,
+made read-only, out of connections), a TCP proxy of the tests' own that stops forwarding,
+and Debian's PgBouncer in front in transaction and session pooling.
+
+What every test holds: no acknowledged write lost, none applied twice, no false error, no
+call longer than its deadline plus a second, a cancel that returns within a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from pgbouncer import HOW_TO_INSTALL as HOW_TO_INSTALL_PGBOUNCER
+from pgbouncer import find_pgbouncer, throwaway_pgbouncer
+from tcp_proxy import tcp_proxy
+
+from statekernel import (
+    Agent,
+    InferenceRequest,
+    InferenceResponse,
+    Kernel,
+    Message,
+    StoreError,
+)
+from statekernel.stores import PostgresProfileStore, PostgresThreadStore
+from statekernel.testing.postgres import (
+    HOW_TO_INSTALL,
+    PostgresServer,
+    find_binaries,
+    throwaway_postgres,
+)
+
+REQUIRE_POSTGRES = os.environ.get("STATEKERNEL_REQUIRE_POSTGRES") == "1"
+REQUIRE_PGBOUNCER = os.environ.get("STATEKERNEL_REQUIRE_PGBOUNCER") == "1"
+_databases = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PostgresServer]:
+    """A server of this module's own: its tests restart and stop it. Durable (fsync and
+    synchronous commit on): a crash must lose nothing acknowledged."""
+    if find_binaries() is None:
+        message = f"PostgreSQL is not installed here: {HOW_TO_INSTALL}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(message)
+        pytest.skip(message)
+    with throwaway_postgres(durable=True) as made:
+        yield made
+
+
+async def fresh_database(server: PostgresServer, *, port: int | None = None) -> str:
+    """A new, empty database on `server`; its DSN, through `port` when given (a proxy's)."""
+    import asyncpg
+
+    name = f"faults_{os.getpid()}_{next(_databases)}"
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    return f"postgresql://postgres@127.0.0.1:{port or server.port}/{name}"
+
+
+async def model(request: InferenceRequest) -> InferenceResponse:
+    return InferenceResponse("ok")
+
+
+async def said(agent: Agent, thread_id: str) -> list[str]:
+    """What the user said in the thread, as its stored history holds it."""
+    state = await agent.kernel.get_state(thread_id)
+    history: tuple[Message, ...] = tuple(state.to_dict()["statekernel.messages"])
+    return [m.content for m in history if m.role == "user"]
+
+
+async def test_a_call_on_a_connection_that_stops_answering_ends_at_its_deadline(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    dsn = await fresh_database(server)
+    async with tcp_proxy(server.port) as proxy:
+        through = dsn.replace(f":{server.port}/", f":{proxy.port}/")
+        async with PostgresProfileStore(through, call_timeout=2, retry_for=1) as store:
+            await store.set("ns", "k", 1)
+            proxy.stall()
+            # On the pooled connection, which stops answering once the write is sent:
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="outcome unknown") as raised:
+                await store.set("ns", "k", 2)
+            assert time.monotonic() - start <= 2 + 1
+            assert "next call asks what became of it" in str(raised.value)
+            # On a new connection, which the stalled network never opens:
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="call_timeout"):
+                await store.get("ns", "k")
+            assert time.monotonic() - start <= 2 + 1
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="not applied: no answer within call_timeout"):
+                await store.set("ns", "other", 1)
+            assert time.monotonic() - start <= 2 + 1
+            proxy.resume()  # the held bytes of the abandoned write now reach the server
+            with caplog.at_level(logging.WARNING, logger="statekernel"):
+                entry = await store.get("ns", "k")
+    settled = [r.getMessage() for r in caplog.records if "without an answer was" in r.getMessage()]
+    assert len(settled) == 1
+    # What the log says became of the write is what the store holds, now and later.
+    expected = 2 if settled[0].endswith("was applied") else 1
+    assert settled[0].endswith(("was applied", "was not applied"))
+    assert entry is not None and entry.value == expected
+    async with PostgresProfileStore(dsn) as again:
+        await asyncio.sleep(0.5)
+        later = await again.get("ns", "k")
+        assert later is not None and later.value == expected
+
+
+async def test_a_cancelled_save_returns_within_a_second(server: PostgresServer) -> None:
+    dsn = await fresh_database(server)
+
+    async with tcp_proxy(server.port) as proxy:
+        through = dsn.replace(f":{server.port}/", f":{proxy.port}/")
+        store = PostgresThreadStore(through, call_timeout=30)
+        async with store:
+            agent = Agent([], model, thread_store=store)
+            await agent.run("t", ["first"])
+            proxy.stall()
+            task = asyncio.create_task(agent.run("t", ["second"]))
+            await asyncio.sleep(0.5)  # it waits on the stalled store
+            assert not task.done()
+            start = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - start <= 1.0 + 0.5
+            proxy.resume()
+            # The next run settles what became of the cancelled one: nothing lost, nothing
+            # twice, and the thread verifies.
+            result = await agent.run("t", ["third"])
+            assert result.outcome == "success"
+            texts = await said(agent, "t")
+            assert texts[0] == "first" and texts[-1] == "third"
+            assert texts.count("second") <= 1
+    async with PostgresThreadStore(dsn) as reader:
+        report = await Kernel([], thread_store=reader).verify("t")
+        assert report.ok, report
+
+
+async def test_updates_after_a_restart_raise_no_false_errors(server: PostgresServer) -> None:
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn, retry_for=30, call_timeout=40) as store:
+        for _round in range(3):
+            for _ in range(12):
+                await store.update("ns", "counter", lambda e: (e.value if e else 0) + 1)
+            await asyncio.to_thread(server.restart, "immediate")
+        entry = await store.get("ns", "counter")
+        assert entry is not None and entry.value == 36
+
+
+async def test_writers_through_a_crash_and_a_stopped_server(server: PostgresServer) -> None:
+    """Profile updaters and agents keep writing while the server crashes (`-m immediate`)
+    and then stays stopped for 3 s: every acknowledged write is there once, and no call
+    fails (each is retried within its `retry_for`)."""
+    dsn = await fresh_database(server)
+    stop = asyncio.Event()
+    acknowledged: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    async def updater(store: PostgresProfileStore, name: str) -> None:
+        while not stop.is_set():
+            try:
+                await store.update("ns", name, lambda e: (e.value if e else 0) + 1)
+            except StoreError as error:
+                errors.append(error)
+                return
+            acknowledged[name] = acknowledged.get(name, 0) + 1
+
+    async def talker(agent: Agent, thread: str) -> None:
+        while not stop.is_set():
+            try:
+                await agent.run(thread, [f"m{acknowledged.get(thread, 0)}"])
+            except StoreError as error:
+                errors.append(error)
+                return
+            acknowledged[thread] = acknowledged.get(thread, 0) + 1
+
+    async with (
+        PostgresProfileStore(dsn, retry_for=30, call_timeout=40) as profiles,
+        PostgresThreadStore(dsn, retry_for=30, call_timeout=40) as threads,
+    ):
+        agent = Agent([], model, thread_store=threads)
+        workers = [asyncio.create_task(updater(profiles, f"c{n}")) for n in range(3)]
+        workers += [asyncio.create_task(talker(agent, f"t{n}")) for n in range(2)]
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(server.restart, "immediate")
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(server.stop, "immediate")
+        await asyncio.sleep(3)
+        await asyncio.to_thread(server.start)
+        await asyncio.sleep(1)
+        stop.set()
+        await asyncio.gather(*workers)
+        assert errors == []
+        for n in range(3):
+            entry = await profiles.get("ns", f"c{n}")
+            assert entry is not None and entry.value == acknowledged[f"c{n}"]
+        for n in range(2):
+            users = await said(agent, f"t{n}")
+            assert users == [f"m{k}" for k in range(acknowledged[f"t{n}"])]
+            assert (await agent.kernel.verify(f"t{n}")).ok
+
+
+async def test_a_read_only_server_is_readable_and_refuses_writes_by_name(
+    server: PostgresServer,
+) -> None:
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn) as profiles, PostgresThreadStore(dsn) as threads:
+        await profiles.set("ns", "k", 1)
+        await (await Kernel([], thread_store=threads).start_run("t")).finish()
+    database = dsn.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        await conn.execute(f"ALTER DATABASE {database} SET default_transaction_read_only = on")
+    finally:
+        await conn.close()
+    # Ordinary stores (not read_only=True), as an app pointed at a replica opens them.
+    async with PostgresProfileStore(dsn) as profiles, PostgresThreadStore(dsn) as threads:
+        entry = await profiles.get("ns", "k")
+        assert entry is not None and entry.value == 1
+        assert await threads.threads() == ["t"]
+        with pytest.raises(StoreError, match="read-only"):
+            await profiles.set("ns", "k", 2)
+    async with PostgresProfileStore(dsn, read_only=True) as reader:
+        entry = await reader.get("ns", "k")
+        assert entry is not None and entry.value == 1
+
+
+async def test_calls_wait_for_a_free_connection_when_the_server_has_none(
+    server: PostgresServer,
+) -> None:
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    admin = await asyncpg.connect(server.dsn)
+    try:
+        await admin.execute("DROP ROLE IF EXISTS few; CREATE ROLE few LOGIN CONNECTION LIMIT 2")
+        database = dsn.rsplit("/", 1)[1]
+        await admin.execute(f"GRANT ALL ON DATABASE {database} TO few")
+        await admin.execute(f"ALTER DATABASE {database} OWNER TO few")
+    finally:
+        await admin.close()
+    few = dsn.replace("postgres@", "few@")
+    async with PostgresProfileStore(few) as store:  # its tables made
+        await store.set("ns", "k", 0)
+    held = [await asyncpg.connect(few) for _ in range(2)]  # every connection it may have
+    try:
+        async with PostgresProfileStore(few, retry_for=20, call_timeout=30) as store:
+            call = asyncio.create_task(store.update("ns", "k", lambda e: e.value + 1))
+            await asyncio.sleep(1)
+            assert not call.done()  # waiting, not failing
+            await held.pop().close()
+            entry = await call
+            assert entry.value == 1
+        async with PostgresProfileStore(few, retry_for=1, call_timeout=2) as store:
+            await held.pop().close()
+            held.append(await asyncpg.connect(few))
+            held.append(await asyncpg.connect(few))
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="not applied"):
+                await store.set("ns", "k", 5)
+            assert time.monotonic() - start <= 2 + 1
+    finally:
+        for conn in held:
+            await conn.close()
+
+
+@pytest.fixture
+def pgbouncer() -> str:
+    found = find_pgbouncer()
+    if found is None:
+        message = f"PgBouncer is not installed here: {HOW_TO_INSTALL_PGBOUNCER}"
+        if REQUIRE_PGBOUNCER:
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+async def test_the_stores_work_behind_pgbouncer(
+    server: PostgresServer, pgbouncer: str, mode: str
+) -> None:
+    dsn = await fresh_database(server)
+    database = dsn.rsplit("/", 1)[1]
+
+    # In session pooling a client's connection holds a server connection while it is open,
+    # so the pooler needs as many as the stores' pools together (10 each by default); in
+    # transaction pooling a few serve them all.
+    pool_size = 4 if mode == "transaction" else 20
+    with throwaway_pgbouncer(pgbouncer, server.port, database, mode, pool_size) as pooled:
+        async with (
+            PostgresProfileStore(pooled) as profiles,
+            PostgresThreadStore(pooled) as threads,
+        ):
+            agent = Agent([], model, thread_store=threads)
+
+            async def counter(name: str) -> None:
+                for _ in range(20):
+                    await profiles.update("ns", name, lambda e: (e.value if e else 0) + 1)
+
+            async def talk(thread: str) -> None:
+                for k in range(5):
+                    await agent.run(thread, [f"m{k}"])
+
+            await asyncio.gather(
+                *(counter(f"c{n}") for n in range(4)),
+                *(talk(f"t{n}") for n in range(4)),
+                *(profiles.set("ns", f"s{n}", n) for n in range(20)),
+            )
+            for n in range(4):
+                entry = await profiles.get("ns", f"c{n}")
+                assert entry is not None and entry.value == 20
+                assert await said(agent, f"t{n}") == [f"m{k}" for k in range(5)]
+        async with PostgresThreadStore(pooled, read_only=True) as reader:
+            assert await reader.threads() == [f"t{n}" for n in range(4)]
+            assert (await Kernel([], thread_store=reader).verify("t0")).ok
