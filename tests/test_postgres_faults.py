@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -290,10 +293,14 @@ def pgbouncer() -> str:
     return found
 
 
-@pytest.mark.parametrize("mode", ["transaction", "session"])
+@pytest.mark.parametrize(
+    ("mode", "cache"), [("transaction", None), ("transaction", 0), ("session", None)]
+)
 async def test_the_stores_work_behind_pgbouncer(
-    server: PostgresServer, pgbouncer: str, mode: str
+    server: PostgresServer, pgbouncer: str, mode: str, cache: int | None
 ) -> None:
+    """With `statement_cache_size` left alone (the pooler is detected on the first missing
+    statement) or set to 0 as the docs advise."""
     dsn = await fresh_database(server)
     database = dsn.rsplit("/", 1)[1]
 
@@ -303,8 +310,8 @@ async def test_the_stores_work_behind_pgbouncer(
     pool_size = 4 if mode == "transaction" else 20
     with throwaway_pgbouncer(pgbouncer, server.port, database, mode, pool_size) as pooled:
         async with (
-            PostgresProfileStore(pooled) as profiles,
-            PostgresThreadStore(pooled) as threads,
+            PostgresProfileStore(pooled, statement_cache_size=cache) as profiles,
+            PostgresThreadStore(pooled, statement_cache_size=cache) as threads,
         ):
             agent = Agent([], model, thread_store=threads)
 
@@ -328,3 +335,49 @@ async def test_the_stores_work_behind_pgbouncer(
         async with PostgresThreadStore(pooled, read_only=True) as reader:
             assert await reader.threads() == [f"t{n}" for n in range(4)]
             assert (await Kernel([], thread_store=reader).verify("t0")).ok
+        # The command line opens read-only stores: through the pooler too.
+        listed = []
+        for command in (["verify", pooled, "--thread", "t1"], ["threads", pooled, "--json"]):
+            done = subprocess.run(
+                [sys.executable, "-m", "statekernel", *command],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            listed = (
+                [row["thread_id"] for row in json.loads(done.stdout)] if "--json" in command else []
+            )
+        assert listed == [f"t{n}" for n in range(4)]
+
+
+async def test_a_write_blocked_by_another_sessions_lock_ends_and_never_lands_late(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1) as store:
+        await store.set("ns", "k", 1)
+        other = await asyncpg.connect(dsn)
+        try:
+            locking = other.transaction()
+            await locking.start()
+            await other.execute(
+                "SELECT * FROM statekernel_profile_entries WHERE key = 'k' FOR UPDATE"
+            )
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="outcome unknown"):
+                await store.update("ns", "k", lambda e: e.value + 1)
+            assert time.monotonic() - start <= 2 + 1
+            with caplog.at_level(logging.WARNING, logger="statekernel"):
+                entry = await store.get("ns", "k")  # ends the blocked process, then asks
+            await locking.commit()  # the lock goes: a write still waiting would land now
+        finally:
+            await other.close()
+        await asyncio.sleep(0.3)
+        assert entry is not None and entry.value == 1
+        again = await store.get("ns", "k")
+        assert again is not None and again.value == 1
+    assert any(r.getMessage().endswith("was not applied") for r in caplog.records)

@@ -225,8 +225,8 @@ class Outage:
     since: float | None = None
 
     def failed(self, error: BaseException, retry_for: float) -> None:
-        if self.since is not None or _rolled_back(error):  # (an aborted transaction answered)
-            return
+        if self.since is not None or _rolled_back(error) or _statement_lost(error):
+            return  # (the server answered: it aborted a transaction, or lacks a statement)
         self.since = time.monotonic()
         logger.warning(
             "PostgreSQL at %s is not answering (%s: %s); calls retry for up to %g s",
@@ -296,6 +296,7 @@ class PostgresConnection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Lock | None = None
         self._unsettled: list[_Unsettled] = []
+        self._closing: set[asyncio.Task[None]] = set()  # pools given up, closing gracefully
         self._outage = Outage(where=redacted(dsn))
 
     async def read(self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
@@ -470,9 +471,10 @@ class PostgresConnection:
             self._outage.where,
         )
         self._statement_cache_size = 0
-        if self._pool is not None:
-            _abandon(self._pool)
-            self._pool = None
+        if self._pool is not None:  # calls on it finish there; new ones take a new pool
+            old, self._pool = self._pool, None
+            self._closing.add(asyncio.get_running_loop().create_task(old.close()))
+            self._closing = {task for task in self._closing if not task.done()}
 
     def _clock(self) -> Clock:
         return Clock.start(self._call_timeout, self._retry_for)
@@ -504,6 +506,9 @@ class PostgresConnection:
     async def close(self) -> None:
         """Close the pool's connections; the store reopens them on next use."""
         pool, self._pool = self._pool, None
+        closing, self._closing = self._closing, set()
+        if self._loop is asyncio.get_running_loop():
+            await asyncio.gather(*closing, return_exceptions=True)
         if pool is not None:
             if self._loop is asyncio.get_running_loop():
                 await pool.close()
