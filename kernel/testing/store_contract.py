@@ -44,6 +44,7 @@ the input and what the store did with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -69,6 +70,7 @@ from .._errors import (
     RevisionConflict,
     StateValidationError,
     StoreError,
+    UnknownThread,
     VersionConflict,
 )
 from .._host.kernel import Kernel
@@ -148,6 +150,14 @@ async def _commits(kernel: Kernel, thread_id: str, count: int, *, every: int = 0
         if every and (index + 1) % every == 0:
             await run.checkpoint()
     await run.finish()
+
+
+async def _count(kernel: Kernel, thread_id: str) -> int:
+    """The thread's `_Count` (0 while no save of it landed)."""
+    try:
+        return (await kernel.get_state(thread_id)).get(_Count)
+    except UnknownThread:
+        return 0
 
 
 @_MARK
@@ -411,6 +421,54 @@ class ThreadStoreContract:
         await exclusive.finish()
         with pytest.raises(RevisionConflict):
             await other.finish()
+
+    async def test_a_save_cut_by_its_callers_deadline_lands_whole_or_not_at_all(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """A caller whose own deadline ends a save (`asyncio.wait_for`, `asyncio.timeout`)
+        leaves the thread as before the save or as after it, and the store usable: the same
+        save sent again from the same position either lands or names the first one's
+        landing as a conflict."""
+        for limit in (0, 0.0001, 0.001, 0.01, 0.1):
+            state = await thread_store.load("t")
+            position, revision = (0, 0) if state is None else (state.position, state.revision)
+            save = _save("t", revision + 1, revision + 2, Chain())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    thread_store.save("t", save, expected_position=position), limit
+                )
+            with contextlib.suppress(RevisionConflict):
+                await thread_store.save("t", save, expected_position=position)
+            state = await thread_store.load("t")
+            assert state is not None and state.revision == revision + 2
+            records = await thread_store.records("t")
+            assert [r.revision for r in records] == list(range(1, revision + 3))
+
+    async def test_a_run_cancelled_while_it_saves_loses_nothing_and_keeps_the_thread_whole(
+        self, thread_store: ThreadStore
+    ) -> None:
+        """Cancelled at any point of its final save, a run's commits are in the thread whole
+        or not at all; the thread verifies, and the next run on it lands."""
+        total = 0
+        for turns in range(8):  # cancel after this many turns of the event loop
+            run = await Kernel([_Keys()], thread_store=thread_store).start_run("t")
+            for _ in range(3):
+                await run.submit(StateCommand().update(_Count, 1))
+            finishing = asyncio.ensure_future(run.finish())
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            finishing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await finishing
+            reader = Kernel([_Keys()], thread_store=thread_store)
+            assert await _count(reader, "t") in (total, total + 3)
+            after = await Kernel([_Keys()], thread_store=thread_store).start_run("t")
+            await after.submit(StateCommand().update(_Count, 1))
+            await after.finish()  # (it rebases over a cancelled save that landed meanwhile)
+            now = await _count(reader, "t")
+            assert now in (total + 1, total + 4)
+            assert (await reader.verify("t")).ok
+            total = now
 
 
 @_MARK
