@@ -58,6 +58,7 @@ from .connection import (
     outcome_unknown,
     refused,
 )
+from .dsn import as_uri, redacted
 from .group_commit import GroupCommit
 
 __all__ = ["PostgresThreadStore"]
@@ -264,7 +265,9 @@ class PostgresThreadStore(ClosingStore):
     its DSN) with a `PostgresProfileStore`. It `SupportsHead` and `SupportsRunEvents`. See
     [PostgreSQL](postgres.md).
 
-    - `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    - `dsn` is a libpq URI (`postgresql://user:password@host/db`) or `key=value` string
+      (`host=db.internal dbname=agents user=agent password=...`). The store's repr shows
+      it without its password.
     - `pool_size` bounds this store's connections.
     - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
       broken connection) is retried before a `StoreError`.
@@ -276,8 +279,9 @@ class PostgresThreadStore(ClosingStore):
     def __init__(
         self, dsn: str, *, pool_size: int = 10, retry_for: float = 30.0, read_only: bool = False
     ) -> None:
+        self._dsn = dsn
         self._db = PostgresConnection(
-            dsn, _SCHEMA, pool_size=pool_size, retry_for=retry_for, read_only=read_only
+            as_uri(dsn), _SCHEMA, pool_size=pool_size, retry_for=retry_for, read_only=read_only
         )
         # At most `_IN_FLIGHT` batches of saves at a time (see group_commit).
         self._saves: GroupCommit[_Save, None] = GroupCommit(
@@ -291,8 +295,11 @@ class PostgresThreadStore(ClosingStore):
 
     @property
     def dsn(self) -> str:
-        """The DSN the store connects to."""
-        return self._db.dsn
+        """The DSN the store connects to, as it was given (password included)."""
+        return self._dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresThreadStore({redacted(self._dsn)!r})"
 
     async def head(self, thread_id: str) -> ThreadHead | None:
         check_thread_id(thread_id)
