@@ -435,8 +435,9 @@ class StoreNotOpened(StoreError):
     """A store could not be opened as asked. Nothing was read or written.
 
     Raised for no such file (opened read-only, none was made), a file or database that is
-    not a statekernel store, tables of a schema version this one does not read as it is, or
-    a server that cannot be reached.
+    not a statekernel store, tables of a schema version this one does not read as it is, a
+    file on read-only media (or not writable by this user) opened for writing, a DSN that
+    cannot be read, or a server that cannot be reached.
 
     Also a `StoreError`, with its attributes: `operation`, `key`, `cause`.
     """

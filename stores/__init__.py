@@ -11,6 +11,7 @@ from statekernel import ProfileStore, Stores, ThreadStore
 from ._location import embedded, open_stores, stored_components
 from ._memory import MemoryProfileStore, MemoryThreadStore
 from ._postgres import PostgresProfileStore, PostgresThreadStore
+from ._postgres.dsn import redacted
 from ._sqlite import SqliteProfileStore, SqliteThreadStore
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "ThreadStore",
     "embedded",
     "open_stores",
+    "redacted",
     "stored_components",
 ]

@@ -1,4 +1,5 @@
-"""Where stores live, named by one string: a SQLite file's path or a PostgreSQL DSN.
+"""Where stores live, named by one string: a SQLite file's path or a PostgreSQL DSN (a
+`postgresql://` URI or libpq `key=value` pairs).
 
 A program is usually given "a database", not a store class: `open_stores` opens both
 stores of the matching backend there as one `Stores`, and `embedded` is the default home of
@@ -16,12 +17,12 @@ from statekernel import ProfileStore, Stores, ThreadStore
 
 from ._postgres import PostgresProfileStore, PostgresThreadStore
 from ._postgres.connection import read_components as postgres_components
+from ._postgres.dsn import as_uri, is_dsn
 from ._sqlite import SqliteProfileStore, SqliteThreadStore
 from ._sqlite.connection import read_components as sqlite_components
 
 __all__ = ["EMBEDDED_FOLDER", "embedded", "open_stores", "stored_components"]
 
-_DSN_SCHEMES = ("postgresql://", "postgres://")
 EMBEDDED_FOLDER = ".statekernel"
 _EMBEDDED_FILE = "statekernel.db"
 
@@ -37,12 +38,14 @@ def embedded(folder: str | os.PathLike[str] = EMBEDDED_FOLDER) -> Stores:
 def open_stores(db: str | os.PathLike[str], *, read_only: bool = False) -> Stores:
     """Both stores at `db`: the PostgreSQL stores for a DSN, the SQLite stores otherwise.
 
-    A `postgresql://` (or `postgres://`) DSN opens the PostgreSQL stores; any other string
-    or path is a SQLite file's path. Nothing is opened until first use; `read_only=True`
-    never creates, migrates or writes anything there."""
+    A PostgreSQL DSN opens the PostgreSQL stores: a `postgresql://` (or `postgres://`) URI,
+    or libpq `key=value` pairs that start with a libpq keyword (`host=... dbname=...`). Any
+    other string or path is a SQLite file's path (a file named like a pair is `./host=...`).
+    Nothing is opened until first use; `read_only=True` never creates, migrates or writes
+    anything there."""
     threads: ThreadStore
     profiles: ProfileStore
-    if _is_dsn(db):
+    if is_dsn(db):
         threads = PostgresThreadStore(str(db), read_only=read_only)
         profiles = PostgresProfileStore(str(db), read_only=read_only)
     else:
@@ -55,14 +58,10 @@ async def stored_components(db: str | os.PathLike[str]) -> dict[str, int]:
     """The statekernel stores at `db` (`"thread_store"`, `"profile_store"`) with their schema
     versions, read without creating or changing anything.
 
-    `db` is a SQLite file's path or a `postgresql://` DSN, as for `open_stores`; call it as
+    `db` is a SQLite file's path or a PostgreSQL DSN, as for `open_stores`; call it as
     `await stored_components(db)`. A missing file, a file or database that is not a
     statekernel store, or a server that cannot be reached raises `StoreError` saying
     which."""
-    if _is_dsn(db):
-        return await postgres_components(str(db))
+    if is_dsn(db):
+        return await postgres_components(as_uri(str(db)))
     return await asyncio.to_thread(sqlite_components, os.fspath(db))
-
-
-def _is_dsn(db: str | os.PathLike[str]) -> bool:
-    return isinstance(db, str) and db.startswith(_DSN_SCHEMES)

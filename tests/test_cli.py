@@ -8,36 +8,55 @@ stderr and exit status 2.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+import socket
 import sqlite3
+import stat
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from statekernel import Agent, InferenceResponse, Kernel, ScriptedModel, ToolCall, tool
+from statekernel import (
+    Agent,
+    InferenceResponse,
+    Kernel,
+    ScriptedModel,
+    StoreError,
+    ToolCall,
+    tool,
+)
 from statekernel.stores import (
     PostgresProfileStore,
     PostgresThreadStore,
     SqliteProfileStore,
     SqliteThreadStore,
 )
+from statekernel.testing.postgres import PostgresServer
 
 THREAD = "demo-thread"
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path | None = None, umask: int = -1, prefix: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run `statekernel` in a process of its own (after `prefix`, a command that runs it)."""
     return subprocess.run(
-        [sys.executable, "-m", "statekernel", *args],
+        [*prefix, sys.executable, "-m", "statekernel", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        umask=umask,
     )
 
 
@@ -451,3 +470,232 @@ async def test_a_store_of_the_previous_version_is_read_as_it_is(
     assert fingerprint(old) == before
     async with SqliteThreadStore(old, read_only=True) as store:
         assert await Kernel([], thread_store=store).run_events(THREAD) == []
+
+
+# -- file safety: outputs, permissions, read-only media, DSNs --------------------------------
+
+
+def copy_of(db: Path, folder: Path) -> Path:
+    """A copy of the store `db` in `folder`, as one file (no -wal or -shm beside it)."""
+    copy = folder / "statekernel.db"
+    with (
+        sqlite3.connect(f"file:{db}?mode=ro", uri=True) as source,
+        sqlite3.connect(copy) as target,
+    ):
+        source.backup(target)
+    return copy
+
+
+def revisions(db: Path | str, *, prefix: Sequence[str] = ()) -> dict[str, int]:
+    """The threads `statekernel threads` lists, with their revisions."""
+    done = cli("threads", str(db), "--json", prefix=prefix)
+    assert done.returncode == 0, done.stderr
+    return {row["thread_id"]: row["revision"] for row in json.loads(done.stdout)}
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_an_output_that_is_the_store_by_any_link_is_refused(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    db = copy_of(demo_folder / "statekernel.db", tmp_path)
+    stored = revisions(db)  # reading leaves the -wal and -shm files every reader shares
+    before = fingerprint(db)
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "hard.html").hardlink_to(db)
+    (links / "soft.html").symlink_to(db)
+    outputs = [db, links / "hard.html", links / "soft.html"]
+    for end in ("-wal", "-shm"):
+        (links / f"hard{end}.html").hardlink_to(f"{db}{end}")
+        outputs.append(links / f"hard{end}.html")
+    for out in outputs:
+        done = cli("trace", str(db), "--thread", THREAD, "--html", str(out))
+        assert done.returncode == 2, (out, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1
+        assert "is the store itself" in done.stderr and "nothing was written" in done.stderr
+    assert fingerprint(db) == before
+    assert revisions(db) == stored
+    assert (links / "hard.html").stat().st_ino == db.stat().st_ino
+
+
+def test_what_the_command_line_writes_is_owner_only(tmp_path: Path) -> None:
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    kept.chmod(0o755)
+    folder = kept / "new" / "data"
+    done = cli("demo", "--dir", str(folder), umask=0o002)  # a umask that lets the group in
+    assert done.returncode == 0, done.stderr
+    assert mode(kept) == 0o755  # a folder that exists keeps its own
+    assert (mode(kept / "new"), mode(folder)) == (0o700, 0o700)
+    assert mode(folder / "statekernel.db") == 0o600
+    page = tmp_path / "trace.html"
+    page.write_text("an older page")
+    page.chmod(0o644)
+    fresh = tmp_path / "fresh.html"
+    db = str(folder / "statekernel.db")
+    for out in (page, fresh):
+        done = cli("trace", db, "--thread", THREAD, "--html", str(out), umask=0o002)
+        assert done.returncode == 0, done.stderr
+        assert mode(out) == 0o600
+        assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh.html", "kept", "trace.html"]
+
+
+@contextlib.contextmanager
+def read_only_media(folder: Path) -> Iterator[list[str]]:
+    """`folder` as read-only media to the commands run after the prefix this yields: a
+    read-only bind mount in a mount namespace of their own (`unshare`, for root or not);
+    where that is not allowed, the folder and its files made read-only by their modes,
+    which only root would write through."""
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    prefix = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, str(folder)]
+    probe = folder / ".probe"
+    if shutil.which("unshare") is not None:
+        mounted = subprocess.run([*prefix, "true"], capture_output=True, check=False)
+        written = subprocess.run([*prefix, "touch", str(probe)], capture_output=True, check=False)
+        if mounted.returncode == 0 and written.returncode != 0 and not probe.exists():
+            yield prefix
+            return
+    if os.geteuid() == 0:
+        pytest.skip(
+            "no way to make a folder read-only here: unshare cannot mount a read-only view "
+            "(user namespaces disallowed), and root writes through read-only modes"
+        )
+    modes = {path: mode(path) for path in [folder, *folder.iterdir()]}
+    for path in folder.iterdir():
+        path.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        yield []
+    finally:
+        for path, kept in modes.items():
+            path.chmod(kept)
+
+
+def test_a_store_on_read_only_media_is_read_and_never_written(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    media = tmp_path / "media"
+    media.mkdir()
+    db = copy_of(demo_folder / "statekernel.db", media)  # as a backup on a read-only disk
+    before = fingerprint(db)
+    with read_only_media(media) as prefix:
+        assert revisions(db, prefix=prefix) == revisions(demo_folder / "statekernel.db")
+        page = tmp_path / "trace.html"
+        for args in (
+            ["show", str(db), "--thread", THREAD, "--json"],
+            ["verify", str(db), "--thread", THREAD],
+            ["trace", str(db), "--thread", THREAD, "--html", str(page)],
+        ):
+            done = cli(*args, prefix=prefix)
+            assert done.returncode == 0, (args, done.stderr)
+        written = cli("demo", "--dir", str(media), prefix=prefix)
+    assert written.returncode == 2, written.stderr
+    assert len(written.stderr.splitlines()) == 1
+    said = written.stderr
+    assert "cannot be opened for writing" in said and "read-only" in said, said
+    assert "reading commands" in said and "not a statekernel store" not in said
+    assert fingerprint(db) == before
+    assert sorted(os.listdir(media)) == ["statekernel.db"]
+
+
+def test_a_wal_on_read_only_media_that_cannot_be_read_says_why(tmp_path: Path) -> None:
+    media = tmp_path / "media"
+    db = media / "statekernel.db"
+    crash = (  # commits in the -wal, not yet in the database file, as a crash leaves them
+        "import asyncio, os, sys\n"
+        "from statekernel.stores import SqliteProfileStore\n"
+        "async def main():\n"
+        "    await SqliteProfileStore(sys.argv[1]).set('notes', 'first', 1)\n"
+        "    os._exit(0)\n"
+        "asyncio.run(main())\n"
+    )
+    subprocess.run([sys.executable, "-c", crash, str(db)], check=True, timeout=60)
+    assert Path(f"{db}-wal").stat().st_size > 0
+    Path(f"{db}-shm").unlink()  # copied without it
+    with read_only_media(media) as prefix:
+        done = cli("inspect", str(db), prefix=prefix)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "-wal file holds changes not yet in the database file" in done.stderr
+    assert "writable folder" in done.stderr and "not a statekernel store" not in done.stderr
+
+
+async def test_a_key_value_dsn_is_read_and_its_password_never_shown(
+    postgres_dsn: str, postgres_server: PostgresServer
+) -> None:
+    async with PostgresThreadStore(postgres_dsn) as threads:
+        agent = Agent([], ScriptedModel([InferenceResponse(text="hi")]), thread_store=threads)
+        await agent.run("kv-thread", ["hello"])
+        revision = (await Kernel([], thread_store=threads).get_state("kv-thread")).revision
+    schema = postgres_dsn.rsplit("search_path=", 1)[1]
+    secret = "kv-secret-8d3f"  # the throwaway server trusts local connections: unused
+    pairs = (
+        f"host=127.0.0.1 port={postgres_server.port} dbname=postgres user=postgres "
+        f"password={secret} options='-c search_path={schema}'"
+    )
+    uri = postgres_dsn.replace("postgresql://postgres@", f"postgresql://postgres:{secret}@")
+    for dsn, hidden in ((pairs, "password=***"), (uri, "postgres:***@")):
+        assert revisions(dsn) == {"kv-thread": revision}
+        shown = answer("show", dsn, "--thread", "kv-thread")
+        assert [m["content"] for m in shown["statekernel.messages"]] == ["hello", "hi"]
+        empty = cli("threads", dsn, "--prefix", "none-")  # names the database it read
+        assert empty.returncode == 0 and hidden in empty.stdout, empty.stdout
+        missing = cli("show", dsn, "--thread", "none")
+        assert missing.returncode == 2
+        for done in (empty, missing):
+            assert secret not in done.stdout + done.stderr
+    async with PostgresThreadStore(pairs, read_only=True) as store:
+        assert await store.threads() == ["kv-thread"]
+        assert store.dsn == pairs
+        assert secret not in repr(store) and "password=***" in repr(store)
+
+
+async def test_a_refused_or_unreachable_dsn_says_so_without_its_password(
+    postgres_server: PostgresServer,
+) -> None:
+    import asyncpg
+
+    role, right, wrong = "sk_cli_password", "right-3c1e", "wrong-a77b"
+    port = postgres_server.port
+    conn = await asyncpg.connect(postgres_server.dsn)
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role):
+            await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{right}'")
+        rules = postgres_server.data / "pg_hba.conf"  # this role alone signs in by password
+        rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+        if rule not in rules.read_text():
+            rules.write_text(rule + rules.read_text())
+            await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+    uri = f"postgresql://{role}:{wrong}@127.0.0.1:{port}/postgres"
+    for _ in range(400):  # until the server has read its new rules
+        try:
+            await (await asyncpg.connect(uri)).close()
+        except asyncpg.InvalidPasswordError:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the server never asked for a password")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]  # nothing listens there once it is closed
+    cases = [
+        (uri, "password authentication failed"),
+        (f"host=127.0.0.1 port={port} user={role} password={wrong}", "password authentication"),
+        (uri.replace(f":{port}/", f":{closed}/"), "Connect call failed"),
+        (f"host=127.0.0.1 port={closed} user={role} password='{wrong} x'", "Connect call failed"),
+    ]
+    for dsn, said in cases:
+        done = cli("threads", dsn)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert said in done.stderr, done.stderr
+        assert wrong not in done.stdout + done.stderr, done.stderr
+        store = PostgresThreadStore(dsn, retry_for=0)
+        with pytest.raises(StoreError) as failed:
+            await store.threads()
+        await store.close()
+        assert wrong not in str(failed.value) and wrong not in repr(store)

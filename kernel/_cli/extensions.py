@@ -6,7 +6,7 @@ The kernel never imports the layers above it, and the command line is part of th
 distribution names them as entry points of the group `statekernel.cli` (`pyproject.toml`),
 `stores` (the module `statekernel.stores`) and `demo` (`statekernel.plugins._demo:demo`),
 and the command line loads them when a command needs them. A backend that implements the
-same three functions could take their place.
+same four functions could take their place.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class StoreBackends(Protocol):
     def open_stores(self, db: str | os.PathLike[str], *, read_only: bool = False) -> Stores: ...
 
     def embedded(self, folder: str | os.PathLike[str] = ...) -> Stores: ...
+
+    def redacted(self, text: str) -> str: ...
 
 
 Demo = Callable[..., Awaitable[None]]

@@ -1,15 +1,16 @@
 """Opening the database a command names, for reading only.
 
-A command is handed one string, a SQLite file's path or a `postgresql://` DSN. What it holds
-is asked first (`stored_components`), so that a missing file, a file of another program or
-an empty database is refused before any store is made, and nothing is ever created there.
-The kernel that reads it has no plugins: what it shows is what any program can read.
+A command is handed one string, a SQLite file's path or a PostgreSQL DSN (a URI or libpq
+`key=value` pairs: the store backends tell which). What it holds is asked first
+(`stored_components`), so that a missing file, a file of another program or an empty
+database is refused before any store is made, and nothing is ever created there. The kernel
+that reads it has no plugins: what it shows is what any program can read; where it names
+the database, it shows it without a DSN's password.
 """
 
 from __future__ import annotations
 
 import contextlib
-import urllib.parse
 from collections.abc import AsyncIterator
 
 import attrs
@@ -27,19 +28,11 @@ class Location:
     it holds one."""
 
     db: str
+    shown: str
+    """The database as the output names it: a DSN without its password."""
     kernel: Kernel
     threads: ThreadStore | None
     profiles: ProfileStore | None
-
-    @property
-    def shown(self) -> str:
-        """The database as the output names it: a DSN without its password."""
-        parts = urllib.parse.urlsplit(self.db)
-        if not parts.scheme.startswith("postgres") or parts.password is None:
-            return self.db
-        host = parts.netloc.rsplit("@", 1)[1]
-        user = urllib.parse.quote(parts.username or "", safe="")
-        return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 @contextlib.asynccontextmanager
@@ -52,6 +45,8 @@ async def opened(db: str) -> AsyncIterator[Location]:
     threads = stores.thread_store if "thread_store" in held else None
     profiles = stores.profile_store if "profile_store" in held else None
     try:
-        yield Location(db, Kernel([], thread_store=threads), threads, profiles)
+        yield Location(
+            db, backends.redacted(db), Kernel([], thread_store=threads), threads, profiles
+        )
     finally:
         await stores.close()

@@ -3,14 +3,17 @@
 Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence) or the
 store failed while reading; 2 the command could not start: bad arguments, a missing file, a
 file or database that is not a statekernel store, an unknown thread or revision, an output
-file that cannot be written. An error is one line on standard error, never a traceback. A
-reader that stops reading (`| head`) ends the command quietly.
+file that cannot be written or that is the store itself. An error is one line on standard
+error, never a traceback, and never holds a DSN's password (the line goes through the store
+backends' `redacted`, whatever raised it). A reader that stops reading (`| head`) ends the
+command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -49,14 +52,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(error: BaseException, status: int) -> int:
-    print("statekernel: " + " ".join(str(error).split()), file=sys.stderr)
+    line = " ".join(str(error).split())
+    with contextlib.suppress(StateError):  # no backends installed: no store was opened
+        line = extensions.store_backends().redacted(line)
+    print("statekernel: " + line, file=sys.stderr)
     return status
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="statekernel",
-        description="Look inside statekernel stores: a SQLite file or a postgresql:// DSN. "
+        description="Look inside statekernel stores: a SQLite file or a PostgreSQL DSN. "
         "Reading never creates or changes a store.",
     )
     parser.add_argument("--version", action="version", version=f"statekernel {__version__}")
@@ -73,7 +79,11 @@ def _parser() -> argparse.ArgumentParser:
         name: str, help: str, *, thread: bool, as_json: bool = True
     ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help, description=help)
-        command.add_argument("db", metavar="DB", help="a SQLite file or a postgresql:// DSN")
+        command.add_argument(
+            "db",
+            metavar="DB",
+            help="a SQLite file, or a PostgreSQL DSN (postgresql://... or libpq key=value pairs)",
+        )
         if thread:
             command.add_argument("--thread", required=True, metavar="T", help="the thread's id")
         if as_json:

@@ -23,6 +23,7 @@ import attrs
 from statekernel import CommitRecord, GateRun, Phase, PhaseRun, RunEvent, ToolRun
 
 from .location import Location
+from .output import Output
 
 __all__ = ["MAX_STATE_BYTES", "trace"]
 
@@ -45,8 +46,9 @@ class _Column:
 
 
 async def trace(where: Location, thread_id: str, out: Path) -> int:
-    """Write the thread's trace to `out`."""
-    _check_output(out, where.db)
+    """Write the thread's trace to `out` (owner-only; never the store itself)."""
+    output = Output("--html", out, where.db)
+    output.check()
     records = await where.kernel.history(thread_id)
     events = await where.kernel.run_events(thread_id)
     states: dict[int, Any] = {}
@@ -57,7 +59,7 @@ async def trace(where: Location, thread_id: str, out: Path) -> int:
         if states and size > MAX_STATE_BYTES:
             break
         states[record.revision] = exported.values
-    out.write_text(page(thread_id, records, events, states), encoding="utf-8")
+    output.write(page(thread_id, records, events, states))
     print(
         f"wrote {out}: {len(records)} commits, {len(events)} run events, "
         f"{len(_run_ids(records, events))} runs"
@@ -97,18 +99,6 @@ def page(
         script=_SCRIPT,
         policy=_POLICY,
     )
-
-
-def _check_output(out: Path, db: str) -> None:
-    """Refuse an output path that cannot take the page, before any work; never the store's
-    own files (writing the page there would destroy what it shows)."""
-    if out.is_dir():
-        raise IsADirectoryError(f"--html {out}: it is a folder; give a file name")
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"--html {out}: the folder {out.parent} does not exist")
-    store = Path(db).resolve()
-    if out.resolve() in {store, *(Path(f"{store}{end}") for end in ("-wal", "-shm", "-journal"))}:
-        raise ValueError(f"--html {out} is the store itself (or one of its files); give another")
 
 
 def _run_ids(records: Iterable[CommitRecord], events: Iterable[RunEvent]) -> list[str]:

@@ -297,7 +297,7 @@ class PostgresConnection:
         self._opening: asyncio.Lock | None = None
         self._unsettled: list[_Unsettled] = []
         self._closing: set[asyncio.Task[None]] = set()  # pools given up, closing gracefully
-        self._outage = Outage(where=redacted(dsn))
+        self._outage = Outage(where=_server_of(dsn))
 
     async def read(self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
         """Run a read, retried through any transient failure, ended at `call_timeout`."""
@@ -737,19 +737,12 @@ def _store_error(operation: str, key: str | None, error: BaseException) -> BaseE
     return StoreError(operation, error, key=key)
 
 
-def redacted(dsn: str) -> str:
-    """Where `dsn` points (host, port, database), without its password or other secrets,
-    for messages and logs."""
-    if "://" in dsn:
-        parts = urllib.parse.urlsplit(dsn)
-        host = parts.hostname or "localhost"
-        port = f":{parts.port}" if parts.port else ""
-        return f"{host}{port}{parts.path or ''}"
-    pairs = dict(
-        item.split("=", 1) for item in dsn.split() if "=" in item and not item.startswith("=")
-    )
-    port = f":{pairs['port']}" if "port" in pairs else ""
-    return f"{pairs.get('host', 'localhost')}{port}/{pairs.get('dbname', '')}"
+def _server_of(dsn: str) -> str:
+    """Where a DSN (a URI: the stores hand over `as_uri`'s) points, `host:port/db`, for
+    the log: nothing of its user, password or options."""
+    parts = urllib.parse.urlsplit(dsn)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.hostname or 'localhost'}{port}{parts.path}"
 
 
 async def _backoff(pause: float) -> float:

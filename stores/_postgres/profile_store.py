@@ -49,6 +49,7 @@ from .connection import (
     outcome_unknown,
     refused,
 )
+from .dsn import as_uri, redacted
 from .group_commit import GroupCommit
 
 __all__ = ["PostgresProfileStore"]
@@ -145,7 +146,9 @@ class PostgresProfileStore(ClosingStore):
     while the function runs), and also `SupportsNamespaces` and `AcceptsEncodedValues`. It
     may share its database with a `PostgresThreadStore`. See [PostgreSQL](postgres.md).
 
-    - `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    - `dsn` is a libpq URI (`postgresql://user:password@host/db`) or `key=value` string
+      (`host=db.internal dbname=agents user=agent password=...`). The store's repr shows
+      it without its password.
     - `pool_size` bounds this store's connections.
     - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
       broken connection) is retried before a `StoreError`; a write is never applied twice.
@@ -174,8 +177,9 @@ class PostgresProfileStore(ClosingStore):
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         read_only: bool = False,
     ) -> None:
+        self._dsn = dsn
         self._db = PostgresConnection(
-            dsn,
+            as_uri(dsn),
             _SCHEMA,
             pool_size=pool_size,
             retry_for=retry_for,
@@ -237,8 +241,11 @@ class PostgresProfileStore(ClosingStore):
 
     @property
     def dsn(self) -> str:
-        """The DSN the store connects to."""
-        return self._db.dsn
+        """The DSN the store connects to, as it was given (password included)."""
+        return self._dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresProfileStore({redacted(self._dsn)!r})"
 
     async def get(self, namespace: str, key: str) -> Entry | None:
         namespace, key = check_names(namespace, key)

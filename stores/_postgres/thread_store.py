@@ -58,6 +58,7 @@ from .connection import (
     outcome_unknown,
     refused,
 )
+from .dsn import as_uri, redacted
 from .group_commit import GroupCommit
 
 __all__ = ["PostgresThreadStore"]
@@ -264,7 +265,9 @@ class PostgresThreadStore(ClosingStore):
     its DSN) with a `PostgresProfileStore`. It `SupportsHead` and `SupportsRunEvents`. See
     [PostgreSQL](postgres.md).
 
-    - `dsn` is a libpq connection string or URI (`postgresql://user:password@host/db`).
+    - `dsn` is a libpq URI (`postgresql://user:password@host/db`) or `key=value` string
+      (`host=db.internal dbname=agents user=agent password=...`). The store's repr shows
+      it without its password.
     - `pool_size` bounds this store's connections.
     - `retry_for` is how long, in seconds, a transient failure (the server restarting, a
       broken connection) is retried before a `StoreError`.
@@ -288,8 +291,9 @@ class PostgresThreadStore(ClosingStore):
         statement_cache_size: int | None = None,
         read_only: bool = False,
     ) -> None:
+        self._dsn = dsn
         self._db = PostgresConnection(
-            dsn,
+            as_uri(dsn),
             _SCHEMA,
             pool_size=pool_size,
             retry_for=retry_for,
@@ -309,8 +313,11 @@ class PostgresThreadStore(ClosingStore):
 
     @property
     def dsn(self) -> str:
-        """The DSN the store connects to."""
-        return self._db.dsn
+        """The DSN the store connects to, as it was given (password included)."""
+        return self._dsn
+
+    def __repr__(self) -> str:
+        return f"PostgresThreadStore({redacted(self._dsn)!r})"
 
     async def head(self, thread_id: str) -> ThreadHead | None:
         check_thread_id(thread_id)

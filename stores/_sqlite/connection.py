@@ -64,6 +64,7 @@ from .._schema_versions import read_only_refusal
 
 __all__ = [
     "FILE_MODE",
+    "FOLDER_MODE",
     "LOCK_PATIENCE_SECONDS",
     "OpFailed",
     "OtherTables",
@@ -94,6 +95,11 @@ OtherTables = Literal["refuse", "allow"]
 FILE_MODE = 0o600
 """The permissions of a database file the stores create (and so of its -wal and -shm): the
 owner's only, since a thread's journal and profiles hold what users said."""
+
+FOLDER_MODE = 0o700
+"""The permissions of a folder the stores create for a database file of `FILE_MODE`: the
+owner's only. Another file mode gives its folders the same permissions, with search (x)
+wherever it reads (r): 0o640 makes 0o750 folders."""
 
 
 class SqliteOp(Protocol[T_co]):
@@ -354,7 +360,10 @@ class SqliteConnection:
                 try:
                     _create_file(self.path, self._file_mode)
                 except OSError as exc:
-                    raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+                    raise _cannot_write(self.path, exc) from exc
+                if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+                    # SQLite would open it read-only without a word, and fail at a write.
+                    raise _cannot_write(self.path)
                 target, uri = self.path, False
             pending = aiosqlite.connect(
                 target,
@@ -381,7 +390,9 @@ class SqliteConnection:
                     and time.monotonic() < deadline
                 ):
                     await asyncio.sleep(0.001)
-                raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+                if self.read_only:
+                    raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+                raise _cannot_write(self.path, exc) from exc
             # aiosqlite has no public way to run a function on its thread; `_execute` is
             # the (long-stable) internal it builds every public method on. Running a whole
             # operation in one call is what makes an operation cost one hop, not several.
@@ -398,7 +409,9 @@ class SqliteConnection:
                 await aio.close()
                 if isinstance(exc, StateError) or not isinstance(exc, Exception):
                     raise
-                raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+                if self.read_only:
+                    raise StoreError(f"open of SQLite file {self.path!r}", exc) from exc
+                raise _cannot_write(self.path, exc) from exc
             self._aio, self._raw, self._execute = aio, raw, execute
 
 
@@ -540,8 +553,63 @@ def _is_busy(exc: BaseException) -> bool:
 
 def read_only_uri(path: str) -> str:
     """A URI that opens `path` for reading only: SQLite neither creates the file nor writes
-    to it (reading a WAL file still leaves the -wal and -shm files every reader shares)."""
-    return "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
+    to it (reading a WAL file still leaves the -wal and -shm files every reader shares).
+
+    On read-only media (or in a folder this user cannot write) a reader of a WAL database
+    cannot make the -shm file SQLite wants; when there is none, the file is opened as
+    immutable, which reads it without one and is right because nobody can write it there.
+    A -wal (or rollback -journal) file there holding what is not yet in the database file
+    cannot be read that way, and is refused with `StoreNotOpened` saying how to read it."""
+    uri = "file:" + urllib.parse.quote(os.fsencode(os.path.abspath(path))) + "?mode=ro"
+    if os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+        return uri
+    if os.path.exists(path + "-shm"):
+        return uri  # SQLite reads a WAL database with a -shm file it cannot write
+    for end in ("-wal", "-journal"):
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path + end) > 0:
+                raise StoreNotOpened(
+                    f"read-only open of SQLite file {path!r}",
+                    PermissionError(
+                        f"{_why_read_only(path) or 'its folder cannot be written'}, and its "
+                        f"{end} file holds changes not yet in the database file, which SQLite "
+                        f"cannot read without writing beside it. Copy the database with its "
+                        f"-wal, -shm and -journal files to a writable folder and read it there"
+                    ),
+                )
+    return uri + "&immutable=1"
+
+
+def _why_read_only(path: str) -> str | None:
+    """Why the store at `path` cannot be written, when it cannot: the media, the file or
+    its folder is read-only (to this user)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    with contextlib.suppress(OSError):
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "it is on read-only media (a read-only file system)"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "the file is read-only (to this user)"
+    if not os.access(folder, os.W_OK):
+        return f"its folder {folder!r} is read-only (to this user)"
+    return None
+
+
+def _cannot_write(path: str, exc: BaseException | None = None) -> StoreError:
+    """The error of an open for writing that failed with `exc` (or would: None): when the
+    store is read-only, `StoreNotOpened` saying why and how to read it."""
+    why = _why_read_only(path)
+    if why is None and exc is not None:
+        return StoreError(f"open of SQLite file {path!r}", exc)
+    return StoreNotOpened(
+        f"open of SQLite file {path!r}",
+        PermissionError(
+            f"the store cannot be opened for writing: {why or 'it is read-only'}"
+            + (f" ({exc})" if exc is not None else "")
+            + ". Open it with read_only=True to read it, as statekernel's reading commands do"
+        ),
+    )
 
 
 def components(conn: sqlite3.Connection, path: str) -> dict[str, int]:
@@ -552,6 +620,14 @@ def components(conn: sqlite3.Connection, path: str) -> dict[str, int]:
             str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
         }
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", sqlite3.SQLITE_NOTADB) & 0xFF != sqlite3.SQLITE_NOTADB:
+            raise StoreNotOpened(
+                f"open of SQLite file {path!r}",
+                PermissionError(
+                    f"it cannot be opened for reading ({exc}): check that this user may read "
+                    f"the file and its folder; nothing was written to it"
+                ),
+            ) from exc
         raise StoreNotOpened(
             f"open of SQLite file {path!r}",
             ValueError(f"it is not a statekernel store ({exc}); nothing was written to it"),
@@ -607,19 +683,33 @@ def _check_read_only(conn: sqlite3.Connection, path: str, schema: Schema) -> Non
 
 
 def _create_file(path: str, mode: int) -> None:
-    """Create the database file (and its missing folders) with `mode` before SQLite opens
-    it: SQLite gives its -wal and -shm files the database file's permissions, so all three
-    are owner-only by default. An existing file keeps its own."""
+    """Create the database file with `mode`, and its missing folders with `mode` and search
+    permission (`FOLDER_MODE`), before SQLite opens it: SQLite gives its -wal and -shm files
+    the database file's permissions, so all three are owner-only by default. An existing
+    file keeps its own."""
     if path == ":memory:" or path.startswith("file:") or os.path.exists(path):
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    _create_folders(os.path.dirname(os.path.abspath(path)), mode | (mode & 0o444) >> 2)
     try:
         descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
     except FileExistsError:  # another process made it a moment ago: it keeps its own
         return
     os.close(descriptor)
     os.chmod(path, mode)  # whatever the umask took away or added
+
+
+def _create_folders(folder: str, mode: int) -> None:
+    """Create `folder` and its missing parents with `mode` (`FOLDER_MODE` by default: nobody
+    else may list, add or replace the store's files there). A folder that exists keeps its
+    own mode."""
+    parent = os.path.dirname(folder)
+    if parent != folder and not os.path.isdir(parent):
+        _create_folders(parent, mode)
+    try:
+        os.mkdir(folder, mode)
+    except FileExistsError:  # there already, or made a moment ago by another process
+        return
+    os.chmod(folder, mode)  # whatever the umask took away
 
 
 def _check_other_tables(conn: sqlite3.Connection, other_tables: OtherTables) -> None:

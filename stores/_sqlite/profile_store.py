@@ -97,8 +97,9 @@ class SqliteProfileStore(ClosingStore):
       `StoreError` before any write.
     - `synchronous="FULL"` makes every commit survive power loss too, at an fsync per
       commit; a value other than `"NORMAL"` or `"FULL"` raises `ValueError`.
-    - `file_mode`: a file it creates (and its missing folders) gets it, owner-only `0o600`
-      by default; a file that exists keeps its own.
+    - `file_mode`: a file it creates gets it, owner-only `0o600` by default, and its
+      missing folders the same with search permission (`0o700`); a file or folder that
+      exists keeps its own.
     - `other_tables`: a file holding another application's tables is refused with a
       `StoreError` naming them unless `other_tables="allow"`.
     - `read_only=True` opens an existing file for reading only: nothing is created, migrated
