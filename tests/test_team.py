@@ -1277,3 +1277,75 @@ async def test_a_send_to_an_agent_a_restore_elsewhere_dropped_raises_unknown_age
         assert raised.value.agent_id == "x"
         await one.run_until_idle()
     assert mail(await history(one, "keeper")) == [("user", "to keeper")]
+
+
+async def test_a_page_holding_a_letter_of_a_sender_no_saved_cursor_counts_is_kept() -> None:
+    """An inbox page is dropped only when the saved cursor counts every letter in it: a
+    letter from a sender the cursor has never met (it arrived while the run that saved the
+    cursor went on) keeps its page, and is there for a later run when the run that
+    delivers it first cannot save."""
+    threads = _SavesFail()
+    calls = 0
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the inbox's 64th letter, from a new sender: it seals the 2nd page
+            late = team.send("s2", "new", to="a")
+            await asyncio.get_running_loop().create_task(late, context=contextvars.Context())
+        if calls == 2:  # the run that delivers it saves nothing: its step and end fail
+            threads.fail = 2
+        return InferenceResponse("ok")
+
+    team = AgentTeam(
+        {"a": Role(model=model)}, profile_store=MemoryProfileStore(), thread_store=threads
+    )
+    async with team:
+        team.spawn("a", "task", agent_id="a")  # the inbox's first letter
+        for n in range(62):  # then 62 letters: a page of 32, and 31 in the head
+            await team.send("s1", f"old {n}", to="a")
+        report = await team.run_until_idle()  # prunes by the saved cursor on the way
+        assert report.agents["a"].outcomes == ("success", "failure", "success")
+    assert mail(await history(team, "a"))[-1] == ("s2", "new")
+
+
+async def test_agents_spawned_from_a_run_are_named_after_its_thread_and_outbox_numbers() -> None:
+    """A run's spawns are its outbox's entries 1, 2, ... in the order made, in this step
+    and the next: `<role>-<digest of thread and number>`, the same however often the model
+    is asked again (so a crash cannot make a second agent)."""
+    from statekernel._agents.team_tools import digest
+
+    made: list[str] = []
+
+    async def hire(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        made.extend(team.spawn("helper", f"help {n}") for n in range(2))
+        return "hired"
+
+    roles = {
+        "boss": Role(model=calling("hire", lambda r: {}), tools={"hire": hire}),
+        "helper": Role(model=answer_ok),
+    }
+    team = AgentTeam(roles, profile_store=MemoryProfileStore())
+    async with team:
+        team.spawn("boss", "hire", agent_id="boss")
+        await team.run_until_idle()
+        await team.send("user", "hire again", to="boss")
+        await team.run_until_idle()
+    thread = next(i.thread_id for i in team.list_agents() if i.id == "boss")
+    assert made == [f"helper-{digest(thread, str(n))}" for n in (1, 2, 3, 4)]
+    assert {i.id for i in team.list_agents() if i.role == "helper"} == set(made)
+
+
+async def test_every_message_of_an_agents_history_has_its_own_id_the_task_too() -> None:
+    """A history's messages can be told apart by id (a UI's key, a trace's reference),
+    whatever delivered them: the task, mail, the model's answers."""
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=MemoryProfileStore()) as team:
+        team.spawn("a", "task", agent_id="a")
+        await team.send("user", "hi", to="a")
+        await team.run_until_idle()
+        await team.send("user", "hi", to="a")
+        await team.run_until_idle()
+        messages = await history(team, "a")
+    assert messages[0].content == "task"
+    ids = [m.id for m in messages]
+    assert None not in ids and len(set(ids)) == len(ids) == 5

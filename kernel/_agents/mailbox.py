@@ -109,7 +109,7 @@ class InboxData(msgspec.Struct, frozen=True):
         """This inbox with the sender's next letter appended, or None when it holds that
         letter already (its origin, or `message_id` from that sender, was seen)."""
         if self.moved_to is not None:  # first: a send repeated after a restore follows it
-            raise InboxMoved(self.moved_to)
+            raise InboxMoved
         sender = letter_of.sender
         origins = self.origins
         if letter_of.origin is not None:
@@ -154,17 +154,15 @@ class InboxData(msgspec.Struct, frozen=True):
             if letter.seq > cursor.get(letter.sender, 0):
                 break
             count += 1
-        return self.sealed(self.base, count) if count else self
+        return self.sealed(self.base, count)
 
 
 class InboxMoved(StateError):
     """A send reached the inbox of a thread a team restore left (the team follows it to
     the agent's new thread; it reaches users only if restores keep coming)."""
 
-    def __init__(self, moved_to: str) -> None:
-        self.moved_to = moved_to
-        where = f"thread {moved_to!r}" if moved_to else "nowhere (the agent is gone)"
-        super().__init__(f"this inbox moved to {where} in a team restore; read the roster again")
+    def __init__(self) -> None:
+        super().__init__("this inbox moved in a team restore; read the roster again")
 
 
 @attrs.frozen
@@ -208,8 +206,8 @@ def deliverable(inbox: InboxData, cursor: tuple[tuple[str, int], ...]) -> Delive
     if not fresh:
         return None
     advance: dict[str, int] = {}
-    for letter in fresh:
-        advance[letter.sender] = max(advance.get(letter.sender, 0), letter.seq)
+    for letter in fresh:  # (a sender's letters arrive in the order of their numbers)
+        advance[letter.sender] = letter.seq
     messages = tuple(_message(letter) for letter in fresh)
     return Delivery(messages, tuple(sorted(advance.items())))
 
@@ -320,7 +318,7 @@ class Mailbox:
         pages = []
         for key, letters in await self._profile.list_entries(InboxPage, prefix):
             start = key[len(prefix) :]
-            if len(start) == _INDEX_DIGITS and start.isdigit():  # not another thread's
+            if start.isdigit():  # (another thread's pages hold a "#" after the prefix)
                 pages.append((int(start), letters))
         return pages
 

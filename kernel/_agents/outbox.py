@@ -79,8 +79,8 @@ class Outboxes:
 
     def next_number(self, thread_id: str) -> int:
         """The number the next entry staged from `thread_id`'s run will be given, as far
-        as this process knows the thread's outbox."""
-        return self._next.get(thread_id, 1) + len(self._staged.get(thread_id, ()))
+        as this process knows the thread's outbox (`note`d as the run started)."""
+        return self._next[thread_id] + len(self._staged.get(thread_id, ()))
 
     def stage(self, thread_id: str, entry: OutEntry) -> None:
         """Stage `entry` from the run of `thread_id`: committed with what made it."""
@@ -95,7 +95,7 @@ class Outboxes:
         staged = self._staged.pop(thread_id, None)
         if not staged:
             return None
-        self._next[thread_id] = self._next.get(thread_id, 1) + len(staged)
+        self._next[thread_id] += len(staged)
         return StateCommand().update(Outbox, OutboxChange(added=tuple(staged)))
 
     def discard(self, thread_id: str) -> None:
