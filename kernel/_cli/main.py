@@ -1,9 +1,11 @@
 """`statekernel`'s arguments, and the one policy for how a command ends.
 
-Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence) or the
-store failed while reading; 2 the command could not start: bad arguments, a missing file, a
-file or database that is not a statekernel store, an unknown thread or revision, an output
-file that cannot be written. An error is one line on standard error, never a traceback. A
+Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence), a thread
+it read is damaged (`JournalCorrupted`, a value that no longer decodes: `history` and `show`
+stop, `threads` and `inspect` show it in its own row and go on), or the store failed while
+reading; 2 the command could not start: bad arguments, a missing file, a file or database
+that is not a statekernel store, an unknown thread or revision, an output file that cannot
+be written. An error is one line on standard error, never a traceback. A
 reader that stops reading (`| head`) ends the command quietly.
 """
 
