@@ -88,7 +88,7 @@ from .._values.keys import KeyScope, MergeStrategy, StateKey
 from .._values.phases import Phase
 from .._values.run_events import decode_run_events
 
-__all__ = ["HOSTILE_NAMES", "ProfileStoreContract", "ThreadStoreContract"]
+__all__ = ["HOSTILE_NAMES", "EditRecord", "ProfileStoreContract", "ThreadStoreContract"]
 
 HOSTILE_NAMES = (
     "'; DROP TABLE thread_states; --",
