@@ -77,8 +77,12 @@ class ThreadHistory:
         # go past it (one put there by hand) are damage, unless a save or a prune meanwhile
         # explains them, which the whole journal, read again, tells apart.
         newest = shown[-1].revision if shown else since
-        short = (limit is None or len(shown) < limit) and newest < head
-        if short or (shown and newest > head):
+        if shown and newest > head:  # most likely a save meanwhile: the head, read again
+            head = await journal.head()
+            if head is None or newest > head:
+                await journal.check_whole()
+                return shown
+        if (limit is None or len(shown) < limit) and newest < head:
             await journal.check_whole()
         elif shown and newest == head:
             await journal.check_newest(head)  # only the head vouches for the newest record
@@ -139,8 +143,10 @@ class ThreadHistory:
                 # names it, unless a prune meanwhile explains the gap.
                 await journal.check_whole()
             raise UnknownRevision(thread_id, revision, held=held)
-        if len(read) > len(records):
-            await journal.check_whole()  # a record past the head, or a save meanwhile
+        if len(read) > len(records):  # most likely a save meanwhile: the head, read again
+            now = await journal.head()
+            if now is None or read[-1].revision > now:
+                await journal.check_whole()  # a record past the head
         elif at_head:
             await journal.check_newest(revision)  # only the head vouches for the newest record
         lost: dict[str, int] = {}
