@@ -9,6 +9,7 @@ where, and -- when there is something to do -- how to fix it.
 from __future__ import annotations
 
 import reprlib
+import shlex
 from collections.abc import Iterable
 
 _PREVIEW = reprlib.Repr()
@@ -405,11 +406,12 @@ class JournalCorrupted(StateError):
             if revision > 1
             else "start the thread afresh (nothing of it before this revision is whole)"
         )
+        verify = f"statekernel verify DB --thread {shlex.quote(thread_id)}"
         super().__init__(
-            f"thread {thread_id!r}: its stored journal cannot be trusted from revision "
-            f"{revision}: {problem}. It was changed outside statekernel (a bad restore, a disk "
-            f"fault, a hand edit); nothing was loaded. Restore the store from a backup, or "
-            f"{last_good}."
+            f"thread {thread_id!r} is damaged: its stored journal cannot be trusted from "
+            f"revision {revision}: {problem}. It was changed outside statekernel (a bad "
+            f"restore, a disk fault, a hand edit); nothing was loaded. Restore the store from "
+            f"a backup, or {last_good}; `{verify}` checks every record."
         )
 
 

@@ -699,3 +699,99 @@ async def test_a_refused_or_unreachable_dsn_says_so_without_its_password(
             await store.threads()
         await store.close()
         assert wrong not in str(failed.value) and wrong not in repr(store)
+
+
+async def three_threads(store: SqliteThreadStore | PostgresThreadStore) -> None:
+    """Threads alpha, beta and gamma, each an Agent's run of one answer."""
+    for name in ("alpha", "beta", "gamma"):
+        model = ScriptedModel([InferenceResponse(text=f"hello from {name}")])
+        await Agent([], model, thread_store=store).run(name, [f"hi {name}"])
+
+
+def assert_beta_is_named_and_the_others_listed(db: str, head: int) -> None:
+    """`threads` and `inspect` list alpha and gamma as before and beta in its own row,
+    saying what is wrong (exit 1, one line on stderr); the commands that read beta alone
+    stop with that error, and `verify` names the revision."""
+    healthy = {"alpha", "gamma"}
+    listed = cli("threads", db, "--json")
+    assert listed.returncode == 1, listed.stderr
+    rows = {row["thread_id"]: row for row in json.loads(listed.stdout)}
+    assert set(rows) == {"alpha", "beta", "gamma"}
+    for name in healthy:
+        assert (rows[name]["status"], rows[name]["error"]) == ("ok", None)
+        assert rows[name]["revision"] > 0 and rows[name]["last_run"] == f"{name}:run-1"
+    beta = rows["beta"]
+    assert (beta["status"], beta["revision"], beta["last_run"]) == ("damaged", head, None)
+    assert (
+        f"thread 'beta' is damaged: its stored journal cannot be trusted from revision {head}"
+        in (beta["error"])
+    )
+    assert "Restore the store from a backup" in beta["error"]
+    (said,) = listed.stderr.splitlines()
+    assert said == f"statekernel: {beta['error']}"
+    table = cli("threads", db)
+    assert table.returncode == 1
+    lines = {line.split()[0]: line for line in table.stdout.splitlines()[1:]}
+    assert lines["alpha"].split()[-1] == "ok" and lines["gamma"].split()[-1] == "ok"
+    assert lines["beta"].split()[:3] == ["beta", str(head), "damaged"]  # cut to fit
+    inspected = cli("inspect", db, "--json")
+    assert inspected.returncode == 1, inspected.stderr
+    shown = json.loads(inspected.stdout)["threads"]
+    for name in healthy:
+        assert shown[name]["status"] == "ok"
+        assert shown[name]["values"] == answer("show", db, "--thread", name)
+    assert (shown["beta"]["status"], shown["beta"]["values"]) == ("damaged", None)
+    assert shown["beta"]["error"] == beta["error"]
+    text = cli("inspect", db)
+    assert text.returncode == 1 and "thread alpha  (revision" in text.stdout
+    assert f"thread beta  (revision {head}, damaged at revision {head}:" in text.stdout
+    for command in ("history", "show"):
+        done = cli(command, db, "--thread", "beta")
+        assert done.returncode == 1, (command, done.stderr)
+        assert done.stdout == "" and done.stderr.splitlines() == [said], command
+    report = json.loads(cli("verify", db, "--thread", "beta", "--json").stdout)
+    assert (report["ok"], report["first_divergence"]) == (False, head)
+
+
+@pytest.mark.parametrize("damage", ["newest record deleted", "newest record altered"])
+async def test_a_damaged_thread_has_its_own_row_and_the_others_are_listed(
+    tmp_path: Path, damage: str
+) -> None:
+    db = tmp_path / "three.db"
+    async with SqliteThreadStore(db) as store:
+        await three_threads(store)
+    with sqlite3.connect(db) as raw:
+        (head, data) = raw.execute(
+            "SELECT revision, record FROM thread_records WHERE thread_id = 'beta' "
+            "ORDER BY revision DESC LIMIT 1"
+        ).fetchone()
+        if damage == "newest record deleted":
+            raw.execute(
+                "DELETE FROM thread_records WHERE thread_id = 'beta' AND revision = ?", (head,)
+            )
+        else:  # one byte of its body changed
+            raw.execute(
+                "UPDATE thread_records SET record = ? WHERE thread_id = 'beta' AND revision = ?",
+                (data[:-1] + bytes([data[-1] ^ 1]), head),
+            )
+    assert_beta_is_named_and_the_others_listed(str(db), head)
+    if damage == "newest record deleted":
+        said = cli("history", str(db), "--thread", "beta").stderr
+        assert f"its head names revision {head}, but the store holds no record of revision" in said
+
+
+async def test_a_damaged_thread_of_a_postgresql_store_has_its_own_row(postgres_dsn: str) -> None:
+    import asyncpg
+
+    async with PostgresThreadStore(postgres_dsn) as store:
+        await three_threads(store)
+    raw = await asyncpg.connect(postgres_dsn)
+    try:
+        head = await raw.fetchval(
+            "DELETE FROM statekernel_thread_records WHERE thread_id = 'beta' AND revision = "
+            "(SELECT max(revision) FROM statekernel_thread_records WHERE thread_id = 'beta') "
+            "RETURNING revision"
+        )
+    finally:
+        await raw.close()
+    assert_beta_is_named_and_the_others_listed(postgres_dsn, head)

@@ -38,7 +38,14 @@ from statekernel import (
     StateError,
     ThreadStore,
 )
-from statekernel.lowlevel import JournalEntry, ThreadSave, ThreadSnapshot, ThreadState
+from statekernel.lowlevel import (
+    JournalEntry,
+    SupportsHead,
+    ThreadHead,
+    ThreadSave,
+    ThreadSnapshot,
+    ThreadState,
+)
 from statekernel.stores import SqliteThreadStore
 
 HEAD = 35
@@ -243,12 +250,13 @@ TAMPERINGS: dict[str, tuple[dict[str, object], int, str]] = {
     "the head raised": (
         {"head": lambda state: msgspec.structs.replace(state, revision=40)},
         36,
-        f"the head is at revision 40 but the records end at revision {HEAD}",
+        "its head names revision 40, but the store holds no records of revisions 36 to 40 "
+        "(deleted, or lost in a partial restore)",
     ),
     "the head lowered": (
         {"head": lambda state: msgspec.structs.replace(state, revision=HEAD - 1)},
         HEAD,
-        f"a record of revision {HEAD} lies beyond the head ({HEAD - 1})",
+        f"the store holds a record of revision {HEAD} beyond its head (revision {HEAD - 1})",
     ),
     "the head's seal removed": (
         {"head": lambda state: msgspec.structs.replace(state, seal=None)},
@@ -357,6 +365,10 @@ async def assert_refused(store: ThreadStore, first_untrusted: int, problem: str 
     assert not report.ok
     assert report.first_divergence == first_untrusted, report.detail
     assert f"from revision {first_untrusted}" in report.detail
+    # reading the head reads what a load reads: the same revision, never a forged state
+    with pytest.raises(JournalCorrupted) as read:
+        await Kernel(plugins(), thread_store=store).get_state("t")
+    assert read.value.revision == first_untrusted
 
 
 # -- the tests --------------------------------------------------------------------------------
@@ -369,6 +381,11 @@ async def test_every_tampering_of_what_a_store_hands_back_is_caught(
     await write_thread(thread_store)
     edits, first_untrusted, problem = TAMPERINGS[tampering]
     await assert_refused(Tampered(thread_store, **edits), first_untrusted, problem)  # type: ignore[arg-type]
+    if "snapshot" not in edits:  # history reads the records and the head, not snapshots
+        reader = Kernel(plugins(), thread_store=Tampered(thread_store, **edits))  # type: ignore[arg-type]
+        with pytest.raises(JournalCorrupted) as refused:
+            await reader.history("t")
+        assert refused.value.revision == first_untrusted
     untouched = Kernel(plugins(), thread_store=thread_store)
     assert (await untouched.verify("t")).ok
     assert await read(untouched, "t", Count) == HEAD
@@ -517,11 +534,11 @@ async def test_journal_corrupted_is_a_state_error_that_teaches() -> None:
     error = JournalCorrupted("t", 33, "the record of revision 33 is missing")
     assert isinstance(error, StateError)
     assert str(error) == (
-        "thread 't': its stored journal cannot be trusted from revision 33: the record of "
-        "revision 33 is missing. It was changed outside statekernel (a bad restore, a disk "
-        "fault, a hand edit); nothing was loaded. Restore the store from a backup, or fork "
-        "the thread from its last good revision: `await kernel.fork('t', 32, <new thread "
-        "id>)`."
+        "thread 't' is damaged: its stored journal cannot be trusted from revision 33: the "
+        "record of revision 33 is missing. It was changed outside statekernel (a bad "
+        "restore, a disk fault, a hand edit); nothing was loaded. Restore the store from a "
+        "backup, or fork the thread from its last good revision: `await kernel.fork('t', "
+        "32, <new thread id>)`; `statekernel verify DB --thread t` checks every record."
     )
     assert "start the thread afresh" in str(JournalCorrupted("t", 1, "x"))
 
@@ -604,3 +621,46 @@ async def test_a_snapshot_of_another_thread_does_not_pass_for_this_ones(tmp_path
             await kernel.start_run("a")
         run = await kernel.start_run("b")  # b is untouched
         await run.abandon()
+
+
+class SavedMeanwhile(Tampered):
+    """The store as another process sees it while this one reads: the first time records
+    are read, another kernel saves a commit to thread "t" just before."""
+
+    def __init__(self, store: ThreadStore) -> None:
+        super().__init__(store)
+        self.pending = True
+
+    async def head(self, thread_id: str) -> ThreadHead | None:
+        assert isinstance(self.store, SupportsHead)
+        return await self.store.head(thread_id)
+
+    async def records(
+        self, thread_id: str, *, since: int = 0, until: int | None = None, limit: int | None = None
+    ) -> builtins.list[JournalEntry]:
+        if self.pending:
+            self.pending = False
+            await commit_all(
+                Kernel(plugins(), thread_store=self.store), "t", StateCommand().update(Count, 1)
+            )
+        return await self.store.records(thread_id, since=since, until=until, limit=limit)
+
+
+@pytest.mark.parametrize("read_with", ["verify", "history", "get_state"])
+async def test_a_save_between_two_reads_is_not_taken_for_damage(
+    tmp_path: Path, read_with: str
+) -> None:
+    """A reader that reads the head, then the records, meets a record past the head it read
+    when another process saved in between: that is a save, not damage, and it is told
+    apart by reading the head again."""
+    async with SqliteThreadStore(tmp_path / "j.db") as store:
+        await write_thread(store)
+        kernel = Kernel(plugins(), thread_store=SavedMeanwhile(store))
+        if read_with == "verify":
+            report = await kernel.verify("t")
+            assert (report.ok, report.revision) == (True, HEAD), report.detail
+        elif read_with == "history":
+            assert [r.revision for r in await kernel.history("t")][-1] == HEAD + 1
+        else:
+            assert (await kernel.get_state("t")).get(Count) == HEAD
+        assert (await Kernel(plugins(), thread_store=store).verify("t")).ok

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from statekernel.lowlevel import JournalEntry
 from statekernel.stores import (
     MemoryProfileStore,
     MemoryThreadStore,
@@ -18,7 +19,11 @@ from statekernel.stores import (
     SqliteProfileStore,
     SqliteThreadStore,
 )
-from statekernel.testing.store_contract import ProfileStoreContract, ThreadStoreContract
+from statekernel.testing.store_contract import (
+    EditRecord,
+    ProfileStoreContract,
+    ThreadStoreContract,
+)
 
 BreakEntry = Callable[[str, str], Awaitable[None]]
 
@@ -29,6 +34,17 @@ class TestMemoryThreadStore(ThreadStoreContract):
         async with MemoryThreadStore() as store:
             yield store
 
+    @pytest.fixture
+    def edit_record(self, thread_store: MemoryThreadStore) -> EditRecord:
+        async def edit(thread_id: str, revision: int, data: bytes | None) -> None:
+            thread = thread_store._threads[thread_id]  # the store's own table
+            kept = [entry for entry in thread.records if entry.revision != revision]
+            if data is not None:
+                kept.append(JournalEntry(revision, data))
+            thread.records = sorted(kept, key=lambda entry: entry.revision)
+
+        return edit
+
 
 class TestSqliteThreadStore(ThreadStoreContract):
     @pytest.fixture
@@ -36,12 +52,54 @@ class TestSqliteThreadStore(ThreadStoreContract):
         async with SqliteThreadStore(tmp_path / "threads.db") as store:
             yield store
 
+    @pytest.fixture
+    def edit_record(self, thread_store: SqliteThreadStore) -> EditRecord:
+        async def edit(thread_id: str, revision: int, data: bytes | None) -> None:
+            await thread_store.close()  # every write is in the file
+            with sqlite3.connect(thread_store.path) as raw:
+                raw.execute(
+                    "DELETE FROM thread_records WHERE thread_id = ? AND revision = ?",
+                    (thread_id, revision),
+                )
+                if data is not None:
+                    raw.execute(
+                        "INSERT INTO thread_records (thread_id, revision, record) VALUES (?, ?, ?)",
+                        (thread_id, revision, data),
+                    )
+
+        return edit
+
 
 class TestPostgresThreadStore(ThreadStoreContract):
     @pytest.fixture
     async def thread_store(self, postgres_dsn: str) -> AsyncIterator[PostgresThreadStore]:
         async with PostgresThreadStore(postgres_dsn) as store:
             yield store
+
+    @pytest.fixture
+    def edit_record(self, postgres_dsn: str) -> EditRecord:
+        async def edit(thread_id: str, revision: int, data: bytes | None) -> None:
+            import asyncpg
+
+            raw = await asyncpg.connect(postgres_dsn)
+            try:
+                await raw.execute(
+                    "DELETE FROM statekernel_thread_records WHERE thread_id = $1 AND revision = $2",
+                    thread_id,
+                    revision,
+                )
+                if data is not None:
+                    await raw.execute(
+                        "INSERT INTO statekernel_thread_records (thread_id, revision, record) "
+                        "VALUES ($1, $2, $3)",
+                        thread_id,
+                        revision,
+                        data,
+                    )
+            finally:
+                await raw.close()
+
+        return edit
 
 
 class TestMemoryProfileStore(ProfileStoreContract):

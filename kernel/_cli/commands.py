@@ -4,7 +4,9 @@ programs.
 Every command reads through a `Location` (a plain `Kernel` and the stores, read-only) and
 writes to standard output; notes that a program should not have to parse (a key shown as of
 an older revision) go to standard error. The exit status is the command's answer: 0, or 1
-when `verify` finds a divergence.
+when `verify` finds a divergence, or `threads` and `inspect` find a damaged thread: they
+show it in its own row, say on standard error what is wrong with it, and go on with the
+others.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from typing import Any
 
 import msgspec
 
-from statekernel import CommitRecord, ExportedState, JournalCorrupted, UnknownThread
+from statekernel import (
+    CommitRecord,
+    DecodeFailed,
+    ExportedState,
+    JournalCorrupted,
+    ReplayFailed,
+    StateError,
+    UnknownThread,
+)
 from statekernel.lowlevel import SupportsHead, SupportsNamespaces
 
 from .location import Location
@@ -25,24 +35,50 @@ from .tables import table, width
 __all__ = ["history", "inspect", "show", "threads", "verify"]
 
 
+# What makes one thread unreadable while the others read: its stored journal or values
+# were changed outside statekernel (or no longer decode, or replay). A store that fails
+# (a lost connection) ends the command instead: then no thread can be trusted to read.
+_DAMAGE = (JournalCorrupted, DecodeFailed, ReplayFailed)
+
+
 async def threads(where: Location, *, prefix: str, as_json: bool) -> int:
-    """`statekernel threads`: the stored threads, their revision and last change."""
-    rows = [
-        await _thread_row(where, thread_id)
-        for thread_id in await where.kernel.threads(prefix=prefix)
-    ]
+    """`statekernel threads`: the stored threads, their revision and last change; a
+    damaged thread in its own row, and exit 1."""
+    rows: list[dict[str, Any]] = []
+    damaged: dict[str, StateError] = {}
+    for thread_id in await where.kernel.threads(prefix=prefix):
+        try:
+            rows.append(await _thread_row(where, thread_id))
+        except UnknownThread:
+            continue  # deleted since it was listed
+        except _DAMAGE as failure:
+            damaged[thread_id] = failure
+            head = await _readable_head(where, thread_id)
+            rows.append(
+                {
+                    "thread_id": thread_id,
+                    "revision": head,
+                    "last_change": None,
+                    "last_run": None,
+                    **_state_of(failure),
+                }
+            )
     if as_json:
         _print_json(rows)
     elif rows:
+        # A status column only when it has something to say: a store that is whole reads
+        # as it always did.
+        status = ["status"] if damaged else []
         print(
             table(
-                ["thread", "revision", "last change", "last run"],
+                ["thread", "revision", "last change", "last run", *status],
                 [
                     [
                         r["thread_id"],
-                        str(r["revision"]),
+                        "?" if r["revision"] is None else str(r["revision"]),
                         r["last_change"] or "",
                         r["last_run"] or "",
+                        *([_status(damaged.get(r["thread_id"]))] if damaged else []),
                     ]
                     for r in rows
                 ],
@@ -50,30 +86,46 @@ async def threads(where: Location, *, prefix: str, as_json: bool) -> int:
         )
     else:
         print(f"no threads in {where.shown}")
-    return 0
+    return _report(damaged)
 
 
 async def inspect(where: Location, *, as_json: bool) -> int:
     """`statekernel inspect`: every thread with its keys and values, every profile
-    namespace with its entries."""
-    found_threads = {}
-    for thread_id in await where.kernel.threads():
-        state = await where.kernel.export_state(thread_id)
-        found_threads[thread_id] = state
+    namespace with its entries; a damaged thread with what is wrong, and exit 1."""
+    found: dict[str, ExportedState] = {}
+    heads: dict[str, int | None] = {}  # of the damaged threads, as far as they read
+    damaged: dict[str, StateError] = {}
+    listed = await where.kernel.threads()
+    for thread_id in listed:
+        try:
+            found[thread_id] = await where.kernel.export_state(thread_id)
+        except UnknownThread:
+            continue  # deleted since it was listed
+        except _DAMAGE as failure:
+            damaged[thread_id] = failure
+            heads[thread_id] = await _readable_head(where, thread_id)
     namespaces = await _profiles(where)
+    ids = [thread_id for thread_id in listed if thread_id in found or thread_id in damaged]
     if as_json:
-        _print_json(
-            {
-                "threads": {
-                    thread_id: {"revision": state.revision, "values": state.values}
-                    for thread_id, state in found_threads.items()
-                },
-                "profiles": namespaces,
-            }
-        )
-        _notes(found_threads)
-        return 0
-    for thread_id, state in found_threads.items():
+        shown: dict[str, dict[str, Any]] = {}
+        for thread_id in ids:
+            if thread_id in damaged:
+                shown[thread_id] = {"revision": heads[thread_id], "values": None}
+            else:
+                state = found[thread_id]
+                shown[thread_id] = {"revision": state.revision, "values": state.values}
+            shown[thread_id].update(_state_of(damaged.get(thread_id)))
+        _print_json({"threads": shown, "profiles": namespaces})
+        _notes(found)
+        return _report(damaged)
+    for thread_id in ids:
+        if thread_id in damaged:
+            head = heads[thread_id]
+            at = "revision ?" if head is None else f"revision {head}"
+            print(f"thread {thread_id}  ({at}, {_status(damaged[thread_id])})")
+            print()
+            continue
+        state = found[thread_id]
         print(f"thread {thread_id}  (revision {state.revision})")
         print(_indent(_values_table(state, limit=width() - len(_INDENT))))
         print()
@@ -82,10 +134,10 @@ async def inspect(where: Location, *, as_json: bool) -> int:
         rows = [[key, str(e["version"]), _json(e["value"])] for key, e in entries.items()]
         print(_indent(table(["key", "version", "value"], rows, limit=width() - len(_INDENT))))
         print()
-    if not found_threads and not namespaces:
+    if not ids and not namespaces:
         print(f"{where.shown} holds no threads and no profile entries")
-    _notes(found_threads)
-    return 0
+    _notes(found)
+    return _report(damaged)
 
 
 async def history(
@@ -166,14 +218,57 @@ async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
 
 
 async def _thread_row(where: Location, thread_id: str) -> dict[str, Any]:
+    """The thread's row: its head revision and its newest record, which the head must name
+    (a history read checks that)."""
     revision = await _head_revision(where, thread_id)
-    last = await where.kernel.history(thread_id, since=max(revision - 1, 0), limit=1)
+    # Without a limit: a record past the head is read too, and is damage.
+    records = await where.kernel.history(thread_id, since=max(revision - 1, 0))
+    last = next((record for record in records if record.revision == revision), None)
     return {
         "thread_id": thread_id,
         "revision": revision,
-        "last_change": last[0].created_at.isoformat(timespec="seconds") if last else None,
-        "last_run": last[0].run_id if last else None,
+        "last_change": last.created_at.isoformat(timespec="seconds") if last else None,
+        "last_run": last.run_id if last else None,
+        **_state_of(None),
     }
+
+
+async def _readable_head(where: Location, thread_id: str) -> int | None:
+    """The revision a damaged thread's head names, when it can be read at all."""
+    try:
+        return await _head_revision(where, thread_id)
+    except (*_DAMAGE, UnknownThread):
+        return None
+
+
+def _state_of(failure: StateError | None) -> dict[str, str | None]:
+    """A thread's `status` and `error` for `--json`: "ok" and null, or "damaged" and the
+    error's message on one line."""
+    if failure is None:
+        return {"status": "ok", "error": None}
+    return {"status": "damaged", "error": _one_line(failure)}
+
+
+def _status(failure: StateError | None) -> str:
+    """A thread's status for people: "ok", or "damaged" and what is wrong, as short as
+    the error allows (the whole message goes to standard error)."""
+    if failure is None:
+        return "ok"
+    if isinstance(failure, JournalCorrupted):
+        return f"damaged at revision {failure.revision}: {failure.problem}"
+    return f"damaged: {_one_line(failure)}"
+
+
+def _report(damaged: Mapping[str, StateError]) -> int:
+    """Say on standard error what is wrong with each damaged thread, one line each, as
+    any error of the command line is said; the exit status: 1 when one is."""
+    for failure in damaged.values():
+        print(f"statekernel: {_one_line(failure)}", file=sys.stderr)
+    return 1 if damaged else 0
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
 
 
 async def _head_revision(where: Location, thread_id: str) -> int:

@@ -1,12 +1,14 @@
 """`statekernel`'s arguments, and the one policy for how a command ends.
 
-Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence) or the
-store failed while reading; 2 the command could not start: bad arguments, a missing file, a
-file or database that is not a statekernel store, an unknown thread or revision, an output
-file that cannot be written or that is the store itself. An error is one line on standard
-error, never a traceback, and never holds a DSN's password (the line goes through the store
-backends' `redacted`, whatever raised it). A reader that stops reading (`| head`) ends the
-command quietly.
+Exit status: 0 done; 1 the command's answer is "no" (`verify` found a divergence), a thread
+it read is damaged (`JournalCorrupted`, a value that no longer decodes: `history` and `show`
+stop, `threads` and `inspect` show it in its own row and go on), or the store failed while
+reading; 2 the command could not start: bad arguments, a missing file, a file or database
+that is not a statekernel store, an unknown thread or revision, an output file that cannot
+be written or that is the store itself. An error is one line on standard error, never a
+traceback, and never holds a DSN's password (the line goes through the store backends'
+`redacted`, whatever raised it). A reader that stops reading (`| head`) ends the command
+quietly.
 """
 
 from __future__ import annotations

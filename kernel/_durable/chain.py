@@ -234,6 +234,35 @@ def _broken(
     )
 
 
+def _lost_newest(head: int, reached: int) -> str:
+    """What is wrong with a journal whose records end at `reached`, before its `head`."""
+    if reached + 1 == head:
+        gone = f"no record of revision {head}"
+    else:
+        gone = f"no records of revisions {reached + 1} to {head}"
+    return (
+        f"its head names revision {head}, but the store holds {gone} (deleted, or lost in "
+        f"a partial restore)"
+    )
+
+
+def _beyond_head(head: int, reached: int) -> str:
+    """What is wrong with a journal holding records up to `reached`, past its `head`.
+
+    No save leaves one: a store writes a save's records and its head in one transaction,
+    so a record past the head was put there by hand, or the head was restored from an
+    older backup than the records (a head moved back)."""
+    extra = (
+        f"a record of revision {head + 1}"
+        if reached == head + 1
+        else (f"records of revisions {head + 1} to {reached}")
+    )
+    return (
+        f"the store holds {extra} beyond its head (revision {head}), which no save leaves "
+        f"(put there by hand, or the head restored from an older backup than the records)"
+    )
+
+
 def check_head(
     thread_id: str, head: int, reached: int, link: bytes | None, chain: Chain, *, sealed: bool
 ) -> None:
@@ -245,15 +274,9 @@ def check_head(
             thread_id, reached, "the head lost its seal: nothing vouches for the newest record"
         )
     if reached < head:
-        raise JournalCorrupted(
-            thread_id,
-            reached + 1,
-            f"the head is at revision {head} but the records end at revision {reached}",
-        )
+        raise JournalCorrupted(thread_id, reached + 1, _lost_newest(head, reached))
     if reached > head:
-        raise JournalCorrupted(
-            thread_id, head + 1, f"a record of revision {reached} lies beyond the head ({head})"
-        )
+        raise JournalCorrupted(thread_id, head + 1, _beyond_head(head, reached))
     if chain.chained_from is not None and link is not None and link != chain.link:
         raise JournalCorrupted(
             thread_id,

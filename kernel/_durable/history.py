@@ -67,21 +67,46 @@ class ThreadHistory:
         if limit is not None:
             _check_revision("limit", limit)
         journal = self._journal(thread_id)
+        head = await journal.head()  # first: a save meanwhile only adds to what is read
         shown = await journal.shown(since, limit)
-        if not shown and await journal.head() is None:
-            raise UnknownThread(thread_id)
+        if head is None:
+            if not shown:
+                raise UnknownThread(thread_id)
+            return shown
+        # The head names the newest record: records that stop short of it (a record lost) or
+        # go past it (one put there by hand) are damage, unless a save or a prune meanwhile
+        # explains them, which the whole journal, read again, tells apart.
+        newest = shown[-1].revision if shown else since
+        if shown and newest > head:  # most likely a save meanwhile: the head, read again
+            head = await journal.head()
+            if head is None or newest > head:
+                await journal.check_whole()
+                return shown
+        if (limit is None or len(shown) < limit) and newest < head:
+            await journal.check_whole()
+        elif shown and newest == head:
+            await journal.check_newest(head)  # only the head vouches for the newest record
         return shown
 
     async def state_at(self, thread_id: str, revision: int) -> Snapshot:
         _, values = await self._readable(self._journal(thread_id), thread_id, revision)
         return Snapshot(revision, immutables.Map(values), self._registry)
 
+    async def current(self, thread_id: str) -> Snapshot:
+        """The thread keys at the saved head, which must name the newest record."""
+        journal = self._journal(thread_id)
+        head = await journal.head()
+        if head is None:
+            raise UnknownThread(thread_id)
+        _, values = await self._readable(journal, thread_id, head, head=head)
+        return Snapshot(head, immutables.Map(values), self._registry)
+
     async def _readable(
-        self, journal: ThreadJournal, thread_id: str, revision: int
+        self, journal: ThreadJournal, thread_id: str, revision: int, *, head: int | None = None
     ) -> tuple[_Rebuilt, dict[str, Any]]:
         """The thread rebuilt at `revision`, and the values it can be read as: those it
         rebuilt whole (a key whose op had no bytes raises, never a default in its place)."""
-        rebuilt = await self._rebuild(journal, thread_id, revision)
+        rebuilt = await self._rebuild(journal, thread_id, revision, head=head)
         for name, at in rebuilt.lost.items():
             raise _unjournaled(thread_id, revision, name, at)
         values = {
@@ -89,21 +114,41 @@ class ThreadHistory:
         }
         return rebuilt, values
 
-    async def _rebuild(self, journal: ThreadJournal, thread_id: str, revision: int) -> _Rebuilt:
+    async def _rebuild(
+        self, journal: ThreadJournal, thread_id: str, revision: int, *, head: int | None = None
+    ) -> _Rebuilt:
+        """The thread rebuilt at `revision`. Given the `head` (read before), a rebuild at the
+        head reads on past it: the head names the newest record, so one past it is damage
+        (unless a save meanwhile put it there)."""
         _check_revision("revision", revision)
+        at_head = head is not None and revision == head
         base = await journal.base(revision) or ReplayBase(0, {})
-        records = await journal.records(base.revision, until=revision)
+        read = await journal.records(base.revision, until=None if at_head else revision)
+        records = [record for record in read if record.revision <= revision]
         reached = records[-1].revision if records else base.revision
         contiguous = not records or records[0].revision == base.revision + 1
         found = reached == revision and contiguous
         if found and base.revision == 0:  # from the empty start: not if pruned or unknown
             first = await journal.records(0, limit=1)
-            found = await journal.head() is not None and (not first or first[0].revision == 1)
+            known = head is not None or await journal.head() is not None
+            found = known and (not first or first[0].revision == 1)
         if not found:
             head = await journal.head()
             if head is None:
                 raise UnknownThread(thread_id)
-            raise UnknownRevision(thread_id, revision, held=await _held(journal, head))
+            held = await _held(journal, head)
+            if held is not None and held[0] <= revision <= head:
+                # The journal holds this revision, yet its record is not there: a record
+                # lost (the newest, when only the head still names it). The whole journal
+                # names it, unless a prune meanwhile explains the gap.
+                await journal.check_whole()
+            raise UnknownRevision(thread_id, revision, held=held)
+        if len(read) > len(records):  # most likely a save meanwhile: the head, read again
+            now = await journal.head()
+            if now is None or read[-1].revision > now:
+                await journal.check_whole()  # a record past the head
+        elif at_head:
+            await journal.check_newest(revision)  # only the head vouches for the newest record
         lost: dict[str, int] = {}
         stale = apply_records(
             self._registry,
@@ -124,11 +169,12 @@ class ThreadHistory:
         """Every stored key at `revision` (None: the head) as plain JSON data, those this
         kernel does not type as far as their bytes go (`export.py`)."""
         journal = self._journal(thread_id)
+        head = None
         if revision is None:
-            revision = await journal.head()
+            revision = head = await journal.head()
             if revision is None:
                 raise UnknownThread(thread_id)
-        rebuilt, values = await self._readable(journal, thread_id, revision)
+        rebuilt, values = await self._readable(journal, thread_id, revision, head=head)
         by_name = self._registry.by_name
         typed = {name: value for name, value in values.items() if name in by_name}
 

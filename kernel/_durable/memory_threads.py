@@ -231,6 +231,9 @@ class MemoryJournal:
             return set()
         return _differing(self._registry, values, self._thread.held.values, ignore)
 
+    async def check_newest(self, revision: int) -> None:
+        """Nothing to check: no hand reaches the kernel's memory."""
+
     async def check_whole(self) -> None:
         """Nothing to check: no hand reaches the kernel's memory."""
 

@@ -194,8 +194,13 @@ class ThreadStore(Protocol):
     """
 
     async def load(self, thread_id: str) -> ThreadState | None:
-        """The thread's newest snapshot and the records after it, with the head; or None if
-        never saved."""
+        """The thread's newest snapshot at or before its head, every record after it and
+        the head, as one consistent read; or None if never saved.
+
+        Every record: also those past the head's revision. A save writes its records and
+        its head together, so none is ever there; one that is was put there by hand (or
+        the head was restored from an older backup), and the kernel must see it to say so
+        (`JournalCorrupted`)."""
         ...
 
     async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:

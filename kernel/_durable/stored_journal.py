@@ -15,7 +15,14 @@ from .._engine.registry import KeyRegistry
 from .._errors import JournalCorrupted
 from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
 from .journal import CommitRecord, record_prev
-from .store import SupportsHead, ThreadSnapshot, ThreadStore, store_failures
+from .store import (
+    SupportsHead,
+    ThreadHead,
+    ThreadSnapshot,
+    ThreadState,
+    ThreadStore,
+    store_failures,
+)
 from .stored_loads import trusted_records
 from .thread_snapshots import RESERVED_VALUES, differing_keys, read_snapshot
 from .threads import ReplayBase
@@ -45,15 +52,22 @@ class StoredJournal:
         self._store, self._registry, self._thread_id = store, registry, thread_id
         self._skip = skip
         self._whole = whole
-        self._links: dict[int, bytes] = {}  # the link each sealed snapshot `base` read names
+        # The link at each revision this journal read: a sealed snapshot's (`base`), or a
+        # record's own (`records`), for the next read to start from or the head to name.
+        self._links: dict[int, bytes] = {}
+        self._head: tuple[int, bytes | None] | None = None  # the head last read, its seal
+        self._sealed = False  # whether anything read carries a link or seal (the chain began)
 
     async def head(self) -> int | None:
+        found = await self._read_head()
+        self._head = None if found is None else (found.revision, found.seal)
+        return None if found is None else found.revision
+
+    async def _read_head(self) -> ThreadHead | ThreadState | None:
         with store_failures("thread history read", self._thread_id):
             if isinstance(self._store, SupportsHead):  # the head alone, not the thread
-                head = await self._store.head(self._thread_id)
-                return None if head is None else head.revision
-            stored = await self._store.load(self._thread_id)
-        return None if stored is None else stored.revision
+                return await self._store.head(self._thread_id)
+            return await self._store.load(self._thread_id)
 
     async def records(
         self, since: int, until: int | None = None, limit: int | None = None
@@ -61,8 +75,9 @@ class StoredJournal:
         """The records asked for, each checked against its neighbours' links: the record
         after the last (read too, when there is one) vouches for it, and the sealed
         snapshot at `since` (when this journal just read it, as `state_at` does) or the
-        start of the thread for the first. (The head vouches for the newest record: loads
-        and `verify` check that.)"""
+        start of the thread for the first; the head, when this journal read it and they
+        end there, for the last. (Whether the head names the newest record at all is
+        `check_newest`'s to say.)"""
         thread_id = self._thread_id
         with store_failures("thread history read", thread_id):
             entries = await self._store.records(
@@ -77,7 +92,11 @@ class StoredJournal:
         link = self._links.get(after) if after == since else None
         if after == 0 and record_prev(entries[0].data) is not None:
             link = START
-        records, _ = walk(thread_id, entries, after=after, link=link, chain=_LINKED_ONLY)
+        chain = self._chain()
+        then = chain.link if self._head_at(entries[-1].revision) else None
+        records, links = walk(thread_id, entries, after=after, link=link, chain=chain, then=then)
+        self._links.update(zip((entry.revision for entry in entries), links, strict=True))
+        self._sealed = self._sealed or record_prev(entries[-1].data) is not None
         wanted = len(records) if limit is None else min(limit, len(records))
         if until is not None:
             wanted = min(wanted, sum(1 for record in records if record.revision <= until))
@@ -95,9 +114,10 @@ class StoredJournal:
         snapshot = await self.snapshot(revision)
         if snapshot is None:
             return None
-        link = snapshot_link(self._thread_id, snapshot, _LINKED_ONLY)  # a changed one is refused
+        link = snapshot_link(self._thread_id, snapshot, self._chain())  # a changed one is refused
         if link is not None:
             self._links[snapshot.revision] = link
+            self._sealed = True
         restored, _ = await read_snapshot(
             self._registry,
             snapshot,
@@ -113,7 +133,7 @@ class StoredJournal:
         """An older snapshot a Vector extends, checked against its seal like the first."""
         snapshot = await self.snapshot(revision)
         if snapshot is not None:
-            snapshot_link(self._thread_id, snapshot, _LINKED_ONLY)
+            snapshot_link(self._thread_id, snapshot, self._chain())
         return snapshot
 
     async def snapshot(self, revision: int) -> ThreadSnapshot | None:
@@ -149,6 +169,32 @@ class StoredJournal:
     def held_differing(self, values: Mapping[str, Any], ignore: set[str]) -> set[str]:
         return set()  # the store holds the thread; this kernel only some keys of it
 
+    def _chain(self) -> Chain:
+        """The chain the head last read names; before a head is read (or of a thread stored
+        before the chain), what history reads assume (`_LINKED_ONLY`)."""
+        if self._head is None or self._head[1] is None:
+            return _LINKED_ONLY
+        return read_head_seal(self._thread_id, self._head[0], self._head[1])
+
+    def _head_at(self, revision: int) -> bool:
+        """Whether the head last read stands at `revision` with a seal."""
+        return self._head is not None and self._head[0] == revision and self._head[1] is not None
+
+    async def check_newest(self, revision: int) -> None:
+        """The head last read names `revision`: its seal must name the link there, the
+        newest record's (or the snapshot's taken there) as this journal read it. A head
+        without a seal is a thread stored before the chain only if nothing read was sealed."""
+        if self._head is None or self._head[0] != revision:
+            return
+        seal = self._head[1]
+        if seal is None:
+            if self._sealed:
+                await self.check_whole()  # the head lost its seal
+            return
+        link = self._links.get(revision)
+        if link is not None and link != read_head_seal(self._thread_id, revision, seal).link:
+            await self.check_whole()  # names what was changed, the record or the head
+
     async def check_whole(self) -> None:
         """Walk the whole held journal link by link, every snapshot checked against its
         seal and against the link at its revision, up to the head's seal."""
@@ -158,6 +204,12 @@ class StoredJournal:
             entries = await self._store.records(thread_id)
         if stored is None:
             return
+        if (
+            entries
+            and entries[-1].revision > stored.revision
+            and await self._moved_past(entries[-1].revision)
+        ):  # a save landed between the two reads: what it added is not checked here
+            entries = [entry for entry in entries if entry.revision <= stored.revision]
         chain = read_head_seal(thread_id, stored.revision, stored.seal)
         if not entries:  # a snapshot and no record: what a load checks is all there is
             trusted_records(thread_id, stored)
@@ -200,6 +252,11 @@ class StoredJournal:
         )
         last = entries[-1].revision
         check_head(thread_id, stored.revision, last, links[-1], chain, sealed=sealed)
+
+    async def _moved_past(self, revision: int) -> bool:
+        """Whether the head now stands at `revision` or later (read again)."""
+        found = await self._read_head()
+        return found is not None and found.revision >= revision
 
 
 def _first(error: JournalCorrupted, other: JournalCorrupted | None) -> JournalCorrupted:

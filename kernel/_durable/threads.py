@@ -181,6 +181,12 @@ class ThreadJournal(Protocol):
         kernel does not hold the whole thread)."""
         ...
 
+    async def check_newest(self, revision: int) -> None:
+        """Raise `JournalCorrupted` when the head last read (`head`), which stands at
+        `revision`, does not vouch for the newest record read there (`records`, `base`):
+        the record or the head was changed."""
+        ...
+
     async def check_whole(self) -> None:
         """Raise `JournalCorrupted` at the first revision of the held journal that cannot be
         trusted (a broken chain, `_durable.chain`)."""

@@ -271,8 +271,10 @@ class Kernel:
 
         From the ThreadStore, or this kernel's memory without one. A run's commits appear
         once it saved them (at every checkpoint, suspension and run end). A thread nothing
-        saved raises `UnknownThread`. With a ThreadStore, ops of `persistent=False` thread
-        keys appear only in the kernel that made them (they are journaled in memory only).
+        saved raises `UnknownThread`; records that stop short of the head (the newest
+        lost) or go past it, or that do not follow one another, `JournalCorrupted`. With a
+        ThreadStore, ops of `persistent=False` thread keys appear only in the kernel that
+        made them (they are journaled in memory only).
         """
         return await self._history.history(thread_id, since=since, limit=limit)
 
@@ -281,7 +283,8 @@ class Kernel:
 
         Rebuilt from the newest snapshot at or before it and the records after that. A
         revision never reached, or pruned, raises `UnknownRevision`; a thread nothing saved,
-        `UnknownThread`."""
+        `UnknownThread`; a revision the journal holds but whose record is gone (deleted, or
+        the newest lost while the head still names it), `JournalCorrupted`."""
         return await self._history.state_at(thread_id, revision)
 
     async def threads(self, *, prefix: str = "", limit: int | None = None) -> list[str]:
@@ -303,11 +306,9 @@ class Kernel:
         """The thread keys as the thread last saved them (its head), without starting a run.
 
         `snapshot.revision` is the head revision. A thread nothing saved raises
-        `UnknownThread`."""
-        head = await self._history.head(thread_id)
-        if head is None:
-            raise UnknownThread(thread_id)
-        return await self._history.state_at(thread_id, head)
+        `UnknownThread`; one whose stored journal does not end where its head says (a
+        record lost, or one past it), `JournalCorrupted`."""
+        return await self._history.current(thread_id)
 
     async def run_events(self, thread_id: str) -> list[RunEvent]:
         """What the thread's runs did beyond their commits, oldest first.
@@ -329,7 +330,8 @@ class Kernel:
         updates only their declaration can apply). For tools that show a thread to people
         or other programs, whoever wrote it; it is what `statekernel show --json` prints.
         A thread nothing saved raises `UnknownThread`, a revision it does not hold
-        `UnknownRevision`."""
+        `UnknownRevision`, a damaged journal (as `get_state` and `state_at` find it)
+        `JournalCorrupted`."""
         return await self._history.export(thread_id, revision)
 
     async def fork(self, thread_id: str, revision: int, new_thread_id: str) -> None:

@@ -5,10 +5,13 @@ The suite is two pytest classes, `ThreadStoreContract` and `ProfileStoreContract
 statekernel runs it against its memory, SQLite and PostgreSQL stores
 (`tests/test_store_contract.py`). A backend of your own (Redis, DynamoDB, a service)
 subclasses the contract in its tests (the class name starting with `Test`) and gives it a
-fixture yielding a fresh, empty store per test (`thread_store` or `profile_store`; a
-ProfileStore also needs `break_entry`, an async function `(namespace, key)` that makes one
-stored entry no longer decode, the way your backend could come to hold it). Every test of
-the contract then runs against your store:
+fixture yielding a fresh, empty store per test (`thread_store` or `profile_store`). Each
+also needs a way to damage what it stores, the way a hand edit or a bad restore of your
+backend would: a ThreadStore `edit_record`, an async function `(thread_id, revision, data)`
+that changes one stored record behind the store's back (`data` None deletes it, bytes
+replace it or add it); a ProfileStore `break_entry`, an async function `(namespace, key)`
+that makes one stored entry no longer decode. Every test of the contract then runs against
+your store:
 
 ```python
 import pytest
@@ -20,6 +23,13 @@ class TestMyThreadStore(ThreadStoreContract):
     async def thread_store(self):
         async with MyThreadStore(...) as store:
             yield store
+
+    @pytest.fixture
+    def edit_record(self, thread_store):
+        async def edit(thread_id, revision, data):
+            ...  # delete (data None) or write that stored record, bypassing the store
+
+        return edit
 
 
 class TestMyProfileStore(ProfileStoreContract):
@@ -53,7 +63,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from .._durable.chain import Chain, chain_records
+from .._durable.chain import Chain, chain_records, link_of
 from .._durable.journal import CommitRecord, JournalOp
 from .._durable.store import (
     JournalEntry,
@@ -80,7 +90,7 @@ from .._values.keys import KeyScope, MergeStrategy, StateKey
 from .._values.phases import Phase
 from .._values.run_events import decode_run_events
 
-__all__ = ["HOSTILE_NAMES", "ProfileStoreContract", "ThreadStoreContract"]
+__all__ = ["HOSTILE_NAMES", "EditRecord", "ProfileStoreContract", "ThreadStoreContract"]
 
 HOSTILE_NAMES = (
     "'; DROP TABLE thread_states; --",
@@ -97,6 +107,10 @@ REFUSED_NAMES = (("t\ud800", "lone surrogate"), ("t\x00nul", "NUL character"))
 """Names every store refuses with ValueError, before anything is stored."""
 
 _MARK = pytest.mark.asyncio
+
+EditRecord = Callable[[str, int, bytes | None], Awaitable[None]]
+"""`await edit_record(thread_id, revision, data)`: the stored record of `revision` deleted
+(`data` None) or written as `data`, behind the store's back."""
 
 
 class _Count(StateKey[int, int]):
@@ -163,7 +177,9 @@ async def _count(kernel: Kernel, thread_id: str) -> int:
 @_MARK
 class ThreadStoreContract:
     """The ThreadStore contract (`statekernel.lowlevel.ThreadSave` and friends): subclass it
-    and give it a `thread_store` fixture yielding a fresh, empty store.
+    and give it a `thread_store` fixture yielding a fresh, empty store, and `edit_record`,
+    an async function `(thread_id, revision, data)` that deletes (`data` None) or writes one
+    stored record behind the store's back, the way a hand edit of the backend would.
 
     What it asserts of a ThreadStore:
 
@@ -178,6 +194,11 @@ class ThreadStoreContract:
       code point, control characters, long names), and ids no store can keep
       (`REFUSED_NAMES`: a lone surrogate, a NUL) refused alike;
     - a record handed to the store altered is caught by the kernel's chain;
+    - a thread whose newest record was lost (its head still names it) is `JournalCorrupted`
+      in a load, `history`, `get_state`, `state_at` and `export_state` alike, and `verify`
+      names that revision; so is a record beyond the head (no save leaves one: a store
+      writes a save's records and its head in one transaction), which `load` must hand back
+      for the kernel to see, never filter out;
     - two kernels adding to one thread both land, and an exclusive one conflicts;
     - of a store with the optional `SupportsHead` or `SupportsRunEvents` (the others skip
       these tests): a head is the loaded position and seal; run events are kept in save
@@ -187,6 +208,14 @@ class ThreadStoreContract:
     @pytest.fixture
     async def thread_store(self) -> ThreadStore:
         pytest.fail(f"{type(self).__name__} needs a `thread_store` fixture: a fresh store")
+
+    @pytest.fixture
+    def edit_record(self) -> EditRecord:
+        pytest.fail(
+            f"{type(self).__name__} needs an `edit_record` fixture: an async function "
+            f"(thread_id, revision, data) that changes that stored record behind the store's "
+            f"back (data None deletes it, bytes replace it or add it)"
+        )
 
     async def test_a_thread_never_saved_is_absent_everywhere(
         self, thread_store: ThreadStore
@@ -400,6 +429,64 @@ class ThreadStoreContract:
         report = await kernel.verify("copy")
         assert (report.ok, report.first_divergence) == (False, 3)
         assert (await kernel.verify("source")).ok
+
+    async def test_a_thread_whose_newest_record_was_lost_is_journal_corrupted(
+        self, thread_store: ThreadStore, edit_record: EditRecord
+    ) -> None:
+        """The head is the commit point and names the newest record: with that record gone
+        (deleted by hand, lost in a partial restore), every read of the thread says the
+        journal is damaged and where, never that the revision is unknown; the revisions
+        before it, and the other threads, still read."""
+        writer = Kernel([_Keys()], thread_store=thread_store)
+        await _commits(writer, "t", 5)
+        await _commits(writer, "u", 2)
+        await edit_record("t", 5, None)
+        kernel = Kernel([_Keys()], thread_store=thread_store)  # it reads what the store holds
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {
+            "load": lambda: kernel.start_run("t"),
+            "history": lambda: kernel.history("t"),
+            "get_state": lambda: kernel.get_state("t"),
+            "state_at": lambda: kernel.state_at("t", 5),
+            "export_state": lambda: kernel.export_state("t"),
+        }
+        for name, read in reads.items():
+            with pytest.raises(JournalCorrupted) as refused:
+                await read()
+            assert refused.value.revision == 5, name
+            assert "its head names revision 5, but the store holds no record of revision 5" in (
+                refused.value.problem
+            ), name
+        report = await kernel.verify("t")
+        assert (report.ok, report.first_divergence) == (False, 5)
+        assert (await kernel.state_at("t", 4)).get(_Count) == 4
+        assert (await kernel.get_state("u")).get(_Count) == 2
+
+    async def test_a_record_beyond_the_head_is_journal_corrupted(
+        self, thread_store: ThreadStore, edit_record: EditRecord
+    ) -> None:
+        """A record past the head, well formed and chained to the newest: no save leaves
+        one, so it was put there by hand or the head was restored from an older backup. A
+        load, `history` and `get_state` report it on every backend; none ignores it."""
+        await _commits(Kernel([_Keys()], thread_store=thread_store), "t", 5)
+        state = await thread_store.load("t")
+        assert state is not None and state.records[-1].revision == 5
+        (forged,), _ = chain_records([_record("t", 6, 1)], Chain(link_of(state.records[-1].data)))
+        await edit_record("t", 6, forged.data)
+        kernel = Kernel([_Keys()], thread_store=thread_store)
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {
+            "load": lambda: kernel.start_run("t"),
+            "history": lambda: kernel.history("t"),
+            "get_state": lambda: kernel.get_state("t"),
+        }
+        for name, read in reads.items():
+            with pytest.raises(JournalCorrupted) as refused:
+                await read()
+            assert refused.value.revision == 6, name
+            assert "a record of revision 6 beyond its head (revision 5)" in (
+                refused.value.problem
+            ), name
+        report = await kernel.verify("t")
+        assert (report.ok, report.first_divergence) == (False, 6)
 
     async def test_two_kernels_adding_to_one_thread_both_land(
         self, thread_store: ThreadStore

@@ -203,14 +203,14 @@ _HEADS = (
 )
 _HEAD = "SELECT position, revision, save_ids FROM statekernel_thread_heads WHERE thread_id = $1"
 _HEAD_SEAL = "SELECT position, head FROM statekernel_thread_heads WHERE thread_id = $1"
+# Every record after the snapshot, those past the head too: no save leaves one there (a
+# save's records and head move in one statement), so the kernel reports one as damage.
 _LOAD = """
 SELECT h.position, h.head, s.revision, s.snapshot,
     (SELECT array_agg(r.revision ORDER BY r.revision) FROM statekernel_thread_records r
-     WHERE r.thread_id = h.thread_id AND r.revision > coalesce(s.revision, 0)
-       AND r.revision <= h.revision),
+     WHERE r.thread_id = h.thread_id AND r.revision > coalesce(s.revision, 0)),
     (SELECT array_agg(r.record ORDER BY r.revision) FROM statekernel_thread_records r
-     WHERE r.thread_id = h.thread_id AND r.revision > coalesce(s.revision, 0)
-       AND r.revision <= h.revision)
+     WHERE r.thread_id = h.thread_id AND r.revision > coalesce(s.revision, 0))
 FROM statekernel_thread_heads h
 LEFT JOIN LATERAL (
     SELECT revision, snapshot FROM statekernel_thread_snapshots
