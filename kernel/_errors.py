@@ -203,14 +203,19 @@ class RevisionConflict(StateError):
     Raised when a command's `base_revision` is stale, or when a thread save found the store
     at another write position than the one its run loaded (`position` is True) and could not
     rebase: an op on an exclusive key, a clear or a value set whole, a suspension, or nothing
-    to merge. From `agent.run`, it is the `error` of a failed `RunResult`, whose message says
-    how to retry with `result.unsaved`.
+    to merge; or a save that only commutes whose every rebase was overtaken again, until the
+    rebasing gave up (`rebases` and `rebasing_for` say how many tries, over how long). From
+    `agent.run`, it is the `error` of a `RunResult`, whose message says how to retry with
+    `result.unsaved`.
 
     Attributes:
 
     - `expected`: the revision (or write position) the command or save was built against.
     - `actual`: the live revision (or the store's write position).
     - `position`: True when the conflict is on a thread save's write position.
+    - `rebases`: how many times the save rebased onto a newer head and was overtaken again
+      (0: it did not rebase).
+    - `rebasing_for`: the seconds those rebases took, pauses between them included.
     """
 
     def __init__(
@@ -221,15 +226,25 @@ class RevisionConflict(StateError):
         what: str = "command",
         position: bool = False,
         retry: str = "start a new run to load it again",
+        rebases: int = 0,
+        rebasing_for: float = 0.0,
     ) -> None:
         self.expected = expected
         self.actual = actual
         self.position = position
+        self.rebases = rebases
+        self.rebasing_for = rebasing_for
         if position:  # a thread save: compared on the store's write position
+            again = (
+                f", and again each of the {rebases} times its commutative ops were rebased "
+                f"onto the newer head, over {rebasing_for:.1f} s"
+                if rebases
+                else ""
+            )
             message = (
                 f"{what} expected the thread's write position {expected} but the store is at "
                 f"{actual}: another kernel saved the thread in between (a commit, a suspension "
-                f"or a run ending). Nothing was saved; {retry}."
+                f"or a run ending){again}. Nothing was saved; {retry}."
             )
         else:
             message = (
