@@ -611,6 +611,46 @@ class InvalidToolArguments(StateError, ValueError):
         super().__init__(f"invalid arguments for tool {tool!r}: {listed}")
 
 
+class ToolArgumentsTooDeep(StateError, ValueError):
+    """A tool call's arguments, or a tool's parameter schema, nest dicts and lists deeper
+    than the kernel takes (`limit` levels: 100).
+
+    Raised when the `ToolCall` (or `ToolSpec`) is made, before anything holds it: by a
+    model adapter reading the model's answer (so the run fails with it as its `error`, and
+    the thread keeps everything committed before), by `agent.run` given such a message, or
+    by your own code. Nothing of the call is kept, so nothing is stored half-way, and
+    nothing of it is cut short either: the call is refused whole, never shortened.
+    Arguments that deep could not be copied, encoded, stored or sent without running out
+    of stack.
+
+    Also a `ValueError`.
+
+    Attributes:
+
+    - `tool`: the tool's name.
+    - `call_id`: the call's id (None for a tool's parameter schema).
+    - `limit`: how many levels of nesting are allowed.
+    """
+
+    def __init__(self, tool: str, call_id: str | None, limit: int) -> None:
+        self.tool = tool
+        self.call_id = call_id
+        self.limit = limit
+        if call_id is None:
+            what = f"tool {tool!r}: its parameter schema"
+            fix = "Flatten the schema (a shared part can be one `$defs` entry named by `$ref`)."
+        else:
+            what = f"tool call {call_id!r} of tool {tool!r}: its arguments"
+            fix = (
+                "Nothing of the call was kept. Pass flatter arguments (a deeply nested "
+                "document can travel as one JSON string argument)."
+            )
+        super().__init__(
+            f"{what} are nested more than {limit} levels deep (dicts and lists inside one "
+            f"another), deeper than the kernel copies, stores or sends. {fix}"
+        )
+
+
 class ModelCallFailed(StateError):
     """A model API refused a request, or kept failing after every retry.
 
