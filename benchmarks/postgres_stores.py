@@ -1,6 +1,6 @@
 """The PostgreSQL stores beside the raw driver, SQLite and LangGraph's PostgreSQL store and
 saver, all on one throwaway local server (the machine's PostgreSQL binaries, fsync on) in one
-run. Three parts (`--only profile|checkpoint|fleet` runs one):
+run. Four parts (`--only profile|checkpoint|fleet|contention` runs one):
 
 **profile**: N small values (`--ops`, 2,000), four workloads: sequential set, sequential get,
 and the same from 64 tasks at once. Subjects, each in a fresh schema:
@@ -28,6 +28,13 @@ steps/s and p50/p99 step latency, then reads every thread back: each must be at 
 with its counter at S (0 lost, 0 repeated). To say what limits it, also the CPU the client
 processes and the server's processes spent per step (Linux: /proc) and the transactions
 the database committed meanwhile.
+
+**contention**: P processes (`--processes`, 4) each run R runs (`--runs`, 250) of ONE
+thread, all at once, each with its own Kernel: every run's STEP_START hook adds to a
+commutative thread key, then the run finishes (a save). Every save another process's save
+overtook rebases onto it. On a SQLite file (WAL) and on PostgreSQL: runs/s over all
+processes, how many saves rebased, and how many ended in `RevisionConflict` (the goal: 0),
+then the thread read back (the sum whole, `verify` ok).
 
 Run: .venv-bench/bin/python benchmarks/postgres_stores.py [--only PART] [--quick]
 """
@@ -74,11 +81,17 @@ from statekernel import (
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    RevisionConflict,
     StateCommand,
     StateKey,
     Vector,
 )
-from statekernel.stores import PostgresProfileStore, PostgresThreadStore, SqliteProfileStore
+from statekernel.stores import (
+    PostgresProfileStore,
+    PostgresThreadStore,
+    SqliteProfileStore,
+    SqliteThreadStore,
+)
 from statekernel.testing.postgres import PostgresServer, throwaway_postgres
 
 CONCURRENCY = 64
@@ -537,8 +550,130 @@ def render_fleet(rows: list[dict[str, Any]], count: int, steps: int) -> str:
     return "\n".join(lines)
 
 
+# --- contention ------------------------------------------------------------------------
+
+
+class Tally(StateKey[int, int]):
+    key = "contention.tally"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Adder(Plugin):
+    id = "contention"
+
+    def __init__(self, amount: int = 1) -> None:
+        self.amount = amount
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_key(Tally)
+        registrar.register_phase_hook(Phase.STEP_START, self.step)
+
+    def step(self, ctx: PhaseContext) -> StateCommand:
+        return StateCommand().update(Tally, self.amount)
+
+
+def contention_store(kind: str, where: str) -> Any:
+    return SqliteThreadStore(where) if kind == "sqlite" else PostgresThreadStore(where)
+
+
+async def contention_process(
+    kind: str, where: str, runs: int, amount: int, start_at: float
+) -> tuple[int, int, float]:
+    """Run `runs` runs of the shared thread one after the other: how many saves ended in
+    `RevisionConflict`, how many rebased, and the wall-clock time the last one ended."""
+    conflicts = rebased = 0
+    async with contention_store(kind, where) as store:
+        await store.threads(limit=1)  # connected before the start line
+        kernel = Kernel([Adder(amount)], thread_store=store)
+        while time.time() < start_at:
+            await asyncio.sleep(0.001)
+        for _ in range(runs):
+            run = await kernel.start_run("shared")
+            await run.run_phase(Phase.STEP_START)
+            try:
+                await run.finish()
+            except RevisionConflict:
+                conflicts += 1
+                await run.abandon()
+            rebased += len(run.rebases)
+        ended = time.time()
+    return conflicts, rebased, ended
+
+
+def contention_worker(
+    kind: str, where: str, runs: int, amount: int, start_at: float, out: Any
+) -> None:
+    out.put(asyncio.run(contention_process(kind, where, runs, amount, start_at)))
+
+
+async def contention_part(
+    server: PostgresServer, folder: Path, processes: int, runs: int
+) -> list[dict[str, Any]]:
+    rows = []
+    for kind in ("sqlite", "postgres"):
+        where = (
+            str(folder / "contention.db") if kind == "sqlite" else await fresh_schema(server.dsn)
+        )
+        async with contention_store(kind, where) as store:  # the tables, outside the timing
+            await store.threads(limit=1)
+        start_at = time.time() + 2.0 + processes * 0.5
+        context = multiprocessing.get_context("spawn")
+        out = context.Queue()
+        workers = [
+            context.Process(
+                target=contention_worker, args=(kind, where, runs, amount, start_at, out)
+            )
+            for amount in range(1, processes + 1)
+        ]
+        for worker in workers:
+            worker.start()
+        results = [out.get(timeout=600) for _ in workers]
+        for worker in workers:
+            worker.join()
+        elapsed = max(end for _, _, end in results) - start_at
+        async with contention_store(kind, where) as store:
+            reader = Kernel([Adder()], thread_store=store)
+            state = await reader.get_state("shared")
+            whole = state.get(Tally) == runs * processes * (processes + 1) // 2
+            verified = (await reader.verify("shared")).ok
+        rows.append(
+            {
+                "store": "SQLite (WAL)" if kind == "sqlite" else "PostgreSQL",
+                "runs": runs * processes,
+                "runs_per_s": runs * processes / elapsed,
+                "rebased": sum(rebased for _, rebased, _ in results),
+                "conflicts": sum(conflicts for conflicts, _, _ in results),
+                "revision": state.revision,
+                "whole": whole and verified,
+            }
+        )
+    return rows
+
+
+def render_contention(rows: list[dict[str, Any]], processes: int, runs: int) -> str:
+    lines = [
+        f"Contention: {processes} processes x {runs} runs of one thread, each run adding to a "
+        f"commutative key and saving",
+        "",
+        "| store | runs | runs/s | rebased saves | RevisionConflict | head revision "
+        "| sum whole, verified |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['store']} | {row['runs']:,} | {row['runs_per_s']:,.0f} | {row['rebased']:,} "
+            f"| {row['conflicts']} | {row['revision']:,} | {'yes' if row['whole'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
 async def main(args: argparse.Namespace) -> None:
-    parts = [args.only] if args.only else ["profile", "checkpoint", "fleet"]
+    parts = [args.only] if args.only else ["profile", "checkpoint", "fleet", "contention"]
     with throwaway_postgres(durable=True) as server:
         if "profile" in parts:
             best = await profile_part(server.dsn, args.ops, args.repeats)
@@ -552,18 +687,24 @@ async def main(args: argparse.Namespace) -> None:
                 await fleet_part(server, args.threads, args.steps, processes)
                 for processes in (1, 4)
             ]
-            print(render_fleet(rows, args.threads, args.steps), flush=True)
+            print(render_fleet(rows, args.threads, args.steps), end="\n\n", flush=True)
+        if "contention" in parts:
+            with tempfile.TemporaryDirectory() as folder:
+                rows = await contention_part(server, Path(folder), args.processes, args.runs)
+            print(render_contention(rows, args.processes, args.runs), flush=True)
     print(f"(asyncpg {asyncpg.__version__}; Python {sys.version.split()[0]})")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["profile", "checkpoint", "fleet"])
+    parser.add_argument("--only", choices=["profile", "checkpoint", "fleet", "contention"])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, one repeat")
     parser.add_argument("--ops", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=250)
     arguments = parser.parse_args()
     if arguments.quick:
         arguments.ops, arguments.repeats = min(arguments.ops, 500), 1

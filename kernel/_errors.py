@@ -204,14 +204,19 @@ class RevisionConflict(StateError):
     Raised when a command's `base_revision` is stale, or when a thread save found the store
     at another write position than the one its run loaded (`position` is True) and could not
     rebase: an op on an exclusive key, a clear or a value set whole, a suspension, or nothing
-    to merge. From `agent.run`, it is the `error` of a failed `RunResult`, whose message says
-    how to retry with `result.unsaved`.
+    to merge; or a save that only commutes whose every rebase was overtaken again, until the
+    rebasing gave up (`rebases` and `rebasing_for` say how many tries, over how long). From
+    `agent.run`, it is the `error` of a `RunResult`, whose message says how to retry with
+    `result.unsaved`.
 
     Attributes:
 
     - `expected`: the revision (or write position) the command or save was built against.
     - `actual`: the live revision (or the store's write position).
     - `position`: True when the conflict is on a thread save's write position.
+    - `rebases`: how many times the save rebased onto a newer head and was overtaken again
+      (0: it did not rebase).
+    - `rebasing_for`: the seconds those rebases took, pauses between them included.
     """
 
     def __init__(
@@ -222,15 +227,25 @@ class RevisionConflict(StateError):
         what: str = "command",
         position: bool = False,
         retry: str = "start a new run to load it again",
+        rebases: int = 0,
+        rebasing_for: float = 0.0,
     ) -> None:
         self.expected = expected
         self.actual = actual
         self.position = position
+        self.rebases = rebases
+        self.rebasing_for = rebasing_for
         if position:  # a thread save: compared on the store's write position
+            again = (
+                f", and again each of the {rebases} times its commutative ops were rebased "
+                f"onto the newer head, over {rebasing_for:.1f} s"
+                if rebases
+                else ""
+            )
             message = (
                 f"{what} expected the thread's write position {expected} but the store is at "
                 f"{actual}: another kernel saved the thread in between (a commit, a suspension "
-                f"or a run ending). Nothing was saved; {retry}."
+                f"or a run ending){again}. Nothing was saved; {retry}."
             )
         else:
             message = (
@@ -597,6 +612,46 @@ class InvalidToolArguments(StateError, ValueError):
         self.problems = problems
         listed = "; ".join(f"{where!r}: {problem}" for where, problem in problems)
         super().__init__(f"invalid arguments for tool {tool!r}: {listed}")
+
+
+class ToolArgumentsTooDeep(StateError, ValueError):
+    """A tool call's arguments, or a tool's parameter schema, nest dicts and lists deeper
+    than the kernel takes (`limit` levels: 100).
+
+    Raised when the `ToolCall` (or `ToolSpec`) is made, before anything holds it: by a
+    model adapter reading the model's answer (so the run fails with it as its `error`, and
+    the thread keeps everything committed before), by `agent.run` given such a message, or
+    by your own code. Nothing of the call is kept, so nothing is stored half-way, and
+    nothing of it is cut short either: the call is refused whole, never shortened.
+    Arguments that deep could not be copied, encoded, stored or sent without running out
+    of stack.
+
+    Also a `ValueError`.
+
+    Attributes:
+
+    - `tool`: the tool's name.
+    - `call_id`: the call's id (None for a tool's parameter schema).
+    - `limit`: how many levels of nesting are allowed.
+    """
+
+    def __init__(self, tool: str, call_id: str | None, limit: int) -> None:
+        self.tool = tool
+        self.call_id = call_id
+        self.limit = limit
+        if call_id is None:
+            what = f"tool {tool!r}: its parameter schema"
+            fix = "Flatten the schema (a shared part can be one `$defs` entry named by `$ref`)."
+        else:
+            what = f"tool call {call_id!r} of tool {tool!r}: its arguments"
+            fix = (
+                "Nothing of the call was kept. Pass flatter arguments (a deeply nested "
+                "document can travel as one JSON string argument)."
+            )
+        super().__init__(
+            f"{what} are nested more than {limit} levels deep (dicts and lists inside one "
+            f"another), deeper than the kernel copies, stores or sends. {fix}"
+        )
 
 
 class ModelCallFailed(StateError):

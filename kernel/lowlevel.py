@@ -9,6 +9,7 @@ commits patches and nothing else, and a `partition` only decides what may commit
 from ._durable.store import (
     JournalEntry,
     SupportsHead,
+    SupportsLoadSince,
     SupportsRunEvents,
     ThreadHead,
     ThreadSave,
@@ -53,6 +54,7 @@ __all__ = [
     "ReadOnlyProfileAccess",
     "SupportsAtomicUpdate",
     "SupportsHead",
+    "SupportsLoadSince",
     "SupportsNamespaces",
     "SupportsRunEvents",
     "ThreadHead",

@@ -39,6 +39,7 @@ from ._thread_codec import (
     check_listing,
     check_position,
     check_save,
+    check_since,
     check_thread_id,
     decode_head,
     decode_snapshot,
@@ -157,7 +158,8 @@ def _revision(entry: JournalEntry) -> int:
 class MemoryThreadStore(ClosingStore):
     """A `ThreadStore` held in a dict; nothing survives the process.
 
-    Its semantics match `SqliteThreadStore`. It `SupportsHead` and `SupportsRunEvents`.
+    Its semantics match `SqliteThreadStore`. It `SupportsHead`, `SupportsLoadSince` and
+    `SupportsRunEvents`.
     """
 
     def __init__(self) -> None:
@@ -171,6 +173,19 @@ class MemoryThreadStore(ClosingStore):
         snapshot = self._newest_snapshot(thread_id, thread, head.revision)
         records = thread.after(snapshot.revision if snapshot is not None else 0)
         return state_of(head, thread.position, snapshot, records)
+
+    async def load_since(self, thread_id: str, since: int) -> ThreadState | None:
+        since = check_since(since)
+        thread = self._threads.get(check_thread_id(thread_id))
+        if thread is None:
+            return None
+        head = decode_head(thread_id, thread.head)
+        held = [r for r in thread.snapshots if r <= head.revision]
+        newest = max(held, default=0)
+        if newest > since or legacy_snapshot(head) is not None:
+            return await self.load(thread_id)
+        snapshot = ThreadSnapshot(newest, {}) if held else None
+        return state_of(head, thread.position, snapshot, thread.after(since))
 
     async def head(self, thread_id: str) -> ThreadHead | None:
         thread = self._threads.get(check_thread_id(thread_id))

@@ -67,6 +67,13 @@ def check_thread_id(thread_id: object) -> str:
     return check_name("thread_id", thread_id)
 
 
+def check_since(since: object) -> int:
+    """The revision `load_since` is given: an int (else TypeError, from every backend)."""
+    if isinstance(since, bool) or not isinstance(since, int):
+        raise TypeError(f"load_since(thread_id, since) takes a revision (int), got {since!r}")
+    return since
+
+
 def check_listing(prefix: object, limit: object) -> tuple[str, int | None]:
     """The arguments of `threads`, checked."""
     prefix = check_name("prefix", prefix)

@@ -24,8 +24,11 @@ def text(content: str) -> dict[str, Any]:
     return {"content": content}
 
 
-def calls(*made: tuple[str, str, dict[str, Any]], content: str | None = None) -> dict[str, Any]:
-    """A reply making tool calls: (id, name, arguments) each."""
+def calls(
+    *made: tuple[str, str, dict[str, Any] | str], content: str | None = None
+) -> dict[str, Any]:
+    """A reply making tool calls: (id, name, arguments) each; arguments given as a string
+    are sent as they are (JSON text the model wrote)."""
     return {"content": content, "tool_calls": list(made)}
 
 
@@ -153,7 +156,10 @@ def _wire_calls(reply: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "id": call_id,
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments)},
+            "function": {
+                "name": name,
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+            },
         }
         for call_id, name, arguments in reply.get("tool_calls", [])
     ]

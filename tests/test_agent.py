@@ -31,7 +31,9 @@ from statekernel import (
     StateError,
     StateKey,
     StateKeyOptions,
+    StateValidationError,
     Suspend,
+    ToolArgumentsTooDeep,
     ToolCall,
     ToolOutput,
     run_status,
@@ -475,3 +477,41 @@ async def test_the_stored_thread_document_keeps_its_key_names() -> None:
         for item in msgspec.json.decode(op["update"])
     ]
     assert appended == ["hi", "hello"]
+
+
+async def test_a_refused_input_leaves_no_thread_behind(tmp_path: Path) -> None:
+    """Input the store could not keep is refused when the call is made, before a thread is
+    claimed: no empty thread is listed, and a thread that exists is left as it was."""
+    unkeepable: list[Any] = [
+        "lone \ud800 surrogate",
+        {"role": "user", "content": "\udfff"},
+        Message("user", "fine", id="id \ud800"),
+        [  # arguments a store gives back as a list, not as the tuple they were
+            Message("assistant", "", tool_calls=(ToolCall("c1", "f", {"xy": (1, 2)}),)),
+            Message("tool", "done", tool_call_id="c1"),
+        ],
+        42,  # no message at all
+    ]
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        agent = Agent([], ScriptedModel([InferenceResponse("hi")] * 2), thread_store=store)
+        for index, given in enumerate(unkeepable):
+            with pytest.raises(StateValidationError, match="agent input") as refused:
+                await agent.run(f"new-{index}", given)
+            if index < 4:
+                assert "no run started" in str(refused.value)
+            with pytest.raises(StateValidationError, match="agent input"):
+                agent.stream(f"new-{index}", given)  # refused before its first event
+        deep = '{"a":' * 9_999 + "{}" + "}" * 9_999
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": deep}}
+        with pytest.raises(ToolArgumentsTooDeep):
+            await agent.run("deep", {"role": "assistant", "content": "", "tool_calls": [call]})
+        assert await store.threads() == []
+        await agent.run("kept", "hello")
+        state = await store.load("kept")
+        with pytest.raises(StateValidationError):
+            await agent.run("kept", "again \ud800")
+        assert await store.load("kept") == state  # not even a run ending was saved
+        assert await store.threads() == ["kept"]
+        again = await agent.run("kept", "again")
+        assert again.outcome == "success"
+        assert [m.content for m in again.messages] == ["hello", "hi", "again", "hi"]

@@ -24,7 +24,7 @@ from statekernel import (
     ThreadStore,
     Vector,
 )
-from statekernel.lowlevel import ThreadSave
+from statekernel.lowlevel import ThreadSave, ThreadState
 from statekernel.stores import MemoryThreadStore, SqliteThreadStore
 
 
@@ -257,3 +257,139 @@ async def test_a_save_onto_a_thread_deleted_meanwhile_conflicts(thread_store: Th
     with pytest.raises(RevisionConflict):
         await run.finish()
     assert await thread_store.load("t") is None  # not brought back by a rebase
+
+
+class TailStore(SqliteThreadStore):
+    """A SQLite store that notes how the thread was read: whole (`load`), or from a
+    revision on (`load_since`: the revision and how many records came back)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.loads = 0
+        self.since: list[tuple[int, int]] = []
+
+    async def load(self, thread_id: str) -> ThreadState | None:
+        self.loads += 1
+        return await super().load(thread_id)
+
+    async def load_since(self, thread_id: str, since: int) -> ThreadState | None:
+        state = await super().load_since(thread_id, since)
+        self.since.append((since, 0 if state is None else len(state.records)))
+        return state
+
+
+async def test_a_rebase_reads_only_the_records_saved_since_its_revision(tmp_path: Path) -> None:
+    async with TailStore(tmp_path / "long.db") as store:
+        seeder = await Kernel(plugins(), thread_store=store).start_run("t")
+        for _ in range(300):
+            await seeder.submit(StateCommand().update(Count, 1))
+        await seeder.finish()
+        run = await Kernel(plugins(), thread_store=store).start_run("t")
+        other = await Kernel(plugins(), thread_store=store).start_run("t")
+        await other.submit(StateCommand().update(Count, 10))
+        await other.submit(StateCommand().update(Log, ("other",)))
+        await other.finish()
+        loads = store.loads
+        await run.submit(StateCommand().update(Count, 5))
+        await run.finish()  # overtaken: it reads revisions 301 and 302, not the 302 of them
+        assert store.since == [(300, 2)] and store.loads == loads
+        assert run.rebases == (Rebase(onto=302, revision=303, run_id="t:run-3"),)
+        reader = Kernel(plugins(), thread_store=store)
+        assert await read(reader, "t", Count) == 315
+        assert (await reader.verify("t")).ok
+
+
+async def test_a_rebase_onto_a_newer_snapshot_reads_it(thread_store: ThreadStore) -> None:
+    """The other kernel wrote a snapshot meanwhile: the rebase starts from it."""
+    await seeded(thread_store)
+    run = await Kernel(plugins(), thread_store=thread_store).start_run("t")
+    other = await Kernel(plugins(), thread_store=thread_store, snapshot_every=2).start_run("t")
+    for word in ("a", "b", "c"):
+        await other.submit(StateCommand().update(Count, 1).update(Log, (word,)))
+    await other.finish()  # 3 records since the seed: a snapshot at revision 4
+    assert (await thread_store.snapshot_at("t", 4)) is not None
+    await run.submit(StateCommand().update(Count, 100).update(Log, ("mine",)))
+    await run.finish()
+    assert [r.onto for r in run.rebases] == [4]
+    reader = Kernel(plugins(), thread_store=thread_store)
+    assert await read(reader, "t", Count) == 113
+    assert await read(reader, "t", Log) == Vector(["seed", "a", "b", "c", "mine"])
+    assert (await reader.verify("t")).ok
+
+
+class Seen(StateKey[list[str], str]):
+    """A commutative list whose `apply` changes the list it is given (commits hand it a
+    copy)."""
+
+    key = "r.seen"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: list[str], update: str) -> list[str]:
+        value.append(update)
+        return value
+
+
+async def test_a_rebase_changes_no_value_the_run_handed_out(thread_store: ThreadStore) -> None:
+    """Catching up applies the other kernel's records to the values the run holds: a value
+    an `apply` changes in place is copied first, so an earlier snapshot still reads as it
+    did."""
+    seed = await Kernel([Keys(Seen)], thread_store=thread_store).start_run("s")
+    await seed.submit(StateCommand().update(Seen, "seed"))
+    await seed.finish()
+    run = await Kernel([Keys(Seen)], thread_store=thread_store).start_run("s")
+    early = run.snapshot
+    other = await Kernel([Keys(Seen)], thread_store=thread_store).start_run("s")
+    await other.submit(StateCommand().update(Seen, "theirs"))
+    await other.finish()
+    await run.submit(StateCommand().update(Seen, "mine"))
+    await run.checkpoint()  # rebases
+    assert early.get(Seen) == ["seed"]
+    assert run.snapshot.get(Seen) == ["seed", "theirs", "mine"]
+    await run.submit(StateCommand().update(Seen, "after"))
+    await run.finish()
+    reader = Kernel([Keys(Seen)], thread_store=thread_store)
+    assert await read(reader, "s", Seen) == ["seed", "theirs", "mine", "after"]
+    assert (await reader.verify("s")).ok
+
+
+class RivalStore(MemoryThreadStore):
+    """Before every save of `mine`, another kernel saves the thread first: that save is
+    overtaken every time, however often it rebases."""
+
+    mine: Kernel | None = None
+    rival: Kernel | None = None
+    _saving_rival = False
+
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        if self.rival is not None and not self._saving_rival:
+            self._saving_rival = True
+            try:
+                run = await self.rival.start_run(thread_id)
+                await run.submit(StateCommand().update(Count, 1))
+                await run.finish()
+            finally:
+                self._saving_rival = False
+        await super().save(thread_id, save, expected_position=expected_position)
+
+
+async def test_a_save_overtaken_every_time_gives_up_saying_how_often_it_tried() -> None:
+    store = RivalStore()
+    await seeded(store)
+    run = await Kernel(plugins(), thread_store=store).start_run("t")
+    await run.submit(StateCommand().update(Count, 5))
+    store.rival = Kernel(plugins(), thread_store=store)
+    with pytest.raises(RevisionConflict) as gave_up:
+        await run.finish()
+    conflict = gave_up.value
+    assert conflict.position and conflict.expected == 1 and conflict.rebases == 64
+    message = str(conflict)
+    assert "again each of the 64 times its commutative ops were rebased" in message
+    assert "gives up rebasing after 64 attempts or 10 s" in message
+    assert "let fewer writers share the thread" in message
+    store.rival = None
+    await run.abandon()
+    reader = Kernel(plugins(), thread_store=store)
+    assert await read(reader, "t", Count) == 10 + 65  # the rival's 65 saves, none of the run's
+    assert (await reader.verify("t")).ok

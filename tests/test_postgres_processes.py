@@ -381,3 +381,21 @@ async def test_a_team_split_across_two_processes_delivers_every_message_exactly_
         for sender in senders:
             numbers = [int(m.split(":")[1]) for m in mail if m.startswith(sender + ":")]
             assert numbers == [k for k in range(count) if k % 2 == int(agent_id[1])]
+
+
+async def test_four_processes_adding_to_one_thread_never_conflict(postgres_dsn: str) -> None:
+    """Saves that only commute rebase onto one another however often they race: from four
+    processes at once, every run lands, once, and the sum is whole."""
+    from commutative_process import Adder, Done, Tally, contend
+
+    runs = 60
+    outcomes = contend("postgres", postgres_dsn, "shared", workers=4, runs=runs)
+    assert [outcome["conflicts"] for outcome in outcomes] == [0, 0, 0, 0], outcomes
+    async with PostgresThreadStore(postgres_dsn) as store:
+        reader = Kernel([Adder()], thread_store=store)
+        state = await reader.get_state("shared")
+        assert state.get(Tally) == runs * (1 + 2 + 3 + 4)
+        done = list(state.get(Done))
+        assert sorted(done) == sorted(f"{w}:{n}" for w in range(1, 5) for n in range(1, runs + 1))
+        assert state.revision == 4 * runs
+        assert (await reader.verify("shared")).ok

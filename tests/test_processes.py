@@ -184,3 +184,25 @@ async def test_a_plain_kernel_in_another_process_reads_an_agents_thread_as_its_w
     assert read["hash"] == written == read["replayed"] and read["verified"]
     assert read["messages"] == [m.content for m in result.messages]
     assert read["messages"][0] == "hello" and read["messages"][-1] == "done"
+
+
+async def test_four_processes_adding_to_one_thread_never_conflict(tmp_path: Path) -> None:
+    """Saves that only commute rebase onto one another however often they race: from four
+    processes at once, every run lands, once, and the sum is whole."""
+    from commutative_process import Adder, Done, Tally, contend
+
+    from statekernel import Kernel
+    from statekernel.stores import SqliteThreadStore
+
+    runs = 100
+    db = str(tmp_path / "state.db")
+    outcomes = contend("sqlite", db, "shared", workers=4, runs=runs)
+    assert [outcome["conflicts"] for outcome in outcomes] == [0, 0, 0, 0], outcomes
+    async with SqliteThreadStore(db) as store:
+        reader = Kernel([Adder()], thread_store=store)
+        state = await reader.get_state("shared")
+        assert state.get(Tally) == runs * (1 + 2 + 3 + 4)
+        done = list(state.get(Done))
+        assert sorted(done) == sorted(f"{w}:{n}" for w in range(1, 5) for n in range(1, runs + 1))
+        assert state.revision == 4 * runs
+        assert (await reader.verify("shared")).ok

@@ -23,10 +23,13 @@ from statekernel import (
     Phase,
     PhaseContext,
     ScriptedModel,
+    StateError,
+    ToolArgumentsTooDeep,
     ToolCall,
     ToolCallStatus,
     ToolResult,
     ToolSpec,
+    as_message,
     enc_hook,
 )
 from statekernel.stores import SqliteThreadStore
@@ -227,3 +230,72 @@ def test_tool_results_copy_and_pickle_and_can_be_held_in_state() -> None:
     result = ToolResult(call, ToolCallStatus.SUCCEEDED, result={"rows": [1, 2]})
     assert copy.deepcopy(result) == result == pickle.loads(pickle.dumps(result))
     assert copy.copy(result) is result
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """`{"a": {"a": ... {}}}`: `depth` dicts inside one another (built without recursion)."""
+    inner: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        inner = {"a": inner}
+    return inner
+
+
+def nested_json(depth: int) -> str:
+    return '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
+
+
+def test_arguments_nested_too_deep_are_refused_naming_the_call_and_the_limit() -> None:
+    assert ToolCall("c1", "search", nested(100)).arguments == nested(100)  # the limit holds
+    for deep in (nested(101), nested(10_000), [nested(10_000)]):
+        with pytest.raises(ToolArgumentsTooDeep) as refused:
+            ToolCall("c1", "search", {"q": deep})
+        error = refused.value
+        assert isinstance(error, StateError) and isinstance(error, ValueError)
+        assert (error.tool, error.call_id, error.limit) == ("search", "c1", 100)
+        assert str(error).startswith(
+            "tool call 'c1' of tool 'search': its arguments are nested more than 100 levels "
+            "deep (dicts and lists inside one another)"
+        )
+        assert "Nothing of the call was kept" in str(error)
+    looped: dict[str, Any] = {}
+    looped["self"] = looped  # a dict inside itself: as deep as it gets, and no hang
+    with pytest.raises(ToolArgumentsTooDeep):
+        ToolCall("c2", "search", looped)
+    with pytest.raises(ToolArgumentsTooDeep) as schema:
+        ToolSpec("search", parameters={"type": "object", "properties": nested(10_000)})
+    assert (schema.value.tool, schema.value.call_id) == ("search", None)
+    assert "its parameter schema are nested more than 100 levels" in str(schema.value)
+
+
+def test_json_arguments_nested_too_deep_are_refused_the_same_way() -> None:
+    call = {"id": "c9", "type": "function", "function": {"name": "f", "arguments": ""}}
+    for depth in (101, 10_000):
+        call["function"]["arguments"] = nested_json(depth)
+        with pytest.raises(ToolArgumentsTooDeep) as refused:
+            as_message({"role": "assistant", "content": "", "tool_calls": [call]}, "input")
+        assert (refused.value.tool, refused.value.call_id) == ("f", "c9")
+
+
+async def test_a_model_answer_nested_too_deep_fails_the_run_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """From a real Chat Completions server: the run fails with the error, the thread keeps
+    what it held, and the next run goes on from there."""
+    from chat_server import ChatServer, calls, text
+
+    from statekernel.models import OpenAIChatModel
+
+    script = [calls(("c1", "f", nested_json(10_000))), text("flat now")]
+    with ChatServer(script) as server:
+        model = OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="sk-local")
+        async with SqliteThreadStore(tmp_path / "t.db") as store:
+            agent = Agent([], model, {"f": lambda a, c: "ok"}, thread_store=store)
+            failed = await agent.run("t", ["go deep"])
+            assert failed.outcome == "failure"
+            assert isinstance(failed.error, ToolArgumentsTooDeep)
+            assert failed.error.call_id == "c1" and failed.error.limit == 100
+            assert [m.content for m in failed.messages] == ["go deep"]
+            again = await agent.run("t", ["try again"])
+            assert again.outcome == "success"
+            assert [m.content for m in again.messages] == ["go deep", "try again", "flat now"]
+            assert (await agent.kernel.verify("t")).ok

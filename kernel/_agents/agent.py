@@ -124,6 +124,7 @@ class Agent:
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a string, got {system_prompt!r}")
         self.model = model
+        self._stored = thread_store is not None  # a run's input must be what it can keep
         self.tools: dict[str, Tool] = named_tools(tools)
         self.system_prompt = system_prompt
         self._specs: dict[str, _KnownSpec] = {}
@@ -163,7 +164,10 @@ class Agent:
 
         Each message may be spelled any `MessageLike` way: a `Message`, a string (a user
         message), a `("user", "hi")` tuple or an OpenAI-style dict; one of these given
-        alone, such as a string, is one message.
+        alone, such as a string, is one message. Anything else, and (with a ThreadStore) a
+        message the store could not keep exactly (text with a lone surrogate, tool call
+        arguments that are not JSON data), raises `StateValidationError` when the call is
+        made: nothing runs, and no thread is made or changed.
 
         `retry` names dead letters of the thread (`DeadLetter`s or their ids, one or many;
         see `dead_letters`) whose actions this run schedules again, before `RUN_START`: each
@@ -179,7 +183,9 @@ class Agent:
         `RUN_END` runs, the state is saved) before the cancellation goes on; a tool or hook
         that is running gets the cancellation, and a tool's call is recorded as cut short.
         """
-        given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
+        given = RunInput.of(
+            messages, parent_thread_id, active_hook_filter, retry, stored=self._stored
+        )
         return await self._start(thread_id, given, RunControl())
 
     def stream(
@@ -200,7 +206,9 @@ class Agent:
         committed, saved, and `RUN_END` ran. Close it promptly with
         `contextlib.aclosing(agent.stream(...))`. See [streaming](streaming.md).
         """
-        given = RunInput.of(messages, parent_thread_id, active_hook_filter, retry)
+        given = RunInput.of(
+            messages, parent_thread_id, active_hook_filter, retry, stored=self._stored
+        )
         return stream(lambda control: self._start(thread_id, given, control))
 
     async def _start(
@@ -234,7 +242,7 @@ class Agent:
         (saving nothing) if the thread has nothing to answer: no mail, and a conversation
         that ends with the model's answer. The team's way to run an agent that had work
         when it last looked."""
-        given = RunInput.of((), parent_thread_id, (), ())
+        given = RunInput.of((), parent_thread_id, (), (), stored=self._stored)
         return await self._start(thread_id, given, RunControl(), only_with_work=True)
 
     async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:

@@ -468,7 +468,13 @@ def _for_agent_users(conflict: RevisionConflict, thread_id: str) -> RevisionConf
         f"holds (none, if a checkpoint of this run was saved before)"
     )
     better = RevisionConflict(
-        conflict.expected, conflict.actual, what="thread save", position=True, retry=retry
+        conflict.expected,
+        conflict.actual,
+        what="thread save",
+        position=True,
+        retry=retry,
+        rebases=conflict.rebases,
+        rebasing_for=conflict.rebasing_for,
     )
     better.__cause__ = conflict
     return better

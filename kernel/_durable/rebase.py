@@ -98,9 +98,12 @@ def merged(
 ) -> dict[str, Any]:
     """`values` (the newer head's thread keys) with `records` applied, each touched value
     validated; an `apply` or `validate` that refuses makes the save a `RevisionConflict`
-    (between `expected` and `actual`, the write positions), as it would have been."""
+    (between `expected` and `actual`, the write positions), as it would have been. The
+    values may be a live run's: a mutable one is copied before an `apply` changes it."""
     try:
-        apply_records(registry, values, records, thread_id=thread_id, persistent_only=True)
+        apply_records(
+            registry, values, records, thread_id=thread_id, persistent_only=True, shared=True
+        )
         by_name = registry.by_name
         for name in {op.key for record in records for op in record.ops}:
             binding = by_name[name]

@@ -61,6 +61,7 @@ def apply_records(
     persistent_only: bool = True,
     held: Mapping[tuple[int, str], Any] | None = None,
     lost: dict[str, int] | None = None,
+    shared: bool = False,
 ) -> set[str]:
     """Apply `records` to `values` (thread keys by key string, changed in place), oldest first.
 
@@ -79,6 +80,10 @@ def apply_records(
     An update that a later clear of its key in `records` supersedes is not decoded at all:
     its value could not survive the clear, and a key whose type changed is migrated exactly
     so, by a clear (`update_state(..., replacing=[K])`) after updates of the old type.
+
+    With `shared`, the values in `values` are also a live run's (a rebase applies records
+    to the state it holds): a mutable one is copied before the first `apply` on it, which
+    may change it in place, as a commit would.
     """
     records = list(records)
     last_clear = _last_clears(records)
@@ -86,6 +91,7 @@ def apply_records(
     decoders: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}  # one per key and kind
     cannot_read = set(unreadable)
     stale: set[str] = set()
+    copied: set[str] = set()  # with `shared`: the values this replay owns already
     position = -1
     for record in records:
         for op in record.ops:
@@ -141,6 +147,9 @@ def apply_records(
             current = values.get(name, _MISSING)
             if current is _MISSING:
                 current = binding.make_default()
+            elif shared and binding.copy_values and name not in copied:
+                current = copy_of(current, name)
+            copied.add(name)
             try:
                 values[name] = binding.key.apply(current, update)
             except Exception as error:

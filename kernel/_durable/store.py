@@ -26,6 +26,7 @@ from .._errors import StateError, StoreError
 __all__ = [
     "JournalEntry",
     "SupportsHead",
+    "SupportsLoadSince",
     "SupportsRunEvents",
     "ThreadHead",
     "ThreadSave",
@@ -171,6 +172,30 @@ class SupportsHead(Protocol):
 
     async def head(self, thread_id: str) -> ThreadHead | None:
         """The thread's position, revision and seal, or None if never saved."""
+        ...
+
+
+@runtime_checkable
+class SupportsLoadSince(Protocol):
+    """A ThreadStore that can load a thread for a reader that already holds it at a revision.
+
+    An optional, runtime-checkable protocol: `await store.load_since(thread_id, since)`
+    returns what `load` returns, less what that reader has. When the thread's newest
+    snapshot was taken at or before `since`, the `ThreadState` holds no snapshot values
+    (`values` is empty; `snapshot_revision` still names that snapshot) and its `records`
+    are only those after `since`; when the newest snapshot is newer, it is exactly what
+    `load` returns. The head (`revision`, `position`, `runs`, `suspended`, `seal`) is
+    always the thread's, read in the same transaction as the records. None if never saved.
+
+    A save that another kernel's save overtook rebases with it: it reads only the records
+    saved since the revision it ran from, however long the thread, and so tries again
+    quickly while other processes keep saving. All three bundled thread stores have it; a
+    store without it is loaded whole instead. The store contract checks it.
+    """
+
+    async def load_since(self, thread_id: str, since: int) -> ThreadState | None:
+        """The thread as `load` returns it, without the snapshot and records a reader at
+        revision `since` holds; None if never saved."""
         ...
 
 

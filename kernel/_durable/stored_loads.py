@@ -5,7 +5,9 @@ A load takes the newest snapshot and replays the records after it (`replay`), ke
 the kernel skips such values, is set aside and written back untouched. What the load
 learns of the store's copy (its write position, what it could not read, what was saved
 since its snapshot) becomes a `StoredThread`, which every save then moves on
-(`StoredThreads`).
+(`StoredThreads`). A kernel that already holds the thread at a revision (a save another
+kernel's overtook) reads only what was saved since (`load_newer`) and moves its
+`StoredThread` on to the head the same way a whole load would have left it.
 """
 
 from __future__ import annotations
@@ -13,17 +15,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import msgspec
 
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import DecodeFailed, StateError
+from .._errors import DecodeFailed, JournalCorrupted, StateError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import RESERVED_PREFIX, KeyScope
 from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
 from .journal import CommitRecord, record_prev
-from .key_codec import Restored, decode_values
+from .key_codec import EncodeCache, Restored, decode_values
 from .replay import apply_records
-from .store import ThreadSnapshot, ThreadState, ThreadStore, store_failures
+from .store import (
+    SupportsLoadSince,
+    ThreadSnapshot,
+    ThreadState,
+    ThreadStore,
+    store_failures,
+)
 from .stored_thread import StoredThread, snapshot_origin
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
@@ -35,7 +44,7 @@ from .thread_snapshots import (
 )
 from .threads import HeldThread, SuspendedRun
 
-__all__ = ["load_thread", "read_stored_as", "snapshot_fetcher"]
+__all__ = ["load_newer", "load_thread", "read_stored_as", "snapshot_fetcher"]
 
 _int_decoder = msgspec.json.Decoder(int)
 _names_decoder = msgspec.json.Decoder(list[str])
@@ -52,8 +61,150 @@ async def load_thread(
 ) -> StoredThread:
     """The thread as the store has it, with the non-persistent keys this kernel kept of it
     (`previous`, as last loaded or saved)."""
-    previous = previous or StoredThread()
     stored = await _loaded(store, thread_id)
+    return await _thread_of(
+        store,
+        registry,
+        thread_id,
+        previous or StoredThread(),
+        stored,
+        skip_undecodable=skip_undecodable,
+        refuse_unknown=refuse_unknown,
+    )
+
+
+async def load_newer(
+    store: ThreadStore,
+    registry: KeyRegistry,
+    thread_id: str,
+    kept: StoredThread,
+    *,
+    skip_undecodable: bool,
+    refuse_unknown: bool,
+) -> StoredThread:
+    """The thread as the store has it now, for a kernel that knew it as `kept`: the
+    records saved since, applied to the values `kept` holds at its position (`base`), when
+    the store `SupportsLoadSince` and no newer snapshot was written; else a whole load.
+
+    What a save that another kernel's overtook reads before it rebases: its cost follows
+    what the others saved meanwhile, not the length of the thread. It trusts what a load
+    trusts: the new records must chain on from the link `kept` knows, up to the head's
+    seal; anything else (a break, a thread deleted or written anew) is left to a whole
+    load, which says what it finds."""
+    since, base = kept.held.revision, kept.base
+    if (
+        base is not None
+        and kept.position > 0
+        and kept.chain.chained_from is not None
+        and isinstance(store, SupportsLoadSince)
+    ):
+        with store_failures("thread load", thread_id):
+            stored = await store.load_since(thread_id, since)
+        if stored is None or stored.snapshot_revision > since:  # what `load` would say
+            return await _thread_of(
+                store,
+                registry,
+                thread_id,
+                kept,
+                stored,
+                skip_undecodable=skip_undecodable,
+                refuse_unknown=refuse_unknown,
+            )
+        followed = _chain_since(thread_id, kept, stored)
+        if followed is not None:
+            records, chain = followed
+            if refuse_unknown:
+                _check_known(registry, thread_id, {}, records, stored.run_values, kept.dropped)
+            return _caught_up(
+                registry, thread_id, kept, base, stored, records, chain, skip_undecodable
+            )
+    return await load_thread(
+        store,
+        registry,
+        thread_id,
+        kept,
+        skip_undecodable=skip_undecodable,
+        refuse_unknown=refuse_unknown,
+    )
+
+
+def _caught_up(
+    registry: KeyRegistry,
+    thread_id: str,
+    kept: StoredThread,
+    base: dict[str, Any],
+    stored: ThreadState,
+    records: list[CommitRecord],
+    chain: Chain,
+    skip_undecodable: bool,
+) -> StoredThread:
+    """`kept` moved on to the head of `stored`: `records` (those after `kept`'s revision,
+    trusted) applied to `base`, the values at `kept`'s position. What a whole load would
+    make of the thread, with no snapshot newer than `kept`'s revision."""
+    values = dict(base)
+    stale = apply_records(
+        registry,
+        values,
+        records,
+        persistent_only=True,
+        thread_id=thread_id,
+        unreadable=(*kept.foreign, *kept.undecodable),
+        skip_undecodable=skip_undecodable,
+        lost={},
+        shared=True,  # the values are the live run's too
+    )
+    return attrs.evolve(
+        kept,
+        held=_held(registry, thread_id, stored, kept.held, values, skip_undecodable),
+        position=stored.position,
+        since_snapshot=kept.since_snapshot + len(records),
+        bytes_since_snapshot=kept.bytes_since_snapshot + sum(len(e.data) for e in stored.records),
+        stale=kept.stale | (frozenset(stale) - kept.dropped),
+        chain=chain,
+        cache=EncodeCache(),
+        saved_values=None,
+        base=values,
+    )
+
+
+def _chain_since(
+    thread_id: str, kept: StoredThread, stored: ThreadState
+) -> tuple[list[CommitRecord], Chain] | None:
+    """The records `stored` holds after `kept`'s revision, once the chain proves them
+    whole from the link `kept` knows to the head's seal, and the chain there; None when
+    they do not follow on (a break, or a thread deleted or written anew since)."""
+    since = kept.held.revision
+    try:
+        chain = read_head_seal(thread_id, stored.revision, stored.seal)
+        if chain.chained_from != kept.chain.chained_from or stored.position < kept.position:
+            return None
+        records, links = walk(
+            thread_id,
+            stored.records,
+            after=since,
+            link=kept.chain.link,
+            chain=chain,
+            then=chain.link,
+        )
+        link = links[-1] if links else kept.chain.link
+        reached = records[-1].revision if records else since
+        check_head(thread_id, stored.revision, reached, link, chain, sealed=True)
+    except JournalCorrupted:
+        return None  # a whole load says what it finds
+    return records, Chain(link, chain.chained_from)
+
+
+async def _thread_of(
+    store: ThreadStore,
+    registry: KeyRegistry,
+    thread_id: str,
+    previous: StoredThread,
+    stored: ThreadState | None,
+    *,
+    skip_undecodable: bool,
+    refuse_unknown: bool,
+) -> StoredThread:
+    """The thread `stored` holds (as `load` returned it), with what `previous` kept."""
     if stored is None:
         if previous.position > 0:
             return StoredThread()  # deleted from the store since: a new thread
@@ -91,6 +242,7 @@ async def load_thread(
     )
     return StoredThread(
         _held(registry, thread_id, stored, previous.held, restored.values, skip_undecodable),
+        base=restored.values,
         position=stored.position,
         foreign=restored.foreign,
         undecodable=restored.undecodable,

@@ -69,6 +69,11 @@ class StoredThread:
     """The persistent thread keys as this kernel's last save left them in the store, at
     `position` (None: not kept). A claim uses them instead of loading while the store's
     head is still at `position` with this chain's seal."""
+    base: dict[str, Any] | None = None
+    """While a run holds the thread: the persistent thread keys as the store holds them at
+    `position` (as loaded, or as this kernel last saved them; None: unknown). A save that
+    another kernel's overtook applies the newer records to them (`load_newer`) instead of
+    loading the whole thread. Shared with the run, so never changed in place."""
 
     def note_save(
         self,

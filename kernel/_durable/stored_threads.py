@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -51,7 +53,7 @@ from .store import (
     store_failures,
 )
 from .stored_journal import StoredJournal
-from .stored_loads import load_thread, read_stored_as, snapshot_fetcher
+from .stored_loads import load_newer, load_thread, read_stored_as, snapshot_fetcher
 from .stored_thread import StoredThread
 from .thread_snapshots import (
     DROPPED_ON_UNINSTALL,
@@ -67,9 +69,17 @@ __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 
 logger = logging.getLogger("statekernel")
 
-REBASE_ATTEMPTS = 8
+REBASE_ATTEMPTS = 64
 """How many times a save that commutes tries to land after newer heads before it is a
 `RevisionConflict` (only when other kernels keep saving the thread in between)."""
+
+REBASE_FOR = 10.0
+"""Seconds after which a save that keeps being overtaken stops rebasing, whatever attempts
+are left: a `RevisionConflict` then says how many it made."""
+
+REBASE_PAUSE = 0.05
+"""The longest pause (seconds) between two attempts: each waits a random time up to twice
+the last bound (from 2 ms), so racing savers spread out instead of colliding in step."""
 
 CACHED_THREADS = 256
 """How many threads' persistent keys a kernel keeps after saving them (least recently saved
@@ -117,6 +127,7 @@ class StoredThreads:
             if kept is not None and await self._unchanged(thread_id, kept):
                 assert kept.saved_values is not None
                 kept.held.values = {**kept.saved_values, **kept.held.values}
+                kept.base = kept.saved_values
                 self._remember(thread_id)
                 return kept.held
             kept = await load_thread(
@@ -137,6 +148,9 @@ class StoredThreads:
         """End the thread's live run; forget what the store now holds in full (unless it is
         among the threads whose saved values are kept)."""
         self._live.drop(thread_id)
+        kept = self._threads.get(thread_id)
+        if kept is not None:
+            kept.base = None  # what a rebase needs, while a run holds the thread
         self._let_go(thread_id)
 
     def _let_go(self, thread_id: str) -> None:
@@ -291,8 +305,9 @@ class StoredThreads:
             revision,
             suspended,
         )
+        kept.base = _named(values, registry.stored_names)
         if suspended is None and self._heads is not None:
-            kept.saved_values = _named(values, registry.stored_names)
+            kept.saved_values = kept.base
             self._remember(thread_id)
         else:
             self._forget_saved(thread_id)
@@ -306,15 +321,22 @@ class StoredThreads:
         touched: frozenset[str],
         journaled: Journaled,
     ) -> tuple[Rebased, _Landed] | None:
-        """Land the save after the newer head: load it, apply this save's commits to it
-        (renumbered, and under a new run number when the other kernel's run took this
-        one's), and save that; again while other kernels keep overtaking (a bounded number
-        of times). Nothing of it is stored unless the whole lands."""
+        """Land the save after the newer head: read what the other kernels saved since
+        (`load_newer`: only the records after this one's revision, when it can), apply this
+        save's commits to it (renumbered, and under a new run number when another kernel's
+        run took this one's), and save that. While other kernels keep overtaking it, pause
+        (jittered, growing: `REBASE_PAUSE`) and again, up to `REBASE_ATTEMPTS` times or
+        `REBASE_FOR` seconds; then a `RevisionConflict` says how many times it tried.
+        Nothing of it is stored unless the whole lands. None: not a case for a rebase (the
+        thread was deleted, or a run is suspended on it)."""
         registry = self._registry
         number = kept.held.runs  # this run's number, as it counted itself
         original = journaled.records[0].run_id if journaled.records else None
-        for _ in range(REBASE_ATTEMPTS):
-            newer = await load_thread(
+        expected, began = kept.position, time.monotonic()
+        attempts = 0
+        while True:
+            attempts += 1
+            newer = await load_newer(
                 self._store,
                 registry,
                 thread_id,
@@ -339,7 +361,7 @@ class StoredThreads:
                 dict(newer.held.values),
                 records,
                 thread_id=thread_id,
-                expected=kept.position,
+                expected=expected,
                 actual=newer.position,
             )
             head = onto + len(records)
@@ -350,14 +372,20 @@ class StoredThreads:
             all_values = {**values, **_named(thread_values, registry.stored_names)}
             try:
                 landed = await self._land(thread_id, newer, all_values, head, touched, moved, None)
-            except RevisionConflict:
+            except RevisionConflict as overtaken:
                 kept = newer
+                took = time.monotonic() - began
+                if attempts >= REBASE_ATTEMPTS or took >= REBASE_FOR:
+                    raise _overtaken(expected, overtaken.actual, attempts, took) from overtaken
+                bound = min(REBASE_PAUSE, 0.001 * 2**attempts)
+                await asyncio.sleep(random.uniform(0, bound))
                 continue
             self._threads[thread_id] = newer
             report = Rebase(onto, head, run_id)
-            logger.info("thread %r: a save rebased onto revision %d", thread_id, onto)
+            logger.info(
+                "thread %r: a save rebased onto revision %d (attempt %d)", thread_id, onto, attempts
+            )
             return Rebased(report, _named(thread_values, registry.stored_names)), landed
-        return None
 
     async def _retain(self, thread_id: str, revision: int) -> None:
         """Drop what the retention policy no longer keeps, now that a snapshot was written:
@@ -582,6 +610,25 @@ def _may_rebase(
     ending has nothing to merge, and stays a conflict, so a stale run learns it was.)"""
     records = journaled.records
     return bool(records) and suspended is None and not kept.dropped and commutes(registry, records)
+
+
+def _overtaken(expected: int, actual: int, attempts: int, took: float) -> RevisionConflict:
+    """The conflict of a save that rebased `attempts` times over `took` seconds, and was
+    overtaken by another kernel's save every time."""
+    return RevisionConflict(
+        expected,
+        actual,
+        what="thread save",
+        position=True,
+        rebases=attempts,
+        rebasing_for=took,
+        retry=(
+            f"start a new run to load it again. A save gives up rebasing after "
+            f"{REBASE_ATTEMPTS} attempts or {REBASE_FOR:.0f} s; if this keeps happening, too "
+            f"many processes save this one thread at once for the store to keep up: let "
+            f"fewer writers share the thread, or save it less often"
+        ),
+    )
 
 
 @attrs.frozen

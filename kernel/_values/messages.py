@@ -8,13 +8,14 @@ type; anything else is refused there with the spellings that work.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
-from .._errors import StateValidationError
-from .tools import ToolCall
+from .._errors import StateValidationError, ToolArgumentsTooDeep
+from .tools import ToolCall, decode_arguments
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -99,7 +100,7 @@ def as_message(value: Any, where: str) -> Message:
     `("user", "hi")`; an OpenAI-style dict (`{"role": ..., "content": ...}`, with optional
     `id` and `tool_call_id` (strings), `is_error` (a bool) and OpenAI's `tool_calls`, whose
     `arguments` may be a JSON string or a dict; content given as a list of text parts is
-    joined).
+    joined). Arguments nested deeper than a `ToolCall` takes raise `ToolArgumentsTooDeep`.
 
     Roles may be spelled `user`/`human`, `assistant`/`ai`, `system`/`developer` or `tool`
     (as OpenAI and LangChain spell them). A tuple of two strings is always one message,
@@ -144,6 +145,8 @@ def _from_mapping(value: Mapping[str, Any], where: str) -> Message:
         raise _refused(where, value, "its is_error must be True or False")
     try:
         calls = tuple(_tool_call(call) for call in value.get("tool_calls") or ())
+    except ToolArgumentsTooDeep:
+        raise  # it names the call itself
     except (AttributeError, KeyError, TypeError, ValueError, msgspec.DecodeError) as error:
         detail = f"its tool_calls must be OpenAI-style tool calls ({error})"
         raise _refused(where, value, detail) from None
@@ -187,8 +190,9 @@ def _tool_call(call: Mapping[str, Any]) -> ToolCall:
     if not isinstance(function, Mapping):
         raise TypeError(f"a tool call's function must be a dict, got {function!r}")
     arguments = function.get("arguments") or {}
+    call_id, name = str(call["id"]), str(function["name"])
     if isinstance(arguments, str | bytes):
-        arguments = msgspec.json.decode(arguments)
+        arguments = decode_arguments(arguments, tool=name, call_id=call_id)
     if not isinstance(arguments, Mapping):
-        raise ValueError(f"arguments must be an object, got {arguments!r}")
-    return ToolCall(str(call["id"]), str(function["name"]), dict(arguments))
+        raise ValueError(f"arguments must be an object, got {reprlib.repr(arguments)}")
+    return ToolCall(call_id, name, dict(arguments))

@@ -4,35 +4,96 @@ and how the call ended."""
 from __future__ import annotations
 
 import enum
+import reprlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import attrs
 import msgspec
 
+from .._errors import ToolArgumentsTooDeep
 from .codec import CODEC_ERRORS, as_json_data, enc_hook
 from .commands import StateCommand
 from .frozen import FrozenDict, freeze, thaw
 
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "ToolCall",
+    "ToolCallStatus",
+    "ToolOutput",
+    "ToolResult",
+    "ToolSpec",
+    "decode_arguments",
+]
 
-def _frozen_arguments(arguments: Mapping[str, Any]) -> FrozenDict:
+MAX_ARGUMENT_DEPTH = 100
+"""How many levels of dicts and lists inside one another a tool call's arguments (and a
+tool's parameter schema) may have. Every hand a call passes through copies, encodes or sends
+its arguments by recursion (freezing, `copy.deepcopy`, JSON, the journal), so deeper ones
+would end in a `RecursionError` somewhere on the way; they are refused where the call is
+made instead (`ToolArgumentsTooDeep`). Real tool schemas and arguments nest a few levels."""
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """Whether `value` holds dicts and lists (tuples, sets) more than `limit` levels inside
+    one another. Iterative, so any depth is measured without the stack; a container that
+    holds itself counts as too deep."""
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple | set | frozenset):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _frozen_arguments(arguments: Any, tool: str, call_id: str | None) -> FrozenDict:
     """A private, deeply frozen copy: every hook of a tool call sees the same call object,
-    so none of them may change the arguments the others check or the tool receives."""
+    so none of them may change the arguments the others check or the tool receives. The one
+    place the depth policy applies (`MAX_ARGUMENT_DEPTH`), before anything copies them."""
     if isinstance(arguments, FrozenDict):
-        return arguments
+        return arguments  # frozen already, by this function (which checked it)
     if not isinstance(arguments, Mapping):
-        raise TypeError(f"tool call arguments must be a mapping, got {arguments!r}")
+        raise TypeError(
+            f"tool call arguments must be a mapping, got {type(arguments).__name__} "
+            f"{reprlib.repr(arguments)}"
+        )
+    if _nested_deeper(arguments, MAX_ARGUMENT_DEPTH):
+        raise ToolArgumentsTooDeep(tool, call_id, MAX_ARGUMENT_DEPTH)
     frozen: FrozenDict = freeze(thaw(dict(arguments)))
     return frozen
 
 
-def _frozen_schema(parameters: Mapping[str, Any]) -> FrozenDict:
+def _call_arguments(arguments: Any, call: Any) -> FrozenDict:
+    """`ToolCall.arguments`' converter: attrs hands it the call being made (its `id` and
+    `name` already set), so that an error can name it."""
+    return _frozen_arguments(arguments, call.name, call.id)
+
+
+def _frozen_schema(parameters: Any, spec: Any) -> FrozenDict:
     if not isinstance(parameters, Mapping):
         raise TypeError(
             f"ToolSpec.parameters must be a JSON Schema object (a mapping such as "
-            f'{{"type": "object", "properties": {{...}}}}), got {parameters!r}'
+            f'{{"type": "object", "properties": {{...}}}}), got {reprlib.repr(parameters)}'
         )
-    return _frozen_arguments(parameters)
+    return _frozen_arguments(parameters, spec.name, None)
+
+
+def decode_arguments(raw: str | bytes, *, tool: str, call_id: str) -> Any:
+    """A call's arguments from the JSON text a model wrote (what `msgspec.json.decode`
+    makes of it; text that is not JSON raises its `msgspec.DecodeError`, a `ValueError`).
+    JSON nested deeper than a parser can follow is `ToolArgumentsTooDeep`, as the `ToolCall`
+    made of anything deeper than `MAX_ARGUMENT_DEPTH` is."""
+    try:
+        return msgspec.json.decode(raw)
+    except RecursionError:
+        raise ToolArgumentsTooDeep(tool, call_id, MAX_ARGUMENT_DEPTH) from None
 
 
 @attrs.frozen
@@ -50,10 +111,12 @@ class ToolSpec:
     description: str = ""
     """What the tool does, as the model is told."""
     parameters: Mapping[str, Any] = attrs.field(
-        factory=lambda: {"type": "object"}, converter=_frozen_schema
+        factory=lambda: {"type": "object"},
+        converter=attrs.Converter(_frozen_schema, takes_self=True),  # type: ignore[misc]
     )
     """A JSON Schema object, frozen like a call's arguments; anything but a mapping raises
-    `TypeError`. Default: `{"type": "object"}`."""
+    `TypeError`, one nested more than 100 levels deep `ToolArgumentsTooDeep`. Default:
+    `{"type": "object"}`."""
     __statekernel_frozen__: ClassVar[bool] = True
 
 
@@ -69,20 +132,27 @@ class ToolCall:
     """The call's id."""
     name: str
     """The name of the tool called."""
-    arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_arguments)
+    arguments: Mapping[str, Any] = attrs.field(
+        factory=dict,
+        converter=attrs.Converter(_call_arguments, takes_self=True),  # type: ignore[misc]
+    )
     """A private copy of the arguments, frozen all the way down.
 
     Nested dicts and lists are frozen too (still equal to, and encoded as, plain dicts and
     lists), and changing any of them raises `TypeError`. So no hook can change what a gate
     approved or what the tool receives. `copy.deepcopy` of the arguments gives plain,
     mutable data, and that is what the tool itself receives (a fresh copy for every run of
-    it). A call decoded from a store is frozen the same way."""
+    it). A call decoded from a store is frozen the same way.
+
+    Arguments that are not a mapping raise `TypeError`; arguments nested more than 100
+    levels deep (dicts and lists inside one another) raise `ToolArgumentsTooDeep`, naming
+    the call, and nothing of the call is made."""
     __statekernel_frozen__: ClassVar[bool] = True  # the arguments are frozen all the way
 
     def __attrs_post_init__(self) -> None:
         # A call decoded from storage bypasses the converter; it is frozen all the same.
         if not isinstance(self.arguments, FrozenDict):
-            object.__setattr__(self, "arguments", _frozen_arguments(self.arguments))
+            object.__setattr__(self, "arguments", _call_arguments(self.arguments, self))
 
     def __copy__(self) -> ToolCall:
         return self  # frozen all the way: a copy would be the same

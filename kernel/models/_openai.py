@@ -21,11 +21,11 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ModelCallFailed
+from .._errors import ModelCallFailed, ToolArgumentsTooDeep
 from .._values.frozen import thaw
 from .._values.messages import Message
 from .._values.model import InferenceRequest, InferenceResponse
-from .._values.tools import ToolCall, ToolSpec
+from .._values.tools import ToolCall, ToolSpec, decode_arguments
 
 if TYPE_CHECKING:
     import openai
@@ -235,28 +235,29 @@ def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
 def _response(content: str | None, tool_calls: Any) -> InferenceResponse:
     calls = []
     for call in tool_calls:
-        calls.append(ToolCall(call.id, call.function.name, _arguments(call.function.arguments)))
+        name = call.function.name
+        arguments = _arguments(call.function.arguments, name, call.id)
+        calls.append(ToolCall(call.id, name, arguments))
     return InferenceResponse(text=content or "", tool_calls=tuple(calls))
 
 
-def _arguments(raw: str | None) -> Mapping[str, Any]:
+def _arguments(raw: str | None, name: str, call_id: str) -> Mapping[str, Any]:
     """A call's arguments from the JSON string the model wrote; text that is not a JSON
     object is logged and becomes no arguments (the tool's schema check then tells the model
-    what is missing)."""
+    what is missing). JSON nested too deep is no mistake to gloss over: it raises
+    `ToolArgumentsTooDeep`, as the `ToolCall` made of it would."""
     if not raw:
         return {}
     try:
-        parsed = json.loads(raw, parse_constant=_not_json)
-    except ValueError:
+        parsed = decode_arguments(raw, tool=name, call_id=call_id)
+    except ToolArgumentsTooDeep:
+        raise
+    except ValueError:  # not JSON (msgspec's DecodeError)
         parsed = None
     if not isinstance(parsed, dict):
         logger.warning("a model's tool call arguments are not a JSON object: %r", raw[:200])
         return {}
     return parsed
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")  # NaN and Infinity: Python's json allows them
 
 
 def _is_api_error(error: Exception) -> bool:

@@ -68,6 +68,7 @@ from .._durable.journal import CommitRecord, JournalOp
 from .._durable.store import (
     JournalEntry,
     SupportsHead,
+    SupportsLoadSince,
     SupportsRunEvents,
     ThreadHead,
     ThreadSave,
@@ -200,9 +201,10 @@ class ThreadStoreContract:
       writes a save's records and its head in one transaction), which `load` must hand back
       for the kernel to see, never filter out;
     - two kernels adding to one thread both land, and an exclusive one conflicts;
-    - of a store with the optional `SupportsHead` or `SupportsRunEvents` (the others skip
-      these tests): a head is the loaded position and seal; run events are kept in save
-      order, and `prune` drops those of what it forgets.
+    - of a store with the optional `SupportsHead`, `SupportsLoadSince` or
+      `SupportsRunEvents` (the others skip these tests): a head is the loaded position and
+      seal; `load_since` leaves out the snapshot and records a reader at that revision
+      holds; run events are kept in save order, and `prune` drops those of what it forgets.
     """
 
     @pytest.fixture
@@ -256,6 +258,31 @@ class ThreadStoreContract:
         assert (state.position, state.seal) == (2, b"another seal")
         await thread_store.delete("t")
         assert await thread_store.head("t") is None
+
+    async def test_load_since_leaves_out_what_the_reader_holds(
+        self, thread_store: ThreadStore
+    ) -> None:
+        if not isinstance(thread_store, SupportsLoadSince):
+            pytest.skip(f"{type(thread_store).__name__} does not offer load_since() (optional)")
+        assert await thread_store.load_since("t", 0) is None
+        chain = Chain()
+        first = _save("t", 1, 3, chain, snapshot={"contract.count": b"3"}, runs=1)
+        await thread_store.save("t", first, expected_position=0)
+        chain = chain_records([_record("t", r, 1) for r in range(1, 4)], chain)[1]
+        second = _save("t", 4, 6, chain, runs=2, suspended=b"waiting")
+        await thread_store.save("t", second, expected_position=1)
+        since = await thread_store.load_since("t", 4)  # holds the snapshot at 3 and record 4
+        assert since is not None
+        assert (since.revision, since.position, since.runs) == (6, 2, 2)
+        assert (since.suspended, since.seal) == (b"waiting", second.seal)
+        assert (since.values, since.snapshot_revision) == ({}, 3)
+        assert since.records == second.records[1:]
+        at_head = await thread_store.load_since("t", 6)
+        assert at_head is not None and (at_head.records, at_head.values) == ((), {})
+        # A reader from before the newest snapshot gets what `load` gives.
+        assert await thread_store.load_since("t", 2) == await thread_store.load("t")
+        with pytest.raises(TypeError):
+            await thread_store.load_since("t", "4")  # type: ignore[arg-type]
 
     async def test_run_events_are_kept_in_save_order_if_supported(
         self, thread_store: ThreadStore
@@ -398,6 +425,8 @@ class ThreadStoreContract:
             lambda name: thread_store.prune(name, before=1),
             lambda name: thread_store.save(name, _save("x", 1, 1, Chain()), expected_position=0),
         ]
+        if isinstance(thread_store, SupportsLoadSince):
+            calls.append(lambda name: thread_store.load_since(name, 0))
         for call in calls:
             with pytest.raises(TypeError):
                 await call(123)

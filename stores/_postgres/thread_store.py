@@ -38,6 +38,7 @@ from .._thread_codec import (
     check_position,
     check_records,
     check_save,
+    check_since,
     check_thread_id,
     decode_head,
     decode_snapshot,
@@ -218,6 +219,27 @@ LEFT JOIN LATERAL (
 ) s ON true
 WHERE h.thread_id = $1
 """
+# `_LOAD` less what a reader at revision $2 holds: the newest snapshot's bytes only when it
+# is newer than that, and the records after whichever is newer.
+_LOAD_SINCE = """
+SELECT h.position, h.head, s.revision,
+    CASE WHEN s.revision > $2 THEN
+        (SELECT snapshot FROM statekernel_thread_snapshots
+         WHERE thread_id = h.thread_id AND revision = s.revision)
+    END,
+    (SELECT array_agg(r.revision ORDER BY r.revision) FROM statekernel_thread_records r
+     WHERE r.thread_id = h.thread_id AND r.revision > greatest(coalesce(s.revision, 0), $2)
+       AND r.revision <= h.revision),
+    (SELECT array_agg(r.record ORDER BY r.revision) FROM statekernel_thread_records r
+     WHERE r.thread_id = h.thread_id AND r.revision > greatest(coalesce(s.revision, 0), $2)
+       AND r.revision <= h.revision)
+FROM statekernel_thread_heads h
+LEFT JOIN LATERAL (
+    SELECT revision FROM statekernel_thread_snapshots
+    WHERE thread_id = h.thread_id AND revision <= h.revision ORDER BY revision DESC LIMIT 1
+) s ON true
+WHERE h.thread_id = $1
+"""
 _RECORDS = (
     "SELECT revision, record FROM statekernel_thread_records WHERE thread_id = $1 "
     "AND revision > $2 AND revision <= $3 ORDER BY revision LIMIT $4"
@@ -262,8 +284,8 @@ class PostgresThreadStore(ClosingStore):
     write position and appends. Saves of different threads that arrive while others are in
     flight leave together as one statement (group commit), each still landing or failing on
     its own compare-and-set, and no lock serialises them. It may share its database (and
-    its DSN) with a `PostgresProfileStore`. It `SupportsHead` and `SupportsRunEvents`. See
-    [PostgreSQL](postgres.md).
+    its DSN) with a `PostgresProfileStore`. It `SupportsHead`, `SupportsLoadSince` and
+    `SupportsRunEvents`. See [PostgreSQL](postgres.md).
 
     - `dsn` is a libpq URI (`postgresql://user:password@host/db`) or `key=value` string
       (`host=db.internal dbname=agents user=agent password=...`). The store's repr shows
@@ -345,6 +367,26 @@ class PostgresThreadStore(ClosingStore):
         snapshot = None
         if snapshot_revision is not None:
             snapshot = decode_snapshot(thread_id, snapshot_revision, snapshot_data)
+        entries = [JournalEntry(r, d) for r, d in zip(revisions or (), records or (), strict=True)]
+        return state_of(head, position, snapshot, entries)
+
+    async def load_since(self, thread_id: str, since: int) -> ThreadState | None:
+        check_thread_id(thread_id)
+        since = check_since(since)
+
+        async def load(conn: Any) -> Any:
+            return await conn.fetchrow(_LOAD_SINCE, thread_id, since)
+
+        row = await self._db.read(f"load of thread {thread_id!r}", thread_id, load)
+        if row is None:
+            return None
+        position, head_data, snapshot_revision, snapshot_data, revisions, records = row
+        head = decode_head(thread_id, head_data)
+        snapshot = None
+        if snapshot_revision is not None and snapshot_data is not None:
+            snapshot = decode_snapshot(thread_id, snapshot_revision, snapshot_data)
+        elif snapshot_revision is not None:  # the reader holds it: its revision alone
+            snapshot = ThreadSnapshot(snapshot_revision, {})
         entries = [JournalEntry(r, d) for r, d in zip(revisions or (), records or (), strict=True)]
         return state_of(head, position, snapshot, entries)
 

@@ -31,6 +31,7 @@ from .._thread_codec import (
     check_listing,
     check_position,
     check_save,
+    check_since,
     check_thread_id,
     decode_head,
     decode_snapshot,
@@ -123,6 +124,10 @@ _NEWEST_SNAPSHOT = (
     "SELECT revision, snapshot FROM thread_snapshots WHERE thread_id = ? AND revision <= ? "
     "ORDER BY revision DESC LIMIT 1"
 )
+_NEWEST_SNAPSHOT_REVISION = (
+    "SELECT revision FROM thread_snapshots WHERE thread_id = ? AND revision <= ? "
+    "ORDER BY revision DESC LIMIT 1"
+)
 _SNAPSHOT_REVISIONS = "SELECT revision FROM thread_snapshots WHERE thread_id = ?"
 _RECORDS = (
     "SELECT revision, record FROM thread_records WHERE thread_id = ? AND revision > ? "
@@ -163,7 +168,8 @@ class SqliteThreadStore(ClosingStore):
     """A `ThreadStore` in a SQLite file (created on first use, with its schema).
 
     It may share its file with a `SqliteProfileStore`. Each save is one transaction that
-    compares the write position first. It `SupportsHead` and `SupportsRunEvents`.
+    compares the write position first. It `SupportsHead`, `SupportsLoadSince` and
+    `SupportsRunEvents`.
 
     - `synchronous="FULL"` makes every save survive power loss too, at an fsync per commit;
       a value other than `"NORMAL"` or `"FULL"` raises `ValueError`.
@@ -203,6 +209,10 @@ class SqliteThreadStore(ClosingStore):
     async def load(self, thread_id: str) -> ThreadState | None:
         _check_id(thread_id)
         return await self._db.submit(_Load(thread_id))
+
+    async def load_since(self, thread_id: str, since: int) -> ThreadState | None:
+        _check_id(thread_id)
+        return await self._db.submit(_LoadSince(thread_id, check_since(since)))
 
     async def head(self, thread_id: str) -> ThreadHead | None:
         _check_id(thread_id)
@@ -314,6 +324,37 @@ class _Load:
             head, position = found
             snapshot = _newest_snapshot(conn, self.thread_id, head, head.revision)
             after = snapshot.revision if snapshot is not None else 0
+            records = _records(conn, self.thread_id, after, _NO_END, _NO_LIMIT)
+        return state_of(head, position, snapshot, records)
+
+    def error(self, cause: BaseException) -> BaseException:
+        return StoreError(f"load of thread {self.thread_id!r}", cause)
+
+
+@attrs.frozen
+class _LoadSince:
+    """`load`, less the snapshot and records a reader at revision `since` holds: when the
+    newest snapshot is no newer, only its revision is read, then the records after `since`."""
+
+    writes: ClassVar[bool] = False
+    thread_id: str
+    since: int
+
+    def run(self, conn: sqlite3.Connection) -> ThreadState | None:
+        with _reading(conn):
+            found = _head(conn, self.thread_id)
+            if found is None:
+                return None
+            head, position = found
+            row = conn.execute(_NEWEST_SNAPSHOT_REVISION, (self.thread_id, head.revision))
+            newest = row.fetchone()
+            legacy = legacy_snapshot(head) is not None
+            if legacy or (newest is not None and int(newest[0]) > self.since):
+                snapshot = _newest_snapshot(conn, self.thread_id, head, head.revision)
+                after = snapshot.revision if snapshot is not None else 0
+            else:
+                snapshot = ThreadSnapshot(int(newest[0]), {}) if newest is not None else None
+                after = self.since
             records = _records(conn, self.thread_id, after, _NO_END, _NO_LIMIT)
         return state_of(head, position, snapshot, records)
 
