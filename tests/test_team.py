@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -1313,7 +1314,9 @@ async def test_agents_spawned_from_a_run_are_named_after_its_thread_and_outbox_n
     """A run's spawns are its outbox's entries 1, 2, ... in the order made, in this step
     and the next: `<role>-<digest of thread and number>`, the same however often the model
     is asked again (so a crash cannot make a second agent)."""
-    from statekernel._agents.team_tools import digest
+
+    def digest(thread_id: str, number: str) -> str:  # as docs/team.md gives it
+        return hashlib.sha256(f"{thread_id}\x00{number}".encode()).hexdigest()[:8]
 
     made: list[str] = []
 
