@@ -1352,3 +1352,33 @@ async def test_every_message_of_an_agents_history_has_its_own_id_the_task_too() 
     assert messages[0].content == "task"
     ids = [m.id for m in messages]
     assert None not in ids and len(set(ids)) == len(ids) == 5
+
+
+async def test_a_resumed_run_that_fails_waits_no_more_and_restarts() -> None:
+    """An agent waiting on a decision whose resumed run fails is no longer "waiting": under
+    `restart_policy="on_failure"` it is due again, runs, and is done."""
+    asked = 0
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        nonlocal asked
+        asked += 1
+        if asked == 2:  # the model's answer to the published post: the service is down
+            raise RuntimeError("model service unavailable")
+        return await calling("publish", lambda r: {"text": "the post"})(request)
+
+    roles = {"pub": Role(model=model, plugins=[Approval()], tools=[publish])}
+    team = AgentTeam(
+        roles,
+        profile_store=MemoryProfileStore(),
+        restart_policy="on_failure",
+        max_restarts=1,
+    )
+    async with team:
+        p = team.spawn("pub", "post it")
+        await team.run_until_idle()
+        (pending,) = await team.agent("pub").pending(team.list_agents()[0].thread_id)
+        resumed = await team.resume(p, pending.id, Decision.approve())
+        assert resumed.outcome == "failure"
+        assert team.list_agents()[0].status == "idle"  # due again, not "waiting"
+        report = await team.run_until_idle()
+        assert report.agents[p].status == "done" and report.agents[p].restarts == 0

@@ -85,10 +85,7 @@ class RosterData(msgspec.Struct, frozen=True):
         return self.changing(agent_id, restarts=record.restarts + 1, held=None)
 
     def recovered(self, agent_id: str) -> RosterData:
-        """With the agent's restarts and a `"waiting"` it held cleared (its run answered)."""
-        record = self.agents.get(agent_id)
-        if record is None or (record.held != "waiting" and not record.restarts):
-            return self
+        """With the agent's restarts and anything it held cleared (its run answered)."""
         return self.changing(agent_id, held=None, restarts=0)
 
     def subscribing(self, agent_id: str, topic: str, on: bool) -> RosterData:
