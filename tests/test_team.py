@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import logging
 import random
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -1382,3 +1383,91 @@ async def test_a_resumed_run_that_fails_waits_no_more_and_restarts() -> None:
         assert team.list_agents()[0].status == "idle"  # due again, not "waiting"
         report = await team.run_until_idle()
         assert report.agents[p].status == "done" and report.agents[p].restarts == 0
+
+
+async def test_an_outbox_empties_once_its_letters_are_posted_and_the_model_answers(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """A letter stays in its sender's outbox (in the sender's thread) only until the model's
+    next answer: the thread does not grow with every letter ever sent."""
+    roles = {
+        "s": Role(model=calling("send_message", lambda r: {"content": "hi", "to": "r"})),
+        "r": Role(model=answer_ok),
+    }
+    async with team_of(stores, roles) as team:
+        team.spawn("r", "listen", agent_id="r")
+        team.spawn("s", "say hi", agent_id="s")
+        await team.run_until_idle()
+        thread = next(i.thread_id for i in team.list_agents() if i.id == "s")
+        state = await team.agent("s").kernel.get_state(thread)
+        assert state.to_dict()["statekernel.outbox"].entries == ()
+        assert mail(await history(team, "r")) == [("s", "hi")]
+
+
+async def test_a_second_team_object_spawning_an_id_another_took_adopts_its_thread(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """`spawn` of an id another process (here another team object) holds returns it and
+    changes nothing: the task it was given is not posted, mail to it reaches the one thread."""
+    roles = {"a": Role(model=answer_ok)}
+    async with (
+        team_of(stores, roles, team_id="t") as one,
+        team_of(stores, roles, team_id="t") as two,
+    ):
+        await two.run_until_idle()  # two reads the roster while it is empty
+        one.spawn("a", "first task", agent_id="w")
+        await one.run_until_idle()
+        assert two.spawn("a", "second task", agent_id="w") == "w"
+        assert await two.send("user", "hi", to="w") == 1  # (the spawn is stored first)
+        (info,) = two.list_agents()
+        assert info.thread_id == next(i.thread_id for i in one.list_agents())
+        await two.run_until_idle()
+        messages = await history(two, "w")
+    assert next(m.content for m in messages if m.role == "user") == "first task"
+    assert mail(messages) == [("user", "hi")]
+
+
+async def test_subscribing_twice_is_subscribing_once() -> None:
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=MemoryProfileStore()) as team:
+        a = team.spawn("a", "task")
+        for _ in range(2):
+            team.subscribe(a, "news")
+            assert await team.send("user", "extra!", topic="news") == 1
+        await team.run_until_idle()
+        assert mail(await history(team, a)) == [("user", "extra!"), ("user", "extra!")]
+
+
+async def test_a_spawn_from_a_run_that_another_process_took_first_is_logged_and_passed(
+    stores: tuple[ProfileStore, ThreadStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Between the step that spawned it and its posting, another process spawned the same
+    id with another role: the spawn is refused for good, said once in a warning, and what
+    the outbox holds after it is still posted."""
+    roles = {
+        "boss": Role(model=calling("hire", lambda r: {})),
+        "helper": Role(model=answer_ok),
+        "other": Role(model=answer_ok),
+    }
+
+    async def hire(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        team.spawn("helper", "help", agent_id="w")
+        await team.send("boss", "and you, hello", to="r")
+        rival.spawn("other", "mine", agent_id="w")
+        await rival.run_until_idle()  # stores the rival's spawn (and runs it)
+        return "hired"
+
+    roles["boss"] = Role(model=calling("hire", lambda r: {}), tools={"hire": hire})
+    async with (
+        team_of(stores, roles, team_id="t") as team,
+        team_of(stores, roles, team_id="t", local_roles=["other"]) as rival,
+    ):
+        team.spawn("helper", "listen", agent_id="r")
+        team.spawn("boss", "hire", agent_id="boss")
+        with caplog.at_level(logging.WARNING, logger="statekernel"):
+            await team.run_until_idle()
+        assert {i.id: i.role for i in team.list_agents()}["w"] == "other"
+        assert mail(await history(team, "r")) == [("boss", "and you, hello")]
+    warned = [r.getMessage() for r in caplog.records if "could not be spawned" in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].startswith("agent 'w' could not be spawned from thread 't/boss' and never")
+    assert "already, of role 'other'" in warned[0]  # why: the rival's spawn
