@@ -1471,3 +1471,103 @@ async def test_a_spawn_from_a_run_that_another_process_took_first_is_logged_and_
     assert len(warned) == 1
     assert warned[0].startswith("agent 'w' could not be spawned from thread 't/boss' and never")
     assert "already, of role 'other'" in warned[0]  # why: the rival's spawn
+
+
+async def test_sender_of_names_whoever_sent_and_nothing_else() -> None:
+    """`sender_of` reads a delivered message's id: a sender whose name holds ":" comes back
+    whole; a message without an id, a spawned agent's task, and ids that only look alike
+    name nobody."""
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=MemoryProfileStore()) as team:
+        team.spawn("a", "task", agent_id="a")
+        await team.send("svc:billing", "invoice ready", to="a")
+        await team.run_until_idle()
+        messages = await history(team, "a")
+    assert [AgentTeam.sender_of(m) for m in messages if m.role == "user"] == [None, "svc:billing"]
+    for lookalike in (None, "mail:x:abc", "mail::3", "other:x:3", "mail:@task:1"):
+        assert AgentTeam.sender_of(Message("user", "hi", id=lookalike)) is None, lookalike
+
+
+class _InboxWritesFail(MemoryProfileStore):
+    """Fails the `fail_at`-th inbox write after `arm()` (1: the first), once."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.count: int | None = None
+
+    def arm(self) -> None:
+        self.count = 0
+
+    async def set(self, namespace: str, key: str, value: Any, **kw: Any) -> Any:
+        if namespace == "statekernel.team_inbox" and self.count is not None:
+            self.count += 1
+            if self.count == self.fail_at:
+                raise OSError("the disk is full")
+        return await super().set(namespace, key, value, **kw)
+
+
+@pytest.mark.parametrize(("fail_at", "model_fails"), [(1, False), (2, True)])
+async def test_letters_whose_posting_failed_are_posted_later_once_each(
+    fail_at: int, model_fails: bool
+) -> None:
+    """A step sends two letters; posting one of them fails (the first, or the second after
+    the first landed), and in the second case the model then fails too: both letters still
+    reach their recipients, once each, posted after a later save or by the next run."""
+    profiles = _InboxWritesFail(fail_at)
+    asked = 0
+
+    async def boss(request: InferenceRequest) -> InferenceResponse:
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            profiles.arm()
+            calls = tuple(
+                ToolCall(f"c{n}-{random.random()}", "send_message", {"content": "hi", "to": r})
+                for n, r in enumerate(("r1", "r2"))
+            )
+            return InferenceResponse("", calls)
+        if asked == 2 and model_fails:
+            raise RuntimeError("model service unavailable")
+        return InferenceResponse("done")
+
+    roles = {"boss": Role(model=boss), "r": Role(model=answer_ok)}
+    team = AgentTeam(roles, profile_store=profiles, restart_policy="on_failure")
+    async with team:
+        team.spawn("r", "listen", agent_id="r1")
+        team.spawn("r", "listen", agent_id="r2")
+        team.spawn("boss", "write to both", agent_id="boss")
+        report = await team.run_until_idle()
+        assert report.agents["boss"].status == "done"
+        for r in ("r1", "r2"):
+            assert mail(await history(team, r)) == [("boss", "hi")]
+
+
+async def test_a_letter_to_an_agent_a_restore_dropped_after_it_was_sent_is_logged_and_dropped(
+    stores: tuple[ProfileStore, ThreadStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restore elsewhere drops the recipient between the tool call that sent the letter
+    and its posting: nobody can be told any more (the step is saved), so the letter is
+    dropped with a warning naming its sender and recipient, and the team goes on."""
+
+    async def send_then_restore(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        await team.send("boss", "hi", to="x")  # x is still there: accepted
+        await elsewhere.restore_snapshot("before-x")  # another process drops x
+        return "sent"
+
+    roles = {
+        "boss": Role(model=calling("notify", lambda r: {}), tools={"notify": send_then_restore}),
+        "a": Role(model=answer_ok),
+    }
+    async with (
+        team_of(stores, roles, team_id="t", local_roles=["a"]) as elsewhere,
+        team_of(stores, roles, team_id="t", local_roles=["boss"]) as team,
+    ):
+        team.spawn("boss", "notify x", agent_id="boss")
+        await team.send("user", "(stores the spawn)", to="boss")
+        await elsewhere.save_snapshot("before-x")
+        elsewhere.spawn("a", "task", agent_id="x")
+        await elsewhere.run_until_idle()
+        with caplog.at_level(logging.WARNING, logger="statekernel"):
+            await team.run_until_idle()
+    dropped = [r.getMessage() for r in caplog.records if "was dropped" in r.getMessage()]
+    assert dropped == ["a letter from 'boss' to agent 'x' was dropped: the team no longer has it"]
