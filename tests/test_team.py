@@ -1571,3 +1571,15 @@ async def test_a_letter_to_an_agent_a_restore_dropped_after_it_was_sent_is_logge
             await team.run_until_idle()
     dropped = [r.getMessage() for r in caplog.records if "was dropped" in r.getMessage()]
     assert dropped == ["a letter from 'boss' to agent 'x' was dropped: the team no longer has it"]
+
+
+async def test_a_team_of_more_agents_than_one_process_keeps_inbox_heads_of_takes_mail_to_all() -> (
+    None
+):
+    """A process keeps the heads of the last 1,024 inboxes it wrote (to write the next
+    letter without a read); a team with more agents than that spawns and mails them all."""
+    async with AgentTeam({"a": Role(model=answer_ok)}, profile_store=MemoryProfileStore()) as team:
+        for n in range(1_100):
+            team.spawn("a", f"task {n}")
+        assert await team.send("user", "to all", group="a") == 1_100
+        assert await team.send("user", "again", group="a") == 1_100
