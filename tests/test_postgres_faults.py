@@ -163,10 +163,14 @@ async def test_updates_after_a_restart_raise_no_false_errors(server: PostgresSer
         assert entry is not None and entry.value == 36
 
 
-async def test_writers_through_a_crash_and_a_stopped_server(server: PostgresServer) -> None:
+async def test_writers_through_a_crash_and_a_stopped_server(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
     """Profile updaters and agents keep writing while the server crashes (`-m immediate`)
-    and then stays stopped for 3 s: every acknowledged write is there once, and no call
-    fails (each is retried within its `retry_for`)."""
+    and then stays stopped for 3 s: every acknowledged write is there once, no call fails
+    (each is retried within its `retry_for`), and the log says each outage in a line or
+    two per store, without a traceback."""
+    caplog.set_level(logging.WARNING)
     dsn = await fresh_database(server)
     stop = asyncio.Event()
     acknowledged: dict[str, int] = {}
@@ -207,6 +211,9 @@ async def test_writers_through_a_crash_and_a_stopped_server(server: PostgresServ
         stop.set()
         await asyncio.gather(*workers)
         assert errors == []
+        assert not [r for r in caplog.records if r.exc_info], "a traceback in the log"
+        down = [r for r in caplog.records if "is not answering" in r.getMessage()]
+        assert 2 <= len(down) <= 4  # one per outage (two), per store (two) at the most
         for n in range(3):
             entry = await profiles.get("ns", f"c{n}")
             assert entry is not None and entry.value == acknowledged[f"c{n}"]

@@ -236,6 +236,12 @@ class Outage:
             retry_for,
         )
 
+    def going_down(self, error: BaseException, retry_for: float) -> None:
+        """The server said it is shutting down: an outage begins (a broken connection alone
+        is a stale one, replaced without a word)."""
+        if getattr(error, "sqlstate", None) in _SHUTTING_DOWN:
+            self.failed(error, retry_for)
+
     def answered(self) -> None:
         if self.since is None:
             return
@@ -318,7 +324,7 @@ class PostgresConnection:
             except Exception as error:
                 if not self._retryable(error) or clock.retries_over():
                     raise _store_error(operation, key, error) from error
-                self._outage.failed(error, self._retry_for)
+                self._outage.going_down(error, self._retry_for)
             else:
                 self._outage.answered()
                 return result
@@ -363,7 +369,7 @@ class PostgresConnection:
                     attempt.sent = False
                     raise _store_error(operation, key, error) from error
                 attempt.sent = False  # it certainly did not land
-                self._outage.failed(error, self._retry_for)
+                self._outage.going_down(error, self._retry_for)
                 if clock.retries_over():
                     raise StoreError(
                         operation,
@@ -426,9 +432,17 @@ class PostgresConnection:
         self, work: Callable[[Any], Awaitable[T]], attempt: _Attempt[Any] | None = None
     ) -> T:
         """`work` on a pooled connection. A connection left in the middle of a statement (the
-        call's deadline, a cancellation) is closed, not pooled: its answer may still come."""
-        pool = await self._open()
-        conn = await pool.acquire()
+        call's deadline, a cancellation) is closed, not pooled: its answer may still come.
+
+        Only a connection that cannot be opened is an outage to log: a pooled one a restart
+        broke fails its next statement and is replaced, which is nobody's concern."""
+        try:
+            pool = await self._open()
+            conn = await pool.acquire()
+        except Exception as error:
+            if _transient(error):
+                self._outage.failed(error, self._retry_for)
+            raise
         try:
             if attempt is not None:
                 attempt.sent = True
