@@ -17,6 +17,8 @@ from mutant_deadline import (  # noqa: F401  (hooks: a deadline per test under m
     pytest_runtest_setup,
     pytest_runtest_teardown,
 )
+from pgbouncer import HOW_TO_INSTALL as HOW_TO_INSTALL_PGBOUNCER
+from pgbouncer import find_pgbouncer
 from sample_keys import ALL_KEYS
 
 from statekernel import ProfileStore, ThreadStore
@@ -44,6 +46,10 @@ _skipped_for_postgres: list[str] = []
 REQUIRE_BROWSER = os.environ.get("STATEKERNEL_REQUIRE_BROWSER") == "1"
 _NO_BROWSER = f"Chromium is not installed here: {HOW_TO_INSTALL_BROWSER}"
 _skipped_for_browser: list[str] = []
+# And there, a test that needs PgBouncer fails instead of being skipped.
+REQUIRE_PGBOUNCER = os.environ.get("STATEKERNEL_REQUIRE_PGBOUNCER") == "1"
+_NO_PGBOUNCER = f"PgBouncer is not installed here: {HOW_TO_INSTALL_PGBOUNCER}"
+_skipped_for_pgbouncer: list[str] = []
 
 
 @pytest.fixture
@@ -168,11 +174,25 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
         yield session
 
 
+@pytest.fixture
+def pgbouncer() -> str:
+    """The path of Debian's `pgbouncer` binary; the tests that need it are skipped, and say
+    so, where there is none."""
+    found = find_pgbouncer()
+    if found is None:
+        if REQUIRE_PGBOUNCER:
+            pytest.fail(_NO_PGBOUNCER)
+        pytest.skip(_NO_PGBOUNCER)
+    return found
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and _NO_POSTGRES in str(report.longrepr):
         _skipped_for_postgres.append(report.nodeid)
     if report.skipped and _NO_BROWSER in str(report.longrepr):
         _skipped_for_browser.append(report.nodeid)
+    if report.skipped and _NO_PGBOUNCER in str(report.longrepr):
+        _skipped_for_pgbouncer.append(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -187,4 +207,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{len(_skipped_for_browser)} tests that need a browser were SKIPPED: "
             f"{_NO_BROWSER}. (.ci/run installs it and never skips them.)"
+        )
+    if _skipped_for_pgbouncer:
+        terminalreporter.write_sep("!", "PgBouncer tests skipped", yellow=True)
+        terminalreporter.write_line(
+            f"{len(_skipped_for_pgbouncer)} tests that need PgBouncer were SKIPPED: "
+            f"{_NO_PGBOUNCER}. (.ci/run installs it and never skips them.)"
         )

@@ -20,8 +20,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from pgbouncer import HOW_TO_INSTALL as HOW_TO_INSTALL_PGBOUNCER
-from pgbouncer import find_pgbouncer, throwaway_pgbouncer
+from pgbouncer import throwaway_pgbouncer
 from tcp_proxy import tcp_proxy
 
 from statekernel import (
@@ -41,7 +40,6 @@ from statekernel.testing.postgres import (
 )
 
 REQUIRE_POSTGRES = os.environ.get("STATEKERNEL_REQUIRE_POSTGRES") == "1"
-REQUIRE_PGBOUNCER = os.environ.get("STATEKERNEL_REQUIRE_PGBOUNCER") == "1"
 _databases = itertools.count(1)
 
 
@@ -287,17 +285,6 @@ async def test_calls_wait_for_a_free_connection_when_the_server_has_none(
     finally:
         for conn in held:
             await conn.close()
-
-
-@pytest.fixture
-def pgbouncer() -> str:
-    found = find_pgbouncer()
-    if found is None:
-        message = f"PgBouncer is not installed here: {HOW_TO_INSTALL_PGBOUNCER}"
-        if REQUIRE_PGBOUNCER:
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 @pytest.mark.parametrize(
