@@ -136,7 +136,7 @@ async def test_a_cancelled_save_returns_within_a_second(server: PostgresServer) 
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert time.monotonic() - start <= 1.0 + 0.5
+            assert time.monotonic() - start <= 1.0
             proxy.resume()
             # The next run settles what became of the cancelled one: nothing lost, nothing
             # twice, and the thread verifies.
