@@ -23,11 +23,13 @@ class TcpProxy:
         self._flowing.set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[None]] = set()
+        self.stalled_bytes = 0  # held by `stall` so far, in either direction
         self._server: asyncio.Server | None = None
 
     def stall(self) -> None:
         """Forward nothing more until `resume`; connections stay open."""
         self._flowing.clear()
+        self.stalled_bytes = 0
 
     def resume(self) -> None:
         self._flowing.set()
@@ -72,6 +74,8 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
+                if not self._flowing.is_set():
+                    self.stalled_bytes += len(data)
                 await self._flowing.wait()
                 writer.write(data)
                 await writer.drain()

@@ -119,8 +119,20 @@ async def test_a_call_on_a_connection_that_stops_answering_ends_at_its_deadline(
         assert later is not None and later.value == expected
 
 
-async def test_a_cancelled_save_returns_within_a_second(server: PostgresServer) -> None:
+async def test_a_run_cancelled_while_its_save_hangs_returns_within_a_second(
+    server: PostgresServer,
+) -> None:
+    """The store stops answering while a run saves (the network stalls as the model
+    answers): cancelling the run returns within a second; the save left to the store lands
+    or not, the run saves nothing more, and the next run goes on from what the store holds,
+    with nothing lost and nothing twice."""
     dsn = await fresh_database(server)
+    stall_on_answer = asyncio.Event()
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        if stall_on_answer.is_set():
+            proxy.stall()  # the answer is committed; its save will hang
+        return InferenceResponse("ok")
 
     async with tcp_proxy(server.port) as proxy:
         through = dsn.replace(f":{server.port}/", f":{proxy.port}/")
@@ -128,18 +140,17 @@ async def test_a_cancelled_save_returns_within_a_second(server: PostgresServer) 
         async with store:
             agent = Agent([], model, thread_store=store)
             await agent.run("t", ["first"])
-            proxy.stall()
+            stall_on_answer.set()
             task = asyncio.create_task(agent.run("t", ["second"]))
-            await asyncio.sleep(0.5)  # it waits on the stalled store
-            assert not task.done()
+            while not proxy.stalled_bytes:  # the save is on its way, and held
+                await asyncio.sleep(0.01)
             start = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert time.monotonic() - start <= 1.0
+            stall_on_answer.clear()
             proxy.resume()
-            # The next run settles what became of the cancelled one: nothing lost, nothing
-            # twice, and the thread verifies.
             result = await agent.run("t", ["third"])
             assert result.outcome == "success"
             texts = await said(agent, "t")
@@ -374,4 +385,39 @@ async def test_a_write_blocked_by_another_sessions_lock_ends_and_never_lands_lat
         assert entry is not None and entry.value == 1
         again = await store.get("ns", "k")
         assert again is not None and again.value == 1
+    assert any(r.getMessage().endswith("was not applied") for r in caplog.records)
+
+
+async def test_a_single_statement_write_blocked_by_a_lock_is_ended_before_it_is_settled(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compare-and-set that waits on another session's row lock past its deadline is
+    reported unknown; the store's next call ends the server process still holding it, and
+    only then asks by its write id, so the write can never land after it was found not
+    to have (here: when the lock goes)."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1) as store:
+        first = await store.set("ns", "k", 1)
+        other = await asyncpg.connect(dsn)
+        try:
+            locking = other.transaction()
+            await locking.start()
+            await other.execute(
+                "SELECT * FROM statekernel_profile_entries WHERE key = 'k' FOR UPDATE"
+            )
+            start = time.monotonic()
+            with pytest.raises(StoreError, match="outcome unknown"):
+                await store.set("ns", "k", 2, expected_version=first.version)
+            assert time.monotonic() - start <= 2 + 1
+            with caplog.at_level(logging.WARNING, logger="statekernel"):
+                entry = await store.get("ns", "k")
+            await locking.commit()  # the lock goes: a write still waiting would land now
+        finally:
+            await other.close()
+        await asyncio.sleep(0.5)
+        assert entry is not None and entry.value == 1
+        again = await store.get("ns", "k")
+        assert again is not None and (again.value, again.version) == (1, first.version)
     assert any(r.getMessage().endswith("was not applied") for r in caplog.records)

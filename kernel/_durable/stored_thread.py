@@ -39,7 +39,8 @@ class StoredThread:
     holds, for the commits of this kernel that wrote `persistent=False` thread keys, the
     whole record (the store's lacks those ops). `cache` holds this claim's encodings.
     `chain` is where the store's journal chain stands: the next save's records link on
-    from it.
+    from it. `unsettled` says a save was left to the store when its caller was cancelled:
+    whether it landed is unknown, so nothing here describes the store any more.
     """
 
     held: HeldThread = attrs.field(factory=HeldThread)
@@ -47,6 +48,7 @@ class StoredThread:
     foreign: dict[str, bytes] = attrs.field(factory=dict)
     undecodable: dict[str, bytes] = attrs.field(factory=dict)
     since_snapshot: int = 0
+    unsettled: bool = False
     bytes_since_snapshot: int = 0
     snapshot_bytes: int = 0
     stale: frozenset[str] = frozenset()

@@ -35,7 +35,7 @@ import msgspec
 
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import DecodeFailed, RevisionConflict, StateError
+from .._errors import DecodeFailed, RevisionConflict, StateError, StoreError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent, decode_run_events, encode_run_events
@@ -68,6 +68,11 @@ __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 
 
 logger = logging.getLogger("statekernel")
+
+_UNSETTLED = (
+    "this run's previous save was cancelled before the store answered, so whether it landed "
+    "is unknown: the run saves nothing more. Start a new run: it reads what the store holds."
+)
 
 REBASE_ATTEMPTS = 64
 """How many times a save that commutes tries to land after newer heads before it is a
@@ -124,7 +129,7 @@ class StoredThreads:
         self._live.take(thread_id)
         try:
             kept = self._threads.get(thread_id)
-            if kept is not None and await self._unchanged(thread_id, kept):
+            if kept is not None and not kept.unsettled and await self._unchanged(thread_id, kept):
                 assert kept.saved_values is not None
                 kept.held.values = {**kept.saved_values, **kept.held.values}
                 kept.base = kept.saved_values
@@ -229,6 +234,8 @@ class StoredThreads:
         commits only commute (`_rebase`), else it is a `RevisionConflict`.
         """
         kept = self._threads[thread_id]
+        if kept.unsettled:
+            raise StoreError("thread save", RuntimeError(_UNSETTLED), key=thread_id)
         rebased = None
         try:
             landed = await self._land(
@@ -504,11 +511,20 @@ class StoredThreads:
         arrived meanwhile (to be raised once the save is noted).
 
         A save cancelled half-way may still commit (a SQLite write runs in its own thread):
-        this waits for it whatever happens, so that what is noted is what the store has.
+        this waits for it, so that what is noted is what the store has, but no longer than
+        `CANCEL_PATIENCE` after the cancellation. A save still going then is left to the
+        store and the thread marked unsettled: the run saves nothing more (its commits may
+        be in the store already), and the thread's next claim reads what the store holds.
         """
+        kept = self._threads[thread_id]
+
+        def left_to_the_store() -> None:
+            kept.unsettled = True
+
         with store_failures("thread save", thread_id):
             _, interrupted = await through_cancellation(
-                self._store.save(thread_id, save, expected_position=position)
+                self._store.save(thread_id, save, expected_position=position),
+                on_give_up=left_to_the_store,
             )
         return interrupted
 

@@ -52,7 +52,10 @@ local save finishes well within it, and a cancelled caller still returns within 
 
 
 async def through_cancellation(
-    work: Awaitable[T], *, patience: float = CANCEL_PATIENCE
+    work: Awaitable[T],
+    *,
+    patience: float = CANCEL_PATIENCE,
+    on_give_up: Callable[[], None] = lambda: None,
 ) -> tuple[T, bool]:
     """Await `work` to its end even if the caller is cancelled meanwhile, for up to
     `patience` seconds more; returns its result and whether the caller was cancelled (it
@@ -61,9 +64,9 @@ async def through_cancellation(
     `work`'s own failure is raised as it is.
 
     Work still going `patience` seconds after the cancellation goes on without its caller,
-    who gets `CancelledError` at once, not knowing its outcome: a cancelled caller is never
-    held by a store that stopped answering. Whoever depends on that outcome must read it
-    from the store again (a thread is loaded afresh by its next run).
+    who gets `CancelledError` at once, not knowing its outcome (`on_give_up` is called
+    first, to say so): a cancelled caller is never held by a store that stopped answering.
+    Whoever depends on that outcome must read it from the store again.
 
     `work` runs in a task of its own from its first step, so that what it starts (a
     timeout, a task group) belongs to it, not to the caller.
@@ -74,6 +77,7 @@ async def through_cancellation(
     while not task.done():
         if give_up is not None and loop.time() >= give_up:
             task.add_done_callback(_consume)  # its failure has no one to go to now
+            on_give_up()
             raise asyncio.CancelledError
         try:
             if give_up is None:

@@ -189,31 +189,53 @@ class _Attempt(Generic[T]):
     key: str | None
     write: Write[T]
     sent: bool = False
-    pid: int | None = None  # the server process of the connection left mid-statement
+    backend: Backend | None = None  # the server process of a try that got no answer
+
+
+@attrs.frozen
+class Backend:
+    """A server process, as its connection said when it opened: its pid and start time
+    (together, one process: a pid is reused, a start time with it is not)."""
+
+    pid: int
+    started: Any  # (a timestamp, as the server gave it)
+
+    async def end(self, conn: Any) -> None:
+        """End this process if it still runs (it may hold a write: waiting on a lock, or
+        still running), and wait a little for it to be gone, so that the write cannot land
+        after it was found not to have."""
+        with contextlib.suppress(Exception):  # (not ours to end, or the server is away)
+            await conn.fetchval(_END_BACKEND, self.pid, self.started)
+            for _ in range(100):  # at most about 2 s: then the write id tells anyway
+                if not await conn.fetchval(_BACKEND_RUNS, self.pid, self.started):
+                    return
+                await asyncio.sleep(0.02)
+
+
+_BACKEND_OF_CONNECTION = (
+    "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+)
+_END_BACKEND = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2"
+)
+_BACKEND_RUNS = "SELECT count(*) > 0 FROM pg_stat_activity WHERE pid = $1 AND backend_start = $2"
 
 
 @attrs.frozen
 class _Unsettled:
-    """A write whose call ended (out of time, or cancelled) before its outcome was known."""
+    """A write whose outcome is not known yet (its answer lost, its call out of time or
+    cancelled), and the server process that may still hold it."""
 
     operation: str
     key: str | None
     write: Write[Any]
-    pid: int | None
+    backend: Backend | None
 
     async def settle(self, conn: Any) -> Settled[Any]:
-        """End the server process that may still hold the write (its bytes delayed, or
-        waiting on a lock), so that it cannot land after it was found not to have; then
-        ask by its write id."""
-        if self.pid is not None:
-            with contextlib.suppress(Exception):  # (not ours to end: a pooler's, a superuser's)
-                await conn.fetchval("SELECT pg_terminate_backend($1)", self.pid)
-                while await conn.fetchval(_BACKEND_ALIVE, self.pid):
-                    await asyncio.sleep(0.02)
+        """End the process that may still hold the write, then ask by its write id."""
+        if self.backend is not None:
+            await self.backend.end(conn)
         return await self.write.settle(conn)
-
-
-_BACKEND_ALIVE = "SELECT count(*) > 0 FROM pg_stat_activity WHERE pid = $1"
 
 
 @attrs.define
@@ -302,6 +324,10 @@ class PostgresConnection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opening: asyncio.Lock | None = None
         self._unsettled: list[_Unsettled] = []
+        # Each open connection's server process, by the pid it gave (see `_note_backend`).
+        self._backends: dict[int, Backend] = {}
+        # Behind a transaction pooler a connection has no one server process of its own.
+        self._pooled = statement_cache_size == 0
         self._closing: set[asyncio.Task[None]] = set()  # pools given up, closing gracefully
         self._outage = Outage(where=_server_of(dsn))
 
@@ -360,6 +386,8 @@ class PostgresConnection:
                 if isinstance(error, StateError):
                     attempt.sent = False
                     raise
+                if _statement_lost(error):
+                    self._behind_transaction_pooler()
                 if attempt.sent and (_outcome_unknown(error) or _statement_lost(error)):
                     settled = await self._settle(attempt, clock, error)
                     if settled.outcome is Outcome.APPLIED:
@@ -387,12 +415,13 @@ class PostgresConnection:
         unknown when the database cannot say (or cannot be asked before the deadline: then
         the next call asks again)."""
         operation, key = attempt.operation, attempt.key
+        unsettled = _Unsettled(operation, key, attempt.write, attempt.backend)
         try:
             settled = await self._read(
-                f"{operation} (checking a lost answer)", key, attempt.write.settle, clock.settling()
+                f"{operation} (checking a lost answer)", key, unsettled.settle, clock.settling()
             )
         except StoreError:
-            self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.pid))
+            self._unsettled.append(unsettled)
             attempt.sent = False
             raise outcome_unknown(
                 operation,
@@ -409,7 +438,7 @@ class PostgresConnection:
         """Ask what became of writes whose calls ended without an answer (a deadline, a
         cancellation), by their write ids, and say it in the log: never assumed."""
         while self._unsettled:
-            earlier = self._unsettled[0]
+            earlier = self._unsettled.pop(0)  # (another call asks about the next one)
             try:
                 settled = await self._read(
                     f"{earlier.operation} (checking an earlier call's outcome)",
@@ -419,9 +448,12 @@ class PostgresConnection:
                 )
             except StateError as error:  # (a save another one took the place of did not land)
                 if isinstance(error, StoreError):
+                    self._unsettled.insert(0, earlier)
                     raise
                 settled = Settled(Outcome.NOT_APPLIED)
-            self._unsettled.remove(earlier)  # (only once asked: a failed ask asks again)
+            except BaseException:
+                self._unsettled.insert(0, earlier)  # asked again by the next call
+                raise
             logger.warning(
                 "PostgreSQL store: the %s whose call ended without an answer was %s",
                 earlier.operation,
@@ -446,14 +478,26 @@ class PostgresConnection:
         try:
             if attempt is not None:
                 attempt.sent = True
+                attempt.backend = None
             return await work(conn)
-        except asyncio.CancelledError:
-            if attempt is not None:
-                attempt.pid = conn.get_server_pid()
-            conn.terminate()
+        except BaseException as error:
+            if attempt is not None and not self._pooled:
+                attempt.backend = self._backends.get(conn.get_server_pid())
+            if isinstance(error, asyncio.CancelledError):
+                self._backends.pop(conn.get_server_pid(), None)
+                conn.terminate()
             raise
         finally:
             await pool.release(conn)
+
+    async def _note_backend(self, conn: Any) -> None:
+        """Note which server process a new connection talks to, so that a write it leaves
+        unanswered can be ended there (not behind a pooler: no connection has its own)."""
+        if self._pooled or self.read_only:
+            return
+        row = await conn.fetchrow(_BACKEND_OF_CONNECTION)
+        if row is not None:
+            self._backends[conn.get_server_pid()] = Backend(int(row[0]), row[1])
 
     def _in_transaction(self, body: Callable[[Any], Awaitable[T]]) -> Callable[[Any], Awaitable[T]]:
         """A read as it runs on a read-only store: in a read-only transaction (set per
@@ -485,9 +529,12 @@ class PostgresConnection:
             self._outage.where,
         )
         self._statement_cache_size = 0
+        self._pooled = True
         if self._pool is not None:  # calls on it finish there; new ones take a new pool
             old, self._pool = self._pool, None
-            self._closing.add(asyncio.get_running_loop().create_task(old.close()))
+            closing = asyncio.get_running_loop().create_task(old.close())
+            closing.add_done_callback(lambda task: task.cancelled() or task.exception())
+            self._closing.add(closing)
             self._closing = {task for task in self._closing if not task.done()}
 
     def _clock(self) -> Clock:
@@ -506,7 +553,7 @@ class PostgresConnection:
                 raise
             why = f"no answer within call_timeout ({self._call_timeout:g} s)"
             if attempt is not None and attempt.sent:
-                self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.pid))
+                self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.backend))
                 raise outcome_unknown(
                     operation, key, f"{why}; the store's next call asks what became of it"
                 ) from error
@@ -514,7 +561,7 @@ class PostgresConnection:
             raise StoreError(operation, TimeoutError(f"{outcome}{why}"), key=key) from error
         except asyncio.CancelledError:
             if attempt is not None and attempt.sent:
-                self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.pid))
+                self._unsettled.append(_Unsettled(operation, key, attempt.write, attempt.backend))
             raise
 
     async def close(self) -> None:
@@ -551,6 +598,7 @@ class PostgresConnection:
                     timeout=self._connect_timeout,
                     command_timeout=None,
                     reset=_keep_session,
+                    init=self._note_backend,
                     **({} if cache is None else {"statement_cache_size": cache}),
                 )
                 try:
