@@ -32,6 +32,7 @@ from .._errors import (
     InvalidToolArguments,
     RevisionConflict,
     StateError,
+    ToolResultTooDeep,
     UnknownActionHandler,
     cause_text,
 )
@@ -537,7 +538,18 @@ class Run:
             return ToolResult(
                 tool_call, ToolCallStatus.FAILED, error=cause_text(error), exception=error
             )
-        result = output.result if isinstance(output, ToolOutput) else output
+        try:
+            # Made first: a result too deep to keep fails the call before its command lands.
+            succeeded = ToolResult(
+                tool_call,
+                ToolCallStatus.SUCCEEDED,
+                result=output.result if isinstance(output, ToolOutput) else output,
+            )
+        except ToolResultTooDeep as error:
+            logger.warning("run %r: %s", self.identity.run_id, error)
+            return ToolResult(
+                tool_call, ToolCallStatus.FAILED, error=cause_text(error), exception=error
+            )
         if isinstance(output, ToolOutput) and output.command is not None:
             try:
                 self._check_open()
@@ -547,7 +559,7 @@ class Run:
                 return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(rejected))
         if buffer is not None:
             await buffer.apply()  # a tool's profile writes travel with its command
-        return ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=result)
+        return succeeded
 
     async def shape_request(self, request: Any) -> Any:
         """Apply the active request transforms, in registration order, before an inference.
