@@ -41,6 +41,7 @@ from ._errors import (
     StoreError,
     StoreNotOpened,
     ToolArgumentsTooDeep,
+    ToolResultTooDeep,
     UnknownActionHandler,
     UnknownAgent,
     UnknownEffectHandler,
@@ -50,6 +51,7 @@ from ._errors import (
     UnknownStateKey,
     UnknownThread,
     UnknownUpdater,
+    ValueTooDeep,
     VersionConflict,
 )
 from ._host.kernel import Kernel
@@ -163,6 +165,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolOutput",
     "ToolResult",
+    "ToolResultTooDeep",
     "ToolRun",
     "ToolSpec",
     "UnknownActionHandler",
@@ -174,6 +177,7 @@ __all__ = [
     "UnknownStateKey",
     "UnknownThread",
     "UnknownUpdater",
+    "ValueTooDeep",
     "Vector",
     "VersionConflict",
     "add_messages",

@@ -614,7 +614,39 @@ class InvalidToolArguments(StateError, ValueError):
         super().__init__(f"invalid arguments for tool {tool!r}: {listed}")
 
 
-class ToolArgumentsTooDeep(StateError, ValueError):
+class ValueTooDeep(StateError, ValueError):
+    """Data of any shape handed to the kernel nests dicts and lists deeper than it takes
+    (`limit` levels: 100).
+
+    Every hand such data passes copies, freezes, encodes, stores or sends it by recursion, so
+    data that deep could not get through without running out of stack. It is measured where
+    it is handed in and refused there, whole: nothing of it is kept, and nothing is cut
+    short. Raised as itself for an outside `Decision`, a model request's `params`, a model's
+    answer the API client cannot parse for its depth, and (as the cause of a gate's
+    `HookFailed`) a `Suspend` ticket; its kinds `ToolArgumentsTooDeep` and
+    `ToolResultTooDeep` name the tool call. See
+    [tools: how deep data may nest](tools.md#how-deep-data-may-nest).
+
+    Also a `ValueError`.
+
+    Attributes:
+
+    - `what`: the data refused, and where it was given.
+    - `limit`: how many levels of nesting are allowed.
+    """
+
+    def __init__(self, what: str, limit: int, fix: str = "", *, plural: bool = False) -> None:
+        self.what = what
+        self.limit = limit
+        fix = fix or "Nothing was kept. Pass flatter data."
+        super().__init__(
+            f"{what} {'are' if plural else 'is'} nested more than {limit} levels deep (dicts "
+            f"and lists inside one another), deeper than the kernel copies, stores or sends. "
+            f"{fix}"
+        )
+
+
+class ToolArgumentsTooDeep(ValueTooDeep):
     """A tool call's arguments, or a tool's parameter schema, nest dicts and lists deeper
     than the kernel takes (`limit` levels: 100).
 
@@ -626,19 +658,19 @@ class ToolArgumentsTooDeep(StateError, ValueError):
     Arguments that deep could not be copied, encoded, stored or sent without running out
     of stack.
 
-    Also a `ValueError`.
+    A `ValueTooDeep` (so also a `ValueError`).
 
     Attributes:
 
     - `tool`: the tool's name.
     - `call_id`: the call's id (None for a tool's parameter schema).
     - `limit`: how many levels of nesting are allowed.
+    - `what`: as for `ValueTooDeep`.
     """
 
     def __init__(self, tool: str, call_id: str | None, limit: int) -> None:
         self.tool = tool
         self.call_id = call_id
-        self.limit = limit
         if call_id is None:
             what = f"tool {tool!r}: its parameter schema"
             fix = "Flatten the schema (a shared part can be one `$defs` entry named by `$ref`)."
@@ -648,9 +680,40 @@ class ToolArgumentsTooDeep(StateError, ValueError):
                 "Nothing of the call was kept. Pass flatter arguments (a deeply nested "
                 "document can travel as one JSON string argument)."
             )
+        super().__init__(what, limit, fix, plural=call_id is not None)
+
+
+class ToolResultTooDeep(ValueTooDeep):
+    """A tool's result nests dicts and lists deeper than the kernel takes (`limit` levels:
+    100), as arguments may not.
+
+    Raised when the `ToolResult` is made (and, as the cause of the gate's `HookFailed`, for
+    a gate's `SetResult`). A tool that returns such a result fails its call as a tool that
+    raised does: the model sees this error (`ToolResultTooDeep: ...`), the
+    `ToolResult` in `RunResult.tool_results` carries it in `exception`, the command of its
+    `ToolOutput` is not committed and its profile writes are dropped, and the run goes on.
+    Nothing of the result is kept, and the thread keeps everything it held. A result that
+    deep could not be frozen, encoded for the model or stored without running out of stack.
+    See [tools: how deep data may nest](tools.md#how-deep-data-may-nest).
+
+    A `ValueTooDeep` (so also a `ValueError`).
+
+    Attributes:
+
+    - `tool`: the tool's name.
+    - `call_id`: the call's id.
+    - `limit`: how many levels of nesting are allowed.
+    - `what`: as for `ValueTooDeep`.
+    """
+
+    def __init__(self, tool: str, call_id: str, limit: int) -> None:
+        self.tool = tool
+        self.call_id = call_id
         super().__init__(
-            f"{what} are nested more than {limit} levels deep (dicts and lists inside one "
-            f"another), deeper than the kernel copies, stores or sends. {fix}"
+            f"tool call {call_id!r} of tool {tool!r}: its result",
+            limit,
+            "Nothing of the result was kept. Return flatter data (a deeply nested document "
+            "can travel as one JSON string).",
         )
 
 

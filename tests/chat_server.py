@@ -32,6 +32,12 @@ def calls(
     return {"content": content, "tool_calls": list(made)}
 
 
+def raw(body: str) -> dict[str, Any]:
+    """A reply sent as this JSON text, byte for byte: an answer no well-behaved server sends
+    (JSON nested deeper than a parser follows, say), which `json.dumps` could not even make."""
+    return {"raw": body}
+
+
 def error(status: int, message: str = "slow down", retry_after: str | None = "0") -> dict[str, Any]:
     return {"status": status, "message": message, "retry_after": retry_after}
 
@@ -86,6 +92,8 @@ class ChatServer:
             if not self.replies:
                 return _send_json(handler, 500, _error_body("the script has no more replies"))
             reply = self.replies.pop(0)
+        if "raw" in reply:
+            return _send_bytes(handler, 200, reply["raw"].encode())
         if "status" in reply:
             headers = {"retry-after": reply["retry_after"]} if reply.get("retry_after") else {}
             return _send_json(handler, reply["status"], _error_body(reply["message"]), headers)
@@ -231,7 +239,15 @@ def _send_json(
     body: dict[str, Any],
     headers: dict[str, str] | None = None,
 ) -> None:
-    data = json.dumps(body).encode()
+    _send_bytes(handler, status, json.dumps(body).encode(), headers)
+
+
+def _send_bytes(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    data: bytes,
+    headers: dict[str, str] | None = None,
+) -> None:
     handler.send_response(status)
     handler.send_header("content-type", "application/json")
     handler.send_header("content-length", str(len(data)))

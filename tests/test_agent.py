@@ -515,3 +515,26 @@ async def test_a_refused_input_leaves_no_thread_behind(tmp_path: Path) -> None:
         again = await agent.run("kept", "again")
         assert again.outcome == "success"
         assert [m.content for m in again.messages] == ["hello", "hi", "again", "hi"]
+
+
+async def test_a_parent_thread_id_no_store_can_keep_is_refused_at_the_call(
+    tmp_path: Path,
+) -> None:
+    """Checked as a thread id is, with a store or without: no run starts, no thread is made,
+    and the same agent goes on; so is an agent's name, saved with a suspended run."""
+    async with SqliteThreadStore(tmp_path / "threads.db") as store:
+        for thread_store in (store, None):
+            model = ScriptedModel([InferenceResponse("hi")])
+            agent = Agent([], model, thread_store=thread_store)
+            for bad in ("p\ud800", "p\x00"):
+                with pytest.raises(ValueError, match="^parent_thread_id 'p"):
+                    await agent.run("t", "hello", parent_thread_id=bad)
+                with pytest.raises(ValueError, match="^parent_thread_id 'p"):
+                    agent.stream("t", "hello", parent_thread_id=bad)  # before its first event
+                with pytest.raises(ValueError, match="^agent name 'p"):
+                    Agent([], model, name=bad)
+            assert await agent.kernel.threads() == [] and model.requests == []
+            result = await agent.run("t", "hello", parent_thread_id="parent")
+            assert result.outcome == "success"
+            assert [m.content for m in result.messages] == ["hello", "hi"]
+        assert await store.threads() == ["t"]

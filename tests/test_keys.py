@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import types
 from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -83,6 +84,29 @@ def test_key_must_be_a_nonempty_string() -> None:
 
         class Bad(StateKey[int, int]):
             key = ""
+
+
+@pytest.mark.parametrize("name", ["k\ud800", "k\x00"], ids=["lone surrogate", "NUL"])
+def test_key_strings_and_plugin_ids_no_store_can_keep_are_refused_when_declared(
+    name: str,
+) -> None:
+    """They are journaled and stored as a thread id is, and checked the same way: when the
+    class is created (a plugin's id, when a kernel is made of it), not at the first save."""
+    from statekernel import Kernel, Plugin
+
+    problem = "must be a name every store can keep"
+    for base in (StateKey[int, int], ProfileKey[int], ScheduledActionSpec[int], EffectSpec[int]):
+        with pytest.raises(InvalidDeclaration, match=problem):
+            types.new_class("Named", (base,), exec_body=lambda ns: ns.update(key=name))
+
+    class Named(Plugin):
+        id = name
+
+        def register(self, r: Any) -> None:
+            pass
+
+    with pytest.raises(InvalidDeclaration, match=f"`id` {problem}"):
+        Kernel([Named()])
 
 
 def test_merge_and_scope_must_be_enums() -> None:

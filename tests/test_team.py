@@ -772,6 +772,29 @@ async def test_a_seed_of_a_key_no_plugin_registers_is_refused_at_the_spawn(
         assert team.list_agents() == []
 
 
+async def test_role_names_topics_and_snapshot_names_no_store_can_keep_are_refused_at_once(
+    stores: tuple[ProfileStore, ThreadStore],
+) -> None:
+    """Checked as every other team name is, before anything is stored: a role's name and
+    topics when the team or role is made, a snapshot's name when it is saved or restored."""
+    for bad in ("r\ud800", "r\x00"):
+        with pytest.raises(ValueError, match="^role name 'r"):
+            team_of(stores, {bad: Role(model=answer_ok)})
+        with pytest.raises(ValueError, match="^topic 'r"):
+            Role(model=answer_ok, topics=("news", bad))
+    async with team_of(stores, {"a": Role(model=answer_ok)}) as team:
+        first = team.spawn("a", "first")
+        await team.run_until_idle()
+        for bad in ("s\ud800", "s\x00"):
+            with pytest.raises(ValueError, match="^snapshot name 's"):
+                await team.save_snapshot(bad)
+            with pytest.raises(ValueError, match="^snapshot name 's"):
+                await team.restore_snapshot(bad)
+        saved = await team.save_snapshot("fine")
+        assert (await team.restore_snapshot()).name == saved.name == "fine"  # the newest
+        assert [i.id for i in team.list_agents()] == [first]
+
+
 async def test_two_teams_running_one_agent_at_once_supersede_without_failing(
     stores: tuple[ProfileStore, ThreadStore], caplog: pytest.LogCaptureFixture
 ) -> None:

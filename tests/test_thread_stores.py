@@ -582,6 +582,34 @@ async def test_every_thread_store_refuses_the_same_thread_ids_the_same_way(
     assert await thread_store.threads() == []
 
 
+async def test_every_name_a_kernel_call_takes_is_refused_as_a_thread_id_is(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    """A name no store can keep (a lone surrogate; a NUL, which only some refuse) is
+    refused at the call, the same way with every store and none, before anything is
+    claimed or stored: the agent name, parent thread and run ids, a commit's source, a
+    listing's prefix, the thread a prune or a read names."""
+    kernel = Kernel([Keys(Mood, id="mood")], thread_store=thread_store_or_none)
+    for bad in ("p\ud800", "p\x00"):
+        for label in ("agent", "parent_thread_id", "parent_run_id"):
+            with pytest.raises(ValueError, match=f"^{label} 'p"):
+                await kernel.start_run("t", **{label: bad})
+        with pytest.raises(ValueError, match="^prefix 'p"):
+            await kernel.threads(prefix=bad)
+        with pytest.raises(ValueError, match="^thread_id 'p"):
+            await kernel.prune(bad, before=1)
+        with pytest.raises(ValueError, match="^thread_id 'p"):
+            await kernel.read_stored(bad, Mood)
+    run = await kernel.start_run("t", parent_thread_id="parent")  # nothing was left claimed
+    for bad in ("p\ud800", "p\x00"):
+        with pytest.raises(ValueError, match="^source 'p"):
+            await run.submit(StateCommand().update(Mood, "lost"), source=bad)
+    await run.submit(StateCommand().update(Mood, "kept"), source="fine")
+    await run.finish()
+    assert [record.sources for record in await kernel.history("t")] == [("fine",)]
+    assert (await kernel.get_state("t")).get(Mood) == "kept"
+
+
 @pytest.mark.parametrize("kind", ["thread", "profile"])
 async def test_sqlite_files_are_owner_only_in_folders_made_for_them(
     tmp_path: Path, kind: str

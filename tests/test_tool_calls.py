@@ -6,29 +6,43 @@ the tool receives or what the model is shown, and a tool's exception reaches the
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-from samples import Hook
+from samples import Hook, Hooks, Keys
 
 from statekernel import (
     Agent,
+    Decision,
+    HookFailed,
+    InferenceRequest,
     InferenceResponse,
     Kernel,
+    KeyScope,
     Message,
     Phase,
     PhaseContext,
     ScriptedModel,
+    SetResult,
+    StateCommand,
     StateError,
+    StateKey,
+    Suspend,
     ToolArgumentsTooDeep,
     ToolCall,
     ToolCallStatus,
+    ToolOutput,
     ToolResult,
+    ToolResultTooDeep,
     ToolSpec,
+    ValueTooDeep,
     as_message,
     enc_hook,
 )
@@ -264,7 +278,7 @@ def test_arguments_nested_too_deep_are_refused_naming_the_call_and_the_limit() -
     with pytest.raises(ToolArgumentsTooDeep) as schema:
         ToolSpec("search", parameters={"type": "object", "properties": nested(10_000)})
     assert (schema.value.tool, schema.value.call_id) == ("search", None)
-    assert "its parameter schema are nested more than 100 levels" in str(schema.value)
+    assert "its parameter schema is nested more than 100 levels" in str(schema.value)
 
 
 def test_json_arguments_nested_too_deep_are_refused_the_same_way() -> None:
@@ -299,3 +313,166 @@ async def test_a_model_answer_nested_too_deep_fails_the_run_and_loses_nothing(
             assert again.outcome == "success"
             assert [m.content for m in again.messages] == ["go deep", "try again", "flat now"]
             assert (await agent.kernel.verify("t")).ok
+
+
+class Seen(StateKey[int, int]):
+    """A thread key a tool's command counts on, to show whether that command landed."""
+
+    key = "seen"
+    scope = KeyScope.THREAD
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+@dataclasses.dataclass
+class Link:
+    """A chain of objects: nesting the depth check does not see into, but JSON does."""
+
+    next: Any = None
+
+
+def chain(depth: int) -> Link:
+    link = Link()
+    for _ in range(depth - 1):
+        link = Link(link)
+    return link
+
+
+def test_a_tool_result_nested_too_deep_is_refused_naming_the_call_and_the_limit() -> None:
+    call = ToolCall("c7", "fetch")
+    kept = ToolResult(call, ToolCallStatus.SUCCEEDED, result=nested(100))  # the limit holds
+    assert kept.result == nested(100) and kept.text.startswith('{"a":{"a":')
+    looped: list[Any] = []
+    looped.append(looped)  # a list inside itself: as deep as it gets, and no hang
+    for deep in (nested(101), [nested(10_000)], (nested(10_000),), looped, chain(10_000)):
+        with pytest.raises(ToolResultTooDeep) as refused:
+            ToolResult(call, ToolCallStatus.SUCCEEDED, result=deep)
+        error = refused.value
+        assert isinstance(error, ValueTooDeep) and isinstance(error, StateError)
+        assert isinstance(error, ValueError)
+        assert (error.tool, error.call_id, error.limit) == ("fetch", "c7", 100)
+        assert str(error).startswith(
+            "tool call 'c7' of tool 'fetch': its result is nested more than 100 levels deep "
+            "(dicts and lists inside one another)"
+        )
+        assert "Nothing of the result was kept" in str(error)
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["memory", "sqlite"])
+async def test_a_tool_whose_result_is_nested_too_deep_fails_its_call_and_the_run_goes_on(
+    tmp_path: Path, stored: bool
+) -> None:
+    """As a tool that raised: the model reads the error and answers, the command returned
+    with the result is not committed, the thread keeps all it held, and the next run works."""
+    go_deep = InferenceResponse("", (ToolCall("c1", "deep"),))
+    model = ScriptedModel(
+        [InferenceResponse("hi"), go_deep, InferenceResponse("sorry"), InferenceResponse("ok")]
+    )
+    tools = {"deep": lambda a, c: ToolOutput(nested(10_000), StateCommand().update(Seen, 1))}
+    async with contextlib.AsyncExitStack() as stack:
+        store = None
+        if stored:
+            store = await stack.enter_async_context(SqliteThreadStore(tmp_path / "t.db"))
+        agent = Agent([Keys(Seen)], model, tools, thread_store=store)
+        assert (await agent.run("t", "hello")).outcome == "success"
+        result = await agent.run("t", "go deep")
+        assert result.outcome == "success" and result.error is None
+        (failed,) = result.tool_results
+        assert failed.status is ToolCallStatus.FAILED and failed.result is None
+        assert isinstance(failed.exception, ToolResultTooDeep)
+        assert (failed.exception.tool, failed.exception.call_id) == ("deep", "c1")
+        assert failed.error == f"ToolResultTooDeep: {failed.exception}"
+        shown = model.requests[2].messages[-1]  # what the model read of the call
+        assert (shown.role, shown.tool_call_id, shown.is_error) == ("tool", "c1", True)
+        assert shown.content == failed.error
+        assert result.snapshot.get(Seen) == 0  # the result's command did not land
+        contents = ["hello", "hi", "go deep", "", failed.error, "sorry"]
+        assert [m.content for m in result.messages] == contents
+        again = await agent.run("t", "again")
+        assert again.outcome == "success"
+        assert [m.content for m in again.messages] == [*contents, "again", "ok"]
+        if store is not None:  # read back by another kernel, from the file
+            reader = Kernel([Keys(Seen)], thread_store=store)
+            held = (await reader.get_state("t")).to_dict()["statekernel.messages"]
+            assert [m.content for m in held] == [*contents, "again", "ok"]
+            assert (await reader.verify("t")).ok
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        (lambda: SetResult(nested(10_000)), ToolResultTooDeep),
+        (lambda: Suspend({"why": nested(10_000)}), ValueTooDeep),
+    ],
+    ids=["set_result", "suspend"],
+)
+async def test_a_gate_answer_nested_too_deep_fails_the_run_naming_the_gate(
+    tmp_path: Path, answer: Callable[[], Any], kind: type[ValueTooDeep]
+) -> None:
+    """A gate's `SetResult` stands for the tool's result and its `Suspend` ticket is saved:
+    too deep, either is the gate's mistake (`HookFailed`, naming its plugin and the call);
+    the thread keeps what it held, and the next run goes on."""
+    answers = [answer()]  # once, then no opinion
+
+    def gate(ctx: PhaseContext) -> Any:
+        return answers.pop() if answers else None
+
+    model = ScriptedModel(
+        [InferenceResponse("", (ToolCall("c1", "t"),)), InferenceResponse("done")]
+    )
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        plugins = [Hooks("strict", gate=gate)]
+        agent = Agent(plugins, model, {"t": lambda a, c: "ran"}, thread_store=store)
+        failed = await agent.run("t", "go")
+        assert failed.outcome == "failure"
+        error = failed.error
+        assert isinstance(error, HookFailed) and error.plugin == "strict"
+        assert type(error.cause) is kind and error.cause.limit == 100
+        assert "tool call 'c1' of tool 't'" in str(error)
+        again = await agent.run("t", "again")
+        assert again.outcome == "success"
+        assert again.messages[0].content == "go" and again.messages[-1].content == "done"
+        assert (await agent.kernel.verify("t")).ok
+
+
+def test_decisions_and_request_params_nested_too_deep_are_refused_when_made() -> None:
+    assert Decision.result(nested(100)).value == nested(100)
+    for make in (
+        lambda: Decision.result(nested(101)),
+        lambda: Decision.approve({"q": nested(10_000)}),
+        lambda: InferenceRequest((), params={"stop": [nested(10_000)]}),
+    ):
+        with pytest.raises(ValueTooDeep) as refused:
+            make()
+        assert refused.value.limit == 100
+        assert "nested more than 100 levels deep" in str(refused.value)
+
+
+async def test_a_model_answer_too_deep_for_the_sdk_to_parse_fails_the_run_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The server's JSON itself nested deeper than a parser follows (not only the arguments'
+    string): the run fails with `ValueTooDeep`, and the next run goes on."""
+    from chat_server import ChatServer, raw, text
+
+    deep = "[" * 10_000 + "]" * 10_000
+    answer = (
+        '{"id": "x", "object": "chat.completion", "created": 0, "model": "gpt-test", '
+        f'"extra": {deep}, "choices": [{{"index": 0, "finish_reason": "stop", '
+        '"message": {"role": "assistant", "content": "deep"}}]}'
+    )
+    from statekernel.models import OpenAIChatModel
+
+    with ChatServer([raw(answer), text("flat now")]) as server:
+        model = OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="sk-local")
+        async with SqliteThreadStore(tmp_path / "t.db") as store:
+            agent = Agent([], model, thread_store=store)
+            failed = await agent.run("t", ["go deep"])
+            assert failed.outcome == "failure"
+            assert isinstance(failed.error, ValueTooDeep) and failed.error.limit == 100
+            assert str(failed.error).startswith("model 'gpt-test': its answer is nested")
+            again = await agent.run("t", ["try again"])
+            assert again.outcome == "success"
+            assert [m.content for m in again.messages] == ["go deep", "try again", "flat now"]

@@ -13,8 +13,8 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
-from .._durable.store import check_name
 from .._errors import StateError, UnknownAgent
+from .._values.names import check_name
 from .roster import AgentRecord
 
 __all__ = ["Address", "checked_agent_id", "checked_text"]

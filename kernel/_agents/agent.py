@@ -33,6 +33,7 @@ from .._profile.store import ProfileStore
 from .._values.dead_letters import DeadLetter, DeadLetters
 from .._values.messages import MessageLike
 from .._values.model import Model
+from .._values.names import check_name
 from .._values.tools import ToolSpec
 from ..events import Event
 from .event_stream import stream
@@ -69,7 +70,9 @@ class Agent:
       or give `thread_store` and `profile_store` one by one.
     - `max_steps` (default 25): how many steps a run may take; running out ends the run
       with outcome `"failure"`. Below 1 raises `ValueError`.
-    - `name`: the agent's name, the `AgentSpec` name of its runs.
+    - `name`: the agent's name, the `AgentSpec` name of its runs (saved with a suspended
+      run: a name no store can keep, holding a lone surrogate or a NUL character, raises
+      `ValueError`).
     - `max_phase_rounds`, `restore_errors`, `unknown_keys`, `snapshot_every` and
       `retention`: its `Kernel`'s (see [Kernel](reference.md#statekernel.Kernel)).
     - `on_phase(run, report)`: called after every phase, for tracing; an async one is
@@ -108,6 +111,7 @@ class Agent:
             raise TypeError(f"model must be an async callable (request) -> response, got {model!r}")
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        check_name("agent name", name)
         profile_store, thread_store = chosen_stores(
             stores, profile_store, thread_store, owner="Agent"
         )
@@ -174,7 +178,9 @@ class Agent:
         runs in its phase, as its next attempt. A letter the thread does not hold, or one
         named twice, raises `StateError` and nothing runs; anything but letters and ids
         raises `TypeError`. `parent_thread_id` and `active_hook_filter` are as for
-        `Kernel.start_run`.
+        `Kernel.start_run`: a `parent_thread_id` no store can keep (a lone surrogate, a NUL
+        character) raises `ValueError` when the call is made, as a thread id does, and
+        nothing runs.
 
         Raises `StateError` while the thread has a suspended run. A second call on a thread
         this agent is running waits for its turn; one from inside that thread's own run (a

@@ -13,9 +13,15 @@ from .._errors import StateError
 from .._host.run import Tool
 from .._profile.store import ProfileStore
 from .._values.model import Model
+from .addresses import checked_text
 from .agent import Agent, named_tools
 
 __all__ = ["Role", "RoleDefaults"]
+
+
+def _checked_topics(topics: Iterable[str]) -> tuple[str, ...]:
+    """A role's topics, each a name every store keeps (they are saved with each agent)."""
+    return tuple(checked_text("topic", topic) for topic in topics)
 
 
 @attrs.frozen
@@ -26,7 +32,8 @@ class Role:
     Anything left None (or empty) comes from the team's defaults: `plugins` and `tools` are
     added to the team's (a role's plugin or tool replaces the team's of the same id or
     name); `model`, `system_prompt` and `max_steps` replace the team's when given.
-    `topics`: every agent of the role subscribes to them when spawned. A role with no
+    `topics`: every agent of the role subscribes to them when spawned (each checked as
+    `team.subscribe` checks a topic, when the role is made). A role with no
     model, in a team with none, raises `StateError`. See [teams](team.md).
     """
 
@@ -34,7 +41,7 @@ class Role:
     model: Model | None = None
     tools: Mapping[str, Tool] | Iterable[Tool] | None = None
     system_prompt: str | None = None
-    topics: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    topics: tuple[str, ...] = attrs.field(default=(), converter=_checked_topics)
     max_steps: int | None = None
 
 

@@ -19,6 +19,7 @@ from .._errors import StateValidationError, cause_clause
 from .._values.codec import CODEC_ERRORS, dec_hook, decodes_back, enc_hook
 from .._values.dead_letters import DeadLetter
 from .._values.messages import Message, MessageLike, as_message, is_one_message
+from .._values.names import check_name
 
 __all__ = ["RunInput"]
 
@@ -46,7 +47,11 @@ class RunInput:
         stored: bool,
     ) -> RunInput:
         """The run's input, checked; with `stored` (the agent keeps threads in a store),
-        each message must also be one the store keeps exactly (`_storable`)."""
+        each message must also be one the store keeps exactly (`_storable`). A
+        `parent_thread_id` must be a name every store keeps, as a thread id must, with or
+        without a store: the same call must not work in a test and fail in production."""
+        if parent_thread_id is not None:
+            check_name("parent_thread_id", parent_thread_id)  # as the kernel checks thread ids
         incoming = _messages(messages)
         if stored:
             for message in incoming:

@@ -15,8 +15,10 @@ from typing import Any, Literal
 import attrs
 import msgspec
 
+from .._errors import ValueTooDeep
 from .._values.codec import enc_hook
 from .._values.frozen import thaw
+from .._values.nesting import MAX_NESTING_DEPTH, nested_deeper
 from .._values.tools import ToolCall
 from .run_result import PendingCall
 
@@ -72,6 +74,9 @@ class Decision:
     - `Decision.deny(reason)`: fail the call with `reason`.
     - `Decision.result(value)`: use `value` as the tool's result.
 
+    Arguments or a value nested more than 100 levels deep (dicts and lists inside one
+    another) raise `ValueTooDeep` when the decision is made, as they would for the call.
+
     See [agent: suspend and resume](agent.md#suspend-and-resume).
     """
 
@@ -79,6 +84,12 @@ class Decision:
     arguments: dict[str, Any] | None = None
     reason: str = ""
     value: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        for data, what in ((self.arguments, "arguments"), (self.value, "value")):
+            if nested_deeper(data, MAX_NESTING_DEPTH):
+                where = f"Decision.{self.kind}(...): its {what}"
+                raise ValueTooDeep(where, MAX_NESTING_DEPTH, plural=what == "arguments")
 
     @classmethod
     def approve(cls, arguments: dict[str, Any] | None = None) -> Decision:

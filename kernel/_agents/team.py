@@ -219,6 +219,7 @@ class AgentTeam:
         for name, role in roles.items():
             if not isinstance(name, str) or not name:
                 raise TypeError(f"role names must be non-empty strings, got {name!r}")
+            checked_text("role name", name)  # it names the role's agents and their threads
             if not isinstance(role, Role):
                 raise TypeError(f"role {name!r} must be a statekernel.Role, got {role!r}")
             self.roles[name] = role
@@ -511,7 +512,10 @@ class AgentTeam:
         Take it while the team is between rounds (this process waits for its own
         `run_until_idle`), with no agent waiting on a decision, and with other processes of
         the team quiet. An agent waiting on a decision raises `StateError` (resume it
-        first)."""
+        first); a `name` no store can keep (a lone surrogate, a NUL character) `ValueError`,
+        before anything is stored."""
+        if name is not None:
+            checked_text("snapshot name", name, empty=True)
         self._rounds.refuse_inside("save_snapshot")
         await self._sync()
         async with self._rounds.lock:
@@ -527,7 +531,10 @@ class AgentTeam:
         `snapshot` is a `TeamSnapshot`, its name, or None: the newest. Each agent's thread
         is forked at its revision into a new thread (`AgentInfo.thread_id` changes; the old
         one stays, with its history), its inbox is set as it was, and agents spawned since
-        leave the roster. Team context and other profile state are not rolled back."""
+        leave the roster. Team context and other profile state are not rolled back. A name
+        no store can keep (a lone surrogate, a NUL character) raises `ValueError` at once."""
+        if isinstance(snapshot, str):
+            checked_text("snapshot name", snapshot, empty=True)
         self._rounds.refuse_inside("restore_snapshot")
         await self._sync()
         async with self._rounds.lock:

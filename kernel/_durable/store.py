@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from .._errors import StateError, StoreError
+from .._values.names import check_name
 
 __all__ = [
     "JournalEntry",
@@ -283,34 +284,6 @@ class ThreadStore(Protocol):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None: ...
-
-
-def check_name(label: str, name: object) -> str:
-    """`name` itself, once it is a name every store can keep.
-
-    A name that is not a string raises `TypeError`; a string that is not text every
-    database can hold (a lone surrogate, which UTF-8 cannot encode, or a NUL character,
-    which PostgreSQL's text refuses) raises `ValueError` naming the index. `label` says what
-    the name is in the message (`"thread id"`, ...). The bundled stores check every thread
-    id, profile namespace and key with it, and the kernel checks thread ids, so all refuse
-    the same names the same way, before anything is stored; a store of your own should too.
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"{label} must be a string, got {type(name).__name__} {name!r}")
-    try:
-        if not name.isascii():  # (an ASCII string is valid UTF-8; the check is O(1))
-            name.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"{label} {name!r} is not valid Unicode text: it holds a lone surrogate at index "
-            f"{error.start}, which no store can keep. Use text that encodes as UTF-8."
-        ) from None
-    if "\x00" in name:
-        raise ValueError(
-            f"{label} {name!r} holds a NUL character at index {name.index(chr(0))}, which not "
-            f"every store can keep. Leave it out of names."
-        )
-    return name
 
 
 @contextlib.contextmanager

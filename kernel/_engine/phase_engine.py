@@ -31,18 +31,22 @@ import msgspec
 from .._errors import (
     HookFailed,
     PhaseRunLoopExceeded,
+    ToolResultTooDeep,
     UnknownActionHandler,
     UnknownEffectHandler,
+    ValueTooDeep,
     cause_text,
 )
 from .._profile.access import BufferedProfileAccess, ProfileAccess
 from .._values.codec import CODEC_ERRORS, enc_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, Retried, letter_for, payload_text
+from .._values.nesting import MAX_NESTING_DEPTH, nested_deeper
 from .._values.phases import Phase
 from .._values.run_events import EffectRun
 from .._values.specs import ScheduledAction
 from .._values.toolgate import Block, GateDecision, SetResult, Suspend, decide
+from .._values.tools import ToolCall
 from .commit import LiveState
 from .context import PhaseContext
 from .invoke import call, checked, outcome, reraise
@@ -242,7 +246,9 @@ class PhaseEngine:
                 expected="Block, Suspend, SetResult or None",
             )
             if isinstance(answer, Suspend) and answer.ticket is not None:
-                _check_ticket(answer.ticket, gate.plugin)
+                _check_ticket(answer.ticket, gate.plugin, fields["tool_call"])
+            elif isinstance(answer, SetResult):
+                _check_set_result(answer.result, gate.plugin, fields["tool_call"])
             answers.append((gate.plugin, answer))
         decision = decide(answers)
         decided_by = next((plugin for plugin, a in answers if a is decision), None)
@@ -551,9 +557,14 @@ async def _apply_profile_writes(contexts: Sequence[PhaseContext]) -> None:
             await profile.apply()
 
 
-def _check_ticket(ticket: Any, plugin: str) -> None:
+def _check_ticket(ticket: Any, plugin: str, call: ToolCall) -> None:
     """A `Suspend` ticket is saved with the suspended run and shown by the trace, so it must
-    encode: refused here, naming the gate's plugin, rather than later, when the run saves."""
+    encode, and nest no deeper than the kernel's limit: refused here, naming the gate's
+    plugin, rather than later, when the run saves."""
+    if nested_deeper(ticket, MAX_NESTING_DEPTH):
+        what = f"tool call {call.id!r} of tool {call.name!r}: the Suspend ticket"
+        fix = "Describe what the call awaits with flatter data."
+        raise HookFailed(plugin, Phase.TOOL_GATE, ValueTooDeep(what, MAX_NESTING_DEPTH, fix))
     try:
         msgspec.json.encode(ticket, enc_hook=enc_hook)
     except CODEC_ERRORS as error:
@@ -563,6 +574,14 @@ def _check_ticket(ticket: Any, plugin: str) -> None:
             f"({error}). Pass a description of what the call awaits, such as a dict"
         )
         raise HookFailed(plugin, Phase.TOOL_GATE, problem) from error
+
+
+def _check_set_result(result: Any, plugin: str, call: ToolCall) -> None:
+    """A `SetResult` stands for the tool's result, so it is held to the same depth; too deep,
+    it is the gate's mistake, named here, not a failed call."""
+    if nested_deeper(result, MAX_NESTING_DEPTH):
+        too_deep = ToolResultTooDeep(call.name, call.id, MAX_NESTING_DEPTH)
+        raise HookFailed(plugin, Phase.TOOL_GATE, too_deep)
 
 
 def _call_hooks(

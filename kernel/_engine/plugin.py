@@ -22,6 +22,7 @@ import attrs
 
 from .._errors import DuplicateRegistration, InvalidDeclaration
 from .._values.keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, StateKey, StateKeyOptions
+from .._values.names import check_name
 from .._values.phases import Phase
 from .._values.specs import EffectSpec, ScheduledActionSpec, spec_info
 from .registry import KeyBinding, KeyRegistry
@@ -266,4 +267,9 @@ def _plugin_id(plugin: Any) -> str:
             "has no `id`",
             "Set a unique string `id` on the plugin class.",
         )
+    try:
+        check_name("plugin id", plugin_id)  # it is journaled as the source of its commits
+    except ValueError as error:
+        problem = "`id` must be a name every store can keep"
+        raise InvalidDeclaration(type(plugin).__qualname__, problem, str(error)) from None
     return plugin_id

@@ -22,7 +22,14 @@ from .._durable.replay import ReplayReport
 from .._durable.retention import Retention
 from .._durable.store import ThreadStore
 from .._durable.stored_threads import StoredThreads
-from .._durable.threads import SNAPSHOT_EVERY, HeldThread, PendingAction, Rebased, ThreadHome
+from .._durable.threads import (
+    SNAPSHOT_EVERY,
+    HeldThread,
+    PendingAction,
+    Rebased,
+    ThreadHome,
+    check_thread_id,
+)
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, RunIdentity
 from .._engine.merge import Contribution
@@ -42,6 +49,7 @@ from .._values.codec import CODEC_ERRORS, dec_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetters
 from .._values.keys import RESERVED_PLUGIN_ID, KeyScope, StateKey
+from .._values.names import check_name
 from .._values.reserved_keys import History, MailCursor, Outbox
 from .._values.run_events import RunEvent
 from .._values.specs import ScheduledAction, ScheduledActionSpec, spec_info
@@ -189,8 +197,17 @@ class Kernel:
 
         Raises `StateError` if the thread already has a live run in this kernel or a
         suspended run. Raises `ValueError` for an empty `thread_id` or a filter that names
-        an unknown plugin.
+        an unknown plugin. Every id and name is checked as a thread id is (`check_name`):
+        one that is not a string raises `TypeError`, and one no store can keep (a lone
+        surrogate, a NUL character) `ValueError`, before anything is claimed or stored.
         """
+        check_name("agent", agent)
+        for label, name in (
+            ("parent_thread_id", parent_thread_id),
+            ("parent_run_id", parent_run_id),
+        ):
+            if name is not None:
+                check_name(label, name)
         hook_filter = self._check_filter(tuple(active_hook_filter))
         thread = await self._home.claim(thread_id)
         try:
@@ -292,10 +309,10 @@ class Kernel:
 
         Those in its ThreadStore (or, without one, its memory) that start with `prefix`
         (literally), at most `limit`. A thread whose run has not saved yet is not listed. A
-        `prefix` that is not a string raises `TypeError`; a `limit` that is not None or an
-        int >= 0, `ValueError`."""
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be a string, got {prefix!r}")
+        `prefix` that is not a string raises `TypeError`, one no store can keep (a lone
+        surrogate, a NUL character) `ValueError`, as for a thread id; a `limit` that is not
+        None or an int >= 0, `ValueError`."""
+        check_name("prefix", prefix)
         if limit is not None and (
             isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
         ):
@@ -360,6 +377,7 @@ class Kernel:
         revision, and everything after it, stay. `state_at` of an older revision raises
         `UnknownRevision`; everything newer still works. A kernel's `Retention` prunes this
         way on its own at every save that writes a snapshot."""
+        check_thread_id(thread_id)
         if (before is None) == (keep is None):
             raise ValueError("prune takes one of before=<revision> or keep=<count of revisions>")
         if keep is not None:
@@ -472,6 +490,7 @@ class Kernel:
         Without a ThreadStore, values live in this kernel's memory, decoded with its own
         declarations: the value held is returned as it is. See
         [agent: a key whose type changed](agent.md#a-key-whose-type-changed)."""
+        check_thread_id(thread_id)
         return await self._home.read_as(thread_id, KeyBinding.of(key))
 
     def _decode_action(

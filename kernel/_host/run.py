@@ -32,6 +32,7 @@ from .._errors import (
     InvalidToolArguments,
     RevisionConflict,
     StateError,
+    ToolResultTooDeep,
     UnknownActionHandler,
     cause_text,
 )
@@ -42,6 +43,7 @@ from .._values.dead_letters import DeadLetter, DeadLetters, letter_for, retried
 from .._values.frozen import thaw
 from .._values.keys import RESERVED_PREFIX
 from .._values.messages import Message
+from .._values.names import check_name
 from .._values.phases import Phase, phase_of
 from .._values.run_events import GateRun, PhaseRun, ToolRun
 from .._values.specs import ScheduledAction
@@ -318,9 +320,11 @@ class Run:
         made it) and `phase` (a `Phase`, or None: outside any); the Agent's own commits use
         `"agent:input"`, `"agent:model"`, `"tool:<name>"` and the like (see
         [agent](agent.md#the-agent-in-ten-lines)). An empty `source` or a `phase` that is
-        not a `Phase` raises `TypeError`."""
+        not a `Phase` raises `TypeError`; a `source` no store can keep (a lone surrogate, a
+        NUL character) raises `ValueError`, as a thread id does, and nothing is committed."""
         if not isinstance(source, str) or not source:
             raise TypeError(f"source must be a non-empty string, got {source!r}")
+        check_name("source", source)
         if phase is not None and not isinstance(phase, Phase):
             raise TypeError(f"phase must be a statekernel.Phase or None, got {phase!r}")
         self._check_open()
@@ -537,7 +541,18 @@ class Run:
             return ToolResult(
                 tool_call, ToolCallStatus.FAILED, error=cause_text(error), exception=error
             )
-        result = output.result if isinstance(output, ToolOutput) else output
+        try:
+            # Made first: a result too deep to keep fails the call before its command lands.
+            succeeded = ToolResult(
+                tool_call,
+                ToolCallStatus.SUCCEEDED,
+                result=output.result if isinstance(output, ToolOutput) else output,
+            )
+        except ToolResultTooDeep as error:
+            logger.warning("run %r: %s", self.identity.run_id, error)
+            return ToolResult(
+                tool_call, ToolCallStatus.FAILED, error=cause_text(error), exception=error
+            )
         if isinstance(output, ToolOutput) and output.command is not None:
             try:
                 self._check_open()
@@ -547,7 +562,7 @@ class Run:
                 return ToolResult(tool_call, ToolCallStatus.FAILED, error=str(rejected))
         if buffer is not None:
             await buffer.apply()  # a tool's profile writes travel with its command
-        return ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=result)
+        return succeeded
 
     async def shape_request(self, request: Any) -> Any:
         """Apply the active request transforms, in registration order, before an inference.

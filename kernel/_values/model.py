@@ -12,9 +12,18 @@ from typing import Any
 
 import attrs
 
+from .._errors import ValueTooDeep
 from .frozen import freeze
 from .messages import Message
+from .nesting import MAX_NESTING_DEPTH, nested_deeper
 from .tools import ToolCall, ToolSpec
+
+
+def _frozen_params(params: Any) -> Any:
+    """A request's parameters, frozen, and refused first if too deep to freeze or send."""
+    if nested_deeper(params, MAX_NESTING_DEPTH):
+        raise ValueTooDeep("InferenceRequest.params", MAX_NESTING_DEPTH, plural=True)
+    return freeze(params)
 
 
 @attrs.frozen
@@ -26,7 +35,8 @@ class InferenceRequest:
     - `messages`: a tuple, the system prompt first, with context messages already placed
       by the request transforms.
     - `tools`: the `ToolSpec`s on offer this step (`request.tool_names`: their names).
-    - `params`: this step's model parameters (`SetInferenceOverride`), frozen.
+    - `params`: this step's model parameters (`SetInferenceOverride`), frozen; nested more
+      than 100 levels deep, they raise `ValueTooDeep`.
     - `transcript`: messages a transform wants recorded in the thread's history, for
       request transforms whose placed messages users should see too. The Agent appends
       them once the model has answered, just before its answer (where the model read
@@ -40,7 +50,7 @@ class InferenceRequest:
 
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
-    params: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
+    params: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_params)
     transcript: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
 
     @transcript.validator

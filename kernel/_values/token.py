@@ -17,6 +17,7 @@ import attrs
 
 from .._errors import InvalidDeclaration, _preview
 from .declared_types import generic_args
+from .names import check_name
 
 __all__ = ["DeclaredToken", "TokenFamily", "declared_info"]
 
@@ -70,6 +71,11 @@ class DeclaredToken:
                 f"`key` must be a non-empty string, got {_preview(name)}",
                 "Set key = 'some_name'.",
             )
+        try:
+            check_name("key", name)  # it is journaled and stored, as a thread id is
+        except ValueError as error:
+            problem = "`key` must be a name every store can keep"
+            raise InvalidDeclaration(cls.__qualname__, problem, str(error)) from None
         args = generic_args(cls, _family_base(cls)) or (Any,) * family.arity
         setattr(cls, family.attribute, cls._declare(name, args))
 

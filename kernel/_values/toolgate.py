@@ -49,7 +49,8 @@ class Suspend:
     ticket: Any = None
     """What the call awaits, as data statekernel can save (JSON data, a msgspec Struct, a
     dataclass, a pydantic model): it is saved with the suspended run and shown by the trace.
-    A gate whose ticket cannot be saved fails with `HookFailed`."""
+    A gate whose ticket cannot be saved, or is nested more than 100 levels deep (dicts and
+    lists inside one another), fails with `HookFailed`."""
 
 
 @attrs.frozen
@@ -65,7 +66,8 @@ class SetResult:
     """
 
     result: Any
-    """The result used in place of running the tool."""
+    """The result used in place of running the tool. A gate whose result is nested more
+    than 100 levels deep fails with `HookFailed`, caused by `ToolResultTooDeep`."""
 
 
 GateDecision = Block | Suspend | SetResult

@@ -11,10 +11,11 @@ from typing import Any, ClassVar
 import attrs
 import msgspec
 
-from .._errors import ToolArgumentsTooDeep
+from .._errors import ToolArgumentsTooDeep, ToolResultTooDeep
 from .codec import CODEC_ERRORS, as_json_data, enc_hook
 from .commands import StateCommand
 from .frozen import FrozenDict, freeze, thaw
+from .nesting import MAX_NESTING_DEPTH, nested_deeper
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -26,31 +27,14 @@ __all__ = [
     "decode_arguments",
 ]
 
-MAX_ARGUMENT_DEPTH = 100
+MAX_ARGUMENT_DEPTH = MAX_NESTING_DEPTH
 """How many levels of dicts and lists inside one another a tool call's arguments (and a
-tool's parameter schema) may have. Every hand a call passes through copies, encodes or sends
-its arguments by recursion (freezing, `copy.deepcopy`, JSON, the journal), so deeper ones
-would end in a `RecursionError` somewhere on the way; they are refused where the call is
-made instead (`ToolArgumentsTooDeep`). Real tool schemas and arguments nest a few levels."""
-
-
-def _nested_deeper(value: object, limit: int) -> bool:
-    """Whether `value` holds dicts and lists (tuples, sets) more than `limit` levels inside
-    one another. Iterative, so any depth is measured without the stack; a container that
-    holds itself counts as too deep."""
-    pending: list[tuple[object, int]] = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple | set | frozenset):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        pending.extend((child, depth + 1) for child in children)
-    return False
+tool's parameter schema, and a tool's result) may have: the kernel's one limit for
+free-form data (`MAX_NESTING_DEPTH`). Every hand a call passes through copies, encodes or
+sends its arguments and its result by recursion (freezing, `copy.deepcopy`, JSON, the
+journal), so deeper ones would end in a `RecursionError` somewhere on the way; they are
+refused where the call (`ToolArgumentsTooDeep`) or its result (`ToolResultTooDeep`) is made
+instead. Real tool schemas, arguments and results nest a few levels."""
 
 
 def _frozen_arguments(arguments: Any, tool: str, call_id: str | None) -> FrozenDict:
@@ -64,7 +48,7 @@ def _frozen_arguments(arguments: Any, tool: str, call_id: str | None) -> FrozenD
             f"tool call arguments must be a mapping, got {type(arguments).__name__} "
             f"{reprlib.repr(arguments)}"
         )
-    if _nested_deeper(arguments, MAX_ARGUMENT_DEPTH):
+    if nested_deeper(arguments, MAX_ARGUMENT_DEPTH):
         raise ToolArgumentsTooDeep(tool, call_id, MAX_ARGUMENT_DEPTH)
     frozen: FrozenDict = freeze(thaw(dict(arguments)))
     return frozen
@@ -219,7 +203,9 @@ class ToolResult:
     """How the call ended, a `ToolCallStatus`."""
     result: Any
     """The result, frozen like a call's arguments (the dicts, lists and sets in it; any
-    other object is kept as it is)."""
+    other object is kept as it is). A result nested more than 100 levels deep (dicts and
+    lists inside one another) raises `ToolResultTooDeep`, naming the call, and nothing of
+    the result is made."""
     error: str | None
     """The text the model sees for a failed call; for a tool that raised it is
     `"ExceptionType: message"`."""
@@ -241,6 +227,8 @@ class ToolResult:
         ticket: Any = None,
         exception: BaseException | None = None,
     ) -> None:
+        if nested_deeper(result, MAX_ARGUMENT_DEPTH):
+            raise ToolResultTooDeep(call.name, call.id, MAX_ARGUMENT_DEPTH)
         put = object.__setattr__
         put(self, "call", call)
         put(self, "status", status)
@@ -248,7 +236,7 @@ class ToolResult:
         put(self, "error", error)
         put(self, "ticket", ticket)
         put(self, "exception", exception)
-        put(self, "text", (error or "") if self.is_error else _as_text(self.result))
+        put(self, "text", (error or "") if self.is_error else _as_text(self.result, call))
 
     @property
     def is_error(self) -> bool:
@@ -303,10 +291,19 @@ class ToolResult:
         }
 
 
-def _as_text(result: Any) -> str:
+def _as_text(result: Any, call: ToolCall) -> str:
+    """What the model is shown of a result. Objects the depth check cannot see into (a
+    chain of dataclasses or models) can still nest too deep to encode or show: that is the
+    same `ToolResultTooDeep`."""
     if isinstance(result, str):
         return result
     try:
         return msgspec.json.encode(result, enc_hook=enc_hook).decode()
+    except RecursionError:
+        raise ToolResultTooDeep(call.name, call.id, MAX_ARGUMENT_DEPTH) from None
     except CODEC_ERRORS:
+        pass
+    try:
         return repr(result)
+    except RecursionError:
+        raise ToolResultTooDeep(call.name, call.id, MAX_ARGUMENT_DEPTH) from None

@@ -21,10 +21,11 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ModelCallFailed, ToolArgumentsTooDeep
+from .._errors import ModelCallFailed, ToolArgumentsTooDeep, ValueTooDeep
 from .._values.frozen import thaw
 from .._values.messages import Message
 from .._values.model import InferenceRequest, InferenceResponse
+from .._values.nesting import MAX_NESTING_DEPTH
 from .._values.tools import ToolCall, ToolSpec, decode_arguments
 
 if TYPE_CHECKING:
@@ -176,6 +177,12 @@ class OpenAIChatModel:
     async def _retry_or_raise(self, error: Exception, attempt: int) -> None:
         """Wait before the next attempt if `error` is transient and attempts remain; else
         raise it as `ModelCallFailed`."""
+        if isinstance(error, RecursionError):  # the SDK's JSON parser, on the server's answer
+            raise ValueTooDeep(
+                f"model {self.model!r}: its answer",
+                MAX_NESTING_DEPTH,
+                "Nothing of the answer was kept. Check what the server at base_url sends.",
+            ) from None
         if not _is_api_error(error):
             raise error  # not the API's answer: a bug to see as it is
         status = _status_of(error)
