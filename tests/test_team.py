@@ -1335,9 +1335,9 @@ async def test_a_page_holding_a_letter_of_a_sender_no_saved_cursor_counts_is_kep
 
 
 async def test_agents_spawned_from_a_run_are_named_after_its_thread_and_outbox_numbers() -> None:
-    """A run's spawns are its outbox's entries 1, 2, ... in the order made, in this step
-    and the next: `<role>-<digest of thread and number>`, the same however often the model
-    is asked again (so a crash cannot make a second agent)."""
+    """A run's spawns are its outbox's entries 1, 2, ... in the order made, across its
+    steps and its runs: `<role>-<digest of thread and number>`, the same however often the
+    model is asked again (so a crash cannot make a second agent)."""
 
     def digest(thread_id: str, number: str) -> str:  # as docs/team.md gives it
         return hashlib.sha256(f"{thread_id}\x00{number}".encode()).hexdigest()[:8]
@@ -1348,10 +1348,15 @@ async def test_agents_spawned_from_a_run_are_named_after_its_thread_and_outbox_n
         made.extend(team.spawn("helper", f"help {n}") for n in range(2))
         return "hired"
 
-    roles = {
-        "boss": Role(model=calling("hire", lambda r: {}), tools={"hire": hire}),
-        "helper": Role(model=answer_ok),
-    }
+    async def boss(request: InferenceRequest) -> InferenceResponse:
+        roles = [m.role for m in request.messages]
+        last_ask = len(roles) - 1 - roles[::-1].index("user")
+        if roles[last_ask:].count("tool") < 2:  # two steps of hiring a run
+            call = ToolCall(f"c-{random.random()}", "hire", {})
+            return InferenceResponse("", (call,))
+        return InferenceResponse("done")
+
+    roles = {"boss": Role(model=boss, tools={"hire": hire}), "helper": Role(model=answer_ok)}
     team = AgentTeam(roles, profile_store=MemoryProfileStore())
     async with team:
         team.spawn("boss", "hire", agent_id="boss")
@@ -1359,7 +1364,7 @@ async def test_agents_spawned_from_a_run_are_named_after_its_thread_and_outbox_n
         await team.send("user", "hire again", to="boss")
         await team.run_until_idle()
     thread = next(i.thread_id for i in team.list_agents() if i.id == "boss")
-    assert made == [f"helper-{digest(thread, str(n))}" for n in (1, 2, 3, 4)]
+    assert made == [f"helper-{digest(thread, str(n))}" for n in range(1, 9)]
     assert {i.id for i in team.list_agents() if i.role == "helper"} == set(made)
 
 
@@ -1606,3 +1611,42 @@ async def test_a_team_of_more_agents_than_one_process_keeps_inbox_heads_of_takes
             team.spawn("a", f"task {n}")
         assert await team.send("user", "to all", group="a") == 1_100
         assert await team.send("user", "again", group="a") == 1_100
+
+
+async def test_a_step_end_hooks_spawn_after_a_tools_spawn_is_another_agent() -> None:
+    """Entries of one step are numbered on through its phases: a STEP_END hook's spawn
+    after a tool's spawn in the same step names a new agent, not the tool's one."""
+
+    class HiresAtStepEnd(Plugin):
+        id = "hires-at-step-end"
+
+        def register(self, registrar: PluginRegistrar) -> None:
+            registrar.register_phase_hook(Phase.STEP_END, self.done)
+
+        async def done(self, ctx: PhaseContext) -> None:
+            team.spawn("helper", "wrap up")
+
+    async def hire(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        team.spawn("helper", "help")
+        return "hired"
+
+    def digest(thread_id: str, number: int) -> str:  # as docs/team.md gives it
+        return hashlib.sha256(f"{thread_id}\x00{number}".encode()).hexdigest()[:8]
+
+    async def boss(request: InferenceRequest) -> InferenceResponse:
+        if request.messages[-1].role == "tool":
+            return InferenceResponse("done")
+        return InferenceResponse("", (ToolCall(f"c-{random.random()}", "hire", {}),))
+
+    roles = {
+        "boss": Role(model=boss, tools={"hire": hire}, plugins=[HiresAtStepEnd()]),
+        "helper": Role(model=answer_ok),
+    }
+    team = AgentTeam(roles, profile_store=MemoryProfileStore())
+    async with team:
+        team.spawn("boss", "hire", agent_id="boss")
+        await team.run_until_idle()
+        helpers = [i.id for i in team.list_agents() if i.role == "helper"]
+        thread = next(i.thread_id for i in team.list_agents() if i.id == "boss")
+    # the tool's, then one at the end of each of the two steps
+    assert helpers == [f"helper-{digest(thread, n)}" for n in (1, 2, 3)]
