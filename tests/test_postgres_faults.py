@@ -357,44 +357,15 @@ async def test_the_stores_work_behind_pgbouncer(
         assert listed == [f"t{n}" for n in range(4)]
 
 
+@pytest.mark.parametrize("write", ["update", "compare-and-set"])
 async def test_a_write_blocked_by_another_sessions_lock_ends_and_never_lands_late(
-    server: PostgresServer, caplog: pytest.LogCaptureFixture
+    server: PostgresServer, caplog: pytest.LogCaptureFixture, write: str
 ) -> None:
-    import asyncpg
-
-    dsn = await fresh_database(server)
-    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1) as store:
-        await store.set("ns", "k", 1)
-        other = await asyncpg.connect(dsn)
-        try:
-            locking = other.transaction()
-            await locking.start()
-            await other.execute(
-                "SELECT * FROM statekernel_profile_entries WHERE key = 'k' FOR UPDATE"
-            )
-            start = time.monotonic()
-            with pytest.raises(StoreError, match="outcome unknown"):
-                await store.update("ns", "k", lambda e: e.value + 1)
-            assert time.monotonic() - start <= 2 + 1
-            with caplog.at_level(logging.WARNING, logger="statekernel"):
-                entry = await store.get("ns", "k")  # ends the blocked process, then asks
-            await locking.commit()  # the lock goes: a write still waiting would land now
-        finally:
-            await other.close()
-        await asyncio.sleep(0.3)
-        assert entry is not None and entry.value == 1
-        again = await store.get("ns", "k")
-        assert again is not None and again.value == 1
-    assert any(r.getMessage().endswith("was not applied") for r in caplog.records)
-
-
-async def test_a_single_statement_write_blocked_by_a_lock_is_ended_before_it_is_settled(
-    server: PostgresServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A compare-and-set that waits on another session's row lock past its deadline is
-    reported unknown; the store's next call ends the server process still holding it, and
-    only then asks by its write id, so the write can never land after it was found not
-    to have (here: when the lock goes)."""
+    """A write that waits on another session's row lock past its deadline (an `update`,
+    one transaction; a compare-and-set `set`, one statement) is reported unknown; the
+    store's next call ends the server process still holding it, and only then asks by its
+    write id, so the write can never land after it was found not to have (here: when the
+    lock goes)."""
     import asyncpg
 
     dsn = await fresh_database(server)
@@ -409,10 +380,13 @@ async def test_a_single_statement_write_blocked_by_a_lock_is_ended_before_it_is_
             )
             start = time.monotonic()
             with pytest.raises(StoreError, match="outcome unknown"):
-                await store.set("ns", "k", 2, expected_version=first.version)
+                if write == "update":
+                    await store.update("ns", "k", lambda e: e.value + 1)
+                else:
+                    await store.set("ns", "k", 2, expected_version=first.version)
             assert time.monotonic() - start <= 2 + 1
             with caplog.at_level(logging.WARNING, logger="statekernel"):
-                entry = await store.get("ns", "k")
+                entry = await store.get("ns", "k")  # ends the blocked process, then asks
             await locking.commit()  # the lock goes: a write still waiting would land now
         finally:
             await other.close()
