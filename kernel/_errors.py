@@ -448,6 +448,20 @@ class StoreError(StateError):
         self.__cause__ = cause
 
 
+class OutcomeUnknown(StoreError):
+    """A write was sent and its answer lost: it may or may not have landed, and the store
+    could not tell (yet). Read what the store holds before writing it again.
+
+    A thread save that ends this way marks its thread: the run saves nothing more (its
+    commits may be in the store already, and sending them again could apply them twice),
+    and the thread's next run reads what the store holds. The PostgreSQL stores raise it
+    when a call runs out of `call_timeout` after its write left, or when a broken
+    connection's write cannot be traced by its id.
+
+    Also a `StoreError`, with its attributes: `operation`, `key`, `cause`.
+    """
+
+
 class StoreNotOpened(StoreError):
     """A store could not be opened as asked. Nothing was read or written.
 

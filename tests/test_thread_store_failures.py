@@ -10,7 +10,7 @@ import pytest
 from journal_samples import Total
 from samples import Keys, commit_all
 
-from statekernel import Kernel, StateCommand, StateError, StoreError
+from statekernel import Kernel, OutcomeUnknown, StateCommand, StateError, StoreError
 from statekernel.lowlevel import ThreadHead, ThreadSave, ThreadSnapshot, ThreadState
 from statekernel.stores import MemoryThreadStore
 
@@ -102,3 +102,36 @@ async def test_a_save_that_fails_in_the_store_is_a_store_error_and_the_run_stays
     store.down = False
     await run.finish()
     assert [r.revision for r in await kernel.history("t")] == [1]
+
+
+class AnswerLost(MemoryThreadStore):
+    """Applies the next save, then says its outcome is unknown, as a store does whose
+    connection broke after the write reached the database."""
+
+    lose_next = False
+
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        await super().save(thread_id, save, expected_position=expected_position)
+        if self.lose_next:
+            self.lose_next = False
+            raise OutcomeUnknown("thread save", ConnectionResetError("the answer was lost"))
+
+
+async def test_a_save_whose_outcome_is_unknown_ends_the_runs_saving_and_nothing_lands_twice() -> (
+    None
+):
+    store = AnswerLost()
+    kernel = Kernel([Keys(Total)], thread_store=store)
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Total, 5))
+    store.lose_next = True
+    with pytest.raises(OutcomeUnknown):
+        await run.checkpoint()  # (it landed: the store did not say so)
+    await run.submit(StateCommand().update(Total, 1))
+    with pytest.raises(StoreError, match="saves nothing more"):
+        await run.finish()  # sending the +5 again would rebase it onto itself: 10
+    later = await kernel.start_run("t")  # reads what the store holds
+    await later.submit(StateCommand().update(Total, 2))
+    await later.finish()
+    assert (await kernel.get_state("t")).get(Total) == 7
+    assert (await kernel.verify("t")).ok

@@ -35,7 +35,7 @@ import msgspec
 
 from .._engine.invoke import through_cancellation
 from .._engine.registry import KeyBinding, KeyRegistry
-from .._errors import DecodeFailed, RevisionConflict, StateError, StoreError
+from .._errors import DecodeFailed, OutcomeUnknown, RevisionConflict, StateError, StoreError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent, decode_run_events, encode_run_events
@@ -513,19 +513,24 @@ class StoredThreads:
         A save cancelled half-way may still commit (a SQLite write runs in its own thread):
         this waits for it, so that what is noted is what the store has, but no longer than
         `CANCEL_PATIENCE` after the cancellation. A save still going then is left to the
-        store and the thread marked unsettled: the run saves nothing more (its commits may
-        be in the store already), and the thread's next claim reads what the store holds.
+        store and the thread marked unsettled, as after `OutcomeUnknown`: the run saves
+        nothing more (its commits may be in the store already), and the thread's next claim
+        reads what the store holds.
         """
         kept = self._threads[thread_id]
 
         def left_to_the_store() -> None:
             kept.unsettled = True
 
-        with store_failures("thread save", thread_id):
-            _, interrupted = await through_cancellation(
-                self._store.save(thread_id, save, expected_position=position),
-                on_give_up=left_to_the_store,
-            )
+        try:
+            with store_failures("thread save", thread_id):
+                _, interrupted = await through_cancellation(
+                    self._store.save(thread_id, save, expected_position=position),
+                    on_give_up=left_to_the_store,
+                )
+        except OutcomeUnknown:
+            kept.unsettled = True
+            raise
         return interrupted
 
     async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:

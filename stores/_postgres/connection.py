@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from statekernel import StateError, StoreError, StoreNotOpened
+from statekernel import OutcomeUnknown, StateError, StoreError, StoreNotOpened
 
 from .._schema_versions import read_only_refusal
 
@@ -736,9 +736,9 @@ def columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
     return [[row[n] for row in rows] for n in range(width)]
 
 
-def outcome_unknown(operation: str, key: str | None, why: str) -> StoreError:
+def outcome_unknown(operation: str, key: str | None, why: str) -> OutcomeUnknown:
     """The error of a write that may or may not have landed, `why` it cannot be told."""
-    return StoreError(
+    return OutcomeUnknown(
         operation,
         RuntimeError(
             f"outcome unknown: {why}, so this write may or may not have landed: read it back "
