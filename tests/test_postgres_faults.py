@@ -29,6 +29,7 @@ from statekernel import (
     InferenceResponse,
     Kernel,
     Message,
+    OutcomeUnknown,
     StoreError,
 )
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
@@ -395,3 +396,43 @@ async def test_a_write_blocked_by_another_sessions_lock_ends_and_never_lands_lat
         again = await store.get("ns", "k")
         assert again is not None and (again.value, again.version) == (1, first.version)
     assert any(r.getMessage().endswith("was not applied") for r in caplog.records)
+
+
+async def test_calls_queued_behind_a_blocked_write_end_by_their_own_deadline(
+    server: PostgresServer,
+) -> None:
+    """Writes of one entry land in call order, so while the first waits on another
+    session's lock the rest wait their turn: each still ends within its own `call_timeout`
+    (the first with its outcome unknown, the others not applied), and none lands later."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1) as store:
+        await store.set("ns", "k", 1)
+        other = await asyncpg.connect(dsn)
+        try:
+            locking = other.transaction()
+            await locking.start()
+            await other.execute(
+                "SELECT * FROM statekernel_profile_entries WHERE key = 'k' FOR UPDATE"
+            )
+
+            async def timed_update() -> tuple[float, BaseException]:
+                start = time.monotonic()
+                with pytest.raises(StoreError) as raised:
+                    await store.update("ns", "k", lambda e: e.value + 1)
+                return time.monotonic() - start, raised.value
+
+            ended = await asyncio.gather(*(timed_update() for _ in range(4)))
+            assert max(took for took, _ in ended) <= 2 + 1
+            unknown = [e for _, e in ended if isinstance(e, OutcomeUnknown)]
+            assert len(unknown) == 1
+            assert all("not applied" in str(e) for _, e in ended if e not in unknown)
+            entry = await store.get("ns", "k")  # ends the blocked process, then asks
+            await locking.commit()
+        finally:
+            await other.close()
+        await asyncio.sleep(0.5)
+        assert entry is not None and entry.value == 1
+        again = await store.get("ns", "k")
+        assert again is not None and again.value == 1

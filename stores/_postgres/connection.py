@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
 import hashlib
 import logging
@@ -158,6 +159,12 @@ class Write(Protocol[T_co]):
     def settle(self, conn: Any) -> Awaitable[Settled[Any]]: ...
 
 
+_CALL_ENDS: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "statekernel_postgres_call_ends", default=None
+)
+"""When the store call the current task is in ends (the event loop's clock), if any."""
+
+
 @attrs.frozen
 class Clock:
     """One call's time: the call ends at `limit`'s deadline (`call_timeout`), and transient
@@ -168,8 +175,12 @@ class Clock:
 
     @classmethod
     def start(cls, call_timeout: float, retry_for: float) -> Clock:
+        """A trip to the server, ending with the store call it is part of (`call`), or
+        `call_timeout` from now outside one."""
         now = asyncio.get_running_loop().time()
-        return cls(asyncio.timeout_at(now + call_timeout), now + retry_for)
+        ends = _CALL_ENDS.get()
+        end = now + call_timeout if ends is None else min(ends, now + call_timeout)
+        return cls(asyncio.timeout_at(end), now + retry_for)
 
     def retries_over(self) -> bool:
         return asyncio.get_running_loop().time() >= self.retry_until
@@ -330,6 +341,54 @@ class PostgresConnection:
         self._pooled = statement_cache_size == 0
         self._closing: set[asyncio.Task[None]] = set()  # pools given up, closing gracefully
         self._outage = Outage(where=_server_of(dsn))
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """One store call: every wait and every trip to the server in it share one deadline,
+        `call_timeout` from its start, so that a call queued behind earlier ones (their
+        turn on one entry, a group-commit batch) has only what is left. A call made inside
+        another keeps the outer one's."""
+        if _CALL_ENDS.get() is not None:
+            yield
+            return
+        token = _CALL_ENDS.set(asyncio.get_running_loop().time() + self._call_timeout)
+        try:
+            yield
+        finally:
+            _CALL_ENDS.reset(token)
+
+    async def queued(
+        self,
+        operation: str,
+        key: str | None,
+        wait: Awaitable[T],
+        *,
+        writes: bool = True,
+        left: Callable[[], bool] = lambda: False,
+    ) -> T:
+        """`wait` (a turn behind earlier calls, a batch's outcome) until the call's deadline.
+        Past it: `StoreError` (for a write saying "not applied"), or `OutcomeUnknown` when
+        `left()` says the write is on its way (a batch runs on without its caller)."""
+        ends = _CALL_ENDS.get()
+        if ends is None:
+            return await wait
+        # A moment after the deadline: a trip to the server made for this call ends first,
+        # with what it knows (applied, not, or unknown), rather than this wait.
+        limit = asyncio.timeout_at(ends + 0.05)
+        try:
+            async with limit:
+                return await wait
+        except TimeoutError as error:
+            if not limit.expired():
+                raise
+            why = (
+                f"no answer within call_timeout ({self._call_timeout:g} s), waiting for the "
+                f"store's earlier calls or for the batch it went with"
+            )
+            if left():
+                raise outcome_unknown(operation, key, f"{why}; it is still on its way") from error
+            said = f"not applied: {why}" if writes else why
+            raise StoreError(operation, TimeoutError(said), key=key) from error
 
     async def read(self, operation: str, key: str | None, body: Callable[[Any], Awaitable[T]]) -> T:
         """Run a read, retried through any transient failure, ended at `call_timeout`."""

@@ -102,7 +102,11 @@ class GroupCommit(Generic[W, R]):
     async def write(self, operation: W) -> R:
         """Hand in `operation` and wait for its outcome. Cancelled before it left, it never
         leaves; after, it runs on without its caller."""
-        ticket = self.submit(operation)
+        return await self.outcome(self.submit(operation))
+
+    @staticmethod
+    async def outcome(ticket: Ticket[W, R]) -> R:
+        """Wait for `ticket`'s outcome; cancelled, take it back if it has not left."""
         try:
             return await asyncio.shield(ticket.outcome)
         except asyncio.CancelledError:

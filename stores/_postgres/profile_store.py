@@ -205,12 +205,13 @@ class PostgresProfileStore(ClosingStore):
         )
 
     @contextlib.asynccontextmanager
-    async def _in_call_order(self, namespace: str, key: str) -> AsyncIterator[None]:
+    async def _in_call_order(self, namespace: str, key: str, operation: str) -> AsyncIterator[None]:
         """Writes of one entry through this store reach the server in the order they were
         called, as with the other stores (the pool's connections would race them); writes of
-        different entries do not wait for each other."""
+        different entries do not wait for each other. A write waits its turn no longer
+        than its call's deadline."""
         entry = (namespace, key)
-        turn = await self._turn(entry)
+        turn = await self._db.queued(operation, namespace, self._turn(entry))
         try:
             yield
         finally:
@@ -249,7 +250,11 @@ class PostgresProfileStore(ClosingStore):
 
     async def get(self, namespace: str, key: str) -> Entry | None:
         namespace, key = check_names(namespace, key)
-        row = await self._gets.write((namespace, key))
+        with self._db.call():
+            ticket = self._gets.submit((namespace, key))
+            row = await self._db.queued(
+                f"get of entry {key!r}", namespace, GroupCommit.outcome(ticket), writes=False
+            )
         if row is None:
             return None
         value = decode_value(namespace, key, row[0])
@@ -279,21 +284,31 @@ class PostgresProfileStore(ClosingStore):
         expected = check_expected_version(expected_version)
         encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         write = _Set(namespace, key, encoded.data.decode(), expected, os.urandom(16))
-        if expected is not None:  # a compare-and-set, alone: its failure names the version
-            async with self._in_call_order(namespace, key):
-                version, updated_at = await self._db.write(write.operation, namespace, write)
-            return Entry(namespace, key, encoded.value, version, updated_at)
+        with self._db.call():
+            if expected is not None:  # a compare-and-set, alone: its failure names the version
+                async with self._in_call_order(namespace, key, write.operation):
+                    version, updated_at = await self._db.write(write.operation, namespace, write)
+            else:
+                version, updated_at = await self._set_in_batch(write)
+        return Entry(namespace, key, encoded.value, version, updated_at)
+
+    async def _set_in_batch(self, write: _Set) -> tuple[int, float]:
+        """A plain set, sent with the others that wait (see group_commit), in call order."""
         entry = write.entry()
-        turn = await self._turn(entry)
+        turn = await self._db.queued(write.operation, write.namespace, self._turn(entry))
         ticket = self._sets.submit(write)
         try:
-            version, updated_at = await asyncio.shield(ticket.outcome)
+            return await self._db.queued(
+                write.operation,
+                write.namespace,
+                asyncio.shield(ticket.outcome),
+                left=lambda: ticket.left,
+            )
         finally:
             if ticket.outcome.done() or ticket.withdraw():
                 self._pass_on(entry, turn)
             else:  # cancelled on its way: the entry's next write waits for it to land
                 ticket.outcome.add_done_callback(lambda _: self._pass_on(entry, turn))
-        return Entry(namespace, key, encoded.value, version, updated_at)
 
     async def _send_sets(self, sets: Sequence[_Set]) -> builtins.list[Any]:
         """Write a batch of plain sets of different entries: each caller's outcome, in order."""
@@ -328,14 +343,18 @@ class PostgresProfileStore(ClosingStore):
         """
         namespace, key = check_names(namespace, key)
         write = _Update(namespace, key, fn, self._max_value_bytes, os.urandom(16))
-        async with self._in_call_order(namespace, key):
-            return await self._db.write(f"update of entry {key!r}", namespace, write)
+        operation = f"update of entry {key!r}"
+        with self._db.call():
+            async with self._in_call_order(namespace, key, operation):
+                return await self._db.write(operation, namespace, write)
 
     async def delete(self, namespace: str, key: str) -> None:
         namespace, key = check_names(namespace, key)
         delete = _Statement(_DELETE, (namespace, key))
-        async with self._in_call_order(namespace, key):
-            await self._db.write(f"delete of entry {key!r}", namespace, delete)
+        operation = f"delete of entry {key!r}"
+        with self._db.call():
+            async with self._in_call_order(namespace, key, operation):
+                await self._db.write(operation, namespace, delete)
 
     async def list(self, namespace: str, prefix: str = "") -> builtins.list[Entry]:
         namespace, prefix = check_names(namespace, prefix)

@@ -405,7 +405,11 @@ class PostgresThreadStore(ClosingStore):
             row = await self._db.read(operation, thread_id, head)
             check_position(expected_position, None if row is None else row[0])
             raise
-        await self._saves.write(_Save.of(thread_id, save, expected_position, base))
+        with self._db.call():  # (waiting for a batch counts against call_timeout too)
+            ticket = self._saves.submit(_Save.of(thread_id, save, expected_position, base))
+            await self._db.queued(
+                operation, thread_id, GroupCommit.outcome(ticket), left=lambda: ticket.left
+            )
 
     async def _send_saves(self, saves: Sequence[_Save]) -> builtins.list[BaseException | None]:
         """Write a batch of saves of different threads: each caller's outcome, in order."""
