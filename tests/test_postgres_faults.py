@@ -180,7 +180,7 @@ async def test_writers_through_a_crash_and_a_stopped_server(
     and then stays stopped for 3 s: every acknowledged write is there once, no call fails
     (each is retried within its `retry_for`), and the log says each outage in a line or
     two per store, without a traceback."""
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.INFO, logger="statekernel")
     dsn = await fresh_database(server)
     stop = asyncio.Event()
     acknowledged: dict[str, int] = {}
@@ -226,7 +226,7 @@ async def test_writers_through_a_crash_and_a_stopped_server(
         assert 2 <= len(down) <= 4  # one per outage (two), per store (two) at the most
         for n in range(3):
             entry = await profiles.get("ns", f"c{n}")
-            assert entry is not None and entry.value == acknowledged[f"c{n}"]
+            assert entry is not None and entry.value == acknowledged[f"c{n}"], caplog.text
         for n in range(2):
             users = await said(agent, f"t{n}")
             assert users == [f"m{k}" for k in range(acknowledged[f"t{n}"])]

@@ -491,6 +491,12 @@ class PostgresConnection:
         if settled.outcome is Outcome.UNKNOWN:
             attempt.sent = False
             raise outcome_unknown(operation, key, UNTRACEABLE) from error
+        logger.info(
+            "PostgreSQL store: the %s whose answer was lost (%s) was %s",
+            operation,
+            type(error).__name__,
+            settled.outcome.value,
+        )
         return settled
 
     async def _settle_earlier(self, clock: Clock) -> None:
