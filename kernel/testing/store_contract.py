@@ -459,17 +459,20 @@ class ThreadStoreContract:
         assert (report.ok, report.first_divergence) == (False, 3)
         assert (await kernel.verify("source")).ok
 
+    @pytest.mark.parametrize("lost", [1, 2])
     async def test_a_thread_whose_newest_record_was_lost_is_journal_corrupted(
-        self, thread_store: ThreadStore, edit_record: EditRecord
+        self, thread_store: ThreadStore, edit_record: EditRecord, lost: int
     ) -> None:
         """The head is the commit point and names the newest record: with that record gone
-        (deleted by hand, lost in a partial restore), every read of the thread says the
-        journal is damaged and where, never that the revision is unknown; the revisions
-        before it, and the other threads, still read."""
+        (or the newest few: deleted by hand, lost in a partial restore), every read of the
+        thread says the journal is damaged and where, never that the revision is unknown;
+        the revisions before, and the other threads, still read."""
         writer = Kernel([_Keys()], thread_store=thread_store)
         await _commits(writer, "t", 5)
         await _commits(writer, "u", 2)
-        await edit_record("t", 5, None)
+        for revision in range(6 - lost, 6):
+            await edit_record("t", revision, None)
+        gone = "no record of revision 5" if lost == 1 else "no records of revisions 4 to 5"
         kernel = Kernel([_Keys()], thread_store=thread_store)  # it reads what the store holds
         reads: dict[str, Callable[[], Awaitable[Any]]] = {
             "load": lambda: kernel.start_run("t"),
@@ -481,26 +484,31 @@ class ThreadStoreContract:
         for name, read in reads.items():
             with pytest.raises(JournalCorrupted) as refused:
                 await read()
-            assert refused.value.revision == 5, name
-            assert "its head names revision 5, but the store holds no record of revision 5" in (
+            assert refused.value.revision == 6 - lost, name  # the first one missing
+            assert f"its head names revision 5, but the store holds {gone}" in (
                 refused.value.problem
             ), name
         report = await kernel.verify("t")
-        assert (report.ok, report.first_divergence) == (False, 5)
-        assert (await kernel.state_at("t", 4)).get(_Count) == 4
+        assert report.ok is False
+        assert (await kernel.state_at("t", 5 - lost)).get(_Count) == 5 - lost
         assert (await kernel.get_state("u")).get(_Count) == 2
 
+    @pytest.mark.parametrize("forged", [1, 2])
     async def test_a_record_beyond_the_head_is_journal_corrupted(
-        self, thread_store: ThreadStore, edit_record: EditRecord
+        self, thread_store: ThreadStore, edit_record: EditRecord, forged: int
     ) -> None:
-        """A record past the head, well formed and chained to the newest: no save leaves
-        one, so it was put there by hand or the head was restored from an older backup. A
-        load, `history` and `get_state` report it on every backend; none ignores it."""
+        """A record past the head (or a few), well formed and chained to the newest: no save
+        leaves one, so it was put there by hand or the head was restored from an older
+        backup. A load, `history` and `get_state` report it on every backend; none ignores
+        it."""
         await _commits(Kernel([_Keys()], thread_store=thread_store), "t", 5)
         state = await thread_store.load("t")
         assert state is not None and state.records[-1].revision == 5
-        (forged,), _ = chain_records([_record("t", 6, 1)], Chain(link_of(state.records[-1].data)))
-        await edit_record("t", 6, forged.data)
+        extra = [_record("t", revision, 1) for revision in range(6, 6 + forged)]
+        entries, _ = chain_records(extra, Chain(link_of(state.records[-1].data)))
+        for entry in entries:
+            await edit_record("t", entry.revision, entry.data)
+        beyond = "a record of revision 6" if forged == 1 else "records of revisions 6 to 7"
         kernel = Kernel([_Keys()], thread_store=thread_store)
         reads: dict[str, Callable[[], Awaitable[Any]]] = {
             "load": lambda: kernel.start_run("t"),
@@ -511,9 +519,7 @@ class ThreadStoreContract:
             with pytest.raises(JournalCorrupted) as refused:
                 await read()
             assert refused.value.revision == 6, name
-            assert "a record of revision 6 beyond its head (revision 5)" in (
-                refused.value.problem
-            ), name
+            assert f"{beyond} beyond its head (revision 5)" in refused.value.problem, name
         report = await kernel.verify("t")
         assert (report.ok, report.first_divergence) == (False, 6)
 
