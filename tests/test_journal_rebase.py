@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from journal_samples import Count, Log, Mood, plugins
@@ -393,3 +394,54 @@ async def test_a_save_overtaken_every_time_gives_up_saying_how_often_it_tried() 
     reader = Kernel(plugins(), thread_store=store)
     assert await read(reader, "t", Count) == 10 + 65  # the rival's 65 saves, none of the run's
     assert (await reader.verify("t")).ok
+
+
+class Tags(StateKey[list[str], str]):
+    """Commutative tags whose `apply` appends in place, as a user's might."""
+
+    key = "j.tags"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: list[str], update: str) -> list[str]:
+        value.append(update)
+        return value
+
+
+class OvertakesOnce(MemoryThreadStore):
+    """Runs `before` just before the `at`-th save it is handed (another writer landing
+    first), once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+        self.at = 0
+        self.before: Any = None
+
+    async def save(self, thread_id: str, save: ThreadSave, *, expected_position: int) -> None:
+        self.saves += 1
+        if self.saves == self.at and self.before is not None:
+            await self.before()
+        await super().save(thread_id, save, expected_position=expected_position)
+
+
+async def test_a_rebase_overtaken_again_applies_its_ops_once_even_when_apply_changes_in_place() -> (
+    None
+):
+    """A rebase whose own save is overtaken by yet another writer rebases again, from the
+    newer head: ops applied in place to a mutable value in the first try are not in the
+    second's starting values, so each writer's tag is there once."""
+    store = OvertakesOnce()
+    kernels = [Kernel([Keys(Tags)], thread_store=store) for _ in range(3)]
+    first = await kernels[0].start_run("t")
+    await first.finish()  # the thread, with no tags
+    a, b, c = [await k.start_run("t") for k in kernels]
+    for run, tag in ((a, "a"), (b, "b"), (c, "c")):
+        await run.submit(StateCommand().update(Tags, tag))
+    await a.finish()  # lands
+    store.at, store.before = store.saves + 2, c.finish  # b's rebase is overtaken by c
+    await b.finish()  # overtaken (a), rebased, overtaken again (c), rebased again: lands
+    tags = (await Kernel([Keys(Tags)], thread_store=store).get_state("t")).get(Tags)
+    assert sorted(tags) == ["a", "b", "c"]
+    assert (await kernels[0].verify("t")).ok
