@@ -194,7 +194,8 @@ class Clock:
 
 @attrs.define
 class _Attempt(Generic[T]):
-    """A write under way; `sent` while a try of it may have reached the server unanswered."""
+    """A write under way; `sent` while a try of it may have reached the server unanswered
+    (what a deadline or a cancellation reaching the call then leaves unsettled)."""
 
     operation: str
     key: str | None
@@ -258,8 +259,9 @@ class Outage:
     since: float | None = None
 
     def failed(self, error: BaseException, retry_for: float) -> None:
-        if self.since is not None or _rolled_back(error) or _statement_lost(error):
-            return  # (the server answered: it aborted a transaction, or lacks a statement)
+        """A connection could not be opened (or the server said it is going down)."""
+        if self.since is not None:
+            return
         self.since = time.monotonic()
         logger.warning(
             "PostgreSQL at %s is not answering (%s: %s); calls retry for up to %g s",
@@ -439,11 +441,9 @@ class PostgresConnection:
             try:
                 result = await self._on_connection(write.run, attempt)
             except UserCodeFailed as failed:
-                attempt.sent = False
                 raise failed.error from None
             except Exception as error:
                 if isinstance(error, StateError):
-                    attempt.sent = False
                     raise
                 if _statement_lost(error):
                     self._behind_transaction_pooler()
@@ -453,7 +453,6 @@ class PostgresConnection:
                         self._outage.answered()
                         return settled.result  # type: ignore[return-value]
                 elif not (_rolled_back(error) or (not attempt.sent and _transient(error))):
-                    attempt.sent = False
                     raise _store_error(operation, key, error) from error
                 attempt.sent = False  # it certainly did not land
                 self._outage.going_down(error, self._retry_for)
@@ -464,7 +463,6 @@ class PostgresConnection:
                         key=key,
                     ) from error
             else:
-                attempt.sent = False
                 self._outage.answered()
                 return result
             pause = await _backoff(pause)
@@ -481,7 +479,6 @@ class PostgresConnection:
             )
         except StoreError:
             self._unsettled.append(unsettled)
-            attempt.sent = False
             raise outcome_unknown(
                 operation,
                 key,
@@ -489,7 +486,6 @@ class PostgresConnection:
                 "be asked (the store's next call asks again)",
             ) from error
         if settled.outcome is Outcome.UNKNOWN:
-            attempt.sent = False
             raise outcome_unknown(operation, key, UNTRACEABLE) from error
         logger.info(
             "PostgreSQL store: the %s whose answer was lost (%s) was %s",
