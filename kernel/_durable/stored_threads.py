@@ -517,7 +517,7 @@ class StoredThreads:
         nothing more (its commits may be in the store already), and the thread's next claim
         reads what the store holds.
         """
-        kept = self._threads[thread_id]
+        kept = self._threads[thread_id]  # (in a rebase, not the newer head it saves onto)
 
         def left_to_the_store() -> None:
             kept.unsettled = True
