@@ -21,6 +21,7 @@ from ._engine.commit import LiveState
 from ._engine.merge import Contribution, Partition, partition
 from ._engine.registry import KeyBinding, KeyRegistry
 from ._profile.access import BufferedProfileAccess, ReadOnlyProfileAccess
+from ._profile.changes import ChangeFeed, SupportsChanges
 from ._profile.keys import profile_key_info
 from ._profile.store import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
     "AcceptsEncodedValues",
     "BufferedProfileAccess",
+    "ChangeFeed",
     "Contribution",
     "EncodedValue",
     "Entry",
@@ -53,6 +55,7 @@ __all__ = [
     "Partition",
     "ReadOnlyProfileAccess",
     "SupportsAtomicUpdate",
+    "SupportsChanges",
     "SupportsHead",
     "SupportsLoadSince",
     "SupportsNamespaces",
