@@ -243,13 +243,16 @@ class Agent:
             )
             return await loop.drive(loop.begin)
 
-    async def run_if_work(self, thread_id: str, *, parent_thread_id: str | None) -> RunResult:
+    async def run_if_work(
+        self, thread_id: str, *, parent_thread_id: str | None, control: RunControl | None = None
+    ) -> RunResult:
         """A run of `thread_id` with no new messages, that ends at once as `"superseded"`
         (saving nothing) if the thread has nothing to answer: no mail, and a conversation
         that ends with the model's answer. The team's way to run an agent that had work
-        when it last looked."""
+        when it last looked; `control` is how its worker stops it."""
         given = RunInput.of((), parent_thread_id, (), (), stored=self._stored)
-        return await self._start(thread_id, given, RunControl(), only_with_work=True)
+        control = RunControl() if control is None else control
+        return await self._start(thread_id, given, control, only_with_work=True)
 
     async def resume(self, thread_id: str, call_id: str, decision: Decision) -> RunResult:
         """Continue a suspended run with an outside `decision` on its pending call

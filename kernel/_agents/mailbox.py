@@ -299,7 +299,16 @@ class Mailbox:
 
     async def read(self, thread_id: str) -> InboxData:
         """The whole inbox, its pages' letters and the head's in index order."""
-        head = await self._profile.read(Inbox, thread_id)  # first: see the module's docstring
+        return (await self.read_with_version(thread_id))[0]
+
+    async def read_with_version(self, thread_id: str) -> tuple[InboxData, int]:
+        """The whole inbox, with its head's version (0: no inbox): a send, a seal and a
+        prune each change it."""
+        # The head first: see the module's docstring.
+        head, version = await self._profile.read_with_version(Inbox, thread_id)
+        return await self._with_pages(thread_id, head), version
+
+    async def _with_pages(self, thread_id: str, head: InboxData) -> InboxData:
         if head.base == 0:
             return head  # nothing was ever sealed (or pruned): there are no pages
         pages = await self._pages(thread_id)

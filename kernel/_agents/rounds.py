@@ -29,15 +29,16 @@ from .agent import Agent
 from .mailbox import PRUNE_AT
 from .outbox import SENDING, Outboxes
 from .roster import AgentRecord, AgentStatus, TeamRoster
+from .run_control import RunControl
 from .run_loop import awaits_answer
 from .run_result import Outcome, RunResult
 from .suspension import Decision
 
-__all__ = ["AgentReport", "RestartPolicy", "Rounds", "TeamReport"]
+__all__ = ["IN_ROUND", "AgentReport", "RestartPolicy", "Rounds", "Tally", "TeamReport"]
 
 RestartPolicy = Literal["never", "on_failure"]
 
-_IN_ROUND: contextvars.ContextVar[Rounds | None] = contextvars.ContextVar(
+IN_ROUND: contextvars.ContextVar[Rounds | None] = contextvars.ContextVar(
     "statekernel_team_round", default=None
 )
 """The rounds the current task runs in (its agents' runs inherit it)."""
@@ -96,8 +97,8 @@ class TeamReport:
 
 
 @attrs.define
-class _Tally:
-    """One agent's counts during one `run_until_idle`."""
+class Tally:
+    """One agent's counts during one `run_until_idle` (or `serve`)."""
 
     runs: int = 0
     steps: int = 0
@@ -122,7 +123,7 @@ class Rounds:
         self._roster = roster
         self._outboxes = outboxes
         self._agents = agents
-        self._local = local
+        self.local_roles = local
         self._policy: RestartPolicy = restart_policy
         self._max_restarts = max_restarts
         self._live: dict[str, AgentStatus] = {}
@@ -160,7 +161,7 @@ class Rounds:
     def refuse_inside(self, call: str) -> None:
         """`call` waits for the rounds to end: from inside one (a tool or hook of an agent's
         run) it would wait forever."""
-        if _IN_ROUND.get() is self:
+        if IN_ROUND.get() is self:
             raise StateError(
                 f"team.{call}() was called from inside one of the team's own runs (a tool or "
                 f"hook of an agent), and it waits for the round to end, which waits for that "
@@ -171,25 +172,31 @@ class Rounds:
 
     async def run(self, max_rounds: int) -> TeamReport:
         """Rounds until no agent of this process has work, at most `max_rounds`."""
-        tallies: dict[str, _Tally] = {}
-        token = _IN_ROUND.set(self)  # the agents' runs (tools, hooks) inherit it
+        tallies: dict[str, Tally] = {}
+        token = IN_ROUND.set(self)  # the agents' runs (tools, hooks) inherit it
         try:
             rounds = 0
             await self._roster.load()  # agents other processes spawned join from here on
             while True:
                 ready = await self._ready()
                 if not ready or rounds == max_rounds:
-                    return self._report(tallies, idle=not ready, rounds=rounds)
+                    return self.report(tallies, idle=not ready, rounds=rounds)
                 rounds += 1
-                steps = (self._step(a, tallies.setdefault(a, _Tally())) for a in ready)
+                steps = (self.step(a, tallies.setdefault(a, Tally())) for a in ready)
                 await asyncio.gather(*steps)
         finally:
-            _IN_ROUND.reset(token)
+            IN_ROUND.reset(token)
+
+    def local(self) -> list[AgentRecord]:
+        """The agents of the roles this process runs."""
+        return [r for r in self._roster.agents.values() if r.role in self.local_roles]
 
     async def _ready(self) -> list[str]:
-        """The agents of this process with work (their inboxes read together; delivered
-        letters are pruned on the way)."""
-        local = [r for r in self._roster.agents.values() if r.role in self._local]
+        return await self.ready(self.local())
+
+    async def ready(self, local: list[AgentRecord]) -> list[str]:
+        """Those of `local` (agents of this process) with work (their inboxes read
+        together; delivered letters are pruned on the way)."""
         unseen = [
             r for r in local if r.thread_id not in self._looked_at or r.id in self._found_waiting
         ]
@@ -247,7 +254,9 @@ class Rounds:
         self._outboxes.prefetched[record.thread_id] = inbox
         return True
 
-    async def _step(self, agent_id: str, tally: _Tally) -> None:
+    async def step(self, agent_id: str, tally: Tally, control: RunControl | None = None) -> None:
+        """Run the agent once (`control`: how its worker stops it), and take the run's end
+        in."""
         record = self._roster.record(agent_id)
         self._live[agent_id] = "running"
         self._restart_due.discard(agent_id)
@@ -259,6 +268,7 @@ class Rounds:
             result = await agent.run_if_work(
                 record.thread_id,
                 parent_thread_id=self._roster.team_id if parent is None else parent.thread_id,
+                control=control,
             )
         except asyncio.CancelledError:
             self._live[agent_id] = "idle"  # run_until_idle was cancelled: it may run again
@@ -282,17 +292,17 @@ class Rounds:
         finally:
             SENDING.reset(token)
             self._outboxes.discard(record.thread_id)
-        await self.after_run(record, result, _Tally())
+        await self.after_run(record, result, Tally())
         return result
 
     async def cancel(self, record: AgentRecord) -> RunResult:
         running = self._live.get(record.id) == "running"
         result = await self._agents[record.role].cancel(record.thread_id)
         if not running:  # else the round that runs it takes the result in
-            await self.after_run(record, result, _Tally())
+            await self.after_run(record, result, Tally())
         return result
 
-    async def after_run(self, record: AgentRecord, result: RunResult, tally: _Tally) -> None:
+    async def after_run(self, record: AgentRecord, result: RunResult, tally: Tally) -> None:
         tally.runs += 1
         tally.steps += result.steps
         tally.outcomes.append(result.outcome)
@@ -303,12 +313,17 @@ class Rounds:
             self._cursors[record.thread_id] = dict(cursor)
         else:  # what the run saved last is unknown: read it when needed
             self._cursors.pop(record.thread_id, None)
-        if result.outcome == "superseded":
-            # Another process ran this agent meanwhile and saved first: nothing failed, and
-            # the next round looks again at what the store holds.
+        if result.outcome in ("superseded", "stopped"):
+            # Another process ran this agent meanwhile and saved first, or this process's
+            # worker stopped it between steps: nothing failed, and whoever runs the agent
+            # next looks again at what the store holds.
             if result.error is not None:
                 tally.error = result.error
             self._live[agent_id] = "idle"
+            if result.outcome == "superseded" and result.error is None:
+                # Nothing was left to answer (another process answered it): a restart
+                # that was due is done.
+                await self._recovered(agent_id)
             return
         if result.outcome == "failure":
             tally.error = result.error
@@ -321,8 +336,13 @@ class Rounds:
             return
         self._live[agent_id] = "done"
         self._found_waiting.discard(agent_id)
+        await self._recovered(agent_id)
+
+    async def _recovered(self, agent_id: str) -> None:
+        """The agent's run answered: a decision it waited on, or restarts it counted, are
+        over (resumed or cancelled; recovered)."""
         current = self._roster.record(agent_id)
-        if current.held == "waiting" or current.restarts:  # resumed or cancelled; recovered
+        if current.held == "waiting" or current.restarts:
             await self._roster.change(lambda r: r.recovered(agent_id))
 
     async def _failed(self, record: AgentRecord, error: BaseException | None) -> None:
@@ -337,7 +357,7 @@ class Rounds:
         text = "failed" if error is None else cause_text(error)
         await self._roster.change(lambda r: r.changing(record.id, held="failed", error=text))
 
-    def _report(self, tallies: Mapping[str, _Tally], *, idle: bool, rounds: int) -> TeamReport:
+    def report(self, tallies: Mapping[str, Tally], *, idle: bool, rounds: int) -> TeamReport:
         agents = {}
         for agent_id, tally in tallies.items():
             record = self._roster.record(agent_id)

@@ -23,7 +23,7 @@ from ..events import Committed, Event, PhaseEnded, PhaseStarted, RunFailed, RunF
 from .event_sink import EventSink
 from .run_result import RunResult
 
-__all__ = ["CancelRequested", "RunControl"]
+__all__ = ["CancelRequested", "RunControl", "StopRequested"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,11 @@ T = TypeVar("T")
 class CancelRequested(StateError):
     """Raised at a safe point of a run whose cancel was requested; the Agent ends the run.
     (A StateError, so that it passes through the phase listener that raises it unchanged.)"""
+
+
+class StopRequested(StateError):
+    """Raised where a run whose stop was requested would begin its next step; the Agent
+    lets the thread go as its last save left it. (A StateError, like `CancelRequested`.)"""
 
 
 class RunControl:
@@ -48,6 +53,7 @@ class RunControl:
         self.task: asyncio.Task[Any] | None = None  # the task the run runs in
         self.started = False  # the run has its turn and has begun
         self.cancel_requested = False
+        self.stop_requested = False
         self.ending = False  # RUN_END is under way: no safe point stops it any more
         self._finished: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._in_model: asyncio.Task[Any] | None = None  # the task waiting for the model
@@ -87,6 +93,17 @@ class RunControl:
         if self._in_model is not None and not self._model_cancelled:
             self._model_cancelled = True  # abandon the model call in flight
             self._in_model.cancel()
+
+    def request_stop(self) -> None:
+        """Stop the run before its next step begins, leaving the thread as that step's save
+        left it: nothing is cancelled and RUN_END does not run, so that whoever runs the
+        agent next carries the conversation on (what a team's draining worker asks)."""
+        self.stop_requested = True
+
+    def stop_before_step(self) -> None:
+        """Stop here, where the next step would begin, if a stop was requested."""
+        if self.stop_requested and not self.ending:
+            raise StopRequested
 
     def consumer_left(self) -> None:
         """The stream's consumer stopped reading: a run that has begun stops at its next

@@ -30,7 +30,7 @@ from .._values.reserved_keys import History, MailCursor
 from .._values.tools import ToolCall, ToolCallStatus, ToolResult, ToolSpec
 from ..events import ModelResponded, TextDelta
 from .mailbox import Delivery
-from .run_control import CancelRequested, RunControl
+from .run_control import CancelRequested, RunControl, StopRequested
 from .run_history import RunHistory
 from .run_result import Outcome, PendingCall, RunResult
 from .suspension import Decision, Step, Suspension
@@ -150,6 +150,8 @@ class RunLoop:
                 result = await body()
             except CancelRequested:
                 result = await self._cancelled()
+            except StopRequested:
+                result = await self._stopped()
             except RevisionConflict as conflict:
                 if conflict.position:  # another writer saved the thread first
                     result = await self._superseded(_for_agent_users(conflict, thread_id))
@@ -237,6 +239,7 @@ class RunLoop:
         calls it makes wait for their results."""
         run, history, control = self._run, self._history, self._control
         await control.safe_point()
+        control.stop_before_step()
         if not self._mail_collected:
             await self._collect_mail(Phase.STEP_START)
         self._mail_collected = False
@@ -375,6 +378,14 @@ class RunLoop:
         self._control.end()
         await self._run.abandon()
         return self._result("superseded", error=conflict)
+
+    async def _stopped(self) -> RunResult:
+        """Stopped before a step began: the thread is let go as its last save left it (what
+        this run committed since is dropped, as a crash there would drop it), for the next
+        run of the agent, in any process, to carry on."""
+        self._control.end()
+        await self._run.abandon()
+        return self._result("stopped")
 
     async def _fail(self, error: BaseException) -> RunResult:
         """RUN_END still runs, best effort, and the last committed state is checkpointed."""

@@ -13,7 +13,7 @@ from .._values.tools import ToolResult
 
 __all__ = ["Outcome", "PendingCall", "RunResult"]
 
-Outcome = Literal["success", "failure", "suspended", "cancelled", "superseded"]
+Outcome = Literal["success", "failure", "suspended", "cancelled", "superseded", "stopped"]
 
 
 class PendingCall(msgspec.Struct, frozen=True):
@@ -44,7 +44,9 @@ class RunResult:
       process (or Agent) saved the thread while this run went on, so nothing of the run
       after its last save was kept (`error` is the `RevisionConflict`, logged at INFO
       without a traceback: it is a race lost, not a failure; run again to continue from
-      what the other saved).
+      what the other saved); or `"stopped"`: a team worker that was told to stop
+      (`team.serve`'s `stop`) stopped the run before its next step, leaving the thread as
+      its last step saved it, and the agent's next run, in any process, carries on.
     - `snapshot`: the final state.
     - `messages`: the thread's whole history after the run, as a tuple of `Message`.
     - `steps`: how many steps were taken.

@@ -25,6 +25,7 @@ does anything else. A change the store refuses then is dropped and raised once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -46,18 +47,25 @@ from .._values.reserved_keys import OutLetter, OutSpawn
 from . import team_tools
 from .addresses import Address, checked_agent_id, checked_text
 from .agent import Agent, named_tools
+from .leases import Leases
 from .mailbox import TASK_SENDER, LetterOf, Mailbox, sender_of
 from .outbox import SENDING, Outboxes, post_following
 from .roles import Role, RoleDefaults
 from .roster import AgentRecord, AgentStatus, TeamRoster, TeamSnapshot, role_clash
 from .rounds import AgentReport, RestartPolicy, Rounds, TeamReport
 from .run_result import RunResult
+from .serving import Worker, inbox_changes
 from .spawning import Spawner, check_seed
 from .suspension import Decision
 from .team_snapshots import TeamSnapshots
 from .team_tools import digest
+from .workload import Workload
 
 __all__ = ["AgentInfo", "AgentReport", "AgentTeam", "Role", "TeamReport", "TeamSnapshot"]
+
+IDLE_LOOK_EVERY = 0.1
+"""How long `wait_idle` waits between looks at the team when no letter is posted meanwhile
+(seconds): runs in other processes change threads, which no feed reports."""
 
 
 @attrs.frozen
@@ -175,6 +183,7 @@ class AgentTeam:
         local_roles: Iterable[str] | None = None,
         mail_tool: bool = True,
         spawn_tool: bool | Iterable[str] = False,
+        lease_seconds: float = 10,
     ) -> None:
         if not isinstance(roles, Mapping) or not roles:
             raise TypeError(f"roles must be a non-empty mapping name -> Role, got {roles!r}")
@@ -194,12 +203,23 @@ class AgentTeam:
             )
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        if (
+            isinstance(lease_seconds, bool)
+            or not isinstance(lease_seconds, int | float)
+            or not 0 < lease_seconds < float("inf")
+        ):
+            raise ValueError(
+                f"lease_seconds must be a number of seconds > 0 (how long after a worker stops "
+                f"its agents are taken over), got {lease_seconds!r}"
+            )
         if team_id is not None and (not isinstance(team_id, str) or not team_id):
             raise TypeError(f"team_id must be a non-empty string, got {team_id!r}")
         self.team_id = checked_text("team_id", team_id or f"team-{uuid.uuid4().hex[:12]}")
         self.restart_policy: RestartPolicy = restart_policy
         self.max_restarts = max_restarts
+        self.lease_seconds = float(lease_seconds)
         profile = ProfileAccess(profile_store)
+        self._profile = profile
         self._roster = TeamRoster(profile, self.team_id)
         mailbox = Mailbox(profile)
         self.roles: dict[str, Role] = {}
@@ -246,7 +266,13 @@ class AgentTeam:
             restart_policy=restart_policy,
             max_restarts=max_restarts,
         )
+        self._local = tuple(local)
+        self._workload = Workload(self._roster, mailbox, self._agents)
         self._snapshots = TeamSnapshots(profile, self._roster, self._outboxes, self._kernel_of)
+        self.worker_id: str | None = None
+        """This process's worker id while it serves the team (its heartbeat and leases name
+        it, and so do the logs of the other workers), else None."""
+        self._serving = asyncio.Event()  # set once serve's first heartbeat landed
         self._changes: list[_Change] = []
         self._loaded = False
         self._syncing = asyncio.Lock()
@@ -489,6 +515,87 @@ class AgentTeam:
         await self._sync()
         async with self._rounds.lock:
             return await self._rounds.run(max_rounds)
+
+    async def serve(self, *, stop: asyncio.Event | None = None) -> TeamReport:
+        """Run this process's agents as work arrives, until `stop` is set (or the task is
+        cancelled); returns a `TeamReport` of what ran.
+
+        This process is one worker of the team; any number of processes, on any hosts
+        sharing the stores, may serve it at once. A worker runs an agent only while it holds
+        the agent's lease, so at most one worker runs an agent at a time; it runs each agent
+        of `local_roles` that has work as soon as it has it, each in a task of its own.
+        Between work it sleeps: a letter posted in any process wakes the worker that holds
+        its recipient within milliseconds on PostgreSQL (`LISTEN`/`NOTIFY`); on SQLite at
+        once within the process that posted it, and within the store's poll interval from
+        another process. A worker that stops beating for `lease_seconds` (killed, cut off)
+        is judged dead, and its agents are taken over by the others.
+
+        Set `stop` to drain: no run starts, each running one stops before its next step (its
+        last step saved: its outcome is `"stopped"`, and the agent's next run, here or in
+        another process, carries on), and the leases are released at once, so that the
+        other workers take the agents without waiting for a lease. Cancelling the task
+        drains the same way (cancelling it again cancels the runs). `TeamReport.idle` says
+        whether nothing was left to do when it stopped; `rounds` counts its looks at the
+        agents. Serving from inside one of the team's own runs raises `StateError`."""
+        if stop is not None and not isinstance(stop, asyncio.Event):
+            raise TypeError(f"stop must be an asyncio.Event, got {stop!r}")
+        self._rounds.refuse_inside("serve")
+        await self._sync()
+        async with self._rounds.lock:
+            leases = Leases(
+                self._profile, self.team_id, self._local, lease_seconds=self.lease_seconds
+            )
+            worker = Worker(self._rounds, self._roster, leases, self._profile.store, self._agents)
+            self.worker_id = leases.worker_id
+            try:
+                return await worker.serve(
+                    asyncio.Event() if stop is None else stop, started=self._serving
+                )
+            finally:
+                self.worker_id = None
+                self._serving.clear()
+
+    def _limit_roles(self, roles: Iterable[str]) -> None:
+        """Run only `roles` of the local ones (`statekernel worker --roles`)."""
+        roles = tuple(roles)
+        unknown = [r for r in roles if r not in self._local]
+        if unknown:
+            raise StateError(
+                f"--roles names roles this team does not run here: {unknown}; it runs "
+                f"{sorted(self._local)} (its roles, less any its local_roles leave out)"
+            )
+        self._local = roles
+        self._rounds.local_roles = frozenset(roles)
+
+    async def wait_idle(self, *, timeout: float | None = None) -> bool:
+        """Wait until no agent of the team, in any process, has work; True then, or False
+        once `timeout` seconds passed (None: no limit).
+
+        An agent has work while its inbox holds undelivered letters (its task included), its
+        run is in progress or was cut between steps by a crash, what it sent is not yet
+        posted, or a restart is due. An agent waiting on a decision (`team.resume`) or failed
+        for good has none. It reads the stores only, so it waits for workers in other
+        processes as for this one; it returns once two looks in a row found the team idle
+        and unchanged."""
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        self._rounds.refuse_inside("wait_idle")
+        await self._sync()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        async with inbox_changes(self._profile.store) as feed:
+            while True:
+                if await self._workload.idle():
+                    return True
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return False
+                pause = IDLE_LOOK_EVERY if left is None else min(IDLE_LOOK_EVERY, left)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await feed.next()
 
     async def resume(self, agent_id: str, call_id: str, decision: Decision) -> RunResult:
         """Continue a waiting agent's suspended run with `decision` on its call `call_id`.

@@ -5,9 +5,10 @@ it read is damaged (`JournalCorrupted`, a value that no longer decodes: `history
 stop, `threads` and `inspect` show it in its own row and go on), or the store failed while
 reading; 2 the command could not start: bad arguments, a missing file, a file or database
 that is not a statekernel store, an unknown thread or revision, an output file that cannot
-be written or that is the store itself. An error is one line on standard error, never a
-traceback, and never holds a DSN's password (the line goes through the store backends'
-`redacted`, whatever raised it). A reader that stops reading (`| head`) ends the command
+be written or that is the store itself, an application (`module:attr`) that cannot be
+loaded. `worker` exits 0 once a signal's drain is done. An error is one line on standard
+error, never a traceback, and never holds a DSN's password (the line goes through the store
+backends' `redacted`, whatever raised it). A reader that stops reading (`| head`) ends the command
 quietly.
 """
 
@@ -24,14 +25,22 @@ from typing import Any
 
 from statekernel import StateError, StoreNotOpened, UnknownRevision, __version__
 
-from . import commands, extensions, trace
+from . import commands, extensions, trace, worker
+from .application import ApplicationNotFound
 from .location import Location, opened
 
 __all__ = ["main"]
 
 # UnknownThread is an UnknownRevision. A ValueError or TypeError is an argument the kernel
 # refused (an empty thread id, a name no store can keep); an OSError, the output file.
-_CANNOT_START = (StoreNotOpened, UnknownRevision, ValueError, TypeError, OSError)
+_CANNOT_START = (
+    StoreNotOpened,
+    UnknownRevision,
+    ApplicationNotFound,
+    ValueError,
+    TypeError,
+    OSError,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,8 +73,8 @@ def _fail(error: BaseException, status: int) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="statekernel",
-        description="Look inside statekernel stores: a SQLite file or a PostgreSQL DSN. "
-        "Reading never creates or changes a store.",
+        description="Look inside statekernel stores (a SQLite file or a PostgreSQL DSN: "
+        "reading never creates or changes a store), and serve a team from them.",
     )
     parser.add_argument("--version", action="version", version=f"statekernel {__version__}")
     sub = parser.add_subparsers(required=True, metavar="command")
@@ -76,6 +85,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     run_demo.add_argument("--trace", action="store_true", help="one line per phase")
     run_demo.set_defaults(run=_demo)
+
+    serving = sub.add_parser(
+        "worker",
+        help="serve a team: run its agents as work arrives, until SIGTERM or SIGINT",
+        description="Serve a team from this process: run its agents as work arrives, "
+        "until SIGTERM or SIGINT (then drain: each running agent ends its step, and exit 0).",
+    )
+    serving.add_argument(
+        "app",
+        metavar="APP",
+        help="module:attr, a function that takes the Stores and returns the AgentTeam",
+    )
+    serving.add_argument(
+        "--store",
+        required=True,
+        metavar="DB",
+        help="a SQLite file, or a PostgreSQL DSN (postgresql://... or libpq key=value pairs)",
+    )
+    serving.add_argument(
+        "--roles",
+        type=_names,
+        default=None,
+        metavar="R,...",
+        help="only these roles' agents (default: every role the team runs here)",
+    )
+    serving.set_defaults(run=lambda a: worker.worker(a.app, a.store, a.roles))
 
     def reading(
         name: str, help: str, *, thread: bool, as_json: bool = True
@@ -151,6 +186,13 @@ async def _demo(args: argparse.Namespace) -> int:
     async with extensions.store_backends().embedded(args.dir) as stores:
         await extensions.demo()(stores, trace=args.trace)
     return 0
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, got {text!r}")
+    return names
 
 
 def _revision(text: str) -> int:

@@ -1,0 +1,261 @@
+"""Leases: which worker runs which agent, so that at most one runs it at a time, and a dead
+worker's agents are taken over by the living.
+
+A worker is one `team.serve()` in some process. A lease is one profile entry per agent
+thread naming the worker that runs it, taken by compare-and-set, so that of two workers
+taking one agent at once one wins. A worker keeps all its leases alive with one heartbeat
+entry of its own, beaten every `beat_every` seconds, rather than one write per agent: a team
+of a thousand agents costs each worker one write a second. The same beat reads every
+worker's heartbeat, which is how a worker learns who else serves the team.
+
+Whether a worker is alive is judged on the observer's own clock, never the holder's: a
+worker whose heartbeat has not changed for `lease_seconds` of the observer's time (or that
+is gone: a worker that stops cleanly deletes it) is dead, and its leases may be taken.
+Clocks of different hosts are never compared. A worker trusts its own leases only within
+`lease_seconds` of the moment it sent its last beat that landed, so it stops taking work
+before anyone can think it dead; should two workers still run one agent (a process paused
+past its lease), the thread's compare-and-set save lands one and supersedes the other.
+
+Free agents are shared out by rendezvous hashing: of the live workers serving an agent's
+role, the one whose hash with the agent's thread is highest is its preferred worker. A
+worker takes a free agent at once when it is the preferred one, and after `beat_every` when
+the preferred worker has not (it may be slow to hear, or gone), so that an agent with work
+never waits for long; and it hands an agent it holds to its preferred worker when that
+agent goes idle. So a worker that joins gets its share as agents finish, and agents stay
+with one worker (its caches warm) while the fleet does not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+import attrs
+import msgspec
+
+from .._errors import VersionConflict
+from .._profile.access import ProfileAccess
+from .._profile.keys import ProfileKey
+
+__all__ = ["LeaseData", "Leases", "TeamLease", "TeamWorker", "WorkerBeat"]
+
+logger = logging.getLogger("statekernel")
+
+LONGEST_BEAT = 1.0
+"""The longest time between a worker's beats (seconds): a short beat bounds how long after
+`lease_seconds` a dead worker's agents are taken over, and costs one small write."""
+
+
+FORGOTTEN_AFTER = 3
+"""How many leases a dead worker's heartbeat stays before a living worker deletes it."""
+
+
+class WorkerBeat(msgspec.Struct, frozen=True):
+    """A worker's heartbeat: the roles it serves, and a count bumped at each beat."""
+
+    roles: tuple[str, ...] = ()
+    beat: int = 0
+
+
+class LeaseData(msgspec.Struct, frozen=True):
+    """Who runs the agent of a thread: a worker id ("": nobody)."""
+
+    worker: str = ""
+
+
+class TeamWorker(ProfileKey[WorkerBeat | None]):
+    """Heartbeats, one entry per `<team id>/<worker id>`."""
+
+    key = "statekernel.team_worker"
+    default = None
+
+
+class TeamLease(ProfileKey[LeaseData]):
+    """Leases, one entry per agent thread."""
+
+    key = "statekernel.team_lease"
+
+
+@attrs.define
+class _Seen:
+    """A worker as this observer last saw it: its roles, its last beat count, and when that
+    count was first seen (the observer's clock)."""
+
+    roles: tuple[str, ...]
+    beat: int
+    at: float
+
+
+class Leases:
+    """One worker's leases on its team's agents, and its view of the other workers."""
+
+    def __init__(
+        self,
+        profile: ProfileAccess,
+        team_id: str,
+        roles: tuple[str, ...],
+        *,
+        lease_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._profile = profile
+        self._team_id = team_id
+        self._roles = roles
+        self.lease_seconds = lease_seconds
+        self.beat_every = min(lease_seconds / 4, LONGEST_BEAT)
+        self._clock = clock
+        self.worker_id = uuid.uuid4().hex
+        self._held: set[str] = set()
+        self._seen: dict[str, _Seen] = {}
+        self._deferred: dict[str, float] = {}  # free agents left to their preferred worker
+        self._trusted_until = float("-inf")
+        self._beat = 0
+
+    @property
+    def held(self) -> frozenset[str]:
+        return frozenset(self._held)
+
+    def _entry(self, worker_id: str) -> str:
+        return f"{self._team_id}/{worker_id}"
+
+    # -- the heartbeat -------------------------------------------------------------------
+
+    async def beat(self) -> bool:
+        """Beat this worker's heartbeat and read everyone else's; returns whether the fleet
+        changed since the last beat (a worker joined, left or died), when the agents a
+        worker could not take are worth another look."""
+        self._beat += 1
+        sent = self._clock()
+        await self._profile.write(
+            TeamWorker, self._entry(self.worker_id), WorkerBeat(self._roles, self._beat)
+        )
+        if sent >= self._trusted_until:
+            self._held.clear()  # trusted no more meanwhile: others may have taken them
+        self._trusted_until = sent + self.lease_seconds
+        return await self._observe()
+
+    async def _observe(self) -> bool:
+        entries = await self._profile.list_entries(TeamWorker, f"{self._team_id}/")
+        now = self._clock()
+        before = self._alive_ids(now)
+        present = set()
+        for key, beat in entries:
+            worker = key.rpartition("/")[2]
+            if worker == self.worker_id or beat is None:
+                continue
+            present.add(worker)
+            seen = self._seen.get(worker)
+            if seen is None or seen.beat != beat.beat:
+                self._seen[worker] = _Seen(beat.roles, beat.beat, now)
+        for gone in set(self._seen) - present:
+            del self._seen[gone]
+        for worker, seen in list(self._seen.items()):
+            if now - seen.at >= FORGOTTEN_AFTER * self.lease_seconds:
+                # Long dead (killed, never to beat again): its entry goes, so that the
+                # heartbeats of a fleet that restarts often do not pile up.
+                del self._seen[worker]
+                await self._profile.delete(TeamWorker, self._entry(worker))
+        return self._alive_ids(now) != before
+
+    def _alive_ids(self, now: float) -> frozenset[str]:
+        return frozenset(w for w, s in self._seen.items() if now - s.at < self.lease_seconds)
+
+    def next_death(self) -> float | None:
+        """When the next worker now alive would be judged dead if it beats no more (the
+        observer's clock), or None: the moment its agents may be taken over."""
+        times = [s.at + self.lease_seconds for s in self._seen.values()]
+        now = self._clock()
+        future = [t for t in times if t > now]
+        return min(future) if future else None
+
+    def trusted(self) -> bool:
+        """Whether this worker's leases still hold: its last beat that landed was sent
+        within a lease of its own time."""
+        return self._clock() < self._trusted_until
+
+    async def _holder_alive(self, worker_id: str) -> bool:
+        """Whether a lease's holder is alive; one this worker has not seen yet (it started
+        since the last beat) is read, and alive for a lease from now if it has a heartbeat."""
+        seen = self._seen.get(worker_id)
+        if seen is None:
+            beat = await self._profile.read(TeamWorker, self._entry(worker_id))
+            if beat is None:
+                return False  # it stopped cleanly
+            seen = self._seen[worker_id] = _Seen(beat.roles, beat.beat, self._clock())
+        return self._clock() - seen.at < self.lease_seconds
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def preferred(self, thread_id: str, role: str) -> str:
+        """The live worker serving `role` that the agent of `thread_id` goes to."""
+        now = self._clock()
+        candidates = [self.worker_id] if role in self._roles else []
+        candidates += [
+            w for w, s in self._seen.items() if role in s.roles and now - s.at < self.lease_seconds
+        ]
+        return max(candidates, key=lambda w: _weight(w, thread_id))
+
+    async def take(self, thread_id: str, role: str) -> bool:
+        """Whether this worker holds the agent of `thread_id` now: held already, handed to
+        it, or free (nobody, or a dead holder) and this worker's to take."""
+        if not self.trusted():
+            return False
+        if thread_id in self._held:
+            return True
+        lease, version = await self._profile.read_with_version(TeamLease, thread_id)
+        if lease.worker == self.worker_id:  # handed over to this worker
+            self._held.add(thread_id)
+            return True
+        if lease.worker and await self._holder_alive(lease.worker):
+            return False
+        if self.preferred(thread_id, role) != self.worker_id:
+            first = self._deferred.setdefault(thread_id, self._clock())
+            if self._clock() - first < self.beat_every:
+                return False
+        self._deferred.pop(thread_id, None)
+        try:
+            await self._profile.compare_and_set(
+                TeamLease, thread_id, LeaseData(self.worker_id), version=version
+            )
+        except VersionConflict:
+            return False  # another worker took it first
+        self._held.add(thread_id)
+        return True
+
+    def waiting_since(self) -> float | None:
+        """When the longest-deferred free agent was first left to another worker, if any."""
+        return min(self._deferred.values(), default=None)
+
+    async def hand_off(self, thread_id: str, role: str) -> None:
+        """Give an idle agent this worker holds to its preferred worker, if that is another
+        (a worker that joined since): the lease names it, so it runs the agent's next work
+        without waiting for a lease to run out."""
+        if thread_id not in self._held:
+            return
+        other = self.preferred(thread_id, role)
+        if other == self.worker_id:
+            return
+        self._held.discard(thread_id)
+        lease, version = await self._profile.read_with_version(TeamLease, thread_id)
+        if lease.worker != self.worker_id:
+            return
+        try:
+            await self._profile.compare_and_set(
+                TeamLease, thread_id, LeaseData(other), version=version
+            )
+        except VersionConflict:
+            return
+
+    async def release(self) -> None:
+        """Give every lease up at once: this worker's heartbeat goes, so that the others
+        judge it gone at their next beat instead of after a lease."""
+        self._held.clear()
+        self._trusted_until = float("-inf")
+        await self._profile.delete(TeamWorker, self._entry(self.worker_id))
+
+
+def _weight(worker_id: str, thread_id: str) -> bytes:
+    return hashlib.blake2b(f"{worker_id}\x00{thread_id}".encode(), digest_size=8).digest()

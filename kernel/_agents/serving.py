@@ -1,0 +1,228 @@
+"""Serving: one process's worker of a team, running its agents as work arrives until told
+to stop, and sleeping between.
+
+A worker starts each agent's run as soon as it has work and this worker holds its lease
+(`leases.py`), each run in a task of its own, so one slow agent holds nobody up. Between
+runs it sleeps on three things at once: the profile store's change feed of the inboxes (a
+letter posted in any process names its recipient), its own runs ending (an agent may have
+more work), and its heartbeat's timer (each beat may find a worker joined, left or dead,
+whose agents are then worth another look). A store without change feeds is looked at whole
+every `POLL_WITHOUT_FEED` seconds instead.
+
+Who is looked at is what changed: the recipients a feed names and the agents whose runs
+ended. Everything is looked at when the worker starts, when a feed cannot say what changed,
+and when the fleet changes; agents with work that another worker holds are looked at again
+at each beat, and when their holder would be judged dead.
+
+Told to stop, the worker drains: no run starts, each running one stops before its next step
+(its last step saved), and its leases are released by deleting its heartbeat, so that the
+other workers take its agents at their next beat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+
+from .._errors import cause_text
+from .._profile.changes import ChangeFeed, SupportsChanges
+from .._profile.store import ProfileStore
+from .agent import Agent
+from .leases import Leases
+from .mailbox import Inbox
+from .roster import AgentRecord, TeamRoster
+from .rounds import IN_ROUND, Rounds, Tally, TeamReport
+from .run_control import RunControl
+
+__all__ = ["POLL_WITHOUT_FEED", "Worker", "inbox_changes"]
+
+logger = logging.getLogger("statekernel")
+
+POLL_WITHOUT_FEED = 1.0
+"""How often a worker (or `wait_idle`) on a store without change feeds looks at every
+agent (seconds)."""
+
+
+class _Timer:
+    """A change feed of a store that has none: "anything may have changed", every so often."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+
+    async def next(self) -> frozenset[str] | None:
+        await asyncio.sleep(self._every)
+        return None
+
+
+@contextlib.asynccontextmanager
+async def inbox_changes(store: ProfileStore) -> AsyncIterator[ChangeFeed | _Timer]:
+    """The store's feed of inbox changes, or a timer where it has none."""
+    if isinstance(store, SupportsChanges):
+        async with store.changes(Inbox.key) as feed:
+            yield feed
+    else:
+        yield _Timer(POLL_WITHOUT_FEED)
+
+
+class Worker:
+    """One `team.serve()`: its runs, its leases, and what it looks at next."""
+
+    def __init__(
+        self,
+        rounds: Rounds,
+        roster: TeamRoster,
+        leases: Leases,
+        store: ProfileStore,
+        agents: Mapping[str, Agent],
+    ) -> None:
+        self._rounds = rounds
+        self._roster = roster
+        self._leases = leases
+        self._store = store
+        self._agents = agents
+        self._tallies: dict[str, Tally] = {}
+        self._running: dict[asyncio.Task[None], AgentRecord] = {}
+        self._controls: dict[str, RunControl] = {}
+        self._skipped: set[str] = set()  # threads with work that another worker holds
+        self._looks = 0
+        self._beat_failed = False
+
+    async def serve(self, stop: asyncio.Event, *, started: asyncio.Event) -> TeamReport:
+        """Serve until `stop` is set; `started` is set once the first beat landed."""
+        token = IN_ROUND.set(self._rounds)  # the agents' runs (tools, hooks) inherit it
+        try:
+            await self._leases.beat()  # before any lease is taken
+            started.set()
+            async with inbox_changes(self._store) as feed:
+                try:
+                    await self._loop(feed, stop)
+                finally:
+                    await self._drain()
+        finally:
+            IN_ROUND.reset(token)
+        stopped = any(t.outcomes[-1:] == ["stopped"] for t in self._tallies.values())
+        idle = not (stopped or self._skipped)
+        return self._rounds.report(self._tallies, idle=idle, rounds=self._looks)
+
+    async def _loop(self, feed: ChangeFeed | _Timer, stop: asyncio.Event) -> None:
+        leases = self._leases
+        loop = asyncio.get_running_loop()
+        dirty: set[str] | None = None  # threads to look at; None: every agent
+        next_beat = loop.time() + leases.beat_every
+        stopping = asyncio.ensure_future(stop.wait())
+        changed = asyncio.ensure_future(feed.next())
+        try:
+            while True:
+                if dirty is None or dirty:
+                    await self._start_ready(dirty)
+                    dirty = set()
+                wake_at = min(
+                    next_beat,
+                    leases.next_death() or next_beat,
+                    (leases.waiting_since() or next_beat) + leases.beat_every,
+                )
+                done, _ = await asyncio.wait(
+                    {stopping, changed, *self._running},
+                    timeout=max(0.0, wake_at - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if stopping in done:
+                    return
+                if changed in done:
+                    keys = self._changed_keys(changed)
+                    dirty = None if keys is None or dirty is None else dirty | keys
+                    changed = asyncio.ensure_future(feed.next())
+                for task in [t for t in self._running if t in done]:
+                    record = self._running.pop(task)
+                    self._controls.pop(record.id, None)
+                    if dirty is not None:
+                        dirty.add(record.thread_id)  # more work may have come meanwhile
+                if loop.time() >= wake_at and dirty is not None:
+                    dirty |= self._skipped
+                if loop.time() >= next_beat:
+                    if await self._beat():
+                        dirty = None
+                    next_beat = loop.time() + leases.beat_every
+        finally:
+            stopping.cancel()
+            changed.cancel()
+
+    def _changed_keys(self, changed: asyncio.Future[frozenset[str] | None]) -> set[str] | None:
+        try:
+            keys = changed.result()
+        except Exception as error:  # the feed failed: look at everything, on a timer
+            logger.warning("team worker: the store's change feed failed: %s", cause_text(error))
+            return None
+        return None if keys is None else set(keys)
+
+    async def _beat(self) -> bool:
+        """Beat the heartbeat; a store that cannot be reached is said once, not each beat
+        (the leases lapse on their own, and the store logs its outage)."""
+        try:
+            fleet_changed = await self._leases.beat()
+        except Exception as error:
+            if not self._beat_failed:
+                logger.warning(
+                    "team worker %s: its heartbeat could not be written (%s); it takes no "
+                    "new agents until it can",
+                    self._leases.worker_id,
+                    cause_text(error),
+                )
+            self._beat_failed = True
+            return False
+        if self._beat_failed:
+            logger.warning("team worker %s: its heartbeat is written again", self._leases.worker_id)
+            self._beat_failed = False
+        return fleet_changed
+
+    async def _start_ready(self, dirty: set[str] | None) -> None:
+        """Look at the agents in `dirty` (None: all of this process's), start a run of each
+        with work whose lease this worker holds or takes, and hand idle ones on."""
+        self._looks += 1
+        roster = self._roster
+        if dirty is None or any(roster.agent_of_thread(t) is None for t in dirty):
+            await roster.load()  # agents spawned elsewhere join from here on
+        running = {r.id for r in self._running.values()}
+        records = [
+            r
+            for r in self._rounds.local()
+            if r.id not in running and (dirty is None or r.thread_id in dirty)
+        ]
+        if not records:
+            return
+        ready = set(await self._rounds.ready(records))
+        for record in records:
+            self._skipped.discard(record.thread_id)
+            if record.id not in ready:
+                await self._leases.hand_off(record.thread_id, record.role)
+            elif await self._leases.take(record.thread_id, record.role):
+                self._start(record)
+            else:
+                self._skipped.add(record.thread_id)
+
+    def _start(self, record: AgentRecord) -> None:
+        control = RunControl()
+        tally = self._tallies.setdefault(record.id, Tally())
+        task = asyncio.ensure_future(self._rounds.step(record.id, tally, control))
+        self._running[task] = record
+        self._controls[record.id] = control
+
+    async def _drain(self) -> None:
+        """Stop every run before its next step, wait for them, and release the leases."""
+        for control in self._controls.values():
+            control.request_stop()
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        self._running.clear()
+        self._controls.clear()
+        try:
+            await self._leases.release()
+        except Exception as error:
+            logger.warning(
+                "team worker %s: its leases could not be released (%s); the other workers "
+                "take its agents once a lease has passed",
+                self._leases.worker_id,
+                cause_text(error),
+            )

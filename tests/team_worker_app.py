@@ -1,0 +1,62 @@
+"""The application of the worker tests, served by `statekernel worker
+team_worker_app:make_team --store DB`, the way a user's module is.
+
+Eight agents w0..w7 each get a task listing the letters they are to send (`plan m3>w1 ...`,
+made from a seed): 200 in all. Asked, the model sends the plan's next letter through
+`send_message`, with a fresh random call id each time it is asked (as every real model's API
+does), then answers "done"; each letter wakes its recipient, whose run answers "done" too
+once its own plan is through. The team's id and lease come from the environment, so that
+each trial has its own team and a short lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import uuid
+
+from statekernel import AgentTeam, InferenceRequest, InferenceResponse, Role, Stores, ToolCall
+
+AGENTS = [f"w{n}" for n in range(8)]
+MESSAGES = 200
+
+
+def plan(seed: int, messages: int = MESSAGES) -> dict[str, list[tuple[int, str]]]:
+    """Per sender, the (message number, recipient) pairs it sends, in order."""
+    rng = random.Random(seed)
+    plans: dict[str, list[tuple[int, str]]] = {a: [] for a in AGENTS}
+    for n in range(messages):
+        sender = AGENTS[n % len(AGENTS)]
+        plans[sender].append((n, rng.choice([a for a in AGENTS if a != sender])))
+    return plans
+
+
+def task(plans: dict[str, list[tuple[int, str]]], me: str) -> str:
+    return "plan " + " ".join(f"m{n}>{to}" for n, to in plans[me])
+
+
+class PlanModel:
+    """Sends the plan's next letter through `send_message`, then answers "done"."""
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        await asyncio.sleep(random.random() * 0.01)
+        steps = next(m.content for m in request.messages if m.content.startswith("plan "))
+        todo = [item.split(">") for item in steps.split()[1:]]
+        sent = sum(1 for m in request.messages if m.role == "tool" and not m.is_error)
+        if sent < len(todo):
+            what, to = todo[sent]
+            call_id = f"call_{uuid.uuid4().hex[:16]}"  # new each time the model is asked
+            call = ToolCall(call_id, "send_message", {"content": what, "to": to})
+            return InferenceResponse("", tool_calls=(call,))
+        return InferenceResponse("done")
+
+
+def make_team(stores: Stores) -> AgentTeam:
+    return AgentTeam(
+        {"peer": Role(model=PlanModel())},
+        stores=stores,
+        team_id=os.environ.get("TEAM_WORKER_TEAM", "worker-team"),
+        lease_seconds=float(os.environ.get("TEAM_WORKER_LEASE", "10")),
+        max_steps=100,  # a plan of 25 letters takes 26 steps
+    )
