@@ -12,6 +12,7 @@ import random
 import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import team_worker_app as app
@@ -105,3 +106,89 @@ async def test_three_workers_run_a_200_message_team_to_completion(postgres_dsn: 
     # The work was shared: each worker ran some of the agents.
     ran = [int(w.output.split("stopped after ")[1].split()[0]) for w in workers]
     assert sum(ran) > 0 and sum(1 for n in ran if n) >= 2, ran
+
+
+async def send_pings(dsn: str, team_id: str, number: int) -> None:
+    """One letter from "user" to every agent (`ping <number>`), sent from this process."""
+    os.environ["TEAM_WORKER_TEAM"] = team_id
+    async with open_stores(dsn) as stores, app.make_team(stores) as team:
+        await team.send("user", f"ping {number}", to=app.AGENTS, message_id=f"ping-{number}")
+
+
+async def test_a_sigkilled_workers_agents_are_taken_over_once_its_lease_has_passed(
+    postgres_dsn: str,
+) -> None:
+    """SIGKILL one of three workers at a random point of the work (between steps too),
+    then send every agent a letter: each is delivered within the lease and 2 s of the kill,
+    by the survivors, and every letter of the plan is delivered once, in order."""
+    lease = 2.0
+    rng = random.Random(4242)
+    trials = 20 if FULL_TRIALS else 3
+    for trial in range(trials):
+        team_id = f"kill-{trial}-{uuid.uuid4().hex[:6]}"
+        workers = start_workers(postgres_dsn, 3, team_env(team_id, lease))
+        victim = workers[rng.randrange(3)]
+        try:
+            plans = await spawn_plan(postgres_dsn, team_id, seed=trial, messages=48)
+            await asyncio.sleep(rng.uniform(0.05, 0.8))
+            victim.kill()
+            killed_at = datetime.datetime.now(datetime.UTC)
+            await send_pings(postgres_dsn, team_id, 0)
+            assert await wait_idle(postgres_dsn, team_id, timeout=60)
+        finally:
+            codes = stop_all(workers)
+        assert [c for w, c in zip(workers, codes, strict=True) if w is not victim] == [0, 0]
+        delivered = await check_delivered(postgres_dsn, team_id, plans, pings=1)
+        late = {
+            agent: (times[0] - killed_at).total_seconds()
+            for agent, times in delivered.items()
+            if (times[0] - killed_at).total_seconds() > lease + 2
+        }
+        assert not late, (trial, late)
+
+
+async def test_a_sigtermed_worker_drains_exits_0_and_releases_its_leases(postgres_dsn: str) -> None:
+    """SIGTERM mid-work: the worker ends its agents' steps, exits 0, and its agents go on
+    in the other worker at once (the lease is 30 s: the test would time out waiting for
+    it); nothing is lost."""
+    team_id = f"term-{uuid.uuid4().hex[:6]}"
+    workers = start_workers(postgres_dsn, 2, team_env(team_id, 30))
+    try:
+        plans = await spawn_plan(postgres_dsn, team_id, seed=11, messages=app.MESSAGES)
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        assert workers[0].stop(signal.SIGTERM) == 0, workers[0].output
+        took = time.monotonic() - started
+        assert await wait_idle(postgres_dsn, team_id, timeout=25)
+    finally:
+        codes = stop_all(workers)
+    assert codes == [0, 0], [w.output for w in workers]
+    assert took < 10, took  # one step of each agent (a model call of up to 10 ms and a save)
+    assert "Traceback" not in workers[0].output
+    await check_delivered(postgres_dsn, team_id, plans)
+    async with open_stores(postgres_dsn) as stores:
+        beats = await stores.profile_store.list("statekernel.team_worker", f"{team_id}/")
+    assert beats == []  # both released theirs
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time a process has used (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+async def test_an_idle_worker_sleeps(postgres_dsn: str) -> None:
+    """After its work, a worker with no mail uses under 1 % of a core."""
+    team_id = f"idle-{uuid.uuid4().hex[:6]}"
+    (worker,) = start_workers(postgres_dsn, 1, team_env(team_id, 10))
+    try:
+        await spawn_plan(postgres_dsn, team_id, seed=3, messages=16)
+        assert await wait_idle(postgres_dsn, team_id, timeout=60)
+        window = 10.0 if FULL_TRIALS else 5.0
+        before = cpu_seconds(worker.process.pid)
+        await asyncio.sleep(window)
+        used = cpu_seconds(worker.process.pid) - before
+    finally:
+        assert stop_all([worker]) == [0]
+    assert used < 0.01 * window, f"{used:.3f} s of CPU in {window} s idle"

@@ -152,6 +152,14 @@ class Leases:
                 self._seen[worker] = _Seen(beat.roles, beat.beat, now)
         for gone in set(self._seen) - present:
             del self._seen[gone]
+        for worker in (before - self._alive_ids(now)) & self._seen.keys():
+            logger.warning(
+                "team %r: worker %s has not beaten for %.1f s, more than a lease: judged "
+                "dead, its agents are taken over as they get work",
+                self._team_id,
+                worker,
+                now - self._seen[worker].at,
+            )
         for worker, seen in list(self._seen.items()):
             if now - seen.at >= FORGOTTEN_AFTER * self.lease_seconds:
                 # Long dead (killed, never to beat again): its entry goes, so that the
