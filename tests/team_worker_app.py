@@ -60,3 +60,13 @@ def make_team(stores: Stores) -> AgentTeam:
         lease_seconds=float(os.environ.get("TEAM_WORKER_LEASE", "10")),
         max_steps=100,  # a plan of 25 letters takes 26 steps
     )
+
+
+def not_a_team(stores: Stores) -> str:
+    """A factory that returns something else: `statekernel worker` refuses it."""
+    return "a team?"
+
+
+def failing(stores: Stores) -> AgentTeam:
+    """A factory that raises: `statekernel worker` says so in one line."""
+    raise RuntimeError("the model's API key is not set")

@@ -37,6 +37,7 @@ _CANNOT_START = (
     StoreNotOpened,
     UnknownRevision,
     ApplicationNotFound,
+    worker.CannotServe,
     ValueError,
     TypeError,
     OSError,

@@ -25,13 +25,18 @@ from statekernel import AgentTeam, StateError
 from .application import load_application
 from .extensions import store_backends
 
-__all__ = ["worker"]
+__all__ = ["CannotServe", "worker"]
+
+
+class CannotServe(StateError):
+    """The application given to `statekernel worker` is not a team factory, or the team
+    it makes cannot be served as asked."""
 
 
 async def worker(app: str, db: str, roles: Sequence[str] | None) -> int:
     factory = load_application(app)
     if not callable(factory):
-        raise StateError(
+        raise CannotServe(
             f"{app!r} is {type(factory).__name__} {factory!r}, not a factory: give a function "
             f"that takes the Stores and returns the AgentTeam"
         )
@@ -44,15 +49,23 @@ async def worker(app: str, db: str, roles: Sequence[str] | None) -> int:
         logger.setLevel(logging.WARNING)
     try:
         async with backends.open_stores(db) as stores:
-            made = factory(stores)
-            team = await made if inspect.isawaitable(made) else made
+            try:
+                made = factory(stores)
+                team = await made if inspect.isawaitable(made) else made
+            except Exception as error:
+                raise CannotServe(
+                    f"{app!r} raised {type(error).__name__} when called with the Stores: {error}"
+                ) from error
             if not isinstance(team, AgentTeam):
-                raise StateError(
+                raise CannotServe(
                     f"{app!r} returned {type(team).__name__} {team!r}, not an AgentTeam: the "
                     f"factory takes the Stores and returns the team to serve"
                 )
             if roles:
-                team._limit_roles(roles)
+                try:
+                    team._limit_roles(roles)
+                except StateError as error:
+                    raise CannotServe(str(error)) from error
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
