@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +46,9 @@ _skipped_for_postgres: list[str] = []
 REQUIRE_BROWSER = os.environ.get("STATEKERNEL_REQUIRE_BROWSER") == "1"
 _NO_BROWSER = f"Chromium is not installed here: {HOW_TO_INSTALL_BROWSER}"
 _skipped_for_browser: list[str] = []
+# And there, the long crash and fault trials run in full (here, a few of each).
+FULL_TRIALS = os.environ.get("STATEKERNEL_FULL_TRIALS") == "1"
+_shortened: list[str] = []
 # And there, a test that needs PgBouncer fails instead of being skipped.
 REQUIRE_PGBOUNCER = os.environ.get("STATEKERNEL_REQUIRE_PGBOUNCER") == "1"
 _NO_PGBOUNCER = f"PgBouncer is not installed here: {HOW_TO_INSTALL_PGBOUNCER}"
@@ -186,6 +189,20 @@ def pgbouncer() -> str:
     return found
 
 
+@pytest.fixture
+def trials(request: pytest.FixtureRequest) -> Callable[[int, int], int]:
+    """`trials(full, short)`: how many trials a long crash or fault test runs: `full`
+    under .ci/run, else `short` (and the summary names the tests that ran fewer)."""
+
+    def count(full: int, short: int) -> int:
+        if FULL_TRIALS:
+            return full
+        _shortened.append(f"{request.node.nodeid} ({short} of {full})")
+        return short
+
+    return count
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and _NO_POSTGRES in str(report.longrepr):
         _skipped_for_postgres.append(report.nodeid)
@@ -207,6 +224,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{len(_skipped_for_browser)} tests that need a browser were SKIPPED: "
             f"{_NO_BROWSER}. (.ci/run installs it and never skips them.)"
+        )
+    if _shortened:
+        terminalreporter.write_sep("!", "trials shortened", yellow=True)
+        terminalreporter.write_line(
+            f"{len(_shortened)} crash and fault tests ran fewer trials: "
+            f"{', '.join(_shortened)}. STATEKERNEL_FULL_TRIALS=1 runs them all, as .ci/run does."
         )
     if _skipped_for_pgbouncer:
         terminalreporter.write_sep("!", "PgBouncer tests skipped", yellow=True)

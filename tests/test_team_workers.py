@@ -12,6 +12,7 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,6 @@ from workers import start_workers, stop_all
 
 from statekernel import AgentTeam
 from statekernel.stores import open_stores
-
-FULL_TRIALS = os.environ.get("STATEKERNEL_FULL_TRIALS") == "1"
-"""`.ci/run` sets it: every trial the issue asks for; `make test` runs a few of each."""
 
 
 def team_env(team_id: str, lease: float) -> dict[str, str]:
@@ -116,15 +114,14 @@ async def send_pings(dsn: str, team_id: str, number: int) -> None:
 
 
 async def test_a_sigkilled_workers_agents_are_taken_over_once_its_lease_has_passed(
-    postgres_dsn: str,
+    postgres_dsn: str, trials: Callable[[int, int], int]
 ) -> None:
     """SIGKILL one of three workers at a random point of the work (between steps too),
     then send every agent a letter: each is delivered within the lease and 2 s of the kill,
     by the survivors, and every letter of the plan is delivered once, in order."""
     lease = 2.0
     rng = random.Random(4242)
-    trials = 20 if FULL_TRIALS else 3
-    for trial in range(trials):
+    for trial in range(trials(20, 3)):
         team_id = f"kill-{trial}-{uuid.uuid4().hex[:6]}"
         workers = start_workers(postgres_dsn, 3, team_env(team_id, lease))
         victim = workers[rng.randrange(3)]
@@ -178,14 +175,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
-async def test_an_idle_worker_sleeps(postgres_dsn: str) -> None:
+async def test_an_idle_worker_sleeps(postgres_dsn: str, trials: Callable[[int, int], int]) -> None:
     """After its work, a worker with no mail uses under 1 % of a core."""
     team_id = f"idle-{uuid.uuid4().hex[:6]}"
     (worker,) = start_workers(postgres_dsn, 1, team_env(team_id, 10))
     try:
         await spawn_plan(postgres_dsn, team_id, seed=3, messages=16)
         assert await wait_idle(postgres_dsn, team_id, timeout=60)
-        window = 10.0 if FULL_TRIALS else 5.0
+        window = trials(10, 5)  # seconds
         before = cpu_seconds(worker.process.pid)
         await asyncio.sleep(window)
         used = cpu_seconds(worker.process.pid) - before
