@@ -42,7 +42,7 @@ class PlanModel:
     async def __call__(self, request: InferenceRequest) -> InferenceResponse:
         await asyncio.sleep(random.random() * 0.01)
         steps = next(m.content for m in request.messages if m.content.startswith("plan "))
-        todo = [item.split(">") for item in steps.split()[1:]]
+        todo = [item.split(">") for item in steps.split()[1:] if ">" in item]  # "#..": a name
         sent = sum(1 for m in request.messages if m.role == "tool" and not m.is_error)
         if sent < len(todo):
             what, to = todo[sent]
