@@ -18,10 +18,12 @@ have passed when it is one of:
   retried, and a write asks the database what became of it (`Write.settle`): every write
   stores a random write id beside what it writes (a thread head and a profile entry keep the
   ids of their last `WRITE_IDS_KEPT` writes), so the write's own id says it landed. It is
-  re-sent only when it certainly did not land, and then under the same compare-and-set,
-  which cannot pass twice. When the database cannot say (more than `WRITE_IDS_KEPT` other
-  writes to the same entry in between, or the server still unreachable), the write fails
-  with a `StoreError` saying its outcome is unknown.
+  asked on a connection opened after the answer was lost (`_reconnect`), after ending the
+  server process that may still hold the write (`Backend`). It is re-sent only when it
+  certainly did not land, and then under the same compare-and-set, which cannot pass
+  twice. When the database cannot say (more than `WRITE_IDS_KEPT` other writes to the same
+  entry in between, or the server still unreachable), the write fails with a `StoreError`
+  saying its outcome is unknown.
 
 When the time is up, a write that certainly did not land fails with a `StoreError` saying
 "not applied", so that the caller may safely write it again.
@@ -473,6 +475,7 @@ class PostgresConnection:
         the next call asks again)."""
         operation, key = attempt.operation, attempt.key
         unsettled = _Unsettled(operation, key, attempt.write, attempt.backend)
+        await self._reconnect()
         try:
             settled = await self._read(
                 f"{operation} (checking a lost answer)", key, unsettled.settle, clock.settling()
@@ -498,6 +501,8 @@ class PostgresConnection:
     async def _settle_earlier(self, clock: Clock) -> None:
         """Ask what became of writes whose calls ended without an answer (a deadline, a
         cancellation), by their write ids, and say it in the log: never assumed."""
+        if self._unsettled:
+            await self._reconnect()
         while self._unsettled:
             earlier = self._unsettled.pop(0)  # (another call asks about the next one)
             try:
@@ -521,6 +526,16 @@ class PostgresConnection:
                 settled.outcome.value,
             )
 
+    async def _reconnect(self) -> None:
+        """Before asking what became of a write whose answer was lost: every later trip goes
+        on a connection opened from now on. A crash can catch a commit half-way (its record
+        written, the transaction not yet visible) while the server's other sessions still
+        answer for a moment, and asked there the write would read as not applied; recovery
+        then commits it. A new connection is only answered by a server that is not going
+        down, and after a crash only once recovery has decided every commit."""
+        if self._pool is not None and self._loop is asyncio.get_running_loop():
+            await self._pool.expire_connections()
+
     async def _on_connection(
         self, work: Callable[[Any], Awaitable[T]], attempt: _Attempt[Any] | None = None
     ) -> T:
@@ -536,6 +551,9 @@ class PostgresConnection:
             if _transient(error):
                 self._outage.failed(error, self._retry_for)
             raise
+        # Asked now: once the connection breaks, asyncpg's pool detaches it, and asking
+        # then raises (an InterfaceError in place of the error that broke it).
+        pid = conn.get_server_pid()
         try:
             if attempt is not None:
                 attempt.sent = True
@@ -543,10 +561,11 @@ class PostgresConnection:
             return await work(conn)
         except BaseException as error:
             if attempt is not None and not self._pooled:
-                attempt.backend = self._backends.get(conn.get_server_pid())
+                attempt.backend = self._backends.get(pid)
             if isinstance(error, asyncio.CancelledError):
-                self._backends.pop(conn.get_server_pid(), None)
-                conn.terminate()
+                self._backends.pop(pid, None)
+                with contextlib.suppress(driver().InterfaceError):  # (closed already)
+                    conn.terminate()
             raise
         finally:
             await pool.release(conn)
