@@ -33,7 +33,7 @@ from statekernel import (
     OutcomeUnknown,
     StoreError,
 )
-from statekernel.lowlevel import Entry
+from statekernel.lowlevel import Entry, JournalEntry, ThreadSave
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
 from statekernel.testing.postgres import (
     HOW_TO_INSTALL,
@@ -526,6 +526,97 @@ async def test_a_write_blocked_by_another_sessions_lock_ends_and_never_lands_lat
         again = await store.get("ns", "k")
         assert again is not None and (again.value, again.version) == (1, first.version)
     assert any(r.getMessage().endswith("was not applied") for r in caplog.records)
+
+
+@pytest.mark.parametrize("lock", ["released", "held"])
+async def test_a_batch_of_sets_left_without_an_answer_is_settled_entry_by_entry_in_the_log(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture, lock: str
+) -> None:
+    """Sets that left together (group commit) wait on another session's lock past their
+    deadline. The store's next call asks what became of them and the log names every
+    entry with its outcome: applied when the lock went while they still waited at the
+    server, not applied when the store ended them first."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    # One connection: "a" leaves alone, and "b" and "c", waiting meanwhile, leave together.
+    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1, pool_size=1) as store:
+        await store.set("ns", "b", 0)
+        other = await asyncpg.connect(dsn)
+        try:
+            locking = other.transaction()
+            await locking.start()
+            await other.execute(
+                "SELECT * FROM statekernel_profile_entries WHERE key = 'b' FOR UPDATE"
+            )
+            outcomes = await asyncio.gather(
+                *(store.set("ns", key, 1) for key in ("a", "b", "c")), return_exceptions=True
+            )
+            assert isinstance(outcomes[0], Entry)
+            assert all("outcome unknown" in str(outcome) for outcome in outcomes[1:]), outcomes
+            if lock == "released":
+                await locking.commit()  # the batch, still at the server, lands
+                query = "SELECT count(*) FROM statekernel_profile_entries WHERE key = 'c'"
+                while not await other.fetchval(query):
+                    await asyncio.sleep(0.05)
+            with caplog.at_level(logging.WARNING, logger="statekernel"):
+                await store.get("ns", "a")  # asks what became of the batch
+        finally:
+            await other.close()
+        entry = await store.get("ns", "c")
+    outcome = "applied" if lock == "released" else "not applied"
+    assert (entry is not None) is (lock == "released")
+    said = [r.getMessage() for r in caplog.records if "set of 2 entries" in r.getMessage()]
+    assert said == [
+        f"PostgreSQL store: the set of 2 entries whose call ended without an answer was "
+        f"{outcome} for 2 (entry 'b' in 'ns', entry 'c' in 'ns')"
+    ]
+
+
+async def test_a_batch_of_saves_left_without_an_answer_is_settled_thread_by_thread_in_the_log(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One statement saves a batch of threads, and moves only the heads still where their
+    saves expect them. Here one thread's head is locked and then moved by another session
+    while the batch waits past its deadline: the batch lands for the other thread only,
+    and the store's next call says so in the log, thread by thread."""
+    import asyncpg
+
+    def one_record(revision: int) -> ThreadSave:
+        return ThreadSave(revision=revision, records=(JournalEntry(revision, b"r%d" % revision),))
+
+    dsn = await fresh_database(server)
+    async with PostgresThreadStore(dsn, call_timeout=2, retry_for=1, pool_size=1) as store:
+        for thread in ("t0", "t1", "t2"):
+            await store.save(thread, one_record(1), expected_position=0)
+        other = await asyncpg.connect(dsn)
+        try:
+            moving = other.transaction()
+            await moving.start()
+            await other.execute(
+                "UPDATE statekernel_thread_heads SET position = position + 1 WHERE thread_id = 't1'"
+            )
+            # One connection: "t0" leaves alone, and "t1" and "t2", waiting meanwhile,
+            # leave together, to wait on t1's head.
+            outcomes = await asyncio.gather(
+                *(store.save(t, one_record(2), expected_position=1) for t in ("t0", "t1", "t2")),
+                return_exceptions=True,
+            )
+            assert outcomes[0] is None
+            assert all("outcome unknown" in str(outcome) for outcome in outcomes[1:]), outcomes
+            await moving.commit()  # t1's head moved on: the batch moves t2's only
+            query = "SELECT position FROM statekernel_thread_heads WHERE thread_id = 't2'"
+            while await other.fetchval(query) != 2:
+                await asyncio.sleep(0.05)
+        finally:
+            await other.close()
+        with caplog.at_level(logging.WARNING, logger="statekernel"):
+            assert await store.threads() == ["t0", "t1", "t2"]  # asks what became of it
+    said = [r.getMessage() for r in caplog.records if "save of 2 threads" in r.getMessage()]
+    assert said == [
+        "PostgreSQL store: the save of 2 threads whose call ended without an answer was "
+        "applied for 1 (thread 't2'); not applied for 1 (thread 't1')"
+    ]
 
 
 async def test_calls_queued_behind_a_blocked_write_end_by_their_own_deadline(

@@ -136,10 +136,38 @@ class Outcome(enum.Enum):
 
 @attrs.frozen
 class Settled(Generic[T]):
-    """A settled write: its outcome, and when it was applied, its result."""
+    """A settled write: its outcome, and when it was applied, its result. A batch of
+    writes (group commit) also says what became of each of them in `parts`, by what each
+    wrote (`"thread 't'"`), in batch order: one statement can move some threads' heads and
+    not others', and the log names which."""
 
     outcome: Outcome
     result: T | None = None
+    parts: Mapping[str, Outcome] = attrs.field(factory=dict)
+
+    def said(self) -> str:
+        """The outcome as the log says it: `applied`, or for a batch each outcome with how
+        many writes had it and which (`applied for 2 (thread 'a', thread 'b'); not applied
+        for 1 (thread 'c')`)."""
+        if not self.parts:
+            return self.outcome.value
+        by_outcome: dict[Outcome, list[str]] = {}
+        for part, outcome in self.parts.items():
+            by_outcome.setdefault(outcome, []).append(part)
+        return "; ".join(
+            f"{outcome.value} for {len(parts)} ({_listed(parts)})"
+            for outcome in Outcome
+            if (parts := by_outcome.get(outcome))
+        )
+
+
+_NAMED_IN_LOG = 10  # the writes of a batch a log line names for each outcome, at most
+
+
+def _listed(parts: Sequence[str]) -> str:
+    shown = ", ".join(parts[:_NAMED_IN_LOG])
+    more = len(parts) - _NAMED_IN_LOG
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 class UserCodeFailed(Exception):
@@ -494,7 +522,7 @@ class PostgresConnection:
             "PostgreSQL store: the %s whose answer was lost (%s) was %s",
             operation,
             type(error).__name__,
-            settled.outcome.value,
+            settled.said(),
         )
         return settled
 
@@ -523,7 +551,7 @@ class PostgresConnection:
             logger.warning(
                 "PostgreSQL store: the %s whose call ended without an answer was %s",
                 earlier.operation,
-                settled.outcome.value,
+                settled.said(),
             )
 
     async def _reconnect(self) -> None:

@@ -498,11 +498,15 @@ class _SetBatch:
         current = {(row[0], row[1]): row[2:] for row in rows}
         landed = {w.entry(): _landed(current.get(w.entry()), w.write_id) for w in self.sets}
         # One statement, and every row of it lands: if one entry remembers it, it landed.
-        if any(found is not None for found in landed.values()):
-            return Settled(Outcome.APPLIED, landed)
         # Last write wins: as for one set (`_Set.settle`), sending them again is writing
         # them later.
-        return Settled(Outcome.NOT_APPLIED)
+        outcome = (
+            Outcome.APPLIED
+            if any(found is not None for found in landed.values())
+            else Outcome.NOT_APPLIED
+        )
+        parts = {f"entry {w.key!r} in {w.namespace!r}": outcome for w in self.sets}
+        return Settled(outcome, landed if outcome is Outcome.APPLIED else None, parts)
 
 
 @attrs.frozen
