@@ -731,6 +731,60 @@ class ToolResultTooDeep(ValueTooDeep):
         )
 
 
+class InvalidName(StateError, ValueError):
+    """An id or name no store can keep, refused where it is given.
+
+    Every id and name ends up as text in a database (thread ids, run and agent names, team
+    ids, topics, commit sources, key and plugin names, profile namespaces and keys), and
+    two kinds of text cannot get there: a lone surrogate (UTF-8 cannot encode it) and a NUL
+    character (PostgreSQL's text refuses it). The kernel and the bundled stores check every
+    name their public calls take (`statekernel.lowlevel.check_name`), before anything is
+    stored, so that no save fails later on a name given long before; a team also refuses
+    an empty agent id or topic, and an agent id holding `/`. The message names the name,
+    where in it the fault is, and what to give instead.
+
+    Also a `ValueError`.
+
+    Attributes:
+
+    - `label`: what the name is (`"thread_id"`, `"agent name"`, ...).
+    - `name`: the name given.
+    - `index`: where in it the character no store can keep is, or None.
+    """
+
+    def __init__(
+        self, label: str, name: str, problem: str, fix: str, *, index: int | None = None
+    ) -> None:
+        self.label = label
+        self.name = name
+        self.index = index
+        shown = f"{_preview(name)} " if name else ""
+        super().__init__(f"{label} {shown}{problem}. {fix}")
+
+
+class NameNotAString(StateError, TypeError):
+    """An id or name given as something other than a string.
+
+    Raised where it is given, by the same checks as `InvalidName`
+    (`statekernel.lowlevel.check_name`), before anything is stored.
+
+    Also a `TypeError`.
+
+    Attributes:
+
+    - `label`: what the name is (`"thread_id"`, `"agent name"`, ...).
+    - `name`: the object given.
+    """
+
+    def __init__(self, label: str, name: object) -> None:
+        self.label = label
+        self.name = name
+        super().__init__(
+            f"{label} must be a string, got {type(name).__name__} {_preview(name)}. Pass "
+            f"the {label} as a str."
+        )
+
+
 class ModelCallFailed(StateError):
     """A model API refused a request, or kept failing after every retry.
 

@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ from statekernel import (
     OutcomeUnknown,
     StoreError,
 )
+from statekernel.lowlevel import Entry, JournalEntry, ThreadSave
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
 from statekernel.testing.postgres import (
     HOW_TO_INSTALL,
@@ -233,6 +235,134 @@ async def test_writers_through_a_crash_and_a_stopped_server(
             assert (await agent.kernel.verify(f"t{n}")).ok
 
 
+async def test_a_commit_caught_half_way_by_a_crash_is_asked_about_only_after_the_server_is_gone(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash can catch a commit half-way: its record written, its answer never sent, and
+    the transaction not yet visible to the server's other sessions, which still answer for
+    a moment. Recovery then commits it. Asked on one of those sessions, the update would be
+    "not applied" and run again, landing twice; the store asks on a connection opened after
+    the answer was lost, which only the restarted server answers, so it lands once.
+
+    Held there deterministically: a synchronous standby that never comes keeps the commit
+    waiting after its record is written, and the postmaster is paused (SIGSTOP) so that the
+    killed process's siblings outlive it, as long as the test likes."""
+    import asyncpg
+
+    caplog.set_level(logging.INFO, logger="statekernel")
+    dsn = await fresh_database(server)
+    database = dsn.rsplit("/", 1)[1]
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+
+    def count(entry: Entry | None) -> int:
+        return (entry.value if entry else 0) + 1
+
+    admin = await asyncpg.connect(server.dsn)
+    try:
+        async with PostgresProfileStore(dsn, retry_for=60, call_timeout=90) as store:
+            # Two pooled connections: one of them idle while the other's commit hangs.
+            await asyncio.gather(store.update("ns", "c", count), store.update("ns", "d", count))
+            acknowledged = 1
+            await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+            await admin.execute("SELECT pg_reload_conf()")
+            while True:  # (until the setting reaches the server's processes)
+                update = asyncio.create_task(store.update("ns", "c", count))
+                held = None
+                while held is None and not update.done():
+                    await asyncio.sleep(0.05)
+                    held = await admin.fetchval(
+                        "SELECT pid FROM pg_stat_activity "
+                        "WHERE datname = $1 AND wait_event = 'SyncRep'",
+                        database,
+                    )
+                if held is not None:
+                    break
+                await update
+                acknowledged += 1
+            os.kill(postmaster, signal.SIGSTOP)
+            try:
+                os.kill(held, signal.SIGKILL)  # the answer is lost; the commit is in the WAL
+                await asyncio.sleep(1)  # the store asks what became of the update
+                await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                await admin.execute("SELECT pg_reload_conf()")  # (read when it goes on)
+            finally:
+                os.kill(postmaster, signal.SIGCONT)  # it sees the killed process: a crash
+            entry = await update
+            acknowledged += 1
+            assert entry.value == acknowledged, caplog.text
+            stored = await store.get("ns", "c")
+            assert stored is not None and stored.value == acknowledged, caplog.text
+    finally:
+        admin.terminate()
+    # What the log says became of it is what happened, and names what broke the connection.
+    lost = [r.getMessage() for r in caplog.records if "whose answer was lost" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].endswith("(ConnectionDoesNotExistError) was applied"), lost
+
+
+async def test_an_update_sent_again_after_a_wrong_not_applied_lands_once(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behind a transaction pooler no server process is a connection's own, so none can be
+    ended after a lost answer, and a commit still in doubt (its record written, not yet
+    visible) is asked about too early: "not applied". The update sent again waits for the
+    row's lock, which the earlier try holds until it commits, and then finds its own write
+    id there: it lands once.
+
+    Held there deterministically: a synchronous standby that never comes keeps the first
+    try's commit waiting, the network to it is cut, and the standby is given up once the
+    update sent again waits for the lock."""
+    import asyncpg
+
+    caplog.set_level(logging.INFO, logger="statekernel")
+    dsn = await fresh_database(server)
+    database = dsn.rsplit("/", 1)[1]
+
+    def count(entry: Entry | None) -> int:
+        return (entry.value if entry else 0) + 1
+
+    async def waiting(event: str) -> int | None:
+        found = await admin.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event = $2",
+            database,
+            event,
+        )
+        return None if found is None else int(found)
+
+    admin = await asyncpg.connect(server.dsn)
+    async with tcp_proxy(server.port) as proxy:
+        through = dsn.replace(f":{server.port}/", f":{proxy.port}/")
+        store = PostgresProfileStore(through, statement_cache_size=0, call_timeout=60)
+        try:
+            async with store:
+                await store.update("ns", "c", count)
+                acknowledged = 1
+                await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+                await admin.execute("SELECT pg_reload_conf()")
+                while True:  # (until the setting reaches the server's processes)
+                    update = asyncio.create_task(store.update("ns", "c", count))
+                    while not update.done() and await waiting("SyncRep") is None:
+                        await asyncio.sleep(0.05)
+                    if not update.done():
+                        break
+                    await update
+                    acknowledged += 1
+                proxy.cut()  # the answer is lost; the commit waits, in doubt
+                while await waiting("transactionid") is None:  # sent again, at the lock
+                    await asyncio.sleep(0.05)
+                await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                await admin.execute("SELECT pg_reload_conf()")  # the first try commits
+                entry = await update
+                acknowledged += 1
+                assert entry.value == acknowledged, caplog.text
+                stored = await store.get("ns", "c")
+                assert stored is not None and stored.value == acknowledged
+        finally:
+            await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            await admin.execute("SELECT pg_reload_conf()")
+            await admin.close()
+    assert "found that an earlier try of it, its answer lost, had landed" in caplog.text
+
+
 async def test_a_read_only_server_is_readable_and_refuses_writes_by_name(
     server: PostgresServer,
 ) -> None:
@@ -396,6 +526,97 @@ async def test_a_write_blocked_by_another_sessions_lock_ends_and_never_lands_lat
         again = await store.get("ns", "k")
         assert again is not None and (again.value, again.version) == (1, first.version)
     assert any(r.getMessage().endswith("was not applied") for r in caplog.records)
+
+
+@pytest.mark.parametrize("lock", ["released", "held"])
+async def test_a_batch_of_sets_left_without_an_answer_is_settled_entry_by_entry_in_the_log(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture, lock: str
+) -> None:
+    """Sets that left together (group commit) wait on another session's lock past their
+    deadline. The store's next call asks what became of them and the log names every
+    entry with its outcome: applied when the lock went while they still waited at the
+    server, not applied when the store ended them first."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    # One connection: "a" leaves alone, and "b" and "c", waiting meanwhile, leave together.
+    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1, pool_size=1) as store:
+        await store.set("ns", "b", 0)
+        other = await asyncpg.connect(dsn)
+        try:
+            locking = other.transaction()
+            await locking.start()
+            await other.execute(
+                "SELECT * FROM statekernel_profile_entries WHERE key = 'b' FOR UPDATE"
+            )
+            outcomes = await asyncio.gather(
+                *(store.set("ns", key, 1) for key in ("a", "b", "c")), return_exceptions=True
+            )
+            assert isinstance(outcomes[0], Entry)
+            assert all("outcome unknown" in str(outcome) for outcome in outcomes[1:]), outcomes
+            if lock == "released":
+                await locking.commit()  # the batch, still at the server, lands
+                query = "SELECT count(*) FROM statekernel_profile_entries WHERE key = 'c'"
+                while not await other.fetchval(query):
+                    await asyncio.sleep(0.05)
+            with caplog.at_level(logging.WARNING, logger="statekernel"):
+                await store.get("ns", "a")  # asks what became of the batch
+        finally:
+            await other.close()
+        entry = await store.get("ns", "c")
+    outcome = "applied" if lock == "released" else "not applied"
+    assert (entry is not None) is (lock == "released")
+    said = [r.getMessage() for r in caplog.records if "set of 2 entries" in r.getMessage()]
+    assert said == [
+        f"PostgreSQL store: the set of 2 entries whose call ended without an answer was "
+        f"{outcome} for 2 (entry 'b' in 'ns', entry 'c' in 'ns')"
+    ]
+
+
+async def test_a_batch_of_saves_left_without_an_answer_is_settled_thread_by_thread_in_the_log(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One statement saves a batch of threads, and moves only the heads still where their
+    saves expect them. Here one thread's head is locked and then moved by another session
+    while the batch waits past its deadline: the batch lands for the other thread only,
+    and the store's next call says so in the log, thread by thread."""
+    import asyncpg
+
+    def one_record(revision: int) -> ThreadSave:
+        return ThreadSave(revision=revision, records=(JournalEntry(revision, b"r%d" % revision),))
+
+    dsn = await fresh_database(server)
+    async with PostgresThreadStore(dsn, call_timeout=2, retry_for=1, pool_size=1) as store:
+        for thread in ("t0", "t1", "t2"):
+            await store.save(thread, one_record(1), expected_position=0)
+        other = await asyncpg.connect(dsn)
+        try:
+            moving = other.transaction()
+            await moving.start()
+            await other.execute(
+                "UPDATE statekernel_thread_heads SET position = position + 1 WHERE thread_id = 't1'"
+            )
+            # One connection: "t0" leaves alone, and "t1" and "t2", waiting meanwhile,
+            # leave together, to wait on t1's head.
+            outcomes = await asyncio.gather(
+                *(store.save(t, one_record(2), expected_position=1) for t in ("t0", "t1", "t2")),
+                return_exceptions=True,
+            )
+            assert outcomes[0] is None
+            assert all("outcome unknown" in str(outcome) for outcome in outcomes[1:]), outcomes
+            await moving.commit()  # t1's head moved on: the batch moves t2's only
+            query = "SELECT position FROM statekernel_thread_heads WHERE thread_id = 't2'"
+            while await other.fetchval(query) != 2:
+                await asyncio.sleep(0.05)
+        finally:
+            await other.close()
+        with caplog.at_level(logging.WARNING, logger="statekernel"):
+            assert await store.threads() == ["t0", "t1", "t2"]  # asks what became of it
+    said = [r.getMessage() for r in caplog.records if "save of 2 threads" in r.getMessage()]
+    assert said == [
+        "PostgreSQL store: the save of 2 threads whose call ended without an answer was "
+        "applied for 1 (thread 't2'); not applied for 1 (thread 't1')"
+    ]
 
 
 async def test_calls_queued_behind_a_blocked_write_end_by_their_own_deadline(

@@ -16,9 +16,12 @@ from hypothesis import strategies as st
 
 from statekernel import (
     DecodeFailed,
+    InvalidName,
+    NameNotAString,
     ProfileAccess,
     ProfileKey,
     ProfileStore,
+    StateError,
     StateScope,
     StateValidationError,
     StoreError,
@@ -132,6 +135,38 @@ async def test_a_name_no_store_can_keep_is_refused_alike_by_every_store(
             await profile_store.get(namespace, key)
     with pytest.raises(TypeError, match="must be a string"):
         await profile_store.get("ns", 123)  # type: ignore[arg-type]
+    assert await profile_store.list("ns") == []
+
+
+async def test_a_refused_name_is_a_state_error_saying_what_where_and_how_to_fix(
+    profile_store: ProfileStore,
+) -> None:
+    """Like every error the kernel means to tell, and still the ValueError or TypeError
+    that Python's own argument errors are, for code that catches those."""
+    with pytest.raises(InvalidName) as surrogate:
+        await profile_store.set("ns", "ab\ud800", 1)
+    assert isinstance(surrogate.value, StateError) and isinstance(surrogate.value, ValueError)
+    assert (surrogate.value.label, surrogate.value.name) == ("profile store key", "ab\ud800")
+    assert surrogate.value.index == 2
+    assert str(surrogate.value) == (
+        "profile store key 'ab\\ud800' is not valid Unicode text: it holds a lone surrogate "
+        "at index 2, which no store can keep. Use text that encodes as UTF-8."
+    )
+    with pytest.raises(InvalidName) as nul:
+        await profile_store.get("n\x00s", "k")
+    assert (nul.value.label, nul.value.index) == ("profile store namespace", 1)
+    assert str(nul.value) == (
+        "profile store namespace 'n\\x00s' holds a NUL character at index 1, which not every "
+        "store can keep. Leave it out of names."
+    )
+    with pytest.raises(NameNotAString) as not_text:
+        await profile_store.get(b"ns", "k")  # type: ignore[arg-type]
+    assert isinstance(not_text.value, StateError) and isinstance(not_text.value, TypeError)
+    assert (not_text.value.label, not_text.value.name) == ("profile store namespace", b"ns")
+    assert str(not_text.value) == (
+        "profile store namespace must be a string, got bytes b'ns'. Pass the profile store "
+        "namespace as a str."
+    )
     assert await profile_store.list("ns") == []
 
 

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
-from .._errors import StateError, UnknownAgent
+from .._errors import InvalidName, StateError, UnknownAgent
 from .._values.names import check_name
 from .roster import AgentRecord
 
@@ -25,7 +25,9 @@ def checked_text(label: str, value: object, *, empty: bool = False) -> str:
     surrogate, no NUL), and not empty unless `empty`."""
     text = check_name(label, value)
     if not text and not empty:
-        raise ValueError(f"{label} must not be empty")
+        raise InvalidName(
+            label, text, "must not be empty", f"Give a {label} of one character or more."
+        )
     return text
 
 
@@ -33,7 +35,13 @@ def checked_agent_id(agent_id: object) -> str:
     """An agent id: non-empty text without `/` (it names the agent's thread, `<team>/<id>`)."""
     text = checked_text("agent id", agent_id)
     if "/" in text:
-        raise ValueError(f"agent id {text!r} holds '/', which separates a thread id's parts")
+        raise InvalidName(
+            "agent id",
+            text,
+            "holds '/', which separates a thread id's parts",
+            "Leave '/' out of agent ids.",
+            index=text.index("/"),
+        )
     return text
 
 

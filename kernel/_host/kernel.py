@@ -198,8 +198,9 @@ class Kernel:
         Raises `StateError` if the thread already has a live run in this kernel or a
         suspended run. Raises `ValueError` for an empty `thread_id` or a filter that names
         an unknown plugin. Every id and name is checked as a thread id is (`check_name`):
-        one that is not a string raises `TypeError`, and one no store can keep (a lone
-        surrogate, a NUL character) `ValueError`, before anything is claimed or stored.
+        one that is not a string raises `NameNotAString` (a `TypeError`), and one no store
+        can keep (a lone surrogate, a NUL character) `InvalidName` (a `ValueError`), before
+        anything is claimed or stored.
         """
         check_name("agent", agent)
         for label, name in (

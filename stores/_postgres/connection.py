@@ -18,10 +18,12 @@ have passed when it is one of:
   retried, and a write asks the database what became of it (`Write.settle`): every write
   stores a random write id beside what it writes (a thread head and a profile entry keep the
   ids of their last `WRITE_IDS_KEPT` writes), so the write's own id says it landed. It is
-  re-sent only when it certainly did not land, and then under the same compare-and-set,
-  which cannot pass twice. When the database cannot say (more than `WRITE_IDS_KEPT` other
-  writes to the same entry in between, or the server still unreachable), the write fails
-  with a `StoreError` saying its outcome is unknown.
+  asked on a connection opened after the answer was lost (`_reconnect`), after ending the
+  server process that may still hold the write (`Backend`). It is re-sent only when it
+  certainly did not land, and then under the same compare-and-set, which cannot pass
+  twice. When the database cannot say (more than `WRITE_IDS_KEPT` other writes to the same
+  entry in between, or the server still unreachable), the write fails with a `StoreError`
+  saying its outcome is unknown.
 
 When the time is up, a write that certainly did not land fails with a `StoreError` saying
 "not applied", so that the caller may safely write it again.
@@ -134,10 +136,38 @@ class Outcome(enum.Enum):
 
 @attrs.frozen
 class Settled(Generic[T]):
-    """A settled write: its outcome, and when it was applied, its result."""
+    """A settled write: its outcome, and when it was applied, its result. A batch of
+    writes (group commit) also says what became of each of them in `parts`, by what each
+    wrote (`"thread 't'"`), in batch order: one statement can move some threads' heads and
+    not others', and the log names which."""
 
     outcome: Outcome
     result: T | None = None
+    parts: Mapping[str, Outcome] = attrs.field(factory=dict)
+
+    def said(self) -> str:
+        """The outcome as the log says it: `applied`, or for a batch each outcome with how
+        many writes had it and which (`applied for 2 (thread 'a', thread 'b'); not applied
+        for 1 (thread 'c')`)."""
+        if not self.parts:
+            return self.outcome.value
+        by_outcome: dict[Outcome, list[str]] = {}
+        for part, outcome in self.parts.items():
+            by_outcome.setdefault(outcome, []).append(part)
+        return "; ".join(
+            f"{outcome.value} for {len(parts)} ({_listed(parts)})"
+            for outcome in Outcome
+            if (parts := by_outcome.get(outcome))
+        )
+
+
+_NAMED_IN_LOG = 10  # the writes of a batch a log line names for each outcome, at most
+
+
+def _listed(parts: Sequence[str]) -> str:
+    shown = ", ".join(parts[:_NAMED_IN_LOG])
+    more = len(parts) - _NAMED_IN_LOG
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 class UserCodeFailed(Exception):
@@ -473,6 +503,7 @@ class PostgresConnection:
         the next call asks again)."""
         operation, key = attempt.operation, attempt.key
         unsettled = _Unsettled(operation, key, attempt.write, attempt.backend)
+        await self._reconnect()
         try:
             settled = await self._read(
                 f"{operation} (checking a lost answer)", key, unsettled.settle, clock.settling()
@@ -491,13 +522,15 @@ class PostgresConnection:
             "PostgreSQL store: the %s whose answer was lost (%s) was %s",
             operation,
             type(error).__name__,
-            settled.outcome.value,
+            settled.said(),
         )
         return settled
 
     async def _settle_earlier(self, clock: Clock) -> None:
         """Ask what became of writes whose calls ended without an answer (a deadline, a
         cancellation), by their write ids, and say it in the log: never assumed."""
+        if self._unsettled:
+            await self._reconnect()
         while self._unsettled:
             earlier = self._unsettled.pop(0)  # (another call asks about the next one)
             try:
@@ -518,8 +551,18 @@ class PostgresConnection:
             logger.warning(
                 "PostgreSQL store: the %s whose call ended without an answer was %s",
                 earlier.operation,
-                settled.outcome.value,
+                settled.said(),
             )
+
+    async def _reconnect(self) -> None:
+        """Before asking what became of a write whose answer was lost: every later trip goes
+        on a connection opened from now on. A crash can catch a commit half-way (its record
+        written, the transaction not yet visible) while the server's other sessions still
+        answer for a moment, and asked there the write would read as not applied; recovery
+        then commits it. A new connection is only answered by a server that is not going
+        down, and after a crash only once recovery has decided every commit."""
+        if self._pool is not None and self._loop is asyncio.get_running_loop():
+            await self._pool.expire_connections()
 
     async def _on_connection(
         self, work: Callable[[Any], Awaitable[T]], attempt: _Attempt[Any] | None = None
@@ -536,6 +579,9 @@ class PostgresConnection:
             if _transient(error):
                 self._outage.failed(error, self._retry_for)
             raise
+        # Asked now: once the connection breaks, asyncpg's pool detaches it, and asking
+        # then raises (an InterfaceError in place of the error that broke it).
+        pid = conn.get_server_pid()
         try:
             if attempt is not None:
                 attempt.sent = True
@@ -543,10 +589,11 @@ class PostgresConnection:
             return await work(conn)
         except BaseException as error:
             if attempt is not None and not self._pooled:
-                attempt.backend = self._backends.get(conn.get_server_pid())
+                attempt.backend = self._backends.get(pid)
             if isinstance(error, asyncio.CancelledError):
-                self._backends.pop(conn.get_server_pid(), None)
-                conn.terminate()
+                self._backends.pop(pid, None)
+                with contextlib.suppress(driver().InterfaceError):  # (closed already)
+                    conn.terminate()
             raise
         finally:
             await pool.release(conn)

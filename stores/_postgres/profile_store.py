@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -53,6 +54,8 @@ from .dsn import as_uri, redacted
 from .group_commit import GroupCommit
 
 __all__ = ["PostgresProfileStore"]
+
+logger = logging.getLogger("statekernel")
 
 _LARGEST_BATCH = 500  # operations in one statement
 _IN_FLIGHT = 2  # batches of one kind at a time (see group_commit)
@@ -99,7 +102,12 @@ _GET = (
     "SELECT value, version, updated_at FROM statekernel_profile_entries "
     "WHERE namespace = $1 AND key = $2"
 )
-_LOCK = _GET + " FOR UPDATE"
+# An update's read, locked: with the ids of the entry's last writes, so that an update sent
+# again finds an earlier try of its own that landed (see `_Update.run`).
+_LOCK = (
+    "SELECT value, version, updated_at, write_ids FROM statekernel_profile_entries "
+    "WHERE namespace = $1 AND key = $2 FOR UPDATE"
+)
 # Many entries in one statement ($1 namespaces, $2 keys; `_SET_MANY` $3 values, $4 write
 # ids): the group-committed forms of _GET and of _SET (last write wins, so every row lands).
 _GET_MANY = (
@@ -490,11 +498,15 @@ class _SetBatch:
         current = {(row[0], row[1]): row[2:] for row in rows}
         landed = {w.entry(): _landed(current.get(w.entry()), w.write_id) for w in self.sets}
         # One statement, and every row of it lands: if one entry remembers it, it landed.
-        if any(found is not None for found in landed.values()):
-            return Settled(Outcome.APPLIED, landed)
         # Last write wins: as for one set (`_Set.settle`), sending them again is writing
         # them later.
-        return Settled(Outcome.NOT_APPLIED)
+        outcome = (
+            Outcome.APPLIED
+            if any(found is not None for found in landed.values())
+            else Outcome.NOT_APPLIED
+        )
+        parts = {f"entry {w.key!r} in {w.namespace!r}": outcome for w in self.sets}
+        return Settled(outcome, landed if outcome is Outcome.APPLIED else None, parts)
 
 
 @attrs.frozen
@@ -513,6 +525,17 @@ class _Update:
             self.read_version.clear()  # (a try that fails before its read wrote nothing)
             async with conn.transaction():
                 row = await conn.fetchrow(_LOCK, namespace, key)
+                landed = None if row is None else _landed((row[1], row[2], row[3]), self.write_id)
+                if landed is not None and self.written:
+                    # An earlier try landed though it was settled as not applied (asked
+                    # while it was still in doubt, with no server process known to end):
+                    # under the row's lock, which that try held, its id is the truth.
+                    logger.info(
+                        "PostgreSQL store: the update of entry %r found that an earlier try "
+                        "of it, its answer lost, had landed; it is not applied again",
+                        key,
+                    )
+                    return Entry(namespace, key, self.written[0], *landed)
                 old = None
                 if row is not None:
                     value = decode_value(namespace, key, row[0])

@@ -619,14 +619,17 @@ class _SaveBatch:
         rows = await conn.fetch(_HEADS, [save.thread_id for save in self.saves])
         heads = {row[0]: (row[1], row[2]) for row in rows}
         outcomes = {save.thread_id: save.outcome(heads.get(save.thread_id)) for save in self.saves}
+        # For the log, each save's own: one another save took the place of did not land.
+        parts = {f"thread {t!r}": o or Outcome.NOT_APPLIED for t, o in outcomes.items()}
         # One statement: it landed for every thread it moved, or for none. A head still at
         # its save's position would have moved had it landed, so then none did.
         if Outcome.APPLIED in outcomes.values():
             kept = (Outcome.APPLIED, Outcome.UNKNOWN)
-            return Settled(Outcome.APPLIED, {t: o for t, o in outcomes.items() if o in kept})
+            landed = {t: o for t, o in outcomes.items() if o in kept}
+            return Settled(Outcome.APPLIED, landed, parts)
         if Outcome.NOT_APPLIED in outcomes.values() or Outcome.UNKNOWN not in outcomes.values():
-            return Settled(Outcome.NOT_APPLIED)
-        return Settled(Outcome.UNKNOWN)
+            return Settled(Outcome.NOT_APPLIED, None, dict.fromkeys(parts, Outcome.NOT_APPLIED))
+        return Settled(Outcome.UNKNOWN, None, parts)
 
 
 @attrs.frozen
