@@ -304,9 +304,9 @@ class TestPostgres:
     ) -> None:
         async with PostgresProfileStore(postgres_dsn) as store:
             await store.set("inbox", "kept", 1)
-        for statement in (  # as version 1 made it: no watched table, no trigger
-            "DROP TRIGGER statekernel_profile_notify ON statekernel_profile_entries",
-            "DROP FUNCTION statekernel_profile_notify()",
+        for statement in (  # as version 1 made it: no watched table, no functions
+            "DROP FUNCTION statekernel_profile_watch(text)",
+            "DROP FUNCTION statekernel_profile_notify() CASCADE",
             "DROP TABLE statekernel_profile_watched",
             "UPDATE statekernel_schema SET version = 1 WHERE component = 'profile_store'",
         ):

@@ -1,19 +1,21 @@
 """The PostgreSQL profile store's change feeds: one connection of its own, outside the pool,
 that `LISTEN`s for the notices a trigger sends when entries of a watched namespace change.
 
-How a write is told. A trigger on `statekernel_profile_entries` (`WATCH_STATEMENTS`: after
-every inserted, updated or deleted row) looks the row's namespace up in
-`statekernel_profile_watched`, and when it is there calls `pg_notify(channel, key)`. So the
-notice is part of the write's own transaction: the server delivers it only when that
-transaction commits, after its changes are visible, and a watcher woken by it always finds
-the write. Every writer's writes notify, whatever path they took (a group-commit batch, a
-compare-and-set, an `update`, a delete, a `clear`, another program's SQL), and writes of
-namespaces nobody watches cost one index lookup and send nothing.
+How a write is told. Entering a feed of a namespace the first time (in the database's life:
+it stays watched) registers it (`statekernel_profile_watch`): a row in
+`statekernel_profile_watched` naming its channel, and two triggers on
+`statekernel_profile_entries`, after each inserted or updated row and after each deleted
+row, with the condition `namespace = '<that namespace>'`, that call `pg_notify(channel,
+key)`. So the notice is part of the write's own transaction: the server delivers it only
+when that transaction commits, after its changes are visible, and a watcher woken by it
+always finds the write. Every writer's writes notify, whatever path they took (a
+group-commit batch, a compare-and-set, an `update`, a delete, a `clear`, another program's
+SQL). A write to a namespace nobody watches costs the triggers' conditions, a comparison
+each, and calls nothing; a database where nobody ever entered a feed has no trigger at all.
 
-Entering a feed registers its namespace in the watched table (once per database: it stays)
-and `LISTEN`s on its channel. The first registration takes a brief `SHARE` lock on the
-entries table in the same transaction, so that no write whose trigger looked before the
-namespace was watched can commit after the feed was entered. The channel,
+Creating the triggers takes the entries table's `SHARE ROW EXCLUSIVE` lock, which waits
+for the writes in flight and holds new ones back until the registration commits: no write
+that commits after the feed was entered can have missed its trigger. The channel,
 `statekernel_` and 40 hex digits of a hash of the table's schema, name and the namespace,
 keeps two applications' tables in one database (two schemas) apart, and one namespace's
 watchers asleep while another's are written.
@@ -55,42 +57,57 @@ WATCH_STATEMENTS = (
         channel   TEXT NOT NULL
     )
     """,
-    # VOLATILE (the default): the lookup takes a fresh snapshot, so a namespace registered
-    # after the writing statement began is seen.
+    # The triggers' function: the channel is the trigger's argument, so it looks nothing up.
     """
     CREATE FUNCTION statekernel_profile_notify() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
-        changed RECORD;
-        target TEXT;
+        changed TEXT;
     BEGIN
-        IF TG_OP = 'DELETE' THEN changed := OLD; ELSE changed := NEW; END IF;
-        SELECT w.channel INTO target FROM statekernel_profile_watched AS w
-            WHERE w.namespace = changed.namespace;
-        IF FOUND THEN
-            PERFORM pg_notify(target, CASE WHEN octet_length(changed.key) < 7990
-                                           THEN 'k' || changed.key ELSE '*' END);
-        END IF;
+        IF TG_OP = 'DELETE' THEN changed := OLD.key; ELSE changed := NEW.key; END IF;
+        PERFORM pg_notify(TG_ARGV[0], CASE WHEN octet_length(changed) < 7990
+                                           THEN 'k' || changed ELSE '*' END);
         RETURN NULL;
     END
     $$
     """,
+    # Watch a namespace (idempotent): its channel. The namespace reaches the triggers'
+    # DDL only through format()'s %L, as a quoted literal.
     """
-    CREATE TRIGGER statekernel_profile_notify
-        AFTER INSERT OR UPDATE OR DELETE ON statekernel_profile_entries
-        FOR EACH ROW EXECUTE FUNCTION statekernel_profile_notify()
+    CREATE FUNCTION statekernel_profile_watch(watched TEXT) RETURNS TEXT
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        target TEXT;
+    BEGIN
+        SELECT w.channel INTO target FROM statekernel_profile_watched AS w
+            WHERE w.namespace = watched;
+        IF FOUND THEN RETURN target; END IF;
+        LOCK TABLE statekernel_profile_entries IN SHARE ROW EXCLUSIVE MODE;
+        SELECT w.channel INTO target FROM statekernel_profile_watched AS w
+            WHERE w.namespace = watched;
+        IF FOUND THEN RETURN target; END IF;  -- (registered while this one waited)
+        SELECT 'statekernel_' || left(encode(sha256(convert_to(
+                   n.nspname || '.' || c.relname || '/' || watched, 'UTF8')), 'hex'), 40)
+            INTO target
+            FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+            WHERE c.oid = 'statekernel_profile_entries'::regclass;
+        INSERT INTO statekernel_profile_watched (namespace, channel) VALUES (watched, target);
+        EXECUTE format(
+            'CREATE TRIGGER %I AFTER INSERT OR UPDATE ON statekernel_profile_entries '
+            'FOR EACH ROW WHEN (NEW.namespace = %L) '
+            'EXECUTE FUNCTION statekernel_profile_notify(%L)', target, watched, target);
+        EXECUTE format(
+            'CREATE TRIGGER %I AFTER DELETE ON statekernel_profile_entries '
+            'FOR EACH ROW WHEN (OLD.namespace = %L) '
+            'EXECUTE FUNCTION statekernel_profile_notify(%L)', target || '_deleted', watched,
+            target);
+        RETURN target;
+    END
+    $$
     """,
 )
 
 _CHANNEL = "SELECT channel FROM statekernel_profile_watched WHERE namespace = $1"
-_REGISTER = """
-INSERT INTO statekernel_profile_watched (namespace, channel)
-SELECT $1::text, 'statekernel_' || left(encode(sha256(convert_to(
-    n.nspname || '.' || c.relname || '/' || $1::text, 'UTF8')), 'hex'), 40)
-FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-WHERE c.oid = 'statekernel_profile_entries'::regclass
-ON CONFLICT (namespace) DO NOTHING
-"""
-_HOLD_WRITERS = "LOCK TABLE statekernel_profile_entries IN SHARE MODE"
+_WATCH = "SELECT statekernel_profile_watch($1)"
 _SCHEMA_VERSION = "SELECT version FROM statekernel_schema WHERE component = 'profile_store'"
 
 _KEEPALIVE = (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
@@ -252,8 +269,7 @@ class Listener:
         """LISTEN on `namespace`'s channel, registering it first when it is not watched."""
         channel = await conn.fetchval(_CHANNEL, namespace)
         if channel is None:
-            await self._register(conn, namespace)
-            channel = await conn.fetchval(_CHANNEL, namespace)
+            channel = await self._register(conn, namespace)
         try:
             await conn.add_listener(channel, self._notified)
         except driver().PostgresError as error:
@@ -270,18 +286,13 @@ class Listener:
             ) from error
         self._channels[channel] = namespace
 
-    async def _register(self, conn: Any, namespace: str) -> None:
-        """Watch `namespace` from now on. Under a SHARE lock on the entries table, taken
-        before the namespace is watched and released when it is: writes in flight finish
-        first, and every later one sees the namespace watched, so none that commits after
-        the feed was entered goes untold."""
+    async def _register(self, conn: Any, namespace: str) -> str:
+        """Watch `namespace` from now on (see the module's docstring); its channel."""
         why = "the store was opened with read_only=True"
         if not self._db.read_only:
             try:
                 async with conn.transaction():
-                    await conn.execute(_HOLD_WRITERS)
-                    await conn.execute(_REGISTER, namespace)
-                return
+                    return str(await conn.fetchval(_WATCH, namespace))
             except driver().PostgresError as error:
                 if getattr(error, "sqlstate", None) != READ_ONLY_SERVER:
                     raise
@@ -289,9 +300,9 @@ class Listener:
         raise StoreError(
             "change feed",
             PermissionError(
-                f"nobody watches this namespace yet, and registering it is a write, but "
-                f"{why}: enter a feed of it once through a store that writes to the primary "
-                f"(it stays watched), or give listen_dsn= the primary's DSN"
+                f"nobody watches this namespace yet, and watching it is a write, but {why}: "
+                f"enter a feed of it once through a store that writes to the primary (it "
+                f"stays watched), or give listen_dsn= the primary's DSN"
             ),
             key=namespace,
         )

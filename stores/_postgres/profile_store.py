@@ -81,7 +81,8 @@ _SCHEMA = Schema(
         """,
         *WATCH_STATEMENTS,
     ),
-    # Version 2 tells change feeds of writes: the watched namespaces and the trigger.
+    # Version 2 tells change feeds of writes: the watched namespaces, and the functions
+    # that watch one (with triggers of its own) and send its notices.
     migrations={1: WATCH_STATEMENTS},
     readable_from=1,  # version 1 lacks only the notices, which only change feeds need
 )
