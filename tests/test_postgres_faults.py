@@ -509,3 +509,29 @@ async def test_a_change_feed_on_a_read_only_server_listens_to_what_was_watched_b
             finally:
                 await writer.close()
             assert await asyncio.wait_for(feed.next(), 30) == {"k"}
+
+
+async def test_a_change_feed_waits_out_a_stopped_server_and_never_holds_up_a_close(
+    server: PostgresServer,
+) -> None:
+    """While the server is away, a waiting `next()` keeps trying to listen again; closing
+    the store meanwhile waits for no more than one try (`call_timeout`)."""
+    dsn = await fresh_database(server)
+    async with (
+        PostgresProfileStore(dsn, call_timeout=2) as store,
+        PostgresProfileStore(dsn) as writer,
+        store.changes("inbox") as feed,
+    ):
+        waiting = asyncio.ensure_future(asyncio.wait_for(feed.next(), 120))
+        await asyncio.to_thread(server.stop)
+        try:
+            await asyncio.sleep(1)  # (it tries, and tries again)
+            assert not waiting.done()
+            start = time.monotonic()
+            await store.close()
+            assert time.monotonic() - start <= 2 + 1
+        finally:
+            await asyncio.to_thread(server.start)
+        assert await waiting is None
+        await writer.set("inbox", "k", 1)
+        assert await asyncio.wait_for(feed.next(), 30) == {"k"}

@@ -174,18 +174,21 @@ class Listener:
     async def running(self) -> None:
         """Connect again, for as long as the caller waits, when the connection was lost or
         the store closed; the feeds are then told "unknown"."""
-        if self._conn is not None or not self._feeds:
-            return
-        async with self._locked():
-            pause = 0.05
-            while self._conn is None and self._feeds:
+        pause = 0.05
+        while self._conn is None and self._feeds:
+            # The lock is held for one try at a time (at most `call_timeout`), never across
+            # the pauses: a feed leaving, or the store closing, waits for no outage.
+            async with self._locked():
+                if self._conn is not None or not self._feeds:
+                    return
                 try:
                     async with asyncio.timeout(self._call_timeout):
                         await self._connect(retrying=False)
+                    return
                 except Exception as error:
                     self._away(error)
-                    await asyncio.sleep(random.uniform(pause / 2, pause))
-                    pause = min(pause * 2, _LONGEST_PAUSE)
+            await asyncio.sleep(random.uniform(pause / 2, pause))
+            pause = min(pause * 2, _LONGEST_PAUSE)
 
     async def close(self) -> None:
         """The store closes: hang up. Feeds still entered are told "unknown", and their
