@@ -535,3 +535,35 @@ async def test_a_change_feed_waits_out_a_stopped_server_and_never_holds_up_a_clo
         assert await waiting is None
         await writer.set("inbox", "k", 1)
         assert await asyncio.wait_for(feed.next(), 30) == {"k"}
+
+
+async def test_a_read_only_server_at_an_older_profile_schema_is_still_read(
+    server: PostgresServer,
+) -> None:
+    """A replica of a primary not yet migrated: the store reads it as it is (it cannot
+    migrate there), and a change feed says what it lacks."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn) as store:
+        await store.set("ns", "k", 1)
+    database = dsn.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(dsn)
+    try:  # as version 1 made it, then read-only
+        await conn.execute("DROP FUNCTION statekernel_profile_watch(text)")
+        await conn.execute("DROP FUNCTION statekernel_profile_notify() CASCADE")
+        await conn.execute("DROP TABLE statekernel_profile_watched")
+        await conn.execute(
+            "UPDATE statekernel_schema SET version = 1 WHERE component = 'profile_store'"
+        )
+        await conn.execute(f"ALTER DATABASE {database} SET default_transaction_read_only = on")
+    finally:
+        await conn.close()
+    async with PostgresProfileStore(dsn) as store:
+        entry = await store.get("ns", "k")
+        assert entry is not None and entry.value == 1
+        with pytest.raises(StoreError, match="read-only"):
+            await store.set("ns", "k", 2)
+        with pytest.raises(StoreError, match="schema version 1"):
+            async with store.changes("ns"):
+                pass

@@ -728,9 +728,20 @@ async def _check_read_only(conn: Any, schema: Schema) -> None:
 async def _ensure_schema(conn: Any, schema: Schema) -> None:
     """Create or migrate the component's tables, only when they are missing or older: a
     database already at this version is only read, so that a read-only server (a replica, a
-    demoted primary) opens."""
-    if await _current_version(conn, schema.component) == schema.version:
+    demoted primary) opens. One at an older version this code reads as it is
+    (`Schema.readable_from`) opens there too, unmigrated: its primary migrates it."""
+    current = await _current_version(conn, schema.component)
+    if current == schema.version:
         return
+    try:
+        await _create_or_migrate(conn, schema)
+    except driver().PostgresError as error:
+        readable = current is not None and schema.readable_from <= current <= schema.version
+        if getattr(error, "sqlstate", None) != READ_ONLY_SERVER or not readable:
+            raise
+
+
+async def _create_or_migrate(conn: Any, schema: Schema) -> None:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
         await conn.execute(_SCHEMA_TABLE)

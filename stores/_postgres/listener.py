@@ -219,7 +219,8 @@ class Listener:
             ValueError(
                 f"the database's profile_store tables are at schema version {version}, "
                 f"which sends no change notices (version {NOTIFYING_VERSION} does): open it "
-                f"once with a store that is not read_only to migrate them"
+                f"once for writing on the primary (a store without read_only=True) to "
+                f"migrate them"
             ),
         )
 
