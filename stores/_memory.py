@@ -18,6 +18,7 @@ import attrs
 
 from statekernel.lowlevel import (
     DEFAULT_MAX_VALUE_BYTES,
+    ChangeFeed,
     Entry,
     JournalEntry,
     ThreadHead,
@@ -27,6 +28,7 @@ from statekernel.lowlevel import (
     encode_entry,
 )
 
+from ._changes import Feed, Watchers
 from ._closing import ClosingStore
 from ._profile_codec import (
     check_expected,
@@ -64,7 +66,9 @@ class MemoryProfileStore(ClosingStore):
 
     Its semantics match `SqliteProfileStore`: values are held as JSON, a value over
     `max_value_bytes` of JSON (16 MiB by default) raises `StoreError`, and it
-    `SupportsAtomicUpdate`. It also `SupportsNamespaces` and `AcceptsEncodedValues`.
+    `SupportsAtomicUpdate`. It also `SupportsNamespaces`, `AcceptsEncodedValues` and
+    `SupportsChanges`: every write through it (a `set`, `update`, `delete`, or `clear`,
+    which reports the keys it removed) is told to its feeds of that namespace at once.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -72,6 +76,13 @@ class MemoryProfileStore(ClosingStore):
     def __init__(self, *, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
         self._records: dict[str, dict[str, _Record]] = {}
         self._max_value_bytes = max_value_bytes
+        self._watchers = Watchers()
+
+    def changes(self, namespace: str) -> ChangeFeed:
+        """A feed of the keys of `namespace` written through this store object from the
+        moment it is entered (`async with store.changes(namespace) as feed:`)."""
+        namespace, _ = check_names(namespace, "")
+        return Feed(self._watchers, namespace)
 
     async def get(self, namespace: str, key: str) -> Entry | None:
         namespace, key = check_names(namespace, key)
@@ -89,6 +100,7 @@ class MemoryProfileStore(ClosingStore):
         check_expected(namespace, key, expected, None if old is None else old.version)
         record = _Record(encoded.data, 1 if old is None else old.version + 1, time.time())
         table[key] = record
+        self._watchers.wrote(namespace, (key,))
         return Entry(namespace, key, encoded.value, record.version, record.updated_at)
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
@@ -100,11 +112,13 @@ class MemoryProfileStore(ClosingStore):
         encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         record = _Record(encoded.data, 1 if old is None else old.version + 1, time.time())
         table[key] = record
+        self._watchers.wrote(namespace, (key,))
         return Entry(namespace, key, encoded.value, record.version, record.updated_at)
 
     async def delete(self, namespace: str, key: str) -> None:
         namespace, key = check_names(namespace, key)
-        self._records.get(namespace, {}).pop(key, None)
+        if self._records.get(namespace, {}).pop(key, None) is not None:
+            self._watchers.wrote(namespace, (key,))
 
     async def namespaces(self, prefix: str = "") -> builtins.list[str]:
         _, prefix = check_names("namespaces", prefix)
@@ -121,10 +135,11 @@ class MemoryProfileStore(ClosingStore):
 
     async def clear(self, namespace: str) -> None:
         namespace, _ = check_names(namespace, "")
-        self._records.pop(namespace, None)
+        self._watchers.wrote(namespace, self._records.pop(namespace, {}))
 
     async def close(self) -> None:
-        """Nothing to release; the entries stay until the store is dropped."""
+        """Nothing to release; the entries (and entered feeds) stay until the store is
+        dropped."""
 
 
 def _entry(namespace: str, key: str, record: _Record) -> Entry:

@@ -657,3 +657,134 @@ async def test_calls_queued_behind_a_blocked_write_end_by_their_own_deadline(
         assert entry is not None and entry.value == 1
         again = await store.get("ns", "k")
         assert again is not None and again.value == 1
+
+
+async def test_a_change_feed_says_unknown_after_a_restart_then_names_keys_again(
+    server: PostgresServer,
+) -> None:
+    """The listening connection a restart broke is made again while `next()` waits; that
+    `next()` returns None (notices may have been missed), and later writes are named."""
+    dsn = await fresh_database(server)
+    async with (
+        PostgresProfileStore(dsn) as store,
+        PostgresProfileStore(dsn) as writer,
+        store.changes("inbox") as feed,
+    ):
+        await writer.set("inbox", "before", 1)
+        assert await asyncio.wait_for(feed.next(), 30) == {"before"}
+        waiting = asyncio.ensure_future(asyncio.wait_for(feed.next(), 90))
+        await asyncio.to_thread(server.restart, "immediate")
+        assert await waiting is None
+        await writer.set("inbox", "after", 1)
+        assert await asyncio.wait_for(feed.next(), 30) == {"after"}
+
+
+async def test_a_change_feed_behind_pgbouncer_listens_on_the_server_itself(
+    server: PostgresServer, pgbouncer: str
+) -> None:
+    """Transaction pooling cannot carry a LISTEN: `listen_dsn` names the server."""
+    dsn = await fresh_database(server)
+    database = dsn.rsplit("/", 1)[1]
+    with throwaway_pgbouncer(pgbouncer, server.port, database, "transaction", 4) as pooled:
+        async with (
+            PostgresProfileStore(pooled, statement_cache_size=0, listen_dsn=dsn) as store,
+            PostgresProfileStore(pooled, statement_cache_size=0) as writer,
+            store.changes("inbox") as feed,
+        ):
+            await writer.set("inbox", "k", 1)
+            assert await asyncio.wait_for(feed.next(), 30) == {"k"}
+            await writer.update("inbox", "u", lambda entry: 1)
+            assert await asyncio.wait_for(feed.next(), 30) == {"u"}
+
+
+async def test_a_change_feed_on_a_read_only_server_listens_to_what_was_watched_before(
+    server: PostgresServer,
+) -> None:
+    """Watching a namespace the first time is a write, which a read-only server refuses by
+    name; one watched before is listened to (its writes would come from the primary)."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn) as store, store.changes("inbox"):
+        pass
+    database = dsn.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(server.dsn)
+    try:
+        await conn.execute(f"ALTER DATABASE {database} SET default_transaction_read_only = on")
+    finally:
+        await conn.close()
+    async with PostgresProfileStore(dsn) as store:
+        with pytest.raises(StoreError, match="read-only") as refused:
+            async with store.changes("outbox"):
+                pass
+        assert "listen_dsn" in str(refused.value)
+        async with store.changes("inbox") as feed:
+            writer = await asyncpg.connect(dsn)  # (as the primary's writes would arrive)
+            try:
+                async with writer.transaction():
+                    await writer.execute("SET TRANSACTION READ WRITE")
+                    await writer.execute(
+                        "INSERT INTO statekernel_profile_entries VALUES "
+                        "('inbox', 'k', '1', 1, 0, ARRAY[]::bytea[])"
+                    )
+            finally:
+                await writer.close()
+            assert await asyncio.wait_for(feed.next(), 30) == {"k"}
+
+
+async def test_a_change_feed_waits_out_a_stopped_server_and_never_holds_up_a_close(
+    server: PostgresServer,
+) -> None:
+    """While the server is away, a waiting `next()` keeps trying to listen again; closing
+    the store meanwhile waits for no more than one try (`call_timeout`)."""
+    dsn = await fresh_database(server)
+    async with (
+        PostgresProfileStore(dsn, call_timeout=2) as store,
+        PostgresProfileStore(dsn) as writer,
+        store.changes("inbox") as feed,
+    ):
+        waiting = asyncio.ensure_future(asyncio.wait_for(feed.next(), 120))
+        await asyncio.to_thread(server.stop)
+        try:
+            await asyncio.sleep(1)  # (it tries, and tries again)
+            assert not waiting.done()
+            start = time.monotonic()
+            await store.close()
+            assert time.monotonic() - start <= 2 + 1
+        finally:
+            await asyncio.to_thread(server.start)
+        assert await waiting is None
+        await writer.set("inbox", "k", 1)
+        assert await asyncio.wait_for(feed.next(), 30) == {"k"}
+
+
+async def test_a_read_only_server_at_an_older_profile_schema_is_still_read(
+    server: PostgresServer,
+) -> None:
+    """A replica of a primary not yet migrated: the store reads it as it is (it cannot
+    migrate there), and a change feed says what it lacks."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with PostgresProfileStore(dsn) as store:
+        await store.set("ns", "k", 1)
+    database = dsn.rsplit("/", 1)[1]
+    conn = await asyncpg.connect(dsn)
+    try:  # as version 1 made it, then read-only
+        await conn.execute("DROP FUNCTION statekernel_profile_watch(text)")
+        await conn.execute("DROP FUNCTION statekernel_profile_notify() CASCADE")
+        await conn.execute("DROP TABLE statekernel_profile_watched")
+        await conn.execute(
+            "UPDATE statekernel_schema SET version = 1 WHERE component = 'profile_store'"
+        )
+        await conn.execute(f"ALTER DATABASE {database} SET default_transaction_read_only = on")
+    finally:
+        await conn.close()
+    async with PostgresProfileStore(dsn) as store:
+        entry = await store.get("ns", "k")
+        assert entry is not None and entry.value == 1
+        with pytest.raises(StoreError, match="read-only"):
+            await store.set("ns", "k", 2)
+        with pytest.raises(StoreError, match="schema version 1"):
+            async with store.changes("ns"):
+                pass

@@ -205,7 +205,7 @@ class TestSchema:
         rows = await fetch(
             postgres_dsn, "SELECT component, version FROM statekernel_schema ORDER BY component"
         )
-        assert [tuple(row) for row in rows] == [("profile_store", 1), ("thread_store", 2)]
+        assert [tuple(row) for row in rows] == [("profile_store", 2), ("thread_store", 2)]
 
 
 async def test_saves_through_a_server_restart_land_once_and_none_acknowledged_is_lost(

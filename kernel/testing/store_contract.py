@@ -85,7 +85,8 @@ from .._errors import (
     VersionConflict,
 )
 from .._host.kernel import Kernel
-from .._profile.store import ProfileStore, SupportsNamespaces
+from .._profile.changes import ChangeFeed, SupportsChanges
+from .._profile.store import ProfileStore, SupportsAtomicUpdate, SupportsNamespaces
 from .._values.commands import StateCommand
 from .._values.keys import KeyScope, MergeStrategy, StateKey
 from .._values.phases import Phase
@@ -610,7 +611,12 @@ class ProfileStoreContract:
     - one entry that no longer decodes costing only itself;
     - no update lost among 50 concurrent writers;
     - of a store with the optional `SupportsNamespaces` (the others skip this test):
-      `namespaces()` lists those holding entries.
+      `namespaces()` lists those holding entries;
+    - of a store with the optional `SupportsChanges` (the others skip these tests): a feed
+      reports each kind of write made after it was entered (a `set`, a compare-and-set, an
+      `update` where the store has one, a `delete`, a `clear`) by its key or as None, a
+      `next()` cancelled while it waits loses nothing, and a write to another namespace is
+      never reported by its key.
     """
 
     @pytest.fixture
@@ -754,3 +760,78 @@ class ProfileStoreContract:
         await asyncio.gather(*(add_one() for _ in range(50)))
         got = await profile_store.get("ns", "n")
         assert got is not None and got.value == 50
+
+    async def test_a_change_feed_reports_every_kind_of_write_after_it_is_entered(
+        self, profile_store: ProfileStore
+    ) -> None:
+        store = _with_changes(profile_store)
+        await profile_store.set("ns", "gone", 0)
+        await profile_store.set("ns", "cleared", 0)
+        async with store.changes("ns") as feed:
+            await profile_store.set("ns", "set", 1)
+            await _reported(feed, {"set"})
+            await profile_store.set("ns", "created", 1, expected_version=0)
+            await profile_store.set("ns", "set", 2, expected_version=1)
+            await _reported(feed, {"created", "set"})
+            if isinstance(profile_store, SupportsAtomicUpdate):
+                await profile_store.update("ns", "updated", lambda entry: 1)
+                await _reported(feed, {"updated"})
+            await profile_store.delete("ns", "gone")
+            await _reported(feed, {"gone"})
+            await profile_store.clear("ns")
+            await _reported(feed, {"cleared", "set", "created"})
+
+    async def test_a_cancelled_next_of_a_change_feed_loses_nothing(
+        self, profile_store: ProfileStore
+    ) -> None:
+        store = _with_changes(profile_store)
+        async with store.changes("ns") as feed:
+            written: set[str] = set()
+            told: set[str] = set()
+            for n in range(20):
+                waiting = asyncio.ensure_future(feed.next())
+                for _ in range(n % 4):  # cancelled before it waits, or while it does
+                    await asyncio.sleep(0)
+                await profile_store.set("ns", f"k{n}", n)
+                written.add(f"k{n}")
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    keys = await waiting
+                    if keys is None:  # anything may have changed: none is owed any more
+                        written.clear()
+                    else:
+                        told |= keys
+            await _reported(feed, written - told)
+
+    async def test_a_change_feed_never_names_a_key_written_in_another_namespace(
+        self, profile_store: ProfileStore
+    ) -> None:
+        store = _with_changes(profile_store)
+        async with store.changes("ns") as feed:
+            await profile_store.set("other", "elsewhere", 1)
+            await profile_store.set("ns.sub", "nested", 1)
+            await profile_store.set("ns", "here", 1)
+            seen = await _reported(feed, {"here"})
+        assert not seen & {"elsewhere", "nested"}, seen
+
+
+_FEED_PATIENCE = 30.0  # seconds: only so that a feed that never reports fails, not hangs
+
+
+def _with_changes(store: ProfileStore) -> SupportsChanges:
+    if not isinstance(store, SupportsChanges):
+        pytest.skip("the store does not have the optional SupportsChanges")
+    return store
+
+
+async def _reported(feed: ChangeFeed, keys: set[str]) -> set[str]:
+    """Wait until the feed has reported every one of `keys`, or None (which stands for
+    any); what it named meanwhile."""
+    seen: set[str] = set()
+    async with asyncio.timeout(_FEED_PATIENCE):
+        while not keys <= seen:
+            got = await feed.next()
+            if got is None:
+                return seen
+            seen |= got
+    return seen

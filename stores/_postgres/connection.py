@@ -55,8 +55,10 @@ if TYPE_CHECKING:
     import asyncpg
 
 __all__ = [
+    "READ_ONLY_SERVER",
     "UNTRACEABLE",
     "WRITE_IDS_KEPT",
+    "Outage",
     "Outcome",
     "PostgresConnection",
     "Schema",
@@ -64,9 +66,12 @@ __all__ = [
     "UserCodeFailed",
     "Write",
     "columns",
+    "driver",
     "outcome_unknown",
     "read_components",
     "refused",
+    "server_of",
+    "transient",
 ]
 
 logger = logging.getLogger("statekernel")
@@ -105,7 +110,7 @@ _STATEMENT_LOST = {
     "26000",  # invalid_sql_statement_name: a prepared statement is not on this server connection
     "42P05",  # duplicate_prepared_statement: another client's is
 }
-_READ_ONLY_SERVER = "25006"  # read_only_sql_transaction
+READ_ONLY_SERVER = "25006"  # read_only_sql_transaction
 
 
 @attrs.frozen
@@ -372,7 +377,12 @@ class PostgresConnection:
         # Behind a transaction pooler a connection has no one server process of its own.
         self._pooled = statement_cache_size == 0
         self._closing: set[asyncio.Task[None]] = set()  # pools given up, closing gracefully
-        self._outage = Outage(where=_server_of(dsn))
+        self._outage = Outage(where=server_of(dsn))
+
+    @property
+    def retry_for(self) -> float:
+        """How long, in seconds, a transient failure is retried."""
+        return self._retry_for
 
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
@@ -482,7 +492,7 @@ class PostgresConnection:
                     if settled.outcome is Outcome.APPLIED:
                         self._outage.answered()
                         return settled.result  # type: ignore[return-value]
-                elif not (_rolled_back(error) or (not attempt.sent and _transient(error))):
+                elif not (_rolled_back(error) or (not attempt.sent and transient(error))):
                     raise _store_error(operation, key, error) from error
                 attempt.sent = False  # it certainly did not land
                 self._outage.going_down(error, self._retry_for)
@@ -576,7 +586,7 @@ class PostgresConnection:
             pool = await self._open()
             conn = await pool.acquire()
         except Exception as error:
-            if _transient(error):
+            if transient(error):
                 self._outage.failed(error, self._retry_for)
             raise
         # Asked now: once the connection breaks, asyncpg's pool detaches it, and asking
@@ -623,7 +633,7 @@ class PostgresConnection:
         if _statement_lost(error):
             self._behind_transaction_pooler()
             return True
-        return _transient(error)
+        return transient(error)
 
     def _behind_transaction_pooler(self) -> None:
         """A prepared statement vanished between two messages: a transaction pooler (such
@@ -765,9 +775,20 @@ async def _check_read_only(conn: Any, schema: Schema) -> None:
 async def _ensure_schema(conn: Any, schema: Schema) -> None:
     """Create or migrate the component's tables, only when they are missing or older: a
     database already at this version is only read, so that a read-only server (a replica, a
-    demoted primary) opens."""
-    if await _current_version(conn, schema.component) == schema.version:
+    demoted primary) opens. One at an older version this code reads as it is
+    (`Schema.readable_from`) opens there too, unmigrated: its primary migrates it."""
+    current = await _current_version(conn, schema.component)
+    if current == schema.version:
         return
+    try:
+        await _create_or_migrate(conn, schema)
+    except driver().PostgresError as error:
+        readable = current is not None and schema.readable_from <= current <= schema.version
+        if getattr(error, "sqlstate", None) != READ_ONLY_SERVER or not readable:
+            raise
+
+
+async def _create_or_migrate(conn: Any, schema: Schema) -> None:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
         await conn.execute(_SCHEMA_TABLE)
@@ -859,10 +880,10 @@ def outcome_unknown(operation: str, key: str | None, why: str) -> OutcomeUnknown
 def refused(error: BaseException) -> bool:
     """The server refused the statement itself (a constraint it broke, a value it cannot
     take): nothing was applied, and sending it unchanged would fail again."""
-    return isinstance(error, driver().PostgresError) and not _transient(error)
+    return isinstance(error, driver().PostgresError) and not transient(error)
 
 
-def _transient(error: BaseException) -> bool:
+def transient(error: BaseException) -> bool:
     """The server could not be reached or refused the connection for now, it rolled the
     transaction back, or the answer was lost: for a read, a retry is always safe."""
     return _outcome_unknown(error) or _rolled_back(error) or isinstance(error, asyncio.TimeoutError)
@@ -898,7 +919,7 @@ def _rolled_back(error: BaseException) -> bool:
 def _store_error(operation: str, key: str | None, error: BaseException) -> BaseException:
     if isinstance(error, StateError):
         return error
-    if getattr(error, "sqlstate", None) == _READ_ONLY_SERVER:
+    if getattr(error, "sqlstate", None) == READ_ONLY_SERVER:
         error = PermissionError(
             f"the server is read-only (a replica, a demoted primary, or "
             f"default_transaction_read_only is on), so it refused the write ({error}); send "
@@ -907,7 +928,7 @@ def _store_error(operation: str, key: str | None, error: BaseException) -> BaseE
     return StoreError(operation, error, key=key)
 
 
-def _server_of(dsn: str) -> str:
+def server_of(dsn: str) -> str:
     """Where a DSN (a URI: the stores hand over `as_uri`'s) points, `host:port/db`, for
     the log: nothing of its user, password or options."""
     parts = urllib.parse.urlsplit(dsn)

@@ -12,6 +12,10 @@ the row, so a lost answer never makes it apply twice.
 Gets, and sets without an expected version, that arrive while others are in flight leave
 together (`group_commit`): one statement reads many entries, or upserts many (one write per
 entry per batch, in call order), and each caller gets its own entry back.
+
+Change feeds (`listener`): a trigger on the table sends a notice in each write's own
+transaction for the namespaces someone watches, so the write paths here know nothing of
+them.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from typing import Any, ClassVar
 import attrs
 
 from statekernel import StoreError
-from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, ChangeFeed, Entry, encode_entry
 
+from .._changes import Feed, Watchers
 from .._closing import ClosingStore
 from .._key_range import prefix_upper_bound
 from .._profile_codec import (
@@ -52,6 +57,7 @@ from .connection import (
 )
 from .dsn import as_uri, redacted
 from .group_commit import GroupCommit
+from .listener import NOTIFYING_VERSION, WATCH_STATEMENTS, Listener
 
 __all__ = ["PostgresProfileStore"]
 
@@ -63,7 +69,7 @@ _BATCH_BYTES = 8 * 1024 * 1024  # values in one statement, unless one alone is l
 
 _SCHEMA = Schema(
     component="profile_store",
-    version=1,
+    version=NOTIFYING_VERSION,
     statements=(
         """
         CREATE TABLE statekernel_profile_entries (
@@ -76,7 +82,12 @@ _SCHEMA = Schema(
             PRIMARY KEY (namespace, key)
         )
         """,
+        *WATCH_STATEMENTS,
     ),
+    # Version 2 tells change feeds of writes: the watched namespaces, and the functions
+    # that watch one (with triggers of its own) and send its notices.
+    migrations={1: WATCH_STATEMENTS},
+    readable_from=1,  # version 1 lacks only the notices, which only change feeds need
 )
 
 _NOW = "extract(epoch FROM clock_timestamp())"
@@ -170,6 +181,14 @@ class PostgresProfileStore(ClosingStore):
     - `read_only=True` creates, migrates and writes nothing (each read runs in a read-only
       transaction, and a write raises `StoreError`); a database without this store's table
       at this statekernel's schema version is refused.
+    - `listen_dsn` is where change feeds (`store.changes(namespace)`) open their listening
+      connection, the store's `dsn` unless given. `LISTEN` needs a session of its own on
+      the server: behind a transaction pooler (PgBouncer's transaction pooling) give the
+      server's own DSN here.
+
+    It `SupportsChanges`: every process's writes to an entry of a watched namespace send a
+    notice (`LISTEN`/`NOTIFY`) in the write's own transaction, so a feed woken by it finds
+    the write. See [PostgreSQL: change feeds](postgres.md#change-feeds).
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -184,7 +203,13 @@ class PostgresProfileStore(ClosingStore):
         statement_cache_size: int | None = None,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         read_only: bool = False,
+        listen_dsn: str | None = None,
     ) -> None:
+        if listen_dsn is not None and (not isinstance(listen_dsn, str) or not listen_dsn):
+            raise TypeError(
+                "listen_dsn must be a PostgreSQL connection string such as "
+                "'postgresql://user@host:5432/db' (or None: the store's dsn)"
+            )
         self._dsn = dsn
         self._db = PostgresConnection(
             as_uri(dsn),
@@ -196,6 +221,13 @@ class PostgresProfileStore(ClosingStore):
             read_only=read_only,
         )
         self._max_value_bytes = max_value_bytes
+        self._watchers = Watchers()
+        self._listener = Listener(
+            as_uri(dsn if listen_dsn is None else listen_dsn),
+            self._db,
+            self._watchers,
+            call_timeout=call_timeout,
+        )
         self._writing: dict[tuple[str, str], _Turn] = {}
         # Gets and plain sets that arrive while others are in flight leave together, at most
         # `_IN_FLIGHT` batches of each at a time (see group_commit).
@@ -391,9 +423,23 @@ class PostgresProfileStore(ClosingStore):
         namespace, _ = check_names(namespace, "")
         await self._db.write("clear", namespace, _Statement(_CLEAR, (namespace,)))
 
+    def changes(self, namespace: str) -> ChangeFeed:
+        """A feed of the keys of `namespace` written by anyone from the moment it is entered
+        (`async with store.changes(namespace) as feed:`), told by `LISTEN`/`NOTIFY`.
+
+        Entering connects (within `call_timeout`) and watches the namespace, which is a
+        write the first time any feed of it is entered in the database: on a read-only
+        server, or a store with `read_only=True`, a namespace nobody registered yet raises
+        `StoreError` saying so. After a lost connection, `next()` connects again for as long
+        as it is awaited and returns None once it listens again."""
+        namespace, _ = check_names(namespace, "")
+        return Feed(self._watchers, namespace, self._listener)
+
     async def close(self) -> None:
-        """Close the pool's connections (after the operations in flight); the store reopens
-        them on next use."""
+        """Close the pool's connections (after the operations in flight) and the change
+        feeds' listening connection; the store reopens them on next use (an entered feed
+        reports None once, then goes on)."""
+        await self._listener.close()
         await self._sets.drain()
         await self._gets.drain()
         await self._db.close()

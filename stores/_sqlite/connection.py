@@ -33,6 +33,12 @@ attempt. A step's save runs there at once, alone (`at_once`): it rarely has comp
 waiting a turn for some costs the step more than it saves. If another process holds the
 lock, the op goes to the connection's thread and waits there.
 
+Told of what it wrote. A store may give `on_commit`: it is called on the loop's thread
+with the write ops of every transaction that committed, right after the commit (and before
+their callers resume), whichever path they took, and also with an op whose caller was
+cancelled while it ran on the connection's thread (it may have landed). The SQLite profile
+store tells its change feeds that way.
+
 Schema. Each component's schema version (`profile_store`, `thread_store`) is kept in the
 file, in table `statekernel_schema`, so that a later version of this package can migrate a
 file, and this one refuses a file written by a newer one instead of misreading it. Both
@@ -66,6 +72,7 @@ __all__ = [
     "FILE_MODE",
     "FOLDER_MODE",
     "LOCK_PATIENCE_SECONDS",
+    "OnCommit",
     "OpFailed",
     "OtherTables",
     "Schema",
@@ -91,6 +98,8 @@ batches smaller."""
 
 Synchronous = Literal["NORMAL", "FULL"]
 OtherTables = Literal["refuse", "allow"]
+OnCommit = Callable[[Sequence["SqliteOp[Any]"]], None]
+"""Told the write ops of a transaction that committed (see the module's docstring)."""
 
 FILE_MODE = 0o600
 """The permissions of a database file the stores create (and so of its -wal and -shm): the
@@ -176,6 +185,7 @@ class SqliteConnection:
         file_mode: int = FILE_MODE,
         other_tables: OtherTables = "refuse",
         read_only: bool = False,
+        on_commit: OnCommit = lambda ops: None,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
@@ -193,6 +203,7 @@ class SqliteConnection:
         self._schema = schema
         self._synchronous = synchronous
         self.read_only = read_only
+        self._on_commit = on_commit
         # A small write in NORMAL mode (no fsync) costs a few tens of microseconds, less
         # than a hop to the connection's thread and back: it runs inline (`_inline`).
         self._inline = synchronous == "NORMAL"
@@ -231,6 +242,7 @@ class SqliteConnection:
             if outcome is not _BUSY:
                 if isinstance(outcome[0], OpFailed):
                     raise _op_error(op, outcome[0].error)
+                self._committed([op], outcome)
                 return cast(T, outcome[0])
         elif self._raw is not None and self._inline and runs_inline(op):
             # Run on the loop's thread, with whatever else is submitted in this turn of the
@@ -245,7 +257,7 @@ class SqliteConnection:
         except asyncio.CancelledError:
             # The connection's thread may still be running the op: it stays in flight
             # until a no-op sent after it comes back (the thread runs calls in order).
-            self._batches.add(task := asyncio.ensure_future(self._release_after_thread()))
+            self._batches.add(task := asyncio.ensure_future(self._release_after_thread(op)))
             task.add_done_callback(self._batches.discard)
             raise
         except Exception as exc:
@@ -256,16 +268,28 @@ class SqliteConnection:
         self._dispatch()
         if isinstance(outcome, OpFailed):
             raise _op_error(op, outcome.error)
+        self._committed([op], [outcome])
         return cast(T, outcome)
 
-    async def _release_after_thread(self) -> None:
+    async def _release_after_thread(self, op: SqliteOp[Any]) -> None:
         try:
             if self._execute is not None:
                 with contextlib.suppress(Exception):
                     await self._execute(_nothing)
         finally:
             self._in_flight -= 1
+            self._committed([op], [None])  # its caller left: it may have landed
             self._dispatch()
+
+    def _committed(self, ops: Sequence[SqliteOp[Any]], outcomes: Sequence[Any]) -> None:
+        """Tell `on_commit` the write ops among `ops` that did not fail."""
+        writes = [
+            op
+            for op, outcome in zip(ops, outcomes, strict=True)
+            if op.writes and not isinstance(outcome, OpFailed)
+        ]
+        if writes:
+            self._on_commit(writes)
 
     @staticmethod
     async def _join(batch: list[tuple[SqliteOp[Any], asyncio.Future[Any]]], op: SqliteOp[T]) -> T:
@@ -284,6 +308,7 @@ class SqliteConnection:
                 self._queue[:0] = batch  # first in line: they were submitted first
             else:
                 _settle(batch, outcomes)
+                self._committed([op for op, _ in batch], outcomes)
         except Exception as exc:  # the batch failed as a whole (COMMIT itself, say)
             for op, future in batch:
                 if not future.done():
@@ -342,6 +367,7 @@ class SqliteConnection:
                     future.set_exception(_op_error(op, exc))
             return
         _settle(batch, outcomes)
+        self._committed([op for op, _ in batch], outcomes)
 
     async def _run_batch(self, ops: Sequence[SqliteOp[Any]]) -> list[Any]:
         if self._execute is None:

@@ -5,6 +5,10 @@ locking, group commit and durability story). A value is stored as JSON text, so 
 can be read with any SQLite tool; a row whose text is no longer JSON fails with
 `DecodeFailed` for that entry only. Compare-and-set checks the version inside the same
 transaction that writes.
+
+Change feeds: the store's own writes are told to its feeds when their transaction commits
+(the connection's `on_commit`), with their keys; other connections' commits to the file are
+found by `changes.DataVersionPoll`, as "unknown".
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from typing import Any, ClassVar
 import attrs
 
 from statekernel import StoreError, VersionConflict
-from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, Entry, encode_entry
+from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, ChangeFeed, Entry, encode_entry
 
+from .._changes import Feed, Watchers
 from .._closing import ClosingStore
 from .._key_range import prefix_upper_bound
 from .._profile_codec import (
@@ -30,12 +35,14 @@ from .._profile_codec import (
     decode_value,
     listed,
 )
+from .changes import CHANGE_POLL_SECONDS, DataVersionPoll, check_change_poll
 from .connection import (
     FILE_MODE,
     OpFailed,
     OtherTables,
     Schema,
     SqliteConnection,
+    SqliteOp,
     Synchronous,
 )
 
@@ -90,8 +97,8 @@ class SqliteProfileStore(ClosingStore):
 
     It uses WAL, parameterised SQL only, group commit, and `BEGIN IMMEDIATE` with busy
     retries. It is safe for many tasks and several processes, and it `SupportsAtomicUpdate`
-    (also `SupportsNamespaces` and `AcceptsEncodedValues`). It may share its file with a
-    `SqliteThreadStore`.
+    (also `SupportsNamespaces`, `AcceptsEncodedValues` and `SupportsChanges`). It may share
+    its file with a `SqliteThreadStore`.
 
     - `max_value_bytes` (16 MiB by default) refuses larger values (as encoded JSON) with
       `StoreError` before any write.
@@ -105,6 +112,12 @@ class SqliteProfileStore(ClosingStore):
     - `read_only=True` opens an existing file for reading only: nothing is created, migrated
       or written (a missing file or a write raises `StoreError`), and a file without this
       store's tables at this statekernel's schema version is refused.
+    - `change_poll` (seconds, 0.1 by default): while a change feed is entered
+      (`store.changes(namespace)`), how often the store asks whether another connection
+      (another process, another store object on the file) committed to the file; such a
+      commit is reported as None within about this long. Writes through this store object
+      are reported at once, with their keys. A value that is not a number > 0 raises
+      `ValueError`.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -118,7 +131,10 @@ class SqliteProfileStore(ClosingStore):
         file_mode: int = FILE_MODE,
         other_tables: OtherTables = "refuse",
         read_only: bool = False,
+        change_poll: float = CHANGE_POLL_SECONDS,
     ) -> None:
+        interval = check_change_poll(change_poll)
+        self._watchers = Watchers()
         self._db = SqliteConnection(
             path,
             _SCHEMA,
@@ -126,8 +142,10 @@ class SqliteProfileStore(ClosingStore):
             file_mode=file_mode,
             other_tables=other_tables,
             read_only=read_only,
+            on_commit=self._committed,
         )
         self._max_value_bytes = max_value_bytes
+        self._others = DataVersionPoll(self._db, self._watchers, interval)
 
     @property
     def path(self) -> str:
@@ -180,8 +198,28 @@ class SqliteProfileStore(ClosingStore):
         namespace, _ = check_names(namespace, "")
         await self._db.submit(_Clear(namespace))
 
+    def changes(self, namespace: str) -> ChangeFeed:
+        """A feed of the keys of `namespace` written from the moment it is entered
+        (`async with store.changes(namespace) as feed:`): through this store object at
+        once, with their keys; by any other connection to the file as None, within about
+        `change_poll` seconds."""
+        namespace, _ = check_names(namespace, "")
+        return Feed(self._watchers, namespace, self._others)
+
+    def _committed(self, ops: Sequence[SqliteOp[Any]]) -> None:
+        """Tell the feeds what a transaction of this store's wrote (`on_commit`)."""
+        if not self._watchers:
+            return
+        for op in ops:
+            if isinstance(op, _Set | _Update | _Delete):
+                self._watchers.wrote(op.namespace, (op.key,))
+            elif isinstance(op, _Clear):
+                self._watchers.unknown(op.namespace)
+
     async def close(self) -> None:
-        """Finish pending writes and close the file; the store reopens it on next use."""
+        """Finish pending writes and close the file; the store reopens it on next use.
+        Entered change feeds stay entered: each reports None once, then goes on."""
+        await self._others.close()
         await self._db.close()
 
 
