@@ -1,7 +1,8 @@
 """OpenTelemetry spans (the extra `statekernel[otel]`), caught by the SDK's in-memory exporter:
 an approval run's spans nest run -> phases -> model call -> tool call, with the GenAI
 conventions' names and the Block reason on the gate's span; a bare Kernel's runs and a
-team's agents are traced too; and without the extra nothing of OpenTelemetry is imported."""
+team's agents are traced too; the run that delivers a team's letters links to the span each
+was sent under; and without the extra nothing of OpenTelemetry is imported."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from statekernel import (
     Agent,
     AgentTeam,
     Block,
+    InferenceRequest,
     InferenceResponse,
     Kernel,
     Phase,
@@ -222,6 +224,103 @@ async def test_a_teams_agents_are_traced(spans: InMemorySpanExporter) -> None:
     assert "invoke_agent solo" in names and "chat ScriptedModel" in names
 
 
+def sends_once(to: str) -> Any:
+    """A model that has its agent send "hi" to `to` with its `send_message` tool, then
+    answers "done" (and "done" at once in any later run)."""
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        if any(m.role == "tool" for m in request.messages):
+            return InferenceResponse("done")
+        call = ToolCall("c1", "send_message", {"content": "hi", "to": to})
+        return InferenceResponse("", (call,))
+
+    return model
+
+
+def delivering_runs(finished: tuple[ReadableSpan, ...], role: str) -> list[ReadableSpan]:
+    """The runs of `role` whose spans link to other spans."""
+    return [span for span in by_name(finished, f"invoke_agent {role}") if span.links]
+
+
+async def test_the_run_that_delivers_a_letter_links_to_the_sending_runs_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    roles = {
+        "writer": Role(model=sends_once("reader")),
+        "reader": Role(model=ScriptedModel([InferenceResponse(text="ok")] * 2)),
+    }
+    async with AgentTeam(roles, profile_store=MemoryProfileStore()) as team:
+        team.spawn("reader", "wait for mail", agent_id="reader")
+        await team.run_until_idle()
+        team.spawn("writer", "greet the reader", agent_id="writer")
+        await team.run_until_idle()
+    finished = spans.get_finished_spans()
+    (sender,) = by_name(finished, "invoke_agent writer")
+    reader_runs = by_name(finished, "invoke_agent reader")
+    assert len(reader_runs) == 2 and not reader_runs[0].links  # its task carries no context
+    (link,) = reader_runs[1].links
+    assert sender.context is not None
+    assert (link.context.trace_id, link.context.span_id) == (
+        sender.context.trace_id,
+        sender.context.span_id,
+    )
+    assert link.attributes == {"statekernel.letter.sender": "writer"}
+    assert reader_runs[1].context is not None
+    assert reader_runs[1].context.trace_id != sender.context.trace_id  # linked, not nested
+
+
+async def test_a_send_inside_an_application_span_links_the_delivering_run_to_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    model = ScriptedModel([InferenceResponse(text="ok")] * 2)
+    async with AgentTeam({"reader": Role(model=model)}, profile_store=MemoryProfileStore()) as team:
+        team.spawn("reader", "wait for mail", agent_id="reader")
+        await team.run_until_idle()
+        with trace.get_tracer("app").start_as_current_span("handle request") as request:
+            await team.send("user", "hello", to="reader")
+            await team.send("user", "and again", to="reader")  # the same span: one link
+        await team.run_until_idle()
+    (delivering,) = delivering_runs(spans.get_finished_spans(), "reader")
+    (link,) = delivering.links
+    context = request.get_span_context()
+    assert (link.context.trace_id, link.context.span_id) == (context.trace_id, context.span_id)
+    assert link.attributes == {"statekernel.letter.sender": "user"}
+
+
+async def test_a_letter_sent_under_no_span_links_nothing(spans: InMemorySpanExporter) -> None:
+    model = ScriptedModel([InferenceResponse(text="ok")] * 2)
+    async with AgentTeam({"reader": Role(model=model)}, profile_store=MemoryProfileStore()) as team:
+        team.spawn("reader", "wait for mail", agent_id="reader")
+        await team.run_until_idle()
+        await team.send("user", "hello", to="reader")
+        report = await team.run_until_idle()
+    assert report.agents["reader"].outcomes == ("success",)
+    reader_runs = by_name(spans.get_finished_spans(), "invoke_agent reader")
+    assert len(reader_runs) == 2 and not any(run.links for run in reader_runs)
+
+
+async def test_a_run_links_to_at_most_128_senders_and_counts_the_rest(
+    spans: InMemorySpanExporter,
+) -> None:
+    model = ScriptedModel([InferenceResponse(text="ok")] * 2)
+    tracer = trace.get_tracer("app")
+    async with AgentTeam({"reader": Role(model=model)}, profile_store=MemoryProfileStore()) as team:
+        team.spawn("reader", "wait for mail", agent_id="reader")
+        await team.run_until_idle()
+        for n in range(130):
+            with tracer.start_as_current_span(f"request {n}"):
+                await team.send(f"user{n}", "hello", to="reader")
+        await team.run_until_idle()
+    (delivering,) = delivering_runs(spans.get_finished_spans(), "reader")
+    assert len(delivering.links) == 128
+    assert [link.attributes for link in delivering.links][:2] == [
+        {"statekernel.letter.sender": "user0"},
+        {"statekernel.letter.sender": "user1"},
+    ]
+    assert delivering.attributes is not None
+    assert delivering.attributes["statekernel.letter.links_dropped"] == 2
+
+
 def test_without_the_extra_nothing_of_opentelemetry_is_imported() -> None:
     script = textwrap.dedent(
         """
@@ -240,3 +339,45 @@ def test_without_the_extra_nothing_of_opentelemetry_is_imported() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "untraced", done.stderr
+
+
+def test_a_team_without_the_extra_sends_and_delivers_importing_nothing_of_it() -> None:
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        sys.modules["opentelemetry"] = None  # as if the extra were not installed
+        from statekernel import AgentTeam, InferenceResponse, Role, ScriptedModel, ToolCall
+        from statekernel.stores import MemoryProfileStore
+
+        async def writer(request):
+            if any(m.role == "tool" for m in request.messages):
+                return InferenceResponse("done")
+            call = ToolCall("c1", "send_message", {"content": "hi", "to": "reader"})
+            return InferenceResponse("", (call,))
+
+        async def main():
+            roles = {
+                "writer": Role(model=writer),
+                "reader": Role(model=ScriptedModel([InferenceResponse(text="ok")] * 3)),
+            }
+            async with AgentTeam(roles, profile_store=MemoryProfileStore()) as team:
+                team.spawn("reader", "wait for mail", agent_id="reader")
+                team.spawn("writer", "greet the reader", agent_id="writer")
+                await team.run_until_idle()
+                await team.send("user", "hello", to="reader")
+                await team.run_until_idle()
+                info = next(a for a in team.list_agents() if a.id == "reader")
+                state = await team.agent("reader").kernel.get_state(info.thread_id)
+                messages = state.to_dict()["statekernel.messages"]
+                return [AgentTeam.sender_of(m) for m in messages]
+
+        senders = asyncio.run(main())
+        assert senders.count("writer") == 1 and senders.count("user") == 1, senders
+        assert not [m for m in sys.modules if m.startswith("opentelemetry.")], sys.modules
+        print("delivered")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "delivered", done.stderr

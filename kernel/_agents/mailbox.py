@@ -82,12 +82,14 @@ _ID_PREFIX = "mail:"
 class Letter(msgspec.Struct, frozen=True):
     """One stored message for one recipient: `seq` numbers it among its sender's letters
     to that recipient; `via` says how it was addressed ("topic t", "group g", or None for
-    point-to-point)."""
+    point-to-point); `traceparent`, the span it was sent under (W3C trace context), if any:
+    the delivering run's span links to it."""
 
     sender: str
     seq: int
     content: str
     via: str | None = None
+    traceparent: str | None = None
 
 
 class InboxData(msgspec.Struct, frozen=True):
@@ -121,7 +123,7 @@ class InboxData(msgspec.Struct, frozen=True):
         if message_id is not None and message_id in seen:
             return None
         seq = self.last_seq.get(sender, 0) + 1
-        letter = Letter(sender, seq, letter_of.content, letter_of.via)
+        letter = Letter(sender, seq, letter_of.content, letter_of.via, letter_of.traceparent)
         recent = self.recent
         if message_id is not None:
             recent = {**recent, sender: (*seen, message_id)[-RECENT_IDS:]}
@@ -169,12 +171,13 @@ class InboxMoved(StateError):
 class LetterOf:
     """What a send gives the mailbox for each recipient: the number is assigned inside the
     store's atomic update. `origin`: the sender's thread and the letter's outbox number, for
-    a letter out of an outbox."""
+    a letter out of an outbox; `traceparent`: the span it was sent under, if any."""
 
     sender: str
     content: str
     via: str | None = None
     origin: tuple[str, int] | None = None
+    traceparent: str | None = None
 
 
 class Inbox(ProfileKey[InboxData]):
@@ -192,10 +195,13 @@ class InboxPage(ProfileKey[tuple[Letter, ...]]):
 
 @attrs.frozen
 class Delivery:
-    """What a run commits in one command: the messages, and the cursor's advance."""
+    """What a run commits in one command: the messages, and the cursor's advance; and the
+    spans the letters were sent under, `(traceparent, sender)` once each, for the run's
+    span to link to (they are not committed)."""
 
     messages: tuple[Message, ...]
     cursor: tuple[tuple[str, int], ...]
+    senders: tuple[tuple[str, str], ...] = ()
 
 
 def deliverable(inbox: InboxData, cursor: tuple[tuple[str, int], ...]) -> Delivery | None:
@@ -206,10 +212,13 @@ def deliverable(inbox: InboxData, cursor: tuple[tuple[str, int], ...]) -> Delive
     if not fresh:
         return None
     advance: dict[str, int] = {}
+    senders: dict[str, str] = {}
     for letter in fresh:  # (a sender's letters arrive in the order of their numbers)
         advance[letter.sender] = letter.seq
+        if letter.traceparent is not None:
+            senders.setdefault(letter.traceparent, letter.sender)
     messages = tuple(_message(letter) for letter in fresh)
-    return Delivery(messages, tuple(sorted(advance.items())))
+    return Delivery(messages, tuple(sorted(advance.items())), tuple(senders.items()))
 
 
 def _message(letter: Letter) -> Message:

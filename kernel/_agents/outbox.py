@@ -26,6 +26,8 @@ import logging
 from collections import Counter
 from typing import Protocol
 
+import msgspec
+
 from .._engine.snapshot import Snapshot
 from .._errors import StateError, StoreError, UnknownAgent
 from .._values.commands import StateCommand
@@ -91,11 +93,13 @@ class Outboxes:
         resumes with it: what the entries it stages will be numbered (and named) after."""
         self._next[thread_id] = snapshot.get(Outbox).next
 
-    def outgoing(self, thread_id: str) -> StateCommand | None:
+    def outgoing(self, thread_id: str, traceparent: str | None = None) -> StateCommand | None:
         staged = self._staged.pop(thread_id, None)
         if not staged:
             return None
         self._next[thread_id] += len(staged)
+        if traceparent is not None:  # the run that made them commits them: its span sent them
+            staged = [_sent_under(entry, traceparent) for entry in staged]
         return StateCommand().update(Outbox, OutboxChange(added=tuple(staged)))
 
     def discard(self, thread_id: str) -> None:
@@ -132,7 +136,13 @@ class Outboxes:
             self._posted[thread_id] = entry.seq
 
     async def _post_letter(self, thread_id: str, entry: OutLetter) -> None:
-        letter = LetterOf(entry.sender, entry.content, entry.via, origin=(thread_id, entry.seq))
+        letter = LetterOf(
+            entry.sender,
+            entry.content,
+            entry.via,
+            origin=(thread_id, entry.seq),
+            traceparent=entry.traceparent,
+        )
         if len(entry.to) == 1:
             await self._post_to(entry.to[0], letter)
         else:
@@ -173,6 +183,12 @@ class Outboxes:
         if through < entries[0].seq:
             return None
         return StateCommand().update(Outbox, OutboxChange(posted_through=through))
+
+
+def _sent_under(entry: OutEntry, traceparent: str) -> OutEntry:
+    if isinstance(entry, OutLetter) and entry.traceparent is None:
+        return msgspec.structs.replace(entry, traceparent=traceparent)
+    return entry
 
 
 async def post_following(

@@ -70,9 +70,10 @@ class TeamLink(Protocol):
         step's next commit."""
         ...
 
-    def outgoing(self, thread_id: str) -> StateCommand | None:
+    def outgoing(self, thread_id: str, traceparent: str | None = None) -> StateCommand | None:
         """The letters and spawns the thread's run made since this was last asked, as the
-        outbox update to commit with what made them."""
+        outbox update to commit with what made them; the letters carry `traceparent`, the
+        run's span, if it is traced."""
         ...
 
     async def dispatch(self, thread_id: str, snapshot: Snapshot) -> None:
@@ -271,13 +272,15 @@ class RunLoop:
         messages = self._history.stamped(delivery.messages)
         command = StateCommand().update(History, messages).update(MailCursor, delivery.cursor)
         await self._run.submit(command, source=MAIL, phase=phase)
+        if delivery.senders:
+            self._run.link_letters(delivery.senders)
         return True
 
     def _outgoing(self) -> StateCommand | None:
         """The letters and spawns this run made since they were last committed."""
         if self._team is None:
             return None
-        return self._team.outgoing(self._run.identity.thread_id)
+        return self._team.outgoing(self._run.identity.thread_id, self._run.traceparent())
 
     async def _commit_outgoing(self, phase: Phase) -> None:
         """Commit the letters and spawns the run made since they were last committed."""

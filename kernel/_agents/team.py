@@ -38,6 +38,7 @@ from .._errors import StateError, UnknownAgent, cause_text
 from .._host.kernel import Kernel
 from .._host.run import Tool
 from .._host.stores import Stores, chosen_stores
+from .._observe.spans import current_traceparent
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
 from .._values.commands import StateCommand
@@ -478,7 +479,7 @@ class AgentTeam:
                 letter = OutLetter(0, sender_id, ids, content, address.via)
                 self._outboxes.stage(sending, letter)
             return len(recipients)
-        letter_of = LetterOf(sender_id, content, address.via)
+        letter_of = LetterOf(sender_id, content, address.via, traceparent=current_traceparent())
         roster, mailbox = self._roster, self._outboxes.mailbox
         for record in recipients:
             await post_following(roster, mailbox, record.id, letter_of, message_id)

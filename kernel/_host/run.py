@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -154,6 +154,8 @@ class Run:
         self._tool_ends: dict[str, str] = {}  # the status last noted of each tool call
         self._tracing = kernel.tracing
         self._tool_span: Any = None  # the span of the tool call under way, if traced
+        self._traceparent: str | None = None  # the run's span as a traceparent, once asked
+        self._letter_contexts: set[str] | None = None  # senders' spans met in delivered mail
         self._span: Any = (
             None
             if self._tracing is None
@@ -453,6 +455,26 @@ class Run:
         """What the model answered, on its call's span (from `model_call_span`)."""
         if span is not None and self._tracing is not None:
             self._tracing.model_done(span, response)
+
+    def traceparent(self) -> str | None:
+        """This run's `invoke_agent` span as a W3C `traceparent`, the context a team's
+        letter sent from the run carries; None when the run is not traced."""
+        if self._span is None:
+            return None
+        if self._traceparent is None:  # (a span's context never changes)
+            assert self._tracing is not None
+            self._traceparent = self._tracing.traceparent(self._span)
+        return self._traceparent
+
+    def link_letters(self, senders: Iterable[tuple[str, str]]) -> None:
+        """Link this run's span to the spans that sent the letters it delivers, given as
+        `(traceparent, sender)`: once per sending span, at most 128 per run
+        ([tracing](observability.md)). Nothing when the run is not traced."""
+        if self._span is not None:
+            assert self._tracing is not None
+            if self._letter_contexts is None:
+                self._letter_contexts = set()
+            self._tracing.link_letters(self._span, senders, self._letter_contexts)
 
     async def _handle(
         self,

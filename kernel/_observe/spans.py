@@ -8,12 +8,17 @@ what the conventions cannot: the thread and revision, the plugins whose hooks ra
 those re-run after a conflict, failed effects, the tool gates' decision with its reason or
 ticket. The GenAI conventions are still in development upstream; these names follow them as of
 the 1.3x semantic conventions.
+
+A team's letter carries the W3C `traceparent` of the span it was sent under (the sending
+run's, or the application's span around `team.send`), and the run that delivers it links its
+span to that context: the traces of sender and recipient stay apart, and each names the other.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +26,12 @@ from .._engine.phase_engine import PhaseReport
 from .._values.run_events import GateRun
 from .._values.tools import ToolResult
 
-__all__ = ["Tracing", "tracing"]
+__all__ = ["MAX_LETTER_LINKS", "Tracing", "current_traceparent", "tracing"]
+
+MAX_LETTER_LINKS = 128
+"""How many senders' spans one run's span links to at most: the SDK's default limit of links
+per span (`OTEL_SPAN_LINK_COUNT_LIMIT`), so that a run delivering thousands of letters keeps
+a span of bounded size. The links left out are counted on the span instead."""
 
 
 def tracing() -> Tracing | None:
@@ -38,6 +48,22 @@ def tracing() -> Tracing | None:
     return Tracing(trace)
 
 
+def current_traceparent() -> str | None:
+    """The W3C `traceparent` of the application's current span, when one is active and valid;
+    else None. Only an application that imported OpenTelemetry can have a current span, so
+    without that import nothing is imported here and nothing is asked."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    return _traceparent(trace.get_current_span().get_span_context())
+
+
+def _traceparent(context: Any) -> str | None:
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
 class Tracing:
     """Starts and ends statekernel's spans on the application's tracer provider. The tracer
     is looked up once: before the application sets its provider it is OpenTelemetry's
@@ -46,6 +72,7 @@ class Tracing:
     def __init__(self, trace: Any) -> None:
         self._trace = trace
         self._tracer = trace.get_tracer("statekernel")
+        self._propagator: Any = None  # W3C trace context's parser, once a letter needs it
 
     def start_run(self, agent: str, thread_id: str, run_id: str, revision: int) -> Any:
         return self._tracer.start_span(
@@ -114,6 +141,46 @@ class Tracing:
             count = getattr(usage, field, None) if usage is not None else None
             if isinstance(count, int):
                 span.set_attribute(f"gen_ai.usage.{name}_tokens", count)
+
+    def traceparent(self, span: Any) -> str | None:
+        """`span`'s context as a W3C `traceparent` (None when it has no valid one: no tracer
+        provider was set)."""
+        return _traceparent(span.get_span_context())
+
+    def link_letters(self, span: Any, senders: Iterable[tuple[str, str]], seen: set[str]) -> None:
+        """Link `span` (a delivering run's) to each `(traceparent, sender)` whose context is
+        not in `seen`, the contexts the run met already, and add it there. Past
+        `MAX_LETTER_LINKS` contexts a run links no more and counts the rest on its span
+        (`statekernel.letter.links_dropped`). A context that does not parse is skipped: it
+        came out of stored data, and a link is not worth failing a delivery for. An API
+        older than 1.23 cannot link a started span: then nothing is linked."""
+        add_link = getattr(span, "add_link", None)
+        if add_link is None:
+            return
+        before = len(seen)
+        for traceparent, sender in senders:
+            if traceparent in seen:
+                continue
+            seen.add(traceparent)
+            if len(seen) > MAX_LETTER_LINKS:
+                continue
+            context = self._span_context(traceparent)
+            if context is not None:
+                add_link(context, {"statekernel.letter.sender": sender})
+        if len(seen) > MAX_LETTER_LINKS and len(seen) > before:
+            span.set_attribute("statekernel.letter.links_dropped", len(seen) - MAX_LETTER_LINKS)
+
+    def _span_context(self, traceparent: str) -> Any:
+        """The remote span context a `traceparent` names, or None if it names none."""
+        if self._propagator is None:
+            from opentelemetry.trace.propagation.tracecontext import (
+                TraceContextTextMapPropagator,
+            )
+
+            self._propagator = TraceContextTextMapPropagator()
+        context = self._propagator.extract({"traceparent": traceparent})
+        found = self._trace.get_current_span(context).get_span_context()
+        return found if found.is_valid else None
 
     def end_run(self, span: Any, revision: int, outcome: str) -> None:
         span.set_attribute("statekernel.revision", revision)

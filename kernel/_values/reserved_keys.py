@@ -59,13 +59,15 @@ class MailCursor(StateKey[tuple[tuple[str, int], ...], tuple[tuple[str, int], ..
 
 class OutLetter(msgspec.Struct, frozen=True, tag="letter"):
     """A team letter a run sent, waiting in its sender's outbox until the recipients'
-    inboxes hold it: from `sender` (an agent id) to the agents `to`, addressed `via`."""
+    inboxes hold it: from `sender` (an agent id) to the agents `to`, addressed `via`;
+    `traceparent`: the sending run's span (W3C trace context), None when it was not traced."""
 
     seq: int
     sender: str
     to: tuple[str, ...]
     content: str
     via: str | None = None
+    traceparent: str | None = None
 
 
 class OutSpawn(msgspec.Struct, frozen=True, tag="spawn"):
