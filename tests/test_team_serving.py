@@ -41,7 +41,7 @@ class Overlaps:
         self.calls: collections.Counter[str] = collections.Counter()
 
     async def __call__(self, request: InferenceRequest) -> InferenceResponse:
-        me = next(m.content for m in request.messages if m.content.startswith("plan "))
+        me = app.text_of(request.messages[0])  # its task
         self.running[me] += 1
         self.calls[me] += 1
         self.overlaps += self.running[me] > 1
@@ -83,16 +83,15 @@ async def test_three_workers_in_one_process_run_each_agent_once_at_a_time() -> N
     teams = [workers_team(profiles, threads, model) for _ in range(3)]
     async with teams[0] as first, teams[1] as second, teams[2] as third:
         async with serving(first), serving(second), serving(third):
-            for agent_id in app.AGENTS:
-                first.spawn("peer", app.task(plans, agent_id), agent_id=agent_id)
+            await app.start_plans(first, plans)
             assert await first.wait_idle(timeout=60)
         infos = {i.id: i for i in first.list_agents()}
         for agent_id, info in infos.items():
             state = await first.agent("peer").kernel.get_state(info.thread_id)
             history = state.to_dict()["statekernel.messages"]
             got = [AgentTeam.sender_of(m) for m in history if AgentTeam.sender_of(m)]
-            expected = sum(1 for p in plans.values() for _, to in p if to == agent_id)
-            assert len(got) == expected, agent_id  # its mail, once each
+            expected = 1 + sum(1 for p in plans.values() for _, to in p if to == agent_id)
+            assert len(got) == expected, agent_id  # its plan and its mail, once each
             assert history[-1].content == "done"
     assert model.overlaps == 0
 

@@ -34,8 +34,7 @@ async def spawn_plan(
     plans = app.plan(seed, messages)
     os.environ["TEAM_WORKER_TEAM"] = team_id
     async with open_stores(dsn) as stores, app.make_team(stores) as team:
-        for agent_id in app.AGENTS:
-            team.spawn("peer", app.task(plans, agent_id), agent_id=agent_id)
+        await app.start_plans(team, plans)
     return plans
 
 
@@ -81,7 +80,7 @@ async def check_delivered(
     for sender, items in plans.items():
         for n, to in items:
             assert received[to].count((sender, f"m{n}")) == 1, (sender, n, received[to])
-    total = sum(len(p) for p in plans.values()) + pings * len(app.AGENTS)
+    total = sum(len(p) for p in plans.values()) + (1 + pings) * len(app.AGENTS)  # + plans
     assert sum(len(mail) for mail in received.values()) == total
     for mail in received.values():
         for sender in app.AGENTS:

@@ -3,10 +3,12 @@ to stop, and sleeping between.
 
 A worker starts each agent's run as soon as it has work and this worker holds its lease
 (`leases.py`), each run in a task of its own, so one slow agent holds nobody up. Between
-runs it sleeps on three things at once: the profile store's change feed of the inboxes (a
-letter posted in any process names its recipient), its own runs ending (an agent may have
-more work), and its heartbeat's timer (each beat may find a worker joined, left or dead,
-whose agents are then worth another look). A store without change feeds is looked at whole
+runs it sleeps on four things at once: the profile store's change feed of the inboxes (a
+letter posted in any process names its recipient), its feed of the rosters (a spawn posts
+the new agent's task before the roster names the agent, so a task whose agent is not known
+yet waits for the roster to change), its own runs ending (an agent may have more work), and
+its heartbeat's timer (each beat may find a worker joined, left or dead, whose agents are
+then worth another look). A store without change feeds is looked at whole
 every `POLL_WITHOUT_FEED` seconds instead.
 
 Who is looked at is what changed: the recipients a feed names and the agents whose runs
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from .._errors import cause_text
 from .._profile.changes import ChangeFeed, SupportsChanges
@@ -32,7 +35,7 @@ from .._profile.store import ProfileStore
 from .agent import Agent
 from .leases import Leases
 from .mailbox import Inbox
-from .roster import AgentRecord, TeamRoster
+from .roster import AgentRecord, Roster, TeamRoster
 from .rounds import IN_ROUND, Rounds, Tally, TeamReport
 from .run_control import RunControl
 
@@ -57,13 +60,18 @@ class _Timer:
 
 
 @contextlib.asynccontextmanager
-async def inbox_changes(store: ProfileStore) -> AsyncIterator[ChangeFeed | _Timer]:
-    """The store's feed of inbox changes, or a timer where it has none."""
+async def changes(store: ProfileStore, namespace: str) -> AsyncIterator[ChangeFeed | _Timer]:
+    """The store's feed of `namespace`'s changes, or a timer where it has none."""
     if isinstance(store, SupportsChanges):
-        async with store.changes(Inbox.key) as feed:
+        async with store.changes(namespace) as feed:
             yield feed
     else:
         yield _Timer(POLL_WITHOUT_FEED)
+
+
+def inbox_changes(store: ProfileStore) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The store's feed of inbox changes (a letter posted names its recipient's thread)."""
+    return changes(store, Inbox.key)
 
 
 class Worker:
@@ -86,6 +94,7 @@ class Worker:
         self._running: dict[asyncio.Task[None], AgentRecord] = {}
         self._controls: dict[str, RunControl] = {}
         self._skipped: set[str] = set()  # threads with work that another worker holds
+        self._unknown: set[str] = set()  # inboxes written that the roster had no agent of
         self._looks = 0
         self._beat_failed = False
 
@@ -95,9 +104,12 @@ class Worker:
         try:
             await self._leases.beat()  # before any lease is taken
             started.set()
-            async with inbox_changes(self._store) as feed:
+            async with (
+                inbox_changes(self._store) as inboxes,
+                changes(self._store, Roster.key) as rosters,
+            ):
                 try:
-                    await self._loop(feed, stop)
+                    await self._loop(inboxes, rosters, stop)
                 finally:
                     await self._drain()
         finally:
@@ -106,13 +118,16 @@ class Worker:
         idle = not (stopped or self._skipped)
         return self._rounds.report(self._tallies, idle=idle, rounds=self._looks)
 
-    async def _loop(self, feed: ChangeFeed | _Timer, stop: asyncio.Event) -> None:
+    async def _loop(
+        self, inboxes: ChangeFeed | _Timer, rosters: ChangeFeed | _Timer, stop: asyncio.Event
+    ) -> None:
         leases = self._leases
         loop = asyncio.get_running_loop()
         dirty: set[str] | None = None  # threads to look at; None: every agent
         next_beat = loop.time() + leases.beat_every
         stopping = asyncio.ensure_future(stop.wait())
-        changed = asyncio.ensure_future(feed.next())
+        changed = asyncio.ensure_future(inboxes.next())
+        joined = asyncio.ensure_future(rosters.next())
         try:
             while True:
                 if dirty is None or dirty:
@@ -124,7 +139,7 @@ class Worker:
                     (leases.waiting_since() or next_beat) + leases.beat_every,
                 )
                 done, _ = await asyncio.wait(
-                    {stopping, changed, *self._running},
+                    {stopping, changed, joined, *self._running},
                     timeout=max(0.0, wake_at - loop.time()),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -133,14 +148,22 @@ class Worker:
                 if changed in done:
                     keys = self._changed_keys(changed)
                     dirty = None if keys is None or dirty is None else dirty | keys
-                    changed = asyncio.ensure_future(feed.next())
+                    changed = asyncio.ensure_future(inboxes.next())
+                if joined in done:
+                    # A spawn posts the task before the roster names its agent: a task
+                    # seen before its agent waits for the roster to change.
+                    self._changed_keys(joined)
+                    if dirty is not None:
+                        dirty |= self._unknown
+                    self._unknown.clear()
+                    joined = asyncio.ensure_future(rosters.next())
                 for task in [t for t in self._running if t in done]:
                     record = self._running.pop(task)
                     self._controls.pop(record.id, None)
                     if dirty is not None:
                         dirty.add(record.thread_id)  # more work may have come meanwhile
                 if loop.time() >= wake_at and dirty is not None:
-                    dirty |= self._skipped
+                    dirty |= self._skipped | self._unknown
                 if loop.time() >= next_beat:
                     if await self._beat():
                         dirty = None
@@ -148,6 +171,7 @@ class Worker:
         finally:
             stopping.cancel()
             changed.cancel()
+            joined.cancel()
 
     def _changed_keys(self, changed: asyncio.Future[frozenset[str] | None]) -> set[str] | None:
         try:
@@ -184,6 +208,8 @@ class Worker:
         roster = self._roster
         if dirty is None or any(roster.agent_of_thread(t) is None for t in dirty):
             await roster.load()  # agents spawned elsewhere join from here on
+            if dirty is not None:
+                self._unknown |= {t for t in dirty if roster.agent_of_thread(t) is None}
         running = {r.id for r in self._running.values()}
         records = [
             r
