@@ -208,6 +208,53 @@ class TestSchema:
         assert [tuple(row) for row in rows] == [("profile_store", 2), ("thread_store", 2)]
 
 
+async def test_writes_arriving_for_several_call_timeouts_run_on_their_own_deadlines(
+    postgres_dsn: str,
+) -> None:
+    """Under sustained load a batch is still in flight whenever the next one forms, so each
+    batch starts the next for as long as the load lasts. Every batch runs on the deadlines
+    of the calls in it, not on the long-passed one of the call that started the first: for
+    several times `call_timeout`, every set, get and save succeeds and lands."""
+    timeouts = {"call_timeout": 0.5, "retry_for": 0.5, "pool_size": 1}
+    async with (
+        PostgresProfileStore(postgres_dsn, **timeouts) as profiles,
+        PostgresThreadStore(postgres_dsn, **timeouts) as threads,
+    ):
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 6 * 0.5
+
+        async def set_and_get(key: str) -> int:
+            value = 0
+            while loop.time() < until:
+                value += 1
+                await profiles.set("ns", key, value)
+                entry = await profiles.get("ns", key)
+                assert entry is not None and entry.value == value
+            return value
+
+        async def save(thread_id: str) -> int:
+            position = 0
+            while loop.time() < until:
+                await threads.save(thread_id, one_record(position + 1), expected_position=position)
+                position += 1
+            return position
+
+        keys, thread_ids = [f"k{n}" for n in range(12)], [f"t{n}" for n in range(12)]
+        done = await asyncio.gather(
+            *(set_and_get(key) for key in keys),
+            *(save(thread_id) for thread_id in thread_ids),
+            return_exceptions=True,
+        )
+        failed = [outcome for outcome in done if isinstance(outcome, BaseException)]
+        assert failed == []
+        for key, value in zip(keys, done[:12], strict=True):
+            entry = await profiles.get("ns", key)
+            assert entry is not None and entry.value == value
+        for thread_id, position in zip(thread_ids, done[12:], strict=True):
+            head = await threads.head(thread_id)
+            assert head is not None and head.position == position
+
+
 async def test_saves_through_a_server_restart_land_once_and_none_acknowledged_is_lost(
     postgres_server: PostgresServer, postgres_dsn: str
 ) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "Settled",
     "UserCodeFailed",
     "Write",
+    "call_ends",
     "columns",
     "driver",
     "outcome_unknown",
@@ -198,6 +199,12 @@ _CALL_ENDS: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "statekernel_postgres_call_ends", default=None
 )
 """When the store call the current task is in ends (the event loop's clock), if any."""
+
+
+def call_ends() -> float | None:
+    """When the store call the current task is in ends (the event loop's clock), None
+    outside one: what a group-commit batch's trips may take, at most, for this caller."""
+    return _CALL_ENDS.get()
 
 
 @attrs.frozen

@@ -24,12 +24,23 @@ not left. `send(batch)` returns one outcome per operation, in order: its result,
 exception its caller receives; an exception of `send` itself goes to every caller in the
 batch.
 
+**Whose deadline a batch runs on.** Each operation is handed in with its caller's context
+(`contextvars`) and its call's deadline (`deadline`). A batch is sent in the context of its
+operation whose caller waits longest, and so runs on that deadline: its trips to the server
+go on while any of its callers still waits for the answer, and no longer; a caller that gave
+up earlier does not cut the others short; and each caller still stops waiting at its own
+deadline. Never in the context of the task that started the batch: as slots free, each
+batch starts the next, and under sustained load every batch would run on the first
+caller's deadline, long passed.
+
 This module knows nothing of SQL; the stores say how a batch is written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import math
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -49,6 +60,8 @@ class Ticket(Generic[W, R]):
     operation: W
     key: Hashable
     outcome: asyncio.Future[R]
+    context: contextvars.Context  # its caller's, as it handed the operation in
+    patience: float  # when its caller stops waiting (the event loop's clock; inf: never)
     left: bool = False
     withdrawn: bool = False
 
@@ -73,8 +86,10 @@ class GroupCommit(Generic[W, R]):
         largest: int,
         size: Callable[[W], int] | None = None,
         budget: int = 0,
+        deadline: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._send = send
+        self._deadline = deadline
         self._key = key
         self._in_flight = in_flight
         self._largest = largest
@@ -94,7 +109,9 @@ class GroupCommit(Generic[W, R]):
         # Its caller may have stopped waiting: the outcome is then read here, not lost.
         outcome.add_done_callback(_consume)
         key = None if self._key is None else self._key(operation)
-        ticket = Ticket(operation, key, outcome)
+        ends = self._deadline()
+        patience = math.inf if ends is None else ends
+        ticket = Ticket(operation, key, outcome, contextvars.copy_context(), patience)
         self._waiting.append(ticket)
         self._start()
         return ticket
@@ -126,7 +143,11 @@ class GroupCommit(Generic[W, R]):
             batch = self._next_batch()
             if not batch:  # every waiting operation's key is in flight
                 return
-            task = asyncio.get_running_loop().create_task(self._deliver(batch))
+            # (max keeps the first of equals: the newest, going backwards)
+            waits_longest = max(reversed(batch), key=lambda ticket: ticket.patience)
+            task = asyncio.get_running_loop().create_task(
+                self._deliver(batch), context=waits_longest.context
+            )
             self._sending.add(task)
 
     def _next_batch(self) -> list[Ticket[W, R]]:

@@ -51,6 +51,7 @@ from .connection import (
     Schema,
     Settled,
     UserCodeFailed,
+    call_ends,
     columns,
     outcome_unknown,
     refused,
@@ -233,7 +234,11 @@ class PostgresProfileStore(ClosingStore):
         # `_IN_FLIGHT` batches of each at a time (see group_commit).
         slots = min(_IN_FLIGHT, pool_size)
         self._gets: GroupCommit[tuple[str, str], Any] = GroupCommit(
-            self._send_gets, key=None, in_flight=slots, largest=_LARGEST_BATCH
+            self._send_gets,
+            key=None,
+            in_flight=slots,
+            largest=_LARGEST_BATCH,
+            deadline=call_ends,
         )
         self._sets: GroupCommit[_Set, tuple[int, float]] = GroupCommit(
             self._send_sets,
@@ -242,6 +247,7 @@ class PostgresProfileStore(ClosingStore):
             largest=_LARGEST_BATCH,
             size=lambda write: len(write.data),
             budget=_BATCH_BYTES,
+            deadline=call_ends,
         )
 
     @contextlib.asynccontextmanager

@@ -55,6 +55,7 @@ from .connection import (
     PostgresConnection,
     Schema,
     Settled,
+    call_ends,
     columns,
     outcome_unknown,
     refused,
@@ -331,6 +332,7 @@ class PostgresThreadStore(ClosingStore):
             largest=_LARGEST_BATCH,
             size=_Save.size,
             budget=_BATCH_BYTES,
+            deadline=call_ends,
         )
 
     @property
