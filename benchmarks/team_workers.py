@@ -20,7 +20,7 @@ memory, nothing stored), the same M messages published by 10 concurrent publishe
 agents (`team_mailbox.py`'s measurement), in the same run.
 
 **scale** (PostgreSQL): 1,000 agents (`--agents`), a model that waits 50 ms per call, each
-agent told to take 3 steps (two calls of a no-op tool, then an answer); served by 1, 2 and 4
+agent told to take 10 steps (nine calls of a no-op tool, then an answer); served by 1, 2 and 4
 worker processes. Agent steps per second from the letters' sending until every agent
 answered, with the CPU each worker used.
 
@@ -47,6 +47,7 @@ from statekernel import (
     AgentTeam,
     InferenceRequest,
     InferenceResponse,
+    Message,
     Role,
     Stores,
     ToolCall,
@@ -71,12 +72,13 @@ class BenchModel:
         if self._delay:
             await asyncio.sleep(self._delay)
         messages = request.messages
-        stamps = [m.content for m in messages if "stamp " in m.content]
+        texts = [text_of(m) for m in messages]
+        stamps = [t for t in texts if "stamp " in t]
         if stamps:
             sent = int(stamps[-1].rsplit("stamp ", 1)[1])
             self._log.write(f"wake {now - sent}\n")
             return InferenceResponse("ok")
-        task = next((m.content for m in messages if m.content.startswith("steps ")), None)
+        task = next((t for t in reversed(texts) if t.startswith("steps ")), None)
         if task is not None:
             wanted = int(task.split()[1])
             taken = sum(1 for m in messages if m.role == "tool")
@@ -88,6 +90,11 @@ class BenchModel:
         mail = sum(1 for m in messages if AgentTeam.sender_of(m) is not None)
         self._log.write(f"mail {messages[0].content} {mail}\n")
         return InferenceResponse("ok")
+
+
+def text_of(message: Message) -> str:
+    """A message's text, without the header a letter starts with."""
+    return message.content.split("\n", 1)[-1] if AgentTeam.sender_of(message) else message.content
 
 
 def noop(arguments: dict[str, Any], ctx: Any) -> str:
@@ -223,7 +230,7 @@ async def mail_part(db: str, kind: str, messages: int, folder: Path) -> float:
 
 
 async def scale_part(db: str, agents: int, counts: list[int], folder: Path) -> None:
-    steps_each = 3
+    steps_each = 10
     print(f"\n## scale: {agents} agents, {steps_each} steps each, a model of 50 ms\n")
     print("| workers | agent steps/s | vs 1 worker | CPU s per worker |")
     print("|---:|---:|---:|---|")
@@ -244,8 +251,11 @@ async def scale_part(db: str, agents: int, counts: list[int], folder: Path) -> N
                 log.new_lines()
                 cpu_before = [cpu_seconds(p.pid) for p in running]
                 start = time.perf_counter()
-                for agent_id in ids:
-                    await team.send("user", f"steps {steps_each}", to=agent_id)
+                async def send(part: list[str]) -> None:
+                    for agent_id in part:
+                        await team.send("user", f"steps {steps_each}", to=agent_id)
+
+                await asyncio.gather(*(send(ids[k::10]) for k in range(10)))
                 done = 0
                 while done < agents:
                     done += sum(1 for line in log.new_lines() if line.startswith("done "))

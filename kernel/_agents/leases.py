@@ -111,6 +111,7 @@ class Leases:
         self._held: set[str] = set()
         self._seen: dict[str, _Seen] = {}
         self._deferred: dict[str, float] = {}  # free agents left to their preferred worker
+        self._elsewhere: dict[str, str] = {}  # agents with work a live worker holds: by whom
         self._trusted_until = float("-inf")
         self._beat = 0
 
@@ -171,14 +172,6 @@ class Leases:
     def _alive_ids(self, now: float) -> frozenset[str]:
         return frozenset(w for w, s in self._seen.items() if now - s.at < self.lease_seconds)
 
-    def next_death(self) -> float | None:
-        """When the next worker now alive would be judged dead if it beats no more (the
-        observer's clock), or None: the moment its agents may be taken over."""
-        times = [s.at + self.lease_seconds for s in self._seen.values()]
-        now = self._clock()
-        future = [t for t in times if t > now]
-        return min(future) if future else None
-
     def trusted(self) -> bool:
         """Whether this worker's leases still hold: its last beat that landed was sent
         within a lease of its own time."""
@@ -213,11 +206,14 @@ class Leases:
             return False
         if thread_id in self._held:
             return True
+        self._elsewhere.pop(thread_id, None)
         lease, version = await self._profile.read_with_version(TeamLease, thread_id)
         if lease.worker == self.worker_id:  # handed over to this worker
             self._held.add(thread_id)
             return True
         if lease.worker and await self._holder_alive(lease.worker):
+            self._deferred.pop(thread_id, None)
+            self._elsewhere[thread_id] = lease.worker
             return False
         if self.preferred(thread_id, role) != self.worker_id:
             first = self._deferred.setdefault(thread_id, self._clock())
@@ -233,14 +229,39 @@ class Leases:
         self._held.add(thread_id)
         return True
 
-    def waiting_since(self) -> float | None:
-        """When the longest-deferred free agent was first left to another worker, if any."""
-        return min(self._deferred.values(), default=None)
+    def next_look(self) -> float | None:
+        """When an agent this worker could not take is worth another look (the observer's
+        clock): a free one left to another worker once its grace is over, one a live worker
+        holds once that worker would be judged dead if it beats no more."""
+        times = [t + self.beat_every for t in self._deferred.values()]
+        for holder in set(self._elsewhere.values()):
+            seen = self._seen.get(holder)
+            times.append(self._clock() if seen is None else seen.at + self.lease_seconds)
+        return min(times, default=None)
 
-    async def hand_off(self, thread_id: str, role: str) -> None:
-        """Give an idle agent this worker holds to its preferred worker, if that is another
-        (a worker that joined since): the lease names it, so it runs the agent's next work
-        without waiting for a lease to run out."""
+    def due_again(self) -> set[str]:
+        """The agents `next_look` was for, now due: deferred past their grace, or held by a
+        worker that is dead or gone."""
+        now = self._clock()
+        due = {t for t, first in self._deferred.items() if now - first >= self.beat_every}
+        for thread_id, holder in self._elsewhere.items():
+            seen = self._seen.get(holder)
+            if seen is None or now - seen.at >= self.lease_seconds:
+                due.add(thread_id)
+        return due
+
+    @property
+    def waiting(self) -> bool:
+        """Whether agents with work wait for another worker (or for a lease to pass)."""
+        return bool(self._deferred or self._elsewhere)
+
+    async def idle(self, thread_id: str, role: str) -> None:
+        """The agent has no work: nothing waits on another worker for it; and one this
+        worker holds goes to its preferred worker, if that is another (a worker that joined
+        since): the lease names it, so it runs the agent's next work without waiting for a
+        lease to run out."""
+        self._deferred.pop(thread_id, None)
+        self._elsewhere.pop(thread_id, None)
         if thread_id not in self._held:
             return
         other = self.preferred(thread_id, role)

@@ -93,7 +93,6 @@ class Worker:
         self._tallies: dict[str, Tally] = {}
         self._running: dict[asyncio.Task[None], AgentRecord] = {}
         self._controls: dict[str, RunControl] = {}
-        self._skipped: set[str] = set()  # threads with work that another worker holds
         self._unknown: set[str] = set()  # inboxes written that the roster had no agent of
         self._looks = 0
         self._beat_failed = False
@@ -115,7 +114,7 @@ class Worker:
         finally:
             IN_ROUND.reset(token)
         stopped = any(t.outcomes[-1:] == ["stopped"] for t in self._tallies.values())
-        idle = not (stopped or self._skipped)
+        idle = not (stopped or self._leases.waiting)
         return self._rounds.report(self._tallies, idle=idle, rounds=self._looks)
 
     async def _loop(
@@ -133,11 +132,7 @@ class Worker:
                 if dirty is None or dirty:
                     await self._start_ready(dirty)
                     dirty = set()
-                wake_at = min(
-                    next_beat,
-                    leases.next_death() or next_beat,
-                    (leases.waiting_since() or next_beat) + leases.beat_every,
-                )
+                wake_at = min(next_beat, leases.next_look() or next_beat)
                 done, _ = await asyncio.wait(
                     {stopping, changed, joined, *self._running},
                     timeout=max(0.0, wake_at - loop.time()),
@@ -163,7 +158,7 @@ class Worker:
                     if dirty is not None:
                         dirty.add(record.thread_id)  # more work may have come meanwhile
                 if loop.time() >= wake_at and dirty is not None:
-                    dirty |= self._skipped | self._unknown
+                    dirty |= leases.due_again() | self._unknown
                 if loop.time() >= next_beat:
                     if await self._beat():
                         dirty = None
@@ -220,13 +215,10 @@ class Worker:
             return
         ready = set(await self._rounds.ready(records))
         for record in records:
-            self._skipped.discard(record.thread_id)
             if record.id not in ready:
-                await self._leases.hand_off(record.thread_id, record.role)
+                await self._leases.idle(record.thread_id, record.role)
             elif await self._leases.take(record.thread_id, record.role):
                 self._start(record)
-            else:
-                self._skipped.add(record.thread_id)
 
     def _start(self, record: AgentRecord) -> None:
         control = RunControl()

@@ -544,7 +544,11 @@ class AgentTeam:
         await self._sync()
         async with self._rounds.lock:
             leases = Leases(
-                self._profile, self.team_id, self._local, lease_seconds=self.lease_seconds
+                self._profile,
+                self.team_id,
+                self._local,
+                lease_seconds=self.lease_seconds,
+                clock=asyncio.get_running_loop().time,  # the clock the worker sleeps by
             )
             worker = Worker(self._rounds, self._roster, leases, self._profile.store, self._agents)
             self.worker_id = leases.worker_id
