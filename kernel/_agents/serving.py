@@ -91,7 +91,9 @@ class Worker:
         self._store = store
         self._agents = agents
         self._tallies: dict[str, Tally] = {}
-        self._running: dict[asyncio.Task[None], AgentRecord] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}  # by agent id
+        self._finished: set[str] = set()  # threads whose runs ended since the last look
+        self._ended = asyncio.Event()  # set when a run ends
         self._controls: dict[str, RunControl] = {}
         self._unknown: set[str] = set()  # inboxes written that the roster had no agent of
         self._looks = 0
@@ -127,6 +129,7 @@ class Worker:
         stopping = asyncio.ensure_future(stop.wait())
         changed = asyncio.ensure_future(inboxes.next())
         joined = asyncio.ensure_future(rosters.next())
+        ended = asyncio.ensure_future(self._ended.wait())
         try:
             while True:
                 if dirty is None or dirty:
@@ -134,7 +137,7 @@ class Worker:
                     dirty = set()
                 wake_at = min(next_beat, leases.next_look() or next_beat)
                 done, _ = await asyncio.wait(
-                    {stopping, changed, joined, *self._running},
+                    {stopping, changed, joined, ended},
                     timeout=max(0.0, wake_at - loop.time()),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -152,11 +155,12 @@ class Worker:
                         dirty |= self._unknown
                     self._unknown.clear()
                     joined = asyncio.ensure_future(rosters.next())
-                for task in [t for t in self._running if t in done]:
-                    record = self._running.pop(task)
-                    self._controls.pop(record.id, None)
+                if ended in done:
                     if dirty is not None:
-                        dirty.add(record.thread_id)  # more work may have come meanwhile
+                        dirty |= self._finished  # more work may have come meanwhile
+                    self._finished.clear()
+                    self._ended.clear()
+                    ended = asyncio.ensure_future(self._ended.wait())
                 if loop.time() >= wake_at and dirty is not None:
                     dirty |= leases.due_again() | self._unknown
                 if loop.time() >= next_beat:
@@ -164,9 +168,8 @@ class Worker:
                         dirty = None
                     next_beat = loop.time() + leases.beat_every
         finally:
-            stopping.cancel()
-            changed.cancel()
-            joined.cancel()
+            for waiting in (stopping, changed, joined, ended):
+                waiting.cancel()
 
     def _changed_keys(self, changed: asyncio.Future[frozenset[str] | None]) -> set[str] | None:
         try:
@@ -205,12 +208,18 @@ class Worker:
             await roster.load()  # agents spawned elsewhere join from here on
             if dirty is not None:
                 self._unknown |= {t for t in dirty if roster.agent_of_thread(t) is None}
-        running = {r.id for r in self._running.values()}
-        records = [
-            r
-            for r in self._rounds.local()
-            if r.id not in running and (dirty is None or r.thread_id in dirty)
-        ]
+        if dirty is None:
+            records = [r for r in self._rounds.local() if r.id not in self._running]
+        else:
+            local = self._rounds.local_roles
+            named = (roster.agent_of_thread(t) for t in dirty)
+            records = [
+                record
+                for agent_id in named
+                if agent_id is not None and agent_id not in self._running
+                for record in (roster.record(agent_id),)
+                if record.role in local
+            ]
         if not records:
             return
         ready = set(await self._rounds.ready(records))
@@ -224,15 +233,23 @@ class Worker:
         control = RunControl()
         tally = self._tallies.setdefault(record.id, Tally())
         task = asyncio.ensure_future(self._rounds.step(record.id, tally, control))
-        self._running[task] = record
+        self._running[record.id] = task
         self._controls[record.id] = control
+        task.add_done_callback(lambda _: self._run_ended(record))
+
+    def _run_ended(self, record: AgentRecord) -> None:
+        """A run's task ended: its agent is looked at again (more work may have come)."""
+        self._running.pop(record.id, None)
+        self._controls.pop(record.id, None)
+        self._finished.add(record.thread_id)
+        self._ended.set()
 
     async def _drain(self) -> None:
         """Stop every run before its next step, wait for them, and release the leases."""
         for control in self._controls.values():
             control.request_stop()
         if self._running:
-            await asyncio.gather(*self._running, return_exceptions=True)
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
         self._running.clear()
         self._controls.clear()
         try:
