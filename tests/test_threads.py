@@ -415,6 +415,35 @@ async def test_a_kernel_keeps_the_values_of_its_most_recent_threads_only(
     assert store.loads == loads + 1
 
 
+async def test_a_thread_let_go_while_its_head_is_read_is_loaded(
+    store_factory: Callable[[], ThreadStore],
+) -> None:
+    """A kernel keeps the values of its 256 most recent threads. A run whose thread is let
+    go (by the saves of others) while its head is being read still runs: the thread is
+    loaded (a team's worker with more agents at once than that meets this)."""
+    import asyncio
+
+    store = CountingLoads(store_factory())
+    reading, go_on = asyncio.Event(), asyncio.Event()
+    plain_head = store.store.head  # type: ignore[attr-defined]
+
+    async def head(thread_id: str) -> Any:
+        if thread_id == "t0" and not go_on.is_set():
+            reading.set()
+            await go_on.wait()  # the head read of t0 is slow
+        return await plain_head(thread_id)
+
+    store.head = head  # type: ignore[attr-defined]
+    kernel = Kernel([NotesPlugin()], thread_store=store)  # type: ignore[arg-type]
+    await note(kernel, "t0", "first")
+    run_of_t0 = asyncio.create_task(note(kernel, "t0", "second"))
+    await reading.wait()
+    for n in range(300):  # meanwhile, newer threads push t0's kept values out
+        await note(kernel, f"u{n}", "x")
+    go_on.set()
+    assert await run_of_t0 == ("first", "second")
+
+
 async def test_a_kernel_lists_the_threads_saved_where_it_keeps_them(
     thread_store_or_none: ThreadStore | None,
 ) -> None:

@@ -183,7 +183,8 @@ class StoredThreads:
         with store_failures("thread head read", thread_id):
             head = await self._heads.head(thread_id)
         if head is not None and head.position == kept.position and head.seal == kept.chain.seal():
-            return True
+            # Unless another thread's claim let its values go while the head was read.
+            return kept.saved_values is not None
         self._forget_saved(thread_id)
         return False
 
