@@ -250,6 +250,24 @@ class Leases:
                 due.add(thread_id)
         return due
 
+    def elsewhere(self, thread_id: str) -> bool:
+        """Whether a live worker holds the agent of `thread_id`, as this worker last read
+        its lease: its letters are that worker's to deliver, and not worth a look here."""
+        holder = self._elsewhere.get(thread_id)
+        if holder is None:
+            return False
+        seen = self._seen.get(holder)
+        return seen is not None and self._clock() - seen.at < self.lease_seconds
+
+    def moved(self, thread_ids: set[str] | None) -> None:
+        """Leases were written (taken, handed on, released): what was read of them is
+        stale (None: of every lease)."""
+        if thread_ids is None:
+            self._elsewhere.clear()
+        else:
+            for thread_id in thread_ids:
+                self._elsewhere.pop(thread_id, None)
+
     @property
     def waiting(self) -> bool:
         """Whether agents with work wait for another worker (or for a lease to pass)."""

@@ -3,12 +3,14 @@ to stop, and sleeping between.
 
 A worker starts each agent's run as soon as it has work and this worker holds its lease
 (`leases.py`), each run in a task of its own, so one slow agent holds nobody up. Between
-runs it sleeps on four things at once: the profile store's change feed of the inboxes (a
+runs it sleeps on five things at once: the profile store's change feed of the inboxes (a
 letter posted in any process names its recipient), its feed of the rosters (a spawn posts
 the new agent's task before the roster names the agent, so a task whose agent is not known
-yet waits for the roster to change), its own runs ending (an agent may have more work), and
-its heartbeat's timer (each beat may find a worker joined, left or dead, whose agents are
-then worth another look). A store without change feeds is looked at whole
+yet waits for the roster to change), its feed of the leases (an agent handed on, taken or
+released), its own runs ending (an agent may have more work), and its heartbeat's timer
+(each beat may find a worker joined, left or dead, whose agents are then worth another
+look). A letter to an agent that a live worker holds costs the others nothing: they read
+its lease once, and again only when it changes or its holder dies. A store without change feeds is looked at whole
 every `POLL_WITHOUT_FEED` seconds instead.
 
 Who is looked at is what changed: the recipients a feed names and the agents whose runs
@@ -29,11 +31,13 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import attrs
+
 from .._errors import cause_text
 from .._profile.changes import ChangeFeed, SupportsChanges
 from .._profile.store import ProfileStore
 from .agent import Agent
-from .leases import Leases
+from .leases import Leases, TeamLease
 from .mailbox import Inbox
 from .roster import AgentRecord, Roster, TeamRoster
 from .rounds import IN_ROUND, Rounds, Tally, TeamReport
@@ -74,6 +78,15 @@ def inbox_changes(store: ProfileStore) -> contextlib.AbstractAsyncContextManager
     return changes(store, Inbox.key)
 
 
+@attrs.frozen
+class _Feeds:
+    """What a worker sleeps on besides its runs: the inboxes, the rosters, the leases."""
+
+    inboxes: ChangeFeed | _Timer
+    rosters: ChangeFeed | _Timer
+    leases: ChangeFeed | _Timer
+
+
 class Worker:
     """One `team.serve()`: its runs, its leases, and what it looks at next."""
 
@@ -108,9 +121,10 @@ class Worker:
             async with (
                 inbox_changes(self._store) as inboxes,
                 changes(self._store, Roster.key) as rosters,
+                changes(self._store, TeamLease.key) as leases,
             ):
                 try:
-                    await self._loop(inboxes, rosters, stop)
+                    await self._loop(_Feeds(inboxes, rosters, leases), stop)
                 finally:
                     await self._drain()
         finally:
@@ -119,16 +133,15 @@ class Worker:
         idle = not (stopped or self._leases.waiting)
         return self._rounds.report(self._tallies, idle=idle, rounds=self._looks)
 
-    async def _loop(
-        self, inboxes: ChangeFeed | _Timer, rosters: ChangeFeed | _Timer, stop: asyncio.Event
-    ) -> None:
+    async def _loop(self, feeds: _Feeds, stop: asyncio.Event) -> None:
         leases = self._leases
         loop = asyncio.get_running_loop()
         dirty: set[str] | None = None  # threads to look at; None: every agent
         next_beat = loop.time() + leases.beat_every
         stopping = asyncio.ensure_future(stop.wait())
-        changed = asyncio.ensure_future(inboxes.next())
-        joined = asyncio.ensure_future(rosters.next())
+        changed = asyncio.ensure_future(feeds.inboxes.next())
+        joined = asyncio.ensure_future(feeds.rosters.next())
+        moved = asyncio.ensure_future(feeds.leases.next())
         ended = asyncio.ensure_future(self._ended.wait())
         try:
             while True:
@@ -137,7 +150,7 @@ class Worker:
                     dirty = set()
                 wake_at = min(next_beat, leases.next_look() or next_beat)
                 done, _ = await asyncio.wait(
-                    {stopping, changed, joined, ended},
+                    {stopping, changed, joined, moved, ended},
                     timeout=max(0.0, wake_at - loop.time()),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -146,7 +159,7 @@ class Worker:
                 if changed in done:
                     keys = self._changed_keys(changed)
                     dirty = None if keys is None or dirty is None else dirty | keys
-                    changed = asyncio.ensure_future(inboxes.next())
+                    changed = asyncio.ensure_future(feeds.inboxes.next())
                 if joined in done:
                     # A spawn posts the task before the roster names its agent: a task
                     # seen before its agent waits for the roster to change.
@@ -154,7 +167,13 @@ class Worker:
                     if dirty is not None:
                         dirty |= self._unknown
                     self._unknown.clear()
-                    joined = asyncio.ensure_future(rosters.next())
+                    joined = asyncio.ensure_future(feeds.rosters.next())
+                if moved in done:
+                    # A lease taken, handed on or released: the agent is worth a look.
+                    keys = self._changed_keys(moved)
+                    leases.moved(keys)
+                    dirty = None if keys is None or dirty is None else dirty | keys
+                    moved = asyncio.ensure_future(feeds.leases.next())
                 if ended in done:
                     if dirty is not None:
                         dirty |= self._finished  # more work may have come meanwhile
@@ -168,7 +187,7 @@ class Worker:
                         dirty = None
                     next_beat = loop.time() + leases.beat_every
         finally:
-            for waiting in (stopping, changed, joined, ended):
+            for waiting in (stopping, changed, joined, moved, ended):
                 waiting.cancel()
 
     def _changed_keys(self, changed: asyncio.Future[frozenset[str] | None]) -> set[str] | None:
@@ -212,7 +231,8 @@ class Worker:
             records = [r for r in self._rounds.local() if r.id not in self._running]
         else:
             local = self._rounds.local_roles
-            named = (roster.agent_of_thread(t) for t in dirty)
+            # A letter to an agent another live worker holds is that worker's to deliver.
+            named = (roster.agent_of_thread(t) for t in dirty if not self._leases.elsewhere(t))
             records = [
                 record
                 for agent_id in named
