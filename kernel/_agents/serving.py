@@ -9,14 +9,14 @@ the new agent's task before the roster names the agent, so a task whose agent is
 yet waits for the roster to change), its feed of the leases (an agent handed on, taken or
 released), its own runs ending (an agent may have more work), and its heartbeat's timer
 (each beat may find a worker joined, left or dead, whose agents are then worth another
-look). A letter to an agent that a live worker holds costs the others nothing: they read
-its lease once, and again only when it changes or its holder dies. A store without change feeds is looked at whole
-every `POLL_WITHOUT_FEED` seconds instead.
+look). A store without change feeds is looked at whole every `POLL_WITHOUT_FEED` seconds
+instead.
 
 Who is looked at is what changed: the recipients a feed names and the agents whose runs
 ended. Everything is looked at when the worker starts, when a feed cannot say what changed,
-and when the fleet changes; agents with work that another worker holds are looked at again
-at each beat, and when their holder would be judged dead.
+and when the fleet changes. A letter to an agent that a live worker holds costs the others
+nothing: they read its lease once, and look again only when the lease changes or when its
+holder would be judged dead.
 
 Told to stop, the worker drains: no run starts, each running one stops before its next step
 (its last step saved), and its leases are released by deleting its heartbeat, so that the
