@@ -251,6 +251,7 @@ async def scale_part(db: str, agents: int, counts: list[int], folder: Path) -> N
                 log.new_lines()
                 cpu_before = [cpu_seconds(p.pid) for p in running]
                 start = time.perf_counter()
+
                 async def send(part: list[str]) -> None:
                     for agent_id in part:
                         await team.send("user", f"steps {steps_each}", to=agent_id)
