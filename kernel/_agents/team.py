@@ -158,6 +158,9 @@ class AgentTeam:
     - `local_roles`: the roles whose agents this process runs (default: all). Processes
       sharing a PostgreSQL database split a team this way; each message is still
       delivered once. A role the team does not have raises `StateError`.
+    - `lease_seconds` (default 10): how long after a worker (`team.serve`) stops beating
+      the other workers take its agents over; a number > 0, else `ValueError`. See
+      [teams: workers](team.md#workers-a-team-that-runs-itself).
     - `mail_tool` (default True): every agent gets the tool `send_message(content,
       to=None, group=None, topic=None)`, which sends from the calling agent through its
       outbox: the letter is saved with the step that sent it, and delivered once.
