@@ -541,10 +541,10 @@ class _Set:
 
     def outcome(self, row: Any) -> tuple[Outcome, tuple[int, float] | None]:
         """What became of this set, given its entry's row now (version, updated_at, write
-        ids), with the (version, updated_at) it wrote when it landed. Not applied when it
-        is safe to send again: last write wins (sending it again is writing it later), or
-        its compare-and-set did not pass, and cannot have since it still would hold its id.
-        Unknown when too many writes came since for the row to say."""
+        ids), with the (version, updated_at) it wrote if it landed. Not applied when sending
+        it again is safe: last write wins (sending it again is writing it later), or it is
+        a compare-and-set whose id the row would still hold had it landed. Unknown when too
+        many writes came since for the row to say."""
         landed = _landed(row, self.write_id)
         if landed is not None:
             return Outcome.APPLIED, landed
