@@ -32,6 +32,7 @@ from statekernel import (
     Message,
     OutcomeUnknown,
     StoreError,
+    VersionConflict,
 )
 from statekernel.lowlevel import Entry, JournalEntry, ThreadSave
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
@@ -571,6 +572,124 @@ async def test_a_batch_of_sets_left_without_an_answer_is_settled_entry_by_entry_
         f"PostgreSQL store: the set of 2 entries whose call ended without an answer was "
         f"{outcome} for 2 (entry 'b' in 'ns', entry 'c' in 'ns')"
     ]
+
+
+@pytest.mark.parametrize("lock", ["released", "held"])
+async def test_a_batch_of_compare_and_sets_left_without_an_answer_is_settled_set_by_set(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture, lock: str
+) -> None:
+    """Compare-and-sets that left together wait on another session's lock past their
+    deadline. The store's next call asks what became of each by its write id, and the log
+    names each: applied for those whose condition held when the lock went, not applied
+    for the stale one; none applied when the store ended them first."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    # One connection: "a" leaves alone, and "b", "c" and "d", waiting meanwhile, together.
+    async with PostgresProfileStore(dsn, call_timeout=2, retry_for=1, pool_size=1) as store:
+        for key in ("b", "d"):
+            await store.set("ns", key, 0)
+        other = await asyncpg.connect(dsn)
+        try:
+            locking = other.transaction()
+            await locking.start()
+            await other.execute(
+                "SELECT * FROM statekernel_profile_entries WHERE key = 'b' FOR UPDATE"
+            )
+            outcomes = await asyncio.gather(
+                store.set("ns", "a", 1),
+                store.set("ns", "b", 1, expected_version=1),
+                store.set("ns", "c", 1, expected_version=0),
+                store.set("ns", "d", 1, expected_version=7),  # stale
+                return_exceptions=True,
+            )
+            assert isinstance(outcomes[0], Entry)
+            assert all(isinstance(outcome, OutcomeUnknown) for outcome in outcomes[1:]), outcomes
+            if lock == "released":
+                await locking.commit()  # the batch, still at the server, lands
+                query = "SELECT count(*) FROM statekernel_profile_entries WHERE key = 'c'"
+                while not await other.fetchval(query):
+                    await asyncio.sleep(0.05)
+            with caplog.at_level(logging.WARNING, logger="statekernel"):
+                await store.get("ns", "a")  # asks what became of the batch
+        finally:
+            await other.close()
+        stored = {e.key: (e.value, e.version) for e in await store.list("ns")}
+    said = [r.getMessage() for r in caplog.records if "set of 3 entries" in r.getMessage()]
+    prefix = "PostgreSQL store: the set of 3 entries whose call ended without an answer was"
+    if lock == "released":
+        assert stored == {"a": (1, 1), "b": (1, 2), "c": (1, 1), "d": (0, 1)}
+        assert said == [
+            f"{prefix} applied for 2 (entry 'b' in 'ns', entry 'c' in 'ns'); "
+            f"not applied for 1 (entry 'd' in 'ns')"
+        ]
+    else:
+        assert stored == {"a": (1, 1), "b": (0, 1), "d": (0, 1)}
+        assert said == [
+            f"{prefix} not applied for 3 (entry 'b' in 'ns', entry 'c' in 'ns', entry 'd' in 'ns')"
+        ]
+
+
+async def test_a_batch_of_compare_and_sets_that_landed_unanswered_answers_each_caller(
+    server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection breaks after the server committed a batch of compare-and-sets and
+    before its answer came back. The store asks by the write ids and each caller gets what
+    its own set did: the versions of those that held, and for the stale one, sent again
+    alone, the conflict naming the version it found. Nothing lands twice."""
+    import asyncpg
+
+    dsn = await fresh_database(server)
+    async with tcp_proxy(server.port) as proxy:
+        through = dsn.replace(f":{server.port}/", f":{proxy.port}/")
+        async with PostgresProfileStore(through, pool_size=1) as store:
+            for key in ("b", "d"):
+                await store.set("ns", key, 0)
+            other = await asyncpg.connect(dsn)
+            try:
+                locking = other.transaction()
+                await locking.start()
+                await other.execute(
+                    "SELECT * FROM statekernel_profile_entries WHERE key = 'b' FOR UPDATE"
+                )
+                # "a" leaves alone; "b", "c" and "d" leave together and wait for b's row.
+                calls = [
+                    asyncio.create_task(store.set("ns", "a", 1)),
+                    asyncio.create_task(store.set("ns", "b", 1, expected_version=1)),
+                    asyncio.create_task(store.set("ns", "c", 1, expected_version=0)),
+                    asyncio.create_task(store.set("ns", "d", 1, expected_version=7)),
+                ]
+                waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                while not await other.fetchval(waiting):
+                    await asyncio.sleep(0.02)
+                proxy.stall()  # the answer will not come back
+                await locking.commit()
+                query = "SELECT count(*) FROM statekernel_profile_entries WHERE key = 'c'"
+                while not await other.fetchval(query):
+                    await asyncio.sleep(0.02)
+                proxy.cut()
+                proxy.resume()
+                with caplog.at_level(logging.INFO, logger="statekernel"):
+                    outcomes = await asyncio.wait_for(
+                        asyncio.gather(*calls, return_exceptions=True), 30
+                    )
+            finally:
+                await other.close()
+            stored = {e.key: (e.value, e.version) for e in await store.list("ns")}
+    assert [(o.key, o.version) for o in outcomes[:3] if isinstance(o, Entry)] == [
+        ("a", 1),
+        ("b", 2),
+        ("c", 1),
+    ]
+    conflict = outcomes[3]
+    assert isinstance(conflict, VersionConflict)
+    assert str(conflict) == str(VersionConflict("ns", "d", 7, 1))
+    assert stored == {"a": (1, 1), "b": (1, 2), "c": (1, 1), "d": (0, 1)}
+    said = [r.getMessage() for r in caplog.records if "set of 3 entries" in r.getMessage()]
+    assert len(said) == 1 and said[0].endswith(
+        "was applied for 2 (entry 'b' in 'ns', entry 'c' in 'ns'); "
+        "not applied for 1 (entry 'd' in 'ns')"
+    ), said
 
 
 async def test_a_batch_of_saves_left_without_an_answer_is_settled_thread_by_thread_in_the_log(

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import asyncpg
 import pytest
 
-from statekernel import DecodeFailed, RevisionConflict, StoreError
-from statekernel.lowlevel import JournalEntry, ThreadSave
+from statekernel import DecodeFailed, RevisionConflict, StoreError, VersionConflict
+from statekernel.lowlevel import Entry, JournalEntry, ThreadSave
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
 from statekernel.testing.postgres import PostgresServer
 
@@ -169,6 +169,130 @@ class TestProfileGroupCommit:
         assert isinstance(got[7], DecodeFailed) and "'k7'" in str(got[7])
         values = [None if isinstance(e, BaseException) or e is None else e.value for e in got]
         assert values == [*range(7), None, *range(8, 20), 3, 3, None]
+
+    async def test_concurrent_compare_and_sets_land_in_a_few_transactions_each_on_its_condition(
+        self, postgres_dsn: str
+    ) -> None:
+        """Compare-and-sets that leave together each hold or fail on their own: those that
+        hold land with their versions, each that fails raises the `VersionConflict` a set
+        alone raises (the version it found), and nothing of it is written."""
+        async with PostgresProfileStore(postgres_dsn, pool_size=1) as store:
+            await asyncio.gather(
+                *(store.set("ns", f"k{n:03d}", {"n": n}) for n in range(100)),
+                *(store.set("ns", f"old{n:02d}", "kept") for n in range(20)),
+            )
+            outcomes = await asyncio.gather(
+                *(store.set("ns", f"k{n:03d}", -n, expected_version=1) for n in range(100)),
+                *(store.set("ns", f"new{n:02d}", n, expected_version=0) for n in range(50)),
+                *(store.set("ns", f"old{n:02d}", "lost", expected_version=3) for n in range(20)),
+                *(store.set("ns", f"gone{n:02d}", "lost", expected_version=2) for n in range(20)),
+                # Called after the first of their entries: in call order, they find it moved.
+                *(store.set("ns", f"k{n:03d}", "lost", expected_version=1) for n in range(20)),
+                *(store.set("ns", f"p{n:02d}", n) for n in range(50)),
+                return_exceptions=True,
+            )
+            landed = [o for o in outcomes if isinstance(o, Entry)]
+            conflicts = [o for o in outcomes if isinstance(o, VersionConflict)]
+            assert len(landed) + len(conflicts) == len(outcomes)
+            assert [(e.key, e.value, e.version) for e in landed] == [
+                *((f"k{n:03d}", -n, 2) for n in range(100)),
+                *((f"new{n:02d}", n, 1) for n in range(50)),
+                *((f"p{n:02d}", n, 1) for n in range(50)),
+            ]
+            expected_conflicts = [
+                *(VersionConflict("ns", f"old{n:02d}", 3, 1) for n in range(20)),
+                *(VersionConflict("ns", f"gone{n:02d}", 2, None) for n in range(20)),
+                *(VersionConflict("ns", f"k{n:03d}", 1, 2) for n in range(20)),
+            ]
+            assert [(str(c), c.key, c.expected, c.actual) for c in conflicts] == [
+                (str(c), c.key, c.expected, c.actual) for c in expected_conflicts
+            ]
+            stored = {e.key: (e.value, e.version) for e in await store.list("ns")}
+            assert stored == {
+                **{f"k{n:03d}": (-n, 2) for n in range(100)},
+                **{f"new{n:02d}": (n, 1) for n in range(50)},
+                **{f"old{n:02d}": ("kept", 1) for n in range(20)},
+                **{f"p{n:02d}": (n, 1) for n in range(50)},
+            }
+        assert await rows_transactions(postgres_dsn, "ns") <= 20
+
+    async def test_compare_and_sets_of_one_entry_have_one_winner_per_version(
+        self, postgres_dsn: str
+    ) -> None:
+        """Writers in two store objects (two pools, as two processes would have) race for
+        one entry by compare-and-set, among plain sets and updates of it and compare-and-sets
+        of other entries batched with theirs. Of those that expect one version, one wins;
+        every version is written by one write only, and each compare-and-set that landed
+        wrote over the very value it read: no update is lost."""
+        async with (
+            PostgresProfileStore(postgres_dsn, pool_size=2) as one,
+            PostgresProfileStore(postgres_dsn, pool_size=2) as two,
+        ):
+            stores = (one, two)
+            first = await one.set("ns", "hot", {"n": 0, "by": "start"})
+            raced = await asyncio.gather(
+                *(
+                    stores[n % 2].set("ns", "hot", {"n": 1, "by": n}, expected_version=1)
+                    for n in range(20)
+                ),
+                return_exceptions=True,
+            )
+            winners = [o for o in raced if isinstance(o, Entry)]
+            assert len(winners) == 1 and winners[0].version == 2
+            losers = [o for o in raced if not isinstance(o, Entry)]
+            assert all(isinstance(o, VersionConflict) for o in losers), losers
+            assert {(o.expected, o.actual) for o in losers} == {(1, 2)}  # type: ignore[union-attr]
+
+            written: dict[int, Any] = {first.version: first.value, 2: winners[0].value}
+            won: list[tuple[int, Any, Any]] = []  # each landed compare-and-set: read, wrote
+
+            def wrote(entry: Entry) -> None:
+                assert entry.version not in written, f"version {entry.version} written twice"
+                written[entry.version] = entry.value
+
+            async def compare_and_set(store: PostgresProfileStore, key: str, tag: str) -> None:
+                for turn in range(30):
+                    got = await store.get("ns", key)
+                    assert got is not None
+                    value = {"n": got.value["n"] + 1, "by": f"{tag}.{turn}"}
+                    try:
+                        entry = await store.set("ns", key, value, expected_version=got.version)
+                    except VersionConflict as conflict:
+                        assert conflict.expected == got.version != conflict.actual
+                        continue
+                    assert entry.version == got.version + 1
+                    if key == "hot":
+                        wrote(entry)
+                        won.append((got.version, got.value, value))
+
+            async def plain_set(store: PostgresProfileStore, tag: str) -> None:
+                for turn in range(30):
+                    wrote(await store.set("ns", "hot", {"n": 1000, "by": f"{tag}.{turn}"}))
+
+            async def update(store: PostgresProfileStore, tag: str) -> None:
+                for turn in range(30):
+
+                    def add_one(entry: Entry | None, by: str = f"{tag}.{turn}") -> Any:
+                        assert entry is not None
+                        return {"n": entry.value["n"] + 1, "by": by}
+
+                    wrote(await store.update("ns", "hot", add_one))
+
+            for n in range(4):
+                await one.set("ns", f"cold{n}", {"n": 0, "by": "start"})
+            await asyncio.gather(
+                *(compare_and_set(stores[n % 2], "hot", f"cas{n}") for n in range(8)),
+                *(compare_and_set(stores[n % 2], f"cold{n}", f"cold{n}") for n in range(4)),
+                *(plain_set(stores[n % 2], f"set{n}") for n in range(2)),
+                *(update(stores[n % 2], f"update{n}") for n in range(2)),
+            )
+            hot = await one.get("ns", "hot")
+        assert hot is not None
+        assert sorted(written) == list(range(1, hot.version + 1))
+        assert hot.value == written[hot.version]
+        for read_version, read_value, value in won:
+            assert written[read_version] == read_value
+            assert value["n"] == read_value["n"] + 1
 
 
 class TestSchema:
@@ -470,6 +594,38 @@ class TestBatchesInFlight:
             for key, value in (("W", "w"), ("E", "e")):
                 entry = await store.get("ns", key)
                 assert entry is not None and (entry.value, entry.version) == (value, 2)
+
+    async def test_a_batch_of_compare_and_sets_whose_answer_is_lost_lands_once(
+        self, postgres_dsn: str
+    ) -> None:
+        """A batch of compare-and-sets loses its connection while it waits for a row: asked
+        by its write ids, none of it landed, so it is sent again whole; then the sets whose
+        conditions hold land once, and the stale one fails on its own."""
+        async with (
+            PostgresProfileStore(postgres_dsn, pool_size=1) as store,  # one slot
+            HeldRows(postgres_dsn) as rows,
+        ):
+            for key in "XWS":
+                await store.set("ns", key, "before")
+            x, w = await rows.entry("X"), await rows.entry("W")
+            set_x = asyncio.create_task(store.set("ns", "X", "x"))
+            await blocked(postgres_dsn, 1)
+            set_w = asyncio.create_task(store.set("ns", "W", "w", expected_version=1))
+            set_e = asyncio.create_task(store.set("ns", "E", "e", expected_version=0))
+            set_s = asyncio.create_task(store.set("ns", "S", "s", expected_version=4))
+            await asyncio.sleep(0.05)
+            await x.release()
+            await set_x
+            await blocked(postgres_dsn, 1)  # the batch [W, E, S], held up by W
+            assert await cut_connections_running(postgres_dsn, "%unnest($1::text[]%") == 1
+            await asyncio.sleep(0.2)
+            await w.release()
+            assert [(await within(t)).version for t in (set_w, set_e)] == [2, 1]
+            with pytest.raises(VersionConflict) as conflict:
+                await within(set_s)
+            assert (conflict.value.expected, conflict.value.actual) == (4, 1)
+            stored = {e.key: (e.value, e.version) for e in await store.list("ns")}
+            assert stored == {"X": ("x", 2), "W": ("w", 2), "E": ("e", 1), "S": ("before", 1)}
 
     async def test_a_lost_answer_of_a_batch_with_a_stale_save_resends_the_others(
         self, postgres_dsn: str

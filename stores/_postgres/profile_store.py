@@ -9,9 +9,12 @@ statement's own condition; `update` holds the row's lock (`SELECT ... FOR UPDATE
 function runs. The retry policy is `connection`'s: each write keeps a write id in
 the row, so a lost answer never makes it apply twice.
 
-Gets, and sets without an expected version, that arrive while others are in flight leave
-together (`group_commit`): one statement reads many entries, or upserts many (one write per
-entry per batch, in call order), and each caller gets its own entry back.
+Gets and sets that arrive while others are in flight leave together (`group_commit`): one
+statement reads many entries, or writes many (one write per entry per batch, in call order),
+and each caller gets its own entry back. A compare-and-set keeps its own condition in the
+batch: the statement writes only the entries still at their expected versions, and each
+loser gets its own `VersionConflict`, so a team's mailbox, which posts every letter by
+compare-and-set, pays one commit for many letters.
 
 Change feeds (`listener`): a trigger on the table sends a notice in each write's own
 transaction for the namespaces someone watches, so the write paths here know nothing of
@@ -30,7 +33,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from statekernel import StoreError
+from statekernel import OutcomeUnknown, StoreError, VersionConflict
 from statekernel.lowlevel import DEFAULT_MAX_VALUE_BYTES, ChangeFeed, Entry, encode_entry
 
 from .._changes import Feed, Watchers
@@ -120,23 +123,53 @@ _LOCK = (
     "SELECT value, version, updated_at, write_ids FROM statekernel_profile_entries "
     "WHERE namespace = $1 AND key = $2 FOR UPDATE"
 )
-# Many entries in one statement ($1 namespaces, $2 keys; `_SET_MANY` $3 values, $4 write
-# ids): the group-committed forms of _GET and of _SET (last write wins, so every row lands).
+# Many entries in one statement ($1 namespaces, $2 keys): the group-committed form of _GET.
 _GET_MANY = (
     "SELECT s.namespace, s.key, t.value, t.version, t.updated_at "
     "FROM unnest($1::text[], $2::text[]) AS s(namespace, key) "
     "JOIN statekernel_profile_entries AS t ON t.namespace = s.namespace AND t.key = s.key"
 )
-_SET_MANY = (
-    "INSERT INTO statekernel_profile_entries AS t "
-    f"SELECT s.namespace, s.key, s.value, 1, {_NOW}, ARRAY[s.write_id] "
-    "FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) "
-    "AS s(namespace, key, value, write_id) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, "
-    "version = t.version + 1, updated_at = EXCLUDED.updated_at, "
-    f"write_ids = (EXCLUDED.write_ids || t.write_ids)[1:{WRITE_IDS_KEPT}] "
-    "RETURNING namespace, key, version, updated_at"
+# The group-committed form of _SET, _CREATE and _REPLACE: one row per set of a different
+# entry ($1-$5), each on its own condition (a null expected version: last write wins). Every
+# set answers with the version it wrote, or, for a compare-and-set that did not hold, none
+# and the version the statement found (its snapshot's: the one its condition was tested on,
+# unless a concurrent write moved the row while the statement waited for it).
+_SET_MANY = f"""
+WITH s AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::bigint[])
+        AS s(namespace, key, value, write_id, expected)
+),
+plain AS (
+    INSERT INTO statekernel_profile_entries AS t
+    SELECT namespace, key, value, 1, {_NOW}, ARRAY[write_id] FROM s WHERE expected IS NULL
+    ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value,
+        version = t.version + 1, updated_at = EXCLUDED.updated_at,
+        write_ids = (EXCLUDED.write_ids || t.write_ids)[1:{WRITE_IDS_KEPT}]
+    RETURNING namespace, key, version, updated_at
+),
+created AS (
+    INSERT INTO statekernel_profile_entries AS t
+    SELECT namespace, key, value, 1, {_NOW}, ARRAY[write_id] FROM s WHERE expected = 0
+    ON CONFLICT (namespace, key) DO NOTHING
+    RETURNING namespace, key, version, updated_at
+),
+replaced AS (
+    UPDATE statekernel_profile_entries AS t SET value = s.value, version = t.version + 1,
+        updated_at = {_NOW}, write_ids = (ARRAY[s.write_id] || t.write_ids)[1:{WRITE_IDS_KEPT}]
+    FROM s
+    WHERE s.expected > 0 AND t.namespace = s.namespace AND t.key = s.key
+        AND t.version = s.expected
+    RETURNING t.namespace, t.key, t.version, t.updated_at
+),
+written AS (
+    SELECT * FROM plain UNION ALL SELECT * FROM created UNION ALL SELECT * FROM replaced
 )
+SELECT s.namespace, s.key, w.version, w.updated_at, t.version
+FROM s
+LEFT JOIN written AS w ON w.namespace = s.namespace AND w.key = s.key
+LEFT JOIN statekernel_profile_entries AS t
+    ON w.version IS NULL AND t.namespace = s.namespace AND t.key = s.key
+"""
 _WRITES_MANY = (
     "SELECT s.namespace, s.key, t.version, t.updated_at, t.write_ids "
     "FROM unnest($1::text[], $2::text[]) AS s(namespace, key) "
@@ -230,7 +263,7 @@ class PostgresProfileStore(ClosingStore):
             call_timeout=call_timeout,
         )
         self._writing: dict[tuple[str, str], _Turn] = {}
-        # Gets and plain sets that arrive while others are in flight leave together, at most
+        # Gets and sets that arrive while others are in flight leave together, at most
         # `_IN_FLIGHT` batches of each at a time (see group_commit).
         slots = min(_IN_FLIGHT, pool_size)
         self._gets: GroupCommit[tuple[str, str], Any] = GroupCommit(
@@ -331,15 +364,13 @@ class PostgresProfileStore(ClosingStore):
         encoded = encode_entry(namespace, key, value, self._max_value_bytes)
         write = _Set(namespace, key, encoded.data.decode(), expected, os.urandom(16))
         with self._db.call():
-            if expected is not None:  # a compare-and-set, alone: its failure names the version
-                async with self._in_call_order(namespace, key, write.operation):
-                    version, updated_at = await self._db.write(write.operation, namespace, write)
-            else:
-                version, updated_at = await self._set_in_batch(write)
+            version, updated_at = await self._set_in_batch(write)
         return Entry(namespace, key, encoded.value, version, updated_at)
 
     async def _set_in_batch(self, write: _Set) -> tuple[int, float]:
-        """A plain set, sent with the others that wait (see group_commit), in call order."""
+        """A set, sent with the others that wait (see group_commit), in call order: the
+        entry's turn is held until its outcome is known, so a batch never holds two writes
+        of one entry, nor one whose condition an earlier write of this store still moves."""
         entry = write.entry()
         turn = await self._db.queued(write.operation, write.namespace, self._turn(entry))
         ticket = self._sets.submit(write)
@@ -357,27 +388,25 @@ class PostgresProfileStore(ClosingStore):
                 ticket.outcome.add_done_callback(lambda _: self._pass_on(entry, turn))
 
     async def _send_sets(self, sets: Sequence[_Set]) -> builtins.list[Any]:
-        """Write a batch of plain sets of different entries: each caller's outcome, in order."""
-        landed: Mapping[tuple[str, str], tuple[int, float] | None] = {}
+        """Write a batch of sets of different entries: each caller's outcome, in order."""
+        answered: Mapping[tuple[str, str], _Answer] = {}
         if len(sets) > 1:
             batch = _SetBatch(tuple(sets))
             try:
-                landed = await self._db.write(f"set of {len(sets)} entries", None, batch)
+                answered = await self._db.write(f"set of {len(sets)} entries", None, batch)
             except StoreError as error:  # the batch as a whole: each caller its own error
-                return [StoreError(w.operation, error.cause, key=w.namespace) for w in sets]
-        # A batch the server refused as a whole is sent set by set: each lands or says why.
-        alone = [write for write in sets if write.entry() not in landed]
+                kind = OutcomeUnknown if isinstance(error, OutcomeUnknown) else StoreError
+                return [kind(w.operation, error.cause, key=w.namespace) for w in sets]
+        # A set the batch left unanswered is sent alone, and lands or says why: one of a
+        # batch the server refused as a whole, or a compare-and-set whose entry a concurrent
+        # write moved while the statement waited for it.
+        alone = [write for write in sets if write.entry() not in answered]
         sent = await asyncio.gather(
             *(self._db.write(write.operation, write.namespace, write) for write in alone),
             return_exceptions=True,
         )
-        outcomes: dict[tuple[str, str], Any] = dict(landed)
+        outcomes: dict[tuple[str, str], Any] = dict(answered)
         outcomes.update(zip((write.entry() for write in alone), sent, strict=True))
-        for write in sets:
-            if outcomes[write.entry()] is None:  # settled after a lost answer, untraceable
-                outcomes[write.entry()] = outcome_unknown(
-                    write.operation, write.namespace, UNTRACEABLE
-                )
         return [outcomes[write.entry()] for write in sets]
 
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
@@ -505,29 +534,49 @@ class _Set:
 
     async def settle(self, conn: Any) -> Settled[tuple[int, float]]:
         row = await conn.fetchrow(_WRITES, self.namespace, self.key)
+        outcome, landed = self.outcome(row)
+        if outcome is Outcome.NOT_APPLIED:  # raises if another write took its place
+            check_expected(self.namespace, self.key, self.expected, _version(row))
+        return Settled(outcome, landed)
+
+    def outcome(self, row: Any) -> tuple[Outcome, tuple[int, float] | None]:
+        """What became of this set, given its entry's row now (version, updated_at, write
+        ids), with the (version, updated_at) it wrote if it landed. Not applied when sending
+        it again is safe: last write wins (sending it again is writing it later), or it is
+        a compare-and-set whose id the row would still hold had it landed. Unknown when too
+        many writes came since for the row to say."""
         landed = _landed(row, self.write_id)
         if landed is not None:
-            return Settled(Outcome.APPLIED, landed)
-        if self.expected is None:  # last write wins: this one is still the last
-            return Settled(Outcome.NOT_APPLIED)
+            return Outcome.APPLIED, landed
         current = _version(row)
-        if current == (self.expected or None):
-            return Settled(Outcome.NOT_APPLIED)
-        if current is not None and current - self.expected >= WRITE_IDS_KEPT:
-            return Settled(Outcome.UNKNOWN)
-        check_expected(self.namespace, self.key, self.expected, current)  # raises
-        return Settled(Outcome.NOT_APPLIED)  # pragma: no cover - check_expected raised
+        if self.expected is None or current is None or current - self.expected < WRITE_IDS_KEPT:
+            return Outcome.NOT_APPLIED, None
+        return Outcome.UNKNOWN, None
+
+    def conflict(self, found: int | None) -> VersionConflict | None:
+        """The error of this compare-and-set, had it found version `found` (None: no
+        entry), exactly as a set alone raises it; None when it would have passed."""
+        try:
+            check_expected(self.namespace, self.key, self.expected, found)
+        except VersionConflict as conflict:
+            return conflict
+        return None
+
+
+_Answer = tuple[int, float] | BaseException
+"""A set's answer from a batch: the (version, updated_at) it wrote, or the error its caller
+gets (a `VersionConflict`, an `OutcomeUnknown`)."""
 
 
 @attrs.frozen
 class _SetBatch:
-    """Plain sets of different entries in one statement. Its result maps each entry to its
-    (version, updated_at), or, settled after a lost answer, to None when the entry no longer
-    remembers the write; it is empty when the server refused the statement as a whole."""
+    """Sets of different entries in one statement, each on its own condition. Its result
+    answers each set it could (see `_Answer`); a set it leaves out is sent again alone. It
+    is empty when the server refused the statement as a whole."""
 
     sets: tuple[_Set, ...]
 
-    async def run(self, conn: Any) -> Mapping[tuple[str, str], tuple[int, float] | None]:
+    async def run(self, conn: Any) -> Mapping[tuple[str, str], _Answer]:
         sets = self.sets
         try:
             rows = await conn.fetch(
@@ -536,29 +585,57 @@ class _SetBatch:
                 [write.key for write in sets],
                 [write.data for write in sets],
                 [write.write_id for write in sets],
+                [write.expected for write in sets],
             )
         except Exception as error:
             if refused(error):  # nothing landed; each set on its own finds the culprit
                 return {}
             raise
-        return {(row[0], row[1]): (int(row[2]), float(row[3])) for row in rows}
+        by_entry = {write.entry(): write for write in sets}
+        answers: dict[tuple[str, str], _Answer] = {}
+        for row in rows:
+            entry = (row[0], row[1])
+            if row[2] is not None:
+                answers[entry] = (int(row[2]), float(row[3]))
+                continue
+            found = None if row[4] is None else int(row[4])
+            # Found at its expected version, its condition failed on a write that moved the
+            # entry while the statement waited: left out, sent alone, it names that one.
+            conflict = by_entry[entry].conflict(found)
+            if conflict is not None:
+                answers[entry] = conflict
+        return answers
 
-    async def settle(
-        self, conn: Any
-    ) -> Settled[Mapping[tuple[str, str], tuple[int, float] | None]]:
+    async def settle(self, conn: Any) -> Settled[Mapping[tuple[str, str], _Answer]]:
+        """What became of each set (`_Set.outcome`), by its write id. The batch's own
+        outcome says what is done with it: sent again whole when none of it landed, every
+        caller told unknown when no set can say, and else each set answered on its own
+        (a set not applied is sent again alone)."""
         rows = await conn.fetch(_WRITES_MANY, *columns([w.entry() for w in self.sets], 2))
         current = {(row[0], row[1]): row[2:] for row in rows}
-        landed = {w.entry(): _landed(current.get(w.entry()), w.write_id) for w in self.sets}
-        # One statement, and every row of it lands: if one entry remembers it, it landed.
-        # Last write wins: as for one set (`_Set.settle`), sending them again is writing
-        # them later.
-        outcome = (
-            Outcome.APPLIED
-            if any(found is not None for found in landed.values())
-            else Outcome.NOT_APPLIED
-        )
-        parts = {f"entry {w.key!r} in {w.namespace!r}": outcome for w in self.sets}
-        return Settled(outcome, landed if outcome is Outcome.APPLIED else None, parts)
+        found = {w.entry(): w.outcome(current.get(w.entry())) for w in self.sets}
+        # One statement: if one set of it landed, every set without a condition did too,
+        # though its row may no longer remember by which version.
+        landed = any(outcome is Outcome.APPLIED for outcome, _ in found.values())
+        answers: dict[tuple[str, str], _Answer] = {}
+        parts: dict[str, Outcome] = {}
+        for write in self.sets:
+            outcome, written = found[write.entry()]
+            if landed and write.expected is None:
+                outcome = Outcome.APPLIED
+            parts[f"entry {write.key!r} in {write.namespace!r}"] = outcome
+            if written is not None:
+                answers[write.entry()] = written
+            elif outcome is not Outcome.NOT_APPLIED:
+                answers[write.entry()] = outcome_unknown(
+                    write.operation, write.namespace, UNTRACEABLE
+                )
+        outcomes = set(parts.values())
+        if outcomes == {Outcome.NOT_APPLIED}:
+            return Settled(Outcome.NOT_APPLIED, None, parts)
+        if outcomes == {Outcome.UNKNOWN}:
+            return Settled(Outcome.UNKNOWN, None, parts)
+        return Settled(Outcome.APPLIED, answers, parts)
 
 
 @attrs.frozen
