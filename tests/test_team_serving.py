@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +21,8 @@ from statekernel import (
     Decision,
     InferenceRequest,
     InferenceResponse,
+    Phase,
+    PhaseContext,
     Plugin,
     PluginRegistrar,
     Role,
@@ -245,3 +248,121 @@ async def test_serve_and_wait_idle_refuse_bad_arguments_and_calls_from_inside() 
         await team.run_until_idle()
     assert len(inner) == 2
     assert all("inside one of the team's own runs" in str(e) for e in inner)
+
+
+async def test_wait_idle_waits_for_a_tool_that_is_running() -> None:
+    """The thread is saved before a tool runs (its call without a result): while a worker
+    runs that tool, the agent has work."""
+    profiles, threads = MemoryProfileStore(), MemoryThreadStore()
+    release = asyncio.Event()
+
+    async def slow(arguments: dict[str, Any], ctx: Any) -> str:
+        await release.wait()
+        return "slow done"
+
+    async def model(request: InferenceRequest) -> InferenceResponse:
+        if request.messages[-1].role == "tool":
+            return InferenceResponse("done")
+        return InferenceResponse("", tool_calls=(ToolCall("c1", "slow", {}),))
+
+    roles = {"peer": Role(model=model, tools={"slow": slow})}
+    team = AgentTeam(roles, profile_store=profiles, thread_store=threads, team_id="tool")
+    async with team, serving(team):
+        team.spawn("peer", "go", agent_id="a")
+        assert await team.wait_idle(timeout=0.5) is False
+        release.set()
+        assert await team.wait_idle(timeout=10) is True
+
+
+class SendsAtRunEnd(Plugin):
+    """Sends one letter to "b" from agent "a"'s RUN_END (it stays in a's outbox, posted)."""
+
+    id = "sends_at_run_end"
+
+    def __init__(self, team: list[AgentTeam]) -> None:
+        self.team = team
+
+    def register(self, registrar: PluginRegistrar) -> None:
+        registrar.register_phase_hook(Phase.RUN_END, self.hook)
+
+    async def hook(self, ctx: PhaseContext) -> None:
+        if ctx.run.thread_id.endswith("/a"):
+            await self.team[0].send("a", "bye", to="b")
+
+
+async def test_wait_idle_returns_once_letters_sent_at_the_last_step_are_delivered() -> None:
+    profiles, threads = MemoryProfileStore(), MemoryThreadStore()
+    holder: list[AgentTeam] = []
+
+    async def answer(request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse("ok")
+
+    roles = {"peer": Role(model=answer, plugins=[SendsAtRunEnd(holder)])}
+    team = AgentTeam(roles, profile_store=profiles, thread_store=threads, team_id="end")
+    holder.append(team)
+    async with team, serving(team):
+        team.spawn("peer", "wait", agent_id="b")
+        team.spawn("peer", "go", agent_id="a")
+        assert await team.wait_idle(timeout=10)
+        history = (await team.agent("peer").kernel.get_state("end/b")).to_dict()
+        assert [AgentTeam.sender_of(m) for m in history["statekernel.messages"]][-2] == "a"
+
+
+class FlakyLeases(MemoryProfileStore):
+    """A memory store whose reads of an agent's lease fail `failures` times (a store that
+    lost its connection for a moment)."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def get(self, namespace: str, key: str) -> Any:
+        if namespace == "statekernel.team_lease" and key.endswith("/late") and self.failures:
+            self.failures -= 1
+            raise ConnectionResetError("the connection was reset")
+        return await super().get(namespace, key)
+
+
+async def test_a_store_failure_in_a_look_is_said_once_and_the_worker_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    profiles, threads = FlakyLeases(failures=3), MemoryThreadStore()
+    team = workers_team(profiles, threads, app.PlanModel(), lease_seconds=2)
+    async with team, serving(team) as task:
+        await asyncio.sleep(0.05)
+        team.spawn("peer", "plan #late", agent_id="late")
+        with caplog.at_level(logging.WARNING, logger="statekernel"):
+            assert await team.wait_idle(timeout=20)
+        assert not task.done()
+    said = [r.getMessage() for r in caplog.records if "it goes on" in r.getMessage()]
+    assert len(said) == 1 and "the connection was reset" in said[0]
+    history = (await team.agent("peer").kernel.get_state("served/late")).to_dict()
+    assert history["statekernel.messages"][-1].content == "done"
+
+
+async def test_a_long_serving_worker_keeps_its_report_small() -> None:
+    profiles, threads = MemoryProfileStore(), MemoryThreadStore()
+    team = workers_team(profiles, threads, app.PlanModel())
+    async with team:
+        stop = asyncio.Event()
+        task = asyncio.create_task(team.serve(stop=stop))
+        team.spawn("peer", "plan #a", agent_id="a")
+        for n in range(20):
+            await team.send("user", f"more {n}", to="a")
+            assert await team.wait_idle(timeout=10)
+        stop.set()
+        report = await task
+    assert report.agents["a"].runs >= 20
+    assert len(report.agents["a"].outcomes) == len(report.agents["a"].results) == 16
+
+
+async def test_serve_with_its_stop_already_set_runs_nothing() -> None:
+    profiles, threads = MemoryProfileStore(), MemoryThreadStore()
+    model = Overlaps(app.PlanModel())
+    team = workers_team(profiles, threads, model)
+    async with team:
+        team.spawn("peer", "plan #a", agent_id="a")
+        stop = asyncio.Event()
+        stop.set()
+        report = await team.serve(stop=stop)
+    assert report.agents == {} and sum(model.calls.values()) == 0

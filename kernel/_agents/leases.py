@@ -113,6 +113,7 @@ class Leases:
         self._deferred: dict[str, float] = {}  # free agents left to their preferred worker
         self._elsewhere: dict[str, str] = {}  # agents with work a live worker holds: by whom
         self._trusted_until = float("-inf")
+        self._observed_at = float("-inf")  # when the heartbeats were last read
         self._beat = 0
 
     @property
@@ -125,22 +126,25 @@ class Leases:
     # -- the heartbeat -------------------------------------------------------------------
 
     async def beat(self) -> bool:
-        """Beat this worker's heartbeat and read everyone else's; returns whether the fleet
-        changed since the last beat (a worker joined, left or died), when the agents a
-        worker could not take are worth another look."""
+        """Beat this worker's heartbeat and read everyone else's; returns whether every
+        agent is worth another look: the fleet changed since the last beat (a worker
+        joined, left or died), or this worker's leases were not trusted until this beat."""
         self._beat += 1
         sent = self._clock()
         await self._profile.write(
             TeamWorker, self._entry(self.worker_id), WorkerBeat(self._roles, self._beat)
         )
-        if sent >= self._trusted_until:
-            self._held.clear()  # trusted no more meanwhile: others may have taken them
+        lapsed = self._clock() >= self._trusted_until
+        if lapsed:
+            # The beat landed after the last one's trust ran out: meanwhile the others may
+            # have judged this worker dead and taken its agents, so it holds none of them.
+            self._held.clear()
         self._trusted_until = sent + self.lease_seconds
-        return await self._observe()
+        return await self._observe() or lapsed
 
     async def _observe(self) -> bool:
         entries = await self._profile.list_entries(TeamWorker, f"{self._team_id}/")
-        now = self._clock()
+        now = self._observed_at = self._clock()
         before = self._alive_ids(now)
         present = set()
         for key, beat in entries:
@@ -163,8 +167,9 @@ class Leases:
             )
         for worker, seen in list(self._seen.items()):
             if now - seen.at >= FORGOTTEN_AFTER * self.lease_seconds:
-                # Long dead (killed, never to beat again): its entry goes, so that the
-                # heartbeats of a fleet that restarts often do not pile up.
+                # Long dead (killed): its entry goes, so that the heartbeats of a fleet that
+                # restarts often do not pile up. Should it beat again after all, that beat
+                # finds its trust lapsed and holds nothing (see `beat`).
                 del self._seen[worker]
                 await self._profile.delete(TeamWorker, self._entry(worker))
         return self._alive_ids(now) != before
@@ -177,16 +182,23 @@ class Leases:
         within a lease of its own time."""
         return self._clock() < self._trusted_until
 
-    async def _holder_alive(self, worker_id: str) -> bool:
-        """Whether a lease's holder is alive; one this worker has not seen yet (it started
-        since the last beat) is read, and alive for a lease from now if it has a heartbeat."""
+    async def alive(self, worker_id: str) -> bool:
+        """Whether a lease's holder is alive: its heartbeat changed within a lease of the
+        last time this worker read the heartbeats (not of now: a worker whose own reads
+        were slow has seen nothing that proves anyone dead). One not seen yet (it started
+        since) is read, and alive for a lease from then if it has a heartbeat."""
         seen = self._seen.get(worker_id)
         if seen is None:
             beat = await self._profile.read(TeamWorker, self._entry(worker_id))
             if beat is None:
                 return False  # it stopped cleanly
             seen = self._seen[worker_id] = _Seen(beat.roles, beat.beat, self._clock())
-        return self._clock() - seen.at < self.lease_seconds
+            return True
+        return self._observed_at - seen.at < self.lease_seconds
+
+    async def observe(self) -> None:
+        """Read the heartbeats (for an observer that holds no leases: `wait_idle`)."""
+        await self._observe()
 
     # -- leases ----------------------------------------------------------------------------
 
@@ -211,7 +223,7 @@ class Leases:
         if lease.worker == self.worker_id:  # handed over to this worker
             self._held.add(thread_id)
             return True
-        if lease.worker and await self._holder_alive(lease.worker):
+        if lease.worker and await self.alive(lease.worker):
             self._deferred.pop(thread_id, None)
             self._elsewhere[thread_id] = lease.worker
             return False
@@ -220,6 +232,8 @@ class Leases:
             if self._clock() - first < self.beat_every:
                 return False
         self._deferred.pop(thread_id, None)
+        if not self.trusted():  # (the reads took long)
+            return False
         try:
             await self._profile.compare_and_set(
                 TeamLease, thread_id, LeaseData(self.worker_id), version=version
@@ -250,6 +264,11 @@ class Leases:
                 due.add(thread_id)
         return due
 
+    def forget(self, thread_id: str) -> None:
+        """The agent left the team (a restore): nothing waits for it."""
+        self._deferred.pop(thread_id, None)
+        self._elsewhere.pop(thread_id, None)
+
     def elsewhere(self, thread_id: str) -> bool:
         """Whether a live worker holds the agent of `thread_id`, as this worker last read
         its lease: its letters are that worker's to deliver, and not worth a look here."""
@@ -257,7 +276,7 @@ class Leases:
         if holder is None:
             return False
         seen = self._seen.get(holder)
-        return seen is not None and self._clock() - seen.at < self.lease_seconds
+        return seen is not None and self._observed_at - seen.at < self.lease_seconds
 
     def moved(self, thread_ids: set[str] | None) -> None:
         """Leases were written (taken, handed on, released): what was read of them is

@@ -17,8 +17,9 @@ reading of both.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 import attrs
@@ -98,13 +99,19 @@ class TeamReport:
 
 @attrs.define
 class Tally:
-    """One agent's counts during one `run_until_idle` (or `serve`)."""
+    """One agent's counts during one `run_until_idle` (or `serve`), with its last `keep`
+    runs' outcomes and results (None: all of them)."""
 
+    keep: int | None = None
     runs: int = 0
     steps: int = 0
-    outcomes: list[Outcome] = attrs.field(factory=list)
-    results: list[RunResult] = attrs.field(factory=list)
+    outcomes: collections.deque[Outcome] = attrs.field(init=False)
+    results: collections.deque[RunResult] = attrs.field(init=False)
     error: BaseException | None = None
+
+    def __attrs_post_init__(self) -> None:
+        self.outcomes = collections.deque(maxlen=self.keep)
+        self.results = collections.deque(maxlen=self.keep)
 
 
 class Rounds:
@@ -157,6 +164,16 @@ class Rounds:
         self._looked_at.clear()
         self._found_waiting.clear()
         self._cursors.clear()
+
+    def forget_threads(self, thread_ids: Iterable[str]) -> None:
+        """Forget what was read of these threads (another worker may have run them since):
+        they are read as stored at the next look."""
+        for thread_id in thread_ids:
+            self._looked_at.discard(thread_id)
+            self._cursors.pop(thread_id, None)
+            agent_id = self._roster.agent_of_thread(thread_id)
+            if agent_id is not None:
+                self._answer_due.discard(agent_id)
 
     def refuse_inside(self, call: str) -> None:
         """`call` waits for the rounds to end: from inside one (a tool or hook of an agent's

@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
@@ -46,6 +46,12 @@ from .run_control import RunControl
 __all__ = ["POLL_WITHOUT_FEED", "Worker", "inbox_changes"]
 
 logger = logging.getLogger("statekernel")
+
+T = TypeVar("T")
+
+KEPT_RESULTS = 16
+"""How many of each agent's last runs a worker's report keeps (their outcomes and
+`RunResult`s): a worker runs for days, and a result holds the whole conversation."""
 
 POLL_WITHOUT_FEED = 1.0
 """How often a worker (or `wait_idle`) on a store without change feeds looks at every
@@ -103,14 +109,20 @@ class Worker:
         self._leases = leases
         self._store = store
         self._agents = agents
+        self._prefix = f"{roster.team_id}/"  # every thread of the team's agents starts so
         self._tallies: dict[str, Tally] = {}
         self._running: dict[str, asyncio.Task[None]] = {}  # by agent id
-        self._finished: set[str] = set()  # threads whose runs ended since the last look
-        self._ended = asyncio.Event()  # set when a run ends
         self._controls: dict[str, RunControl] = {}
+        self._known: frozenset[str] = frozenset()  # the agents the roster named at the last look
         self._unknown: set[str] = set()  # inboxes written that the roster had no agent of
         self._looks = 0
-        self._beat_failed = False
+        self._failing: str | None = None  # what failed last, said once until it works again
+        # What wakes the loop besides the feeds: a run's end, a beat that asks for a look
+        # at everything.
+        self._finished: set[str] = set()
+        self._look_at_all = False
+        self._known_changed = False
+        self._woken = asyncio.Event()
 
     async def serve(self, stop: asyncio.Event, *, started: asyncio.Event) -> TeamReport:
         """Serve until `stop` is set; `started` is set once the first beat landed."""
@@ -118,166 +130,246 @@ class Worker:
         try:
             await self._leases.beat()  # before any lease is taken
             started.set()
-            async with (
-                inbox_changes(self._store) as inboxes,
-                changes(self._store, Roster.key) as rosters,
-                changes(self._store, TeamLease.key) as leases,
-            ):
-                try:
-                    await self._loop(_Feeds(inboxes, rosters, leases), stop)
-                finally:
-                    await self._drain()
+            beating = asyncio.ensure_future(self._beat_on())
+            try:
+                async with (
+                    inbox_changes(self._store) as inboxes,
+                    changes(self._store, Roster.key) as rosters,
+                    changes(self._store, TeamLease.key) as leases,
+                ):
+                    try:
+                        await self._loop(_Feeds(inboxes, rosters, leases), stop)
+                    finally:
+                        await self._drain()
+            finally:
+                beating.cancel()
+                await self._release()
         finally:
             IN_ROUND.reset(token)
-        stopped = any(t.outcomes[-1:] == ["stopped"] for t in self._tallies.values())
+        stopped = any(t.outcomes and t.outcomes[-1] == "stopped" for t in self._tallies.values())
         idle = not (stopped or self._leases.waiting)
         return self._rounds.report(self._tallies, idle=idle, rounds=self._looks)
+
+    # -- the loop --------------------------------------------------------------------------
 
     async def _loop(self, feeds: _Feeds, stop: asyncio.Event) -> None:
         leases = self._leases
         loop = asyncio.get_running_loop()
         dirty: set[str] | None = None  # threads to look at; None: every agent
-        next_beat = loop.time() + leases.beat_every
         stopping = asyncio.ensure_future(stop.wait())
         changed = asyncio.ensure_future(feeds.inboxes.next())
         joined = asyncio.ensure_future(feeds.rosters.next())
         moved = asyncio.ensure_future(feeds.leases.next())
-        ended = asyncio.ensure_future(self._ended.wait())
+        woken = asyncio.ensure_future(self._woken.wait())
         try:
-            while True:
+            while not stop.is_set():
                 if dirty is None or dirty:
-                    await self._start_ready(dirty)
-                    dirty = set()
-                wake_at = min(next_beat, leases.next_look() or next_beat)
+                    dirty = await self._look(dirty)
+                wake_at = leases.next_look()
                 done, _ = await asyncio.wait(
-                    {stopping, changed, joined, moved, ended},
-                    timeout=max(0.0, wake_at - loop.time()),
+                    {stopping, changed, joined, moved, woken},
+                    timeout=None if wake_at is None else max(0.0, wake_at - loop.time()),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if stopping in done:
                     return
+                looked_for: set[str] | None = set()
                 if changed in done:
-                    keys = self._changed_keys(changed)
-                    dirty = None if keys is None or dirty is None else dirty | keys
+                    looked_for = await self._keys(changed)
                     changed = asyncio.ensure_future(feeds.inboxes.next())
                 if joined in done:
-                    # A spawn posts the task before the roster names its agent: a task
-                    # seen before its agent waits for the roster to change.
-                    self._changed_keys(joined)
-                    if dirty is not None:
-                        dirty |= self._unknown
-                    self._unknown.clear()
+                    # A spawn posts the task before the roster names its agent: the tasks
+                    # seen before their agents are looked at once the roster changes.
+                    await self._keys(joined)
+                    looked_for = _union(looked_for, self._unknown)
+                    self._unknown = set()
+                    self._known_changed = True
                     joined = asyncio.ensure_future(feeds.rosters.next())
                 if moved in done:
                     # A lease taken, handed on or released: the agent is worth a look.
-                    keys = self._changed_keys(moved)
+                    keys = await self._keys(moved)
                     leases.moved(keys)
-                    dirty = None if keys is None or dirty is None else dirty | keys
+                    looked_for = _union(looked_for, keys)
                     moved = asyncio.ensure_future(feeds.leases.next())
-                if ended in done:
-                    if dirty is not None:
-                        dirty |= self._finished  # more work may have come meanwhile
-                    self._finished.clear()
-                    self._ended.clear()
-                    ended = asyncio.ensure_future(self._ended.wait())
-                if loop.time() >= wake_at and dirty is not None:
-                    dirty |= leases.due_again() | self._unknown
-                if loop.time() >= next_beat:
-                    if await self._beat():
-                        dirty = None
-                    next_beat = loop.time() + leases.beat_every
+                if woken in done:
+                    self._woken.clear()
+                    woken = asyncio.ensure_future(self._woken.wait())
+                    looked_for = _union(looked_for, self._finished)  # more work may have come
+                    self._finished = set()
+                    if self._look_at_all:
+                        self._look_at_all = False
+                        looked_for = None
+                if wake_at is not None and loop.time() >= wake_at:
+                    await self._quietly("heartbeat read", leases.observe)
+                    looked_for = _union(looked_for, leases.due_again())
+                dirty = _union(dirty, looked_for)
         finally:
-            for waiting in (stopping, changed, joined, moved, ended):
+            for waiting in (stopping, changed, joined, moved, woken):
                 waiting.cancel()
 
-    def _changed_keys(self, changed: asyncio.Future[frozenset[str] | None]) -> set[str] | None:
+    async def _keys(self, changed: asyncio.Future[frozenset[str] | None]) -> set[str] | None:
+        """The team's threads a feed named (None: look at everything). A feed that failed
+        is waited for a beat before it is asked again, so that it cannot spin."""
         try:
             keys = changed.result()
-        except Exception as error:  # the feed failed: look at everything, on a timer
-            logger.warning("team worker: the store's change feed failed: %s", cause_text(error))
-            return None
-        return None if keys is None else set(keys)
-
-    async def _beat(self) -> bool:
-        """Beat the heartbeat; a store that cannot be reached is said once, not each beat
-        (the leases lapse on their own, and the store logs its outage)."""
-        try:
-            fleet_changed = await self._leases.beat()
         except Exception as error:
-            if not self._beat_failed:
-                logger.warning(
-                    "team worker %s: its heartbeat could not be written (%s); it takes no "
-                    "new agents until it can",
-                    self._leases.worker_id,
-                    cause_text(error),
-                )
-            self._beat_failed = True
-            return False
-        if self._beat_failed:
-            logger.warning("team worker %s: its heartbeat is written again", self._leases.worker_id)
-            self._beat_failed = False
-        return fleet_changed
+            self._said("the store's change feed", error)
+            await asyncio.sleep(self._leases.beat_every)
+            return None
+        if keys is None:
+            return None
+        return {k for k in keys if k.startswith(self._prefix)}
+
+    # -- the heartbeat ---------------------------------------------------------------------
+
+    async def _beat_on(self) -> None:
+        """Beat every `beat_every`, in a task of its own (a long look must not delay it);
+        a beat that finds the fleet changed (or this worker's trust back) asks for a look
+        at every agent, and one that finds the trust gone stops the runs at their next
+        step: another worker may be running their agents by now."""
+        leases = self._leases
+        while True:
+            await asyncio.sleep(leases.beat_every)
+            look = await self._quietly("heartbeat", leases.beat)
+            if look:
+                self._look_at_all = True
+                self._woken.set()
+            if not leases.trusted():
+                for control in self._controls.values():
+                    control.request_stop()
+
+    # -- looking at agents ------------------------------------------------------------------
+
+    async def _look(self, dirty: set[str] | None) -> set[str]:
+        """Look at the agents in `dirty` (None: all of this process's), start a run of each
+        with work whose lease this worker holds or takes, and hand idle ones on. Returns
+        what is left to look at: on a store failure, said once, every agent at the next
+        beat."""
+        self._looks += 1
+        try:
+            await self._start_ready(dirty)
+        except Exception as error:
+            self._said("a look at the agents", error)
+            await asyncio.sleep(self._leases.beat_every)
+            self._look_at_all = True
+            self._woken.set()
+            return set()
+        self._failing = None
+        return set()
 
     async def _start_ready(self, dirty: set[str] | None) -> None:
-        """Look at the agents in `dirty` (None: all of this process's), start a run of each
-        with work whose lease this worker holds or takes, and hand idle ones on."""
-        self._looks += 1
-        roster = self._roster
-        if dirty is None or any(roster.agent_of_thread(t) is None for t in dirty):
+        roster, leases = self._roster, self._leases
+        named = {roster.agent_of_thread(t) for t in dirty or ()}
+        if dirty is None or None in named or self._known_changed:
+            self._known_changed = False
             await roster.load()  # agents spawned elsewhere join from here on
+            known = frozenset(roster.agents)
             if dirty is not None:
-                self._unknown |= {t for t in dirty if roster.agent_of_thread(t) is None}
+                # Agents named since the last look (their tasks may have been seen first).
+                dirty |= {roster.agents[a].thread_id for a in known - self._known}
+                for thread_id in dirty:
+                    if roster.agent_of_thread(thread_id) is None:
+                        self._unknown.add(thread_id)
+                        leases.forget(thread_id)
+            self._known = known
         if dirty is None:
             records = [r for r in self._rounds.local() if r.id not in self._running]
         else:
             local = self._rounds.local_roles
             # A letter to an agent another live worker holds is that worker's to deliver.
-            named = (roster.agent_of_thread(t) for t in dirty if not self._leases.elsewhere(t))
             records = [
                 record
-                for agent_id in named
+                for thread_id in dirty
+                if not leases.elsewhere(thread_id)
+                for agent_id in (roster.agent_of_thread(thread_id),)
                 if agent_id is not None and agent_id not in self._running
                 for record in (roster.record(agent_id),)
                 if record.role in local
             ]
         if not records:
             return
+        # What this process knew of an agent it does not hold (its cursor, whether its
+        # conversation waits) may be stale: another worker may have run it since.
+        self._rounds.forget_threads(r.thread_id for r in records if r.thread_id not in leases.held)
         ready = set(await self._rounds.ready(records))
         for record in records:
             if record.id not in ready:
-                await self._leases.idle(record.thread_id, record.role)
-            elif await self._leases.take(record.thread_id, record.role):
+                await leases.idle(record.thread_id, record.role)
+            elif await leases.take(record.thread_id, record.role):
                 self._start(record)
+
+    # -- runs ------------------------------------------------------------------------------
 
     def _start(self, record: AgentRecord) -> None:
         control = RunControl()
-        tally = self._tallies.setdefault(record.id, Tally())
+        tally = self._tallies.setdefault(record.id, Tally(keep=KEPT_RESULTS))
         task = asyncio.ensure_future(self._rounds.step(record.id, tally, control))
         self._running[record.id] = task
         self._controls[record.id] = control
-        task.add_done_callback(lambda _: self._run_ended(record))
+        task.add_done_callback(lambda done: self._run_ended(record, done))
 
-    def _run_ended(self, record: AgentRecord) -> None:
+    def _run_ended(self, record: AgentRecord, task: asyncio.Task[None]) -> None:
         """A run's task ended: its agent is looked at again (more work may have come)."""
         self._running.pop(record.id, None)
         self._controls.pop(record.id, None)
         self._finished.add(record.thread_id)
-        self._ended.set()
+        self._woken.set()
+        if not task.cancelled() and task.exception() is not None:
+            # The run's end could not be taken in (its status, a restart): the store
+            # failed. The agent is looked at again like any other.
+            self._said(f"agent {record.id!r}", task.exception())
 
     async def _drain(self) -> None:
-        """Stop every run before its next step, wait for them, and release the leases."""
+        """Stop every run before its next step and wait for them (a second cancel cancels
+        them: each run still ends cleanly)."""
         for control in self._controls.values():
             control.request_stop()
         if self._running:
             await asyncio.gather(*self._running.values(), return_exceptions=True)
-        self._running.clear()
-        self._controls.clear()
+
+    async def _release(self) -> None:
+        """Release the leases, even when cancelled again meanwhile (bounded: a store that
+        does not answer leaves the others to wait out a lease)."""
+        release = asyncio.ensure_future(self._leases.release())
         try:
-            await self._leases.release()
-        except Exception as error:
+            async with asyncio.timeout(self._leases.lease_seconds):
+                await asyncio.shield(release)
+        except (Exception, asyncio.CancelledError) as error:
+            release.cancel()
             logger.warning(
                 "team worker %s: its leases could not be released (%s); the other workers "
                 "take its agents once a lease has passed",
                 self._leases.worker_id,
-                cause_text(error),
+                cause_text(error) if isinstance(error, Exception) else "cancelled",
             )
+
+    # -- saying what failed ------------------------------------------------------------------
+
+    async def _quietly(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        try:
+            result = await call()
+        except Exception as error:
+            self._said(what, error)
+            return None
+        if self._failing == what:
+            logger.warning("team worker %s: %s works again", self._leases.worker_id, what)
+            self._failing = None
+        return result
+
+    def _said(self, what: str, error: BaseException | None) -> None:
+        """Log a failure once until what failed works again (the store logs its outages;
+        the leases lapse on their own while it cannot beat)."""
+        if self._failing == what:
+            return
+        self._failing = what
+        logger.warning(
+            "team worker %s: %s failed (%s); it goes on, and tries again",
+            self._leases.worker_id,
+            what,
+            "unknown" if error is None else cause_text(error),
+        )
+
+
+def _union(a: set[str] | None, b: set[str] | None) -> set[str] | None:
+    """Two sets of threads to look at, None standing for every thread."""
+    return None if a is None or b is None else a | b

@@ -271,7 +271,8 @@ class AgentTeam:
             max_restarts=max_restarts,
         )
         self._local = tuple(local)
-        self._workload = Workload(self._roster, mailbox, self._agents)
+        observer = Leases(profile, self.team_id, (), lease_seconds=self.lease_seconds)
+        self._workload = Workload(self._roster, mailbox, self._agents, observer, profile)
         self._snapshots = TeamSnapshots(profile, self._roster, self._outboxes, self._kernel_of)
         self.worker_id: str | None = None
         """This process's worker id while it serves the team (its heartbeat and leases name

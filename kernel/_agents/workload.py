@@ -3,8 +3,12 @@ alone, behind `team.wait_idle`.
 
 An agent has work when its inbox holds letters beyond the cursor its thread saved, its
 conversation waits for the model (a run between steps, here or in another process, or one a
-crash cut), its thread holds letters or spawns not yet posted, or a restart is due. An agent
-waiting on a decision, or failed for good, has none: nobody can do its work but a person.
+crash cut), a tool call of it is running (its thread, saved before the tool began, holds a
+call without a result, and a live worker holds its lease), its thread holds letters or
+spawns its recipients (or the roster) do not hold yet, or a restart is due. An agent waiting
+on a decision, or failed for good, has none: nobody can do its work but a person. (A call
+without a result in a thread no live worker holds is one a crash cut: the agent waits for
+`team.resume`.)
 
 One look reads every agent at a slightly different moment, so one look that finds nothing
 proves nothing: an agent read as idle may get a letter from one read after it, just before
@@ -19,8 +23,10 @@ import asyncio
 from collections.abc import Mapping
 
 from .._errors import StateError, UnknownThread
-from .._values.reserved_keys import History, MailCursor, Outbox
+from .._profile.access import ProfileAccess
+from .._values.reserved_keys import History, MailCursor, Outbox, OutboxData, OutSpawn
 from .agent import Agent
+from .leases import Leases, TeamLease
 from .mailbox import Mailbox
 from .roster import AgentRecord, TeamRoster
 from .run_loop import awaits_answer
@@ -35,16 +41,26 @@ happened to it between."""
 class Workload:
     """Looks at a team's agents as the stores hold them."""
 
-    def __init__(self, roster: TeamRoster, mailbox: Mailbox, agents: Mapping[str, Agent]) -> None:
+    def __init__(
+        self,
+        roster: TeamRoster,
+        mailbox: Mailbox,
+        agents: Mapping[str, Agent],
+        leases: Leases,
+        profile: ProfileAccess,
+    ) -> None:
         self._roster = roster
         self._mailbox = mailbox
         self._agents = agents
+        self._leases = leases  # observes the workers; holds nothing
+        self._profile = profile
         self._last: dict[str, _Mark] | None = None
 
     async def idle(self) -> bool:
         """Whether no agent has work, and nothing changed since the previous look found
         none (the first look after work is never enough)."""
         await self._roster.load()
+        await self._leases.observe()
         records = list(self._roster.agents.values())
         marks = await asyncio.gather(*(self._mark(r) for r in records))
         if any(m is None for m in marks):
@@ -70,13 +86,40 @@ class Workload:
         cursor: tuple[tuple[str, int], ...] = state.get(MailCursor)
         if inbox.undelivered(dict(cursor)).letters:
             return None
-        if state.get(Outbox).entries:
+        outbox: OutboxData = state.get(Outbox)
+        if not await self._posted(record.thread_id, outbox):
             return None
-        if awaits_answer(tuple(state.get(History)[-1:])):
+        last = tuple(state.get(History)[-1:])
+        if awaits_answer(last):
             try:
                 suspended = await agent.kernel.suspension(record.thread_id)
             except StateError:
                 return None  # a run of it is live in this process
             if suspended is None:
                 return None
+        elif last and last[0].tool_calls and await self._held_alive(record.thread_id):
+            return None  # its tool is running (saved in flight), in a live worker
         return (version, state.revision)
+
+    async def _posted(self, thread_id: str, outbox: OutboxData) -> bool:
+        """Whether what the thread's outbox holds is where it goes: each letter in its
+        recipients' inboxes, each spawn in the roster (entries stay in the outbox, posted,
+        until the sender's next step drops them)."""
+        roster = self._roster
+        for entry in outbox.entries:
+            if isinstance(entry, OutSpawn):
+                if entry.agent_id not in roster.agents:
+                    return False
+                continue
+            for agent_id in entry.to:
+                recipient = roster.agents.get(agent_id)
+                if recipient is None:
+                    continue  # left the team: its letters are dropped
+                inbox, _ = await self._mailbox.head(recipient.thread_id)
+                if inbox.origins.get(thread_id, 0) < entry.seq:
+                    return False
+        return True
+
+    async def _held_alive(self, thread_id: str) -> bool:
+        lease = await self._profile.read(TeamLease, thread_id)
+        return bool(lease.worker) and await self._leases.alive(lease.worker)
