@@ -161,5 +161,5 @@ def _described(
 ) -> str:
     """`DecodeFailed(key='ns', record='k')`: the type and the attributes that matter."""
     parts: Iterable[str] = (f"{name}={shown(value)}" for name, value in attributes.items())
-    text = f"{error.__name__}({', '.join(parts)})"
+    text = f"{error.__name__}({', '.join(parts)})" if attributes else error.__name__
     return text if holding is None else f"{text} whose message holds {holding!r}"

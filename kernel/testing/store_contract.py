@@ -447,7 +447,9 @@ class ThreadStoreContract:
         await expect_error(
             thread_store.save("t", _save("t", 1, 1, Chain()), expected_position=0),
             RevisionConflict,
-            "ThreadStore.save expecting position 0 (never saved) of a thread saved once",
+            "ThreadStore.save expecting position 0 (never saved) of a thread saved once, raised "
+            "as RevisionConflict(expected_position, position, what='thread save', "
+            "position=True)",
         )
         refused = "ThreadStore.load after a save that was refused"
         state = _held(await thread_store.load("t"), refused, "a ThreadState")
@@ -494,13 +496,14 @@ class ThreadStoreContract:
         await expect_error(
             thread_store.save("t", _save("t", 4, 4, Chain()), expected_position=1),
             StoreError,
-            "ThreadStore.save whose records leave a gap (the head at 2, a record of 4)",
+            "ThreadStore.save whose records leave a gap (the head at 2, a record of 4), raised "
+            "as StoreError('thread save', ValueError(why), key=thread_id)",
         )
         await expect_error(
             thread_store.save("t", _save("t", 2, 3, Chain()), expected_position=1),
             StoreError,
             "ThreadStore.save whose records repeat a stored revision (the head at 2, records "
-            "from 2)",
+            "from 2), raised as StoreError('thread save', ValueError(why), key=thread_id)",
         )
         refused = "ThreadStore.load after two refused saves"
         state = _held(await thread_store.load("t"), refused, "a ThreadState")
@@ -640,13 +643,16 @@ class ThreadStoreContract:
             calls.append(("load_since", lambda name: store.load_since(name, 0)))
         for method, call in calls:
             await expect_error(
-                call(123), TypeError, f"ThreadStore.{method} of the thread id 123 (not a string)"
+                call(123),
+                TypeError,
+                f"ThreadStore.{method} of the thread id 123 (not a string), refused by check_name",
             )
             for name, why in REFUSED_NAMES:
                 await expect_error(
                     call(name),
                     ValueError,
-                    f"ThreadStore.{method} of the thread id {name!r} (a {why})",
+                    f"ThreadStore.{method} of the thread id {name!r} (a {why}), refused by "
+                    f"check_name",
                     holding=why,
                 )
         expect(await thread_store.threads(), [], "ThreadStore.threads() after those refusals")
@@ -970,7 +976,8 @@ class ProfileStoreContract:
             await expect_error(
                 profile_store.set("ns", "k", 2, expected_version=stale),
                 VersionConflict,
-                f"ProfileStore.set(..., expected_version={stale}) of an entry at version 1",
+                f"ProfileStore.set(..., expected_version={stale}) of an entry at version 1, "
+                f"raised as VersionConflict(namespace, key, expected_version, version found)",
                 namespace="ns",
                 key="k",
                 expected=stale,
@@ -994,7 +1001,7 @@ class ProfileStoreContract:
         await expect_error(
             profile_store.set("ns", "k", object()),
             StateValidationError,
-            "ProfileStore.set of a value that is not JSON (an object())",
+            "ProfileStore.set of a value that is not JSON (an object()), refused by encode_entry",
         )
         expect(
             await profile_store.get("ns", "k"),
@@ -1019,7 +1026,8 @@ class ProfileStoreContract:
         await expect_error(
             profile_store.set("ns", "huge", "x" * (17 * 1024 * 1024)),
             StoreError,
-            "ProfileStore.set of a 17 MB value (the default limit is 16 MiB of JSON)",
+            "ProfileStore.set of a 17 MB value (the default limit is 16 MiB of JSON), refused "
+            "by encode_entry",
         )
         expect(
             await profile_store.get("ns", "huge"),
@@ -1111,19 +1119,19 @@ class ProfileStoreContract:
             await expect_error(
                 profile_store.set("ns", name, 1),
                 ValueError,
-                f"ProfileStore.set of the key {name!r} (a {why})",
+                f"ProfileStore.set of the key {name!r} (a {why}), refused by check_name",
                 holding=why,
             )
             await expect_error(
                 profile_store.get(name, "k"),
                 ValueError,
-                f"ProfileStore.get in the namespace {name!r} (a {why})",
+                f"ProfileStore.get in the namespace {name!r} (a {why}), refused by check_name",
                 holding=why,
             )
         await expect_error(
             profile_store.get("ns", 123),  # type: ignore[arg-type]
             TypeError,
-            "ProfileStore.get of the key 123 (not a string)",
+            "ProfileStore.get of the key 123 (not a string), refused by check_name",
         )
         expect(await profile_store.list("ns"), [], "ProfileStore.list('ns') after those refusals")
 
@@ -1142,7 +1150,8 @@ class ProfileStoreContract:
         await expect_error(
             profile_store.get("ns", "bad"),
             DecodeFailed,
-            "ProfileStore.get of an entry that no longer decodes (break_entry('ns', 'bad'))",
+            "ProfileStore.get of an entry that no longer decodes (break_entry('ns', 'bad')), "
+            "raised as DecodeFailed(namespace, key, cause)",
             key="ns",
             record="bad",
         )
