@@ -63,7 +63,7 @@ import contextlib
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 import pytest
@@ -195,8 +195,7 @@ def _held(value: T | None, promise: str, what: str) -> T:
     """`value`, which the store must have returned (not None)."""
     __tracebackhide__ = True
     expect_that(value is not None, promise, expected=what, got=value)
-    assert value is not None  # (for the type checker: expect_that failed otherwise)
-    return value
+    return cast(T, value)
 
 
 async def _verifies(kernel: Kernel, thread_id: str, promise: str) -> None:
