@@ -71,6 +71,28 @@ async def test_running_a_streamed_thread_from_the_loop_reading_it_fails_at_once(
     await first.aclose()  # type: ignore[attr-defined]
 
 
+async def test_pending_asked_from_inside_the_threads_own_run_is_empty(tmp_path: Path) -> None:
+    """A thread whose run is live has no suspended run: `agent.pending` asked by a tool of
+    that run, or by the loop reading its stream, is `()` as for any such thread, not a
+    failure for a turn it would wait for forever."""
+    asked: list[object] = []
+
+    async def peek(arguments: dict[str, Any], ctx: PhaseContext) -> str:
+        asked.append(await agent.pending("t"))
+        return "peeked"
+
+    async with SqliteThreadStore(tmp_path / "t.db") as store:
+        model = ScriptedModel([InferenceResponse("", (ToolCall("c1", "peek", {}),))])
+        agent = Agent([], model, {"peek": peek}, thread_store=store)
+        result = await asyncio.wait_for(agent.run("t", ["hello"]), timeout=10)
+        assert result.outcome == "success", result.error
+        assert asked == [()]
+        async with contextlib.aclosing(agent.stream("t", ["again"])) as events:
+            async for _ in events:
+                assert await agent.pending("t") == ()
+        assert await agent.pending("t") == ()
+
+
 async def test_run_end_hooks_run_in_the_runs_own_task_and_context() -> None:
     span: contextvars.ContextVar[str | None] = contextvars.ContextVar("span", default=None)
     tokens: dict[str, contextvars.Token[str | None]] = {}

@@ -1,14 +1,19 @@
 """The store contract (`statekernel.testing.store_contract`) run against the bundled
-backends (memory, SQLite, PostgreSQL): every one behaves the same on every input the contract
-tries."""
+backends (memory, SQLite, PostgreSQL) and the stores docs/custom-stores.md builds: every one
+behaves the same on every input the contract tries. That page shows its stores as their
+files hold them, and names every test of the contract."""
 
 from __future__ import annotations
 
+import ast
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from doc_examples import EXAMPLES, example
+from docs_page import python_blocks
 
 from statekernel.lowlevel import JournalEntry
 from statekernel.stores import (
@@ -162,3 +167,68 @@ class TestPostgresProfileStore(ProfileStoreContract):
                 await raw.close()
 
         return corrupt
+
+
+class TestDictProfileStore(ProfileStoreContract):
+    """The ProfileStore of docs/custom-stores.md (docs/examples/dict_profile_store.py)."""
+
+    @pytest.fixture
+    async def profile_store(self) -> AsyncIterator[Any]:
+        async with example("dict_profile_store").DictProfileStore() as store:
+            yield store
+
+    @pytest.fixture
+    def break_entry(self, profile_store: Any) -> BreakEntry:
+        async def corrupt(namespace: str, key: str) -> None:
+            _, version, updated_at = profile_store.rows[namespace][key]
+            profile_store.rows[namespace][key] = (b"{not json", version, updated_at)
+
+        return corrupt
+
+
+class TestDictThreadStore(ThreadStoreContract):
+    """The ThreadStore of docs/custom-stores.md (docs/examples/dict_thread_store.py)."""
+
+    @pytest.fixture
+    async def thread_store(self) -> AsyncIterator[Any]:
+        async with example("dict_thread_store").DictThreadStore() as store:
+            yield store
+
+    @pytest.fixture
+    def edit_record(self, thread_store: Any) -> EditRecord:
+        async def edit(thread_id: str, revision: int, data: bytes | None) -> None:
+            records = thread_store.threads_by_id[thread_id].records
+            if data is None:
+                del records[revision]
+            else:
+                records[revision] = data
+
+        return edit
+
+
+PAGE = EXAMPLES.parent / "custom-stores.md"
+
+
+@pytest.mark.parametrize("name", ["dict_profile_store", "dict_thread_store"])
+def test_the_store_page_shows_each_example_store_as_its_file_holds_it(name: str) -> None:
+    """Every statement of the file (its docstring aside) is in one of the page's blocks, as
+    it is: the store the page walks through is the one the contract runs against."""
+    source = (EXAMPLES / f"{name}.py").read_text(encoding="utf-8")
+    blocks = [code for _, code in python_blocks(PAGE.read_text(encoding="utf-8"))]
+    statements = ast.parse(source).body[1:]
+    missing = [
+        segment.splitlines()[0]
+        for node in statements
+        if (segment := ast.get_source_segment(source, node)) is not None
+        and not any(segment in block for block in blocks)
+    ]
+    assert not missing, f"docs/custom-stores.md does not show these of {name}.py: {missing}"
+
+
+def test_the_store_page_lists_every_test_of_the_contract() -> None:
+    page = PAGE.read_text(encoding="utf-8")
+    for contract in (ProfileStoreContract, ThreadStoreContract):
+        tests = [name for name in vars(contract) if name.startswith("test_")]
+        assert tests
+        unlisted = [name for name in tests if f"| `{name}` |" not in page]
+        assert not unlisted, f"docs/custom-stores.md lists no {unlisted} of {contract.__name__}"

@@ -292,13 +292,17 @@ class Agent:
 
     async def pending(self, thread_id: str) -> tuple[PendingCall, ...]:
         """The calls the thread's suspended run waits on, with their tickets; `()` when the
-        thread has no suspended run (or is unknown). Changes nothing.
+        thread has no suspended run (or is unknown, or is running: also when asked by a tool
+        or hook of its own run, or the loop reading its stream). Changes nothing.
 
         After a crash this says what came back: a call whose tool was running has the ticket
         `"interrupted"` (its outcome is unknown: decide with `resume`), one the model asked
         for beside it and never started has `"not started"` (see
         [agent: crash safety](agent.md#crash-safety)).
         """
+        live = self._turns.live(thread_id)
+        if live is not None and live.waits_for(asyncio.current_task()):
+            return ()  # its own run asks: running, so not suspended (a turn would never come)
         async with self._turns.turn(thread_id):
             detail = await self.kernel.suspension(thread_id)
         return () if detail is None else Suspension.decode(detail).pending
