@@ -73,10 +73,17 @@ class ChainKey:
 
     secret: bytes = attrs.field(repr=False)
     id: bytes = attrs.field(init=False)
+    # BLAKE2b with the key's block already hashed: a link copies it, so that a keyed link
+    # costs what an unkeyed one does (hashing the key afresh would add a block to each).
+    keyed: hashlib.blake2b = attrs.field(init=False, repr=False, eq=False)
 
     @id.default
     def _id(self) -> bytes:
         return hashlib.blake2b(b"statekernel chain key id", key=self.secret, digest_size=8).digest()
+
+    @keyed.default
+    def _keyed(self) -> hashlib.blake2b:
+        return hashlib.blake2b(digest_size=LINK_SIZE, key=self.secret)
 
 
 def chain_key_of(value: object) -> ChainKey | None:
@@ -107,7 +114,9 @@ def link_of(data: bytes, key: ChainKey | None = None) -> bytes:
     the next record names."""
     if key is None:
         return hashlib.blake2b(data, digest_size=LINK_SIZE).digest()
-    return hashlib.blake2b(data, digest_size=LINK_SIZE, key=key.secret).digest()
+    hasher = key.keyed.copy()
+    hasher.update(data)
+    return hasher.digest()
 
 
 class HeadSeal(msgspec.Struct, frozen=True, array_like=True):
