@@ -42,7 +42,11 @@ Columns:
 
 A peer that is not installed, or that fails, is reported in its row; the others still run.
 
-Run: .venv/bin/python benchmarks/journal_checkpoint.py [--full] [--repeats N] [--json PATH]
+`--keyed` adds a fourth side: statekernel with a keyed chain (`chain_key=`), to hold a keyed
+link's cost against the unkeyed one's.
+
+Run: .venv/bin/python benchmarks/journal_checkpoint.py [--full] [--keyed] [--repeats N]
+  [--json PATH]
 (LangGraph sides need `.venv/bin/pip install -e '.[bench]'`)
 """
 
@@ -244,14 +248,23 @@ def seed_command(count: int) -> StateCommand:
     return command
 
 
-async def statekernel_steps(path: Path, history: int, steps: int) -> Measurement:
+CHAIN_KEY = bytes(range(32))
+"""The key of the `--keyed` side's chain (any 32 bytes: what is measured is the hashing)."""
+
+
+async def statekernel_steps(
+    path: Path, history: int, steps: int, chain_key: bytes | None = None
+) -> Measurement:
     seeded = history - WARMUP_STEPS
     store = SqliteThreadStore(path)
     try:
         # A snapshot every 100 records (the default is 1,000), like DeltaChannel's: each timed
         # window then includes its snapshots, so the mean pays for them as often as they occur.
         kernel = Kernel(
-            [Conversation(next_index=seeded)], thread_store=store, snapshot_every=SNAPSHOT_EVERY
+            [Conversation(next_index=seeded)],
+            thread_store=store,
+            snapshot_every=SNAPSHOT_EVERY,
+            chain_key=chain_key,
         )
         run = await kernel.start_run(THREAD)
         await run.submit(seed_command(seeded))
@@ -266,14 +279,15 @@ async def statekernel_steps(path: Path, history: int, steps: int) -> Measurement
         await run.finish()
     finally:
         await store.close()
-    messages = await statekernel_reloaded(path)
+    messages = await statekernel_reloaded(path, chain_key)
     return window.measurement(len(messages), messages[-1].content)
 
 
-async def statekernel_reloaded(path: Path) -> Vector[Message]:
+async def statekernel_reloaded(path: Path, chain_key: bytes | None = None) -> Vector[Message]:
     """The history as a fresh kernel on the same file restores it: proof the steps are saved."""
     async with SqliteThreadStore(path) as store:
-        run = await Kernel([Conversation()], thread_store=store).start_run(THREAD)
+        kernel = Kernel([Conversation()], thread_store=store, chain_key=chain_key)
+        run = await kernel.start_run(THREAD)
         messages = run.snapshot.get(History)
         await run.finish()
     return messages
@@ -281,6 +295,10 @@ async def statekernel_reloaded(path: Path) -> Vector[Message]:
 
 def statekernel_side(path: Path, history: int, steps: int) -> Measurement:
     return asyncio.run(statekernel_steps(path, history, steps))
+
+
+def statekernel_keyed_side(path: Path, history: int, steps: int) -> Measurement:
+    return asyncio.run(statekernel_steps(path, history, steps, CHAIN_KEY))
 
 
 # --- LangGraph -----------------------------------------------------------------------
@@ -583,10 +601,16 @@ def main() -> None:
         help="how LangGraph holds a message (pair: (role, content); langchain: HumanMessage)",
     )
     parser.add_argument("--dir", type=Path, help="where the SQLite files go (default: a temp dir)")
+    parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help="also statekernel with a keyed chain (chain_key=), taking turns with the others",
+    )
     args = parser.parse_args()
     sizes = FULL_SIZES if args.full else SIZES
     sides = [
         Side("statekernel", None, statekernel_side),
+        *([Side("statekernel keyed", None, statekernel_keyed_side)] if args.keyed else []),
         *langgraph_sides(args.durability, args.messages),
     ]
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:

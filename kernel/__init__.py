@@ -25,6 +25,8 @@ from ._engine.phase_engine import PhaseReport
 from ._engine.plugin import Plugin, PluginRegistrar
 from ._engine.snapshot import Snapshot
 from ._errors import (
+    ChainKeyMismatch,
+    ChainKeyMissing,
     CommitRejected,
     DecodeFailed,
     DuplicateRegistration,
@@ -91,6 +93,8 @@ __all__ = [
     "AgentSpec",
     "AgentTeam",
     "Block",
+    "ChainKeyMismatch",
+    "ChainKeyMissing",
     "CommitRecord",
     "CommitRejected",
     "Commutative",

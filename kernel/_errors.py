@@ -430,6 +430,69 @@ class JournalCorrupted(StateError):
         )
 
 
+_GIVE_THE_KEY = (
+    "`Kernel(..., chain_key=key)` (or `Agent`, `AgentTeam`), or on the command line "
+    "`--chain-key-file PATH` or the STATEKERNEL_CHAIN_KEY environment variable (the key in hex)"
+)
+
+
+class ChainKeyMissing(StateError):
+    """A thread's journal is chained with a key (a kernel given `chain_key=` started it),
+    and the kernel reading it has none: nothing of it can be checked, so nothing is read.
+
+    See [durability: a chain only the key holder can
+    forge](durability.md#a-chain-only-the-key-holder-can-forge).
+
+    Attributes:
+
+    - `thread_id`: the thread.
+    - `key_id`: the id (hex) of the key the thread was written with, which its head names.
+    """
+
+    def __init__(self, thread_id: str, key_id: str) -> None:
+        self.thread_id = thread_id
+        self.key_id = key_id
+        super().__init__(
+            f"thread {thread_id!r} is chained with a key (key id {key_id}) and this kernel "
+            f"was given none, so it cannot check the thread: nothing was read. Give it the "
+            f"key the thread was written with: {_GIVE_THE_KEY}."
+        )
+
+
+class ChainKeyMismatch(JournalCorrupted):
+    """A thread's journal is chained with another key than the reading kernel's: the key
+    id its head names is not this key's.
+
+    Either the kernel was given the wrong key, or (when the key is right) the head was
+    changed outside statekernel; either way nothing of the thread can be trusted, so it is
+    a `JournalCorrupted` (`verify` reports it with `ok=False`), whose message names the key
+    rather than a record. See [durability: a chain only the key holder can
+    forge](durability.md#a-chain-only-the-key-holder-can-forge).
+
+    Attributes (besides `JournalCorrupted`'s):
+
+    - `stored_key_id`: the key id (hex) the thread's head names.
+    - `key_id`: the id (hex) of this kernel's key.
+    """
+
+    def __init__(self, thread_id: str, revision: int, stored_key_id: str, key_id: str) -> None:
+        self.thread_id = thread_id
+        self.revision = revision
+        self.stored_key_id = stored_key_id
+        self.key_id = key_id
+        self.problem = (
+            f"its head names chain key id {stored_key_id}, and this kernel's key has id {key_id}"
+        )
+        StateError.__init__(
+            self,
+            f"thread {thread_id!r} is chained with another key than this kernel's: "
+            f"{self.problem}; nothing was read. Give the kernel the key the thread was "
+            f"written with: {_GIVE_THE_KEY}. If it is that key, the thread's head was changed "
+            f"outside statekernel and the thread cannot be trusted: restore the store from a "
+            f"backup.",
+        )
+
+
 class StoreError(StateError):
     """A store operation failed, or a value is over the size limit.
 

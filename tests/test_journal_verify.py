@@ -49,7 +49,9 @@ async def test_verify_rebuilds_the_thread_and_matches_it(
     )
     report = await kernel.verify("t")
     head = await kernel.state_at("t", last)
-    assert report == ReplayReport(True, last, head.state_hash())
+    assert report == ReplayReport(True, last, head.state_hash(), head_digest=report.head_digest)
+    # A store's journal is chained: its digest at the head (a kernel's memory has none).
+    assert report.head_digest.startswith(f"{last}:") == (thread_store_or_none is not None)
     with pytest.raises(UnknownThread):
         await kernel.verify("nobody")
 

@@ -73,8 +73,8 @@ class Agent:
     - `name`: the agent's name, the `AgentSpec` name of its runs (saved with a suspended
       run: a name no store can keep, holding a lone surrogate or a NUL character, raises
       `ValueError`).
-    - `max_phase_rounds`, `restore_errors`, `unknown_keys`, `snapshot_every` and
-      `retention`: its `Kernel`'s (see [Kernel](reference.md#statekernel.Kernel)).
+    - `max_phase_rounds`, `restore_errors`, `unknown_keys`, `snapshot_every`, `retention`
+      and `chain_key`: its `Kernel`'s (see [Kernel](reference.md#statekernel.Kernel)).
     - `on_phase(run, report)`: called after every phase, for tracing; an async one is
       awaited before the loop goes on.
 
@@ -106,6 +106,7 @@ class Agent:
         snapshot_every: int = SNAPSHOT_EVERY,
         retention: Retention | None = None,
         on_phase: PhaseListener | None = None,
+        chain_key: bytes | None = None,
     ) -> None:
         if not callable(model):
             raise TypeError(f"model must be an async callable (request) -> response, got {model!r}")
@@ -124,6 +125,7 @@ class Agent:
             unknown_keys=unknown_keys,
             snapshot_every=snapshot_every,
             retention=retention,
+            chain_key=chain_key,
         )
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be a string, got {system_prompt!r}")

@@ -63,6 +63,7 @@ class RoleDefaults:
         *,
         profile_store: ProfileStore,
         thread_store: ThreadStore | None,
+        chain_key: bytes | None = None,
     ) -> Agent:
         model = role.model if role.model is not None else self.model
         if model is None:
@@ -82,4 +83,5 @@ class RoleDefaults:
             thread_store=thread_store,
             max_steps=role.max_steps if role.max_steps is not None else self.max_steps,
             name=name,
+            chain_key=chain_key,
         )

@@ -167,6 +167,8 @@ class AgentTeam:
     - `spawn_tool` (default False): True (every role) or the roles whose agents get the
       tool `spawn_agent(role, task)`, which spawns a member of the team through the
       calling agent's outbox (a step done again after a crash spawns no twin).
+    - `chain_key`: every role's `Agent` gets it, and so its `Kernel` (see
+      [Kernel](reference.md#statekernel.Kernel)): the agents' threads are chained with it.
     """
 
     def __init__(
@@ -188,6 +190,7 @@ class AgentTeam:
         mail_tool: bool = True,
         spawn_tool: bool | Iterable[str] = False,
         lease_seconds: float = 10,
+        chain_key: bytes | None = None,
     ) -> None:
         if not isinstance(roles, Mapping) or not roles:
             raise TypeError(f"roles must be a non-empty mapping name -> Role, got {roles!r}")
@@ -251,7 +254,12 @@ class AgentTeam:
             if name in spawners:
                 extra["spawn_agent"] = team_tools.spawn_tool(self._outboxes, self.spawn)
             self._agents[name] = defaults.agent(
-                name, role, extra, profile_store=profile_store, thread_store=thread_store
+                name,
+                role,
+                extra,
+                profile_store=profile_store,
+                thread_store=thread_store,
+                chain_key=chain_key,
             )
         local = tuple(self.roles) if local_roles is None else tuple(local_roles)
         unknown = [r for r in local if r not in self.roles]

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from statekernel import (
+    ChainKeyMismatch,
     CommitRecord,
     DecodeFailed,
     ExportedState,
@@ -178,12 +179,15 @@ async def show(where: Location, thread_id: str, *, at: int | None, as_json: bool
     return 0
 
 
-async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
+async def verify(
+    where: Location, thread_id: str, *, as_json: bool, expect_head: str | None = None
+) -> int:
     """`statekernel verify`: rebuild the thread from its journal alone and compare; exit 1
-    naming the first revision that differs (or the first record that cannot be trusted)."""
+    naming the first revision that differs (or the first record that cannot be trusted,
+    or a kept head digest the journal no longer holds)."""
     answer: dict[str, Any]
     try:
-        report = await where.kernel.verify(thread_id)
+        report = await where.kernel.verify(thread_id, expect_head=expect_head)
     except JournalCorrupted as error:
         answer = {
             "ok": False,
@@ -191,6 +195,8 @@ async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
             "first_divergence": error.revision,
             "state_hash": None,
             "detail": str(error),
+            "keyed": isinstance(error, ChainKeyMismatch),
+            "head_digest": None,
         }
     else:
         answer = {
@@ -199,6 +205,8 @@ async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
             "first_divergence": report.first_divergence,
             "state_hash": report.state_hash,
             "detail": report.detail,
+            "keyed": report.keyed,
+            "head_digest": report.head_digest or None,
         }
     if as_json:
         _print_json(answer)
@@ -207,6 +215,9 @@ async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
             f"ok: thread {thread_id} rebuilds from its journal (revision {answer['revision']}, "
             f"state hash {answer['state_hash']})"
         )
+        if answer["head_digest"]:
+            kind = "keyed" if answer["keyed"] else "unkeyed"
+            print(f"head digest {answer['head_digest']} ({kind} chain): keep it to check later")
         if answer["detail"]:
             print(f"note: {answer['detail']}")
     else:

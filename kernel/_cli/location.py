@@ -5,13 +5,16 @@ A command is handed one string, a SQLite file's path or a PostgreSQL DSN (a URI 
 (`stored_components`), so that a missing file, a file of another program or an empty
 database is refused before any store is made, and nothing is ever created there. The kernel
 that reads it has no plugins: what it shows is what any program can read; where it names
-the database, it shows it without a DSN's password.
+the database, it shows it without a DSN's password. It holds the chain key it is given
+(`chain_key`, which `chain_key_given` reads from `--chain-key-file` or the environment).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import attrs
 
@@ -19,7 +22,11 @@ from statekernel import Kernel, ProfileStore, ThreadStore
 
 from .extensions import store_backends
 
-__all__ = ["Location", "opened"]
+__all__ = ["CHAIN_KEY_VARIABLE", "Location", "chain_key_given", "opened"]
+
+CHAIN_KEY_VARIABLE = "STATEKERNEL_CHAIN_KEY"
+"""The environment variable a reading command takes the chain key from (in hex), when no
+`--chain-key-file` names one."""
 
 
 @attrs.frozen
@@ -35,9 +42,28 @@ class Location:
     profiles: ProfileStore | None
 
 
+def chain_key_given(path: Path | None) -> bytes | None:
+    """The chain key in the file at `path`, else in `STATEKERNEL_CHAIN_KEY`, else None:
+    hex text (surrounding whitespace ignored), as `secrets.token_hex(32)` writes it.
+    Anything else is a `ValueError` naming where it was read (never the text)."""
+    if path is not None:
+        text, where = path.read_text(encoding="utf-8", errors="replace"), f"the file {path}"
+    elif os.environ.get(CHAIN_KEY_VARIABLE):
+        text, where = os.environ[CHAIN_KEY_VARIABLE], CHAIN_KEY_VARIABLE
+    else:
+        return None
+    try:
+        return bytes.fromhex(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"the chain key in {where} is not hex: write the key as hex digits (e.g. "
+            f'python -c "import secrets; print(secrets.token_hex(32))")'
+        ) from None
+
+
 @contextlib.asynccontextmanager
-async def opened(db: str) -> AsyncIterator[Location]:
-    """The database `db`, read-only, closed on leaving."""
+async def opened(db: str, *, chain_key: bytes | None = None) -> AsyncIterator[Location]:
+    """The database `db`, read-only, closed on leaving; read with `chain_key`."""
     backends = store_backends()
     held = await backends.stored_components(db)
     stores = backends.open_stores(db, read_only=True)  # nothing is opened until first use
@@ -45,8 +71,7 @@ async def opened(db: str) -> AsyncIterator[Location]:
     threads = stores.thread_store if "thread_store" in held else None
     profiles = stores.profile_store if "profile_store" in held else None
     try:
-        yield Location(
-            db, backends.redacted(db), Kernel([], thread_store=threads), threads, profiles
-        )
+        kernel = Kernel([], thread_store=threads, chain_key=chain_key)
+        yield Location(db, backends.redacted(db), kernel, threads, profiles)
     finally:
         await stores.close()

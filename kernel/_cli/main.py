@@ -23,17 +23,24 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from statekernel import StateError, StoreNotOpened, UnknownRevision, __version__
+from statekernel import (
+    ChainKeyMissing,
+    StateError,
+    StoreNotOpened,
+    UnknownRevision,
+    __version__,
+)
 
 from . import commands, extensions, trace, worker
 from .application import ApplicationNotFound
-from .location import Location, opened
+from .location import CHAIN_KEY_VARIABLE, Location, chain_key_given, opened
 
 __all__ = ["main"]
 
 # UnknownThread is an UnknownRevision. A ValueError or TypeError is an argument the kernel
 # refused (an empty thread id, a name no store can keep); an OSError, the output file.
 _CANNOT_START = (
+    ChainKeyMissing,
     StoreNotOpened,
     UnknownRevision,
     ApplicationNotFound,
@@ -126,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--thread", required=True, metavar="T", help="the thread's id")
         if as_json:
             command.add_argument("--json", action="store_true", help="machine-readable output")
+        command.add_argument(
+            "--chain-key-file",
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help=f"the key of keyed threads' chains, in hex (default: ${CHAIN_KEY_VARIABLE})",
+        )
         return command
 
     listing = reading(
@@ -167,7 +181,18 @@ def _parser() -> argparse.ArgumentParser:
         "rebuild a thread from its journal and compare (exit 1 if it differs)",
         thread=True,
     )
-    check.set_defaults(run=_reading(lambda w, a: commands.verify(w, a.thread, as_json=a.json)))
+    check.add_argument(
+        "--expect-head",
+        default=None,
+        metavar="DIGEST",
+        help="a head digest kept from an earlier verify (REV:HEX): exit 1 unless the journal "
+        "still holds exactly that history",
+    )
+    check.set_defaults(
+        run=_reading(
+            lambda w, a: commands.verify(w, a.thread, as_json=a.json, expect_head=a.expect_head)
+        )
+    )
     return parser
 
 
@@ -177,7 +202,8 @@ def _reading(
     """A reading command, run on its database opened read-only."""
 
     async def run(args: argparse.Namespace) -> int:
-        async with opened(args.db) as where:
+        key = chain_key_given(args.chain_key_file)
+        async with opened(args.db, chain_key=key) as where:
             return await command(where, args)
 
     return run

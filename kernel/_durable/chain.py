@@ -11,8 +11,14 @@ breaks a link, and the walk here names the first revision that cannot be trusted
 
 A record is vouched for by the next one (whose link must be its digest) or, for the newest,
 by the head; so a broken link between two records names the earlier one, which is where
-the doubt starts. The chain catches damage and edits, not an adversary who rewrites every
-record after the one they forge and the head too: that needs a key the store never sees.
+the doubt starts. Unkeyed, the chain catches damage and edits, not an adversary who
+rewrites every record after the one they forge and the head too. A kernel given a
+`ChainKey` keys every link and snapshot digest of the threads it starts (BLAKE2b's own
+`key`), and their heads name the key's id: such a thread can be re-chained only by whoever
+holds the key, and a reader with another key (or none) is told so before anything is read,
+not shown a forgery at revision 1. A thread keeps the kind of chain it started with: one
+stored without a key stays unkeyed (a keyed kernel reads and extends it as such; a fork a
+keyed kernel makes is keyed).
 
 Threads stored before the chain have no seal; their records begin with a digest of their
 own body. They load as they are, and their next save starts the chain (`chained_from`):
@@ -28,7 +34,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 import msgspec
 
-from .._errors import JournalCorrupted
+from .._errors import ChainKeyMismatch, ChainKeyMissing, JournalCorrupted
 from .journal import LINK_SIZE, CommitRecord, decode_record, encode_record_bytes, record_prev
 from .store import JournalEntry, ThreadSnapshot
 
@@ -36,7 +42,9 @@ __all__ = [
     "SEAL",
     "START",
     "Chain",
+    "ChainKey",
     "HeadSeal",
+    "chain_key_of",
     "chain_records",
     "check_head",
     "link_of",
@@ -52,17 +60,74 @@ SEAL = "statekernel.seal"
 """Where a snapshot's values hold its seal (a name no key can have)."""
 
 
-def link_of(data: bytes) -> bytes:
-    """The link of a stored record: the digest of its bytes, which the next record names."""
-    return hashlib.blake2b(data, digest_size=LINK_SIZE).digest()
+KEY_SIZES = (16, 64)
+"""The shortest and longest chain key: BLAKE2b takes keys up to 64 bytes; below 16, a key
+could be guessed."""
+
+
+@attrs.frozen
+class ChainKey:
+    """The secret a kernel keys its threads' chains with, and its id (8 bytes of keyed
+    BLAKE2b over a fixed text): what a keyed head names, so that a reader can tell another
+    key from a forged record without the id giving anything of the secret away."""
+
+    secret: bytes = attrs.field(repr=False)
+    id: bytes = attrs.field(init=False)
+    # BLAKE2b with the key's block already hashed: a link copies it, so that a keyed link
+    # costs what an unkeyed one does (hashing the key afresh would add a block to each).
+    keyed: hashlib.blake2b = attrs.field(init=False, repr=False, eq=False)
+
+    @id.default
+    def _id(self) -> bytes:
+        return hashlib.blake2b(b"statekernel chain key id", key=self.secret, digest_size=8).digest()
+
+    @keyed.default
+    def _keyed(self) -> hashlib.blake2b:
+        return hashlib.blake2b(digest_size=LINK_SIZE, key=self.secret)
+
+
+def chain_key_of(value: object) -> ChainKey | None:
+    """A `chain_key=` argument as a `ChainKey`: bytes of 16 to 64, else `TypeError`
+    (a `str` above all: text is not a key) or `ValueError`."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError(
+            "chain_key must be bytes, not a str: give the key's bytes (e.g. "
+            "bytes.fromhex(...) of the hex the command line reads, or secrets.token_bytes(32))"
+        )
+    if not isinstance(value, bytes | bytearray):
+        raise TypeError(
+            f"chain_key must be bytes (e.g. secrets.token_bytes(32)), got {type(value).__name__}"
+        )
+    shortest, longest = KEY_SIZES
+    if not shortest <= len(value) <= longest:
+        raise ValueError(
+            f"chain_key must be {shortest} to {longest} bytes long, got "
+            f"{len(value)} (secrets.token_bytes(32) makes one)"
+        )
+    return ChainKey(bytes(value))
+
+
+def link_of(data: bytes, key: ChainKey | None = None) -> bytes:
+    """The link of a stored record: the digest of its bytes (keyed, in a keyed chain), which
+    the next record names."""
+    if key is None:
+        return hashlib.blake2b(data, digest_size=LINK_SIZE).digest()
+    hasher = key.keyed.copy()
+    hasher.update(data)
+    return hasher.digest()
 
 
 class HeadSeal(msgspec.Struct, frozen=True, array_like=True):
-    """What a thread's head says of its journal: the newest record's link, and the first
-    revision whose record is chained (1, unless the thread was stored before the chain)."""
+    """What a thread's head says of its journal: the newest record's link, the first
+    revision whose record is chained (1, unless the thread was stored before the chain),
+    and, for a keyed chain, the key's id. (An unkeyed seal is the two-item array it always
+    was; readers from before keys read a keyed one's first two items.)"""
 
     link: bytes
     chained_from: int
+    key_id: bytes | None = None
 
 
 _seal_encoder = msgspec.msgpack.Encoder()
@@ -79,20 +144,28 @@ _snapshot_seal = msgspec.json.Decoder(_SnapshotSeal)
 
 @attrs.frozen
 class Chain:
-    """Where a thread's chain stands: the link at its head and the revision it starts at
-    (None: a thread stored before the chain, whose next save starts it)."""
+    """Where a thread's chain stands: the link at its head, the revision it starts at
+    (None: a thread stored before the chain, whose next save starts it), and the key its
+    links are computed with (None: an unkeyed chain)."""
 
     link: bytes = START
     chained_from: int | None = 1
+    key: ChainKey | None = None
 
     def seal(self) -> bytes | None:
         if self.chained_from is None:
             return None
-        return _seal_encoder.encode(HeadSeal(self.link, self.chained_from))
+        if self.key is None:
+            return _seal_encoder.encode([self.link, self.chained_from])
+        return _seal_encoder.encode(HeadSeal(self.link, self.chained_from, self.key.id))
 
 
-def read_head_seal(thread_id: str, revision: int, data: bytes | None) -> Chain:
-    """The chain a loaded head names (`ThreadState.seal`)."""
+def read_head_seal(
+    thread_id: str, revision: int, data: bytes | None, key: ChainKey | None
+) -> Chain:
+    """The chain a loaded head names (`ThreadState.seal`), read by a kernel holding `key`:
+    a keyed chain needs that very key (`ChainKeyMissing`, `ChainKeyMismatch`); an unkeyed
+    one is read as it is, whatever the kernel holds."""
     if data is None:
         return Chain(START, None)
     try:
@@ -101,7 +174,13 @@ def read_head_seal(thread_id: str, revision: int, data: bytes | None) -> Chain:
         raise JournalCorrupted(
             thread_id, revision, f"the head's seal does not decode ({error})"
         ) from error
-    return Chain(seal.link, seal.chained_from)
+    if seal.key_id is None:
+        return Chain(seal.link, seal.chained_from)
+    if key is None:
+        raise ChainKeyMissing(thread_id, seal.key_id.hex())
+    if key.id != seal.key_id:
+        raise ChainKeyMismatch(thread_id, seal.chained_from, seal.key_id.hex(), key.id.hex())
+    return Chain(seal.link, seal.chained_from, key)
 
 
 def chain_records(
@@ -114,32 +193,33 @@ def chain_records(
     for record in records:
         data = encode_record_bytes(record, link)
         entries.append(JournalEntry(record.revision, data))
-        link = link_of(data)
+        link = link_of(data, chain.key)
     if not entries:
         return (), chain
     chained_from = chain.chained_from if chain.chained_from is not None else entries[0].revision
-    return tuple(entries), Chain(link, chained_from)
+    return tuple(entries), Chain(link, chained_from, chain.key)
 
 
 def seal_snapshot(
-    thread_id: str, values: dict[str, bytes], revision: int, link: bytes
+    thread_id: str, values: dict[str, bytes], revision: int, link: bytes, key: ChainKey | None
 ) -> dict[str, bytes]:
     """`values` with their seal: the link at `revision` and a digest of everything else
-    (the thread's id included: a snapshot of another thread does not pass for this one's)."""
-    digest = _snapshot_digest(thread_id, values, revision, link)
+    (the thread's id included: a snapshot of another thread does not pass for this one's),
+    keyed in a keyed chain."""
+    digest = _snapshot_digest(thread_id, values, revision, link, key)
     sealed = {name: data for name, data in values.items() if name != SEAL}
     sealed[SEAL] = msgspec.json.encode(_SnapshotSeal(link.hex(), digest.hex()))
     return sealed
 
 
-def _snapshot_digest(thread_id: str, values: dict[str, bytes], revision: int, link: bytes) -> bytes:
-    """BLAKE2b (16 bytes) of the MessagePack array
+def _snapshot_digest(
+    thread_id: str, values: dict[str, bytes], revision: int, link: bytes, key: ChainKey | None
+) -> bytes:
+    """BLAKE2b (16 bytes; keyed with `key`) of the MessagePack array
     `[thread_id, revision, link, [[name, bytes], ...]]`, the values sorted by name, the seal
     left out."""
     items = sorted((name, data) for name, data in values.items() if name != SEAL)
-    return hashlib.blake2b(
-        _seal_encoder.encode([thread_id, revision, link, items]), digest_size=LINK_SIZE
-    ).digest()
+    return link_of(_seal_encoder.encode([thread_id, revision, link, items]), key)
 
 
 def snapshot_link(thread_id: str, snapshot: ThreadSnapshot, chain: Chain) -> bytes | None:
@@ -160,7 +240,7 @@ def snapshot_link(thread_id: str, snapshot: ThreadSnapshot, chain: Chain) -> byt
         raise JournalCorrupted(
             thread_id, revision, f"the seal of the snapshot at revision {revision} is damaged"
         ) from error
-    if _snapshot_digest(thread_id, snapshot.values, revision, link) != digest:
+    if _snapshot_digest(thread_id, snapshot.values, revision, link, chain.key) != digest:
         raise JournalCorrupted(
             thread_id,
             revision,
@@ -194,10 +274,18 @@ def walk(
                 thread_id, expected, f"the record of revision {expected} is missing"
             )
         record = decode_record(entry.data, thread_id=thread_id, revision=revision)
-        own = link_of(entry.data)
+        own = link_of(entry.data, chain.key)
         prev = record_prev(entry.data)
         chained = chain.chained_from is not None and revision >= chain.chained_from
         if link is not None and (chained or prev is not None) and prev != link:
+            if chain.key is not None and index > 0 and prev == link_of(entries[index - 1].data):
+                raise JournalCorrupted(
+                    thread_id,
+                    revision - 1,
+                    f"the record of revision {revision - 1} was changed: the record after it "
+                    f"names its unkeyed link, as if the journal was re-chained by someone "
+                    f"without the thread's chain key",
+                )
             _broken(thread_id, entries, index, own, then, trusted_start=index == 0)
         records.append(record)
         links.append(own)

@@ -19,6 +19,7 @@ import msgspec
 from .._engine.registry import KeyRegistry
 from .._engine.snapshot import Snapshot
 from .._errors import (
+    ChainKeyMismatch,
     DecodeFailed,
     JournalCorrupted,
     ReplayFailed,
@@ -27,7 +28,7 @@ from .._errors import (
     UnknownThread,
 )
 from .export import ExportedState, export_state
-from .journal import CommitRecord
+from .journal import LINK_SIZE, CommitRecord
 from .replay import ReplayReport, apply_records, hash_of
 from .store import ThreadSnapshot
 from .threads import ReplayBase, ThreadHome, ThreadJournal, check_thread_id
@@ -214,7 +215,8 @@ class ThreadHistory:
         _check_revision("before", before)
         await self._home.prune(thread_id, before=before)
 
-    async def verify(self, thread_id: str) -> ReplayReport:
+    async def verify(self, thread_id: str, *, expect_head: str | None = None) -> ReplayReport:
+        expected = None if expect_head is None else _head_digest_of(expect_head)
         journal = self._journal(thread_id)
         head = await journal.head()
         if head is None:
@@ -222,7 +224,26 @@ class ThreadHistory:
         try:
             await journal.check_whole()
         except JournalCorrupted as error:
-            return ReplayReport(False, head, "", error.revision, str(error))
+            keyed = journal.keyed or isinstance(error, ChainKeyMismatch)
+            return ReplayReport(False, head, "", error.revision, str(error), keyed=keyed)
+        link = journal.link_at(head)
+        digest = "" if link is None else f"{head}:{link.hex()}"
+        if expected is not None and link is None:
+            raise StateError(
+                f"thread {thread_id!r} has no head digest to check {expect_head!r} against: "
+                f"its journal is not chained (a kernel without a thread store keeps it in "
+                f"memory; a thread stored before the chain gets one at its next save)"
+            )
+        report = None
+        if expected is not None:
+            report = await _kept_head(journal, thread_id, head, *expected)
+        if report is None or report.ok:
+            report = await self._replayed(journal, thread_id, head)
+        return attrs.evolve(report, keyed=journal.keyed, head_digest=digest)
+
+    async def _replayed(self, journal: ThreadJournal, thread_id: str, head: int) -> ReplayReport:
+        """The thread rebuilt from its journal (its chain checked) and compared with what
+        was stored, at every snapshot and at the head."""
         try:
             held = await _held(journal, head)
             assert held is not None
@@ -287,6 +308,49 @@ class ThreadHistory:
             else ""
         )
         return ReplayReport(True, head, hash_of(self._registry, head, kept), None, detail)
+
+
+def _head_digest_of(text: str) -> tuple[int, bytes]:
+    """A head digest as `ReplayReport.head_digest` shows it: `"<revision>:<32 hex digits>"`."""
+    revision, _, digest = str(text).strip().partition(":")
+    try:
+        at, link = int(revision), bytes.fromhex(digest)
+    except ValueError:
+        at, link = 0, b""
+    if at < 1 or len(link) != LINK_SIZE:
+        raise ValueError(
+            f"expect_head must be a head digest as verify reports it, "
+            f"'<revision>:<{2 * LINK_SIZE} hex digits>' (ReplayReport.head_digest, "
+            f"`statekernel verify --json`'s head_digest), got {text!r}"
+        )
+    return at, link
+
+
+async def _kept_head(
+    journal: ThreadJournal, thread_id: str, head: int, revision: int, link: bytes
+) -> ReplayReport:
+    """Whether the journal (its chain checked) holds, at `revision`, the `link` a head
+    digest kept elsewhere names: ok, or a report of what changed since it was kept."""
+    kept = f"{revision}:{link.hex()}"
+    if revision > head:
+        detail = (
+            f"the kept head digest {kept} names revision {revision}, but the thread's journal "
+            f"ends at revision {head}: its newer records were removed, with the head"
+        )
+        return ReplayReport(False, head, "", head + 1, detail)
+    found = journal.link_at(revision)
+    if found is None:
+        raise UnknownRevision(thread_id, revision, held=await _held(journal, head))
+    if found == link:
+        return ReplayReport(True, head, "")
+    held = await _held(journal, head)
+    first = held[0] + 1 if held is not None else 1
+    detail = (
+        f"the kept head digest {kept} is not this journal's at revision {revision} (it holds "
+        f"{revision}:{found.hex()}): its history up to revision {revision} was rewritten and "
+        f"re-chained since the digest was kept (or the digest is another thread's)"
+    )
+    return ReplayReport(False, head, "", first, detail)
 
 
 def _unjournaled(thread_id: str, revision: int, name: str, at: int) -> ReplayFailed:

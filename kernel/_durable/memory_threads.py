@@ -171,6 +171,7 @@ class MemoryJournal:
     """A thread's journal in the kernel's memory, for history: every op of every key."""
 
     persistent_only = False
+    keyed = False  # nothing to forge: a kernel's memory is not chained
 
     def __init__(self, thread: MemoryThread | None, registry: KeyRegistry) -> None:
         self._thread = thread
@@ -233,6 +234,9 @@ class MemoryJournal:
 
     async def check_newest(self, revision: int) -> None:
         """Nothing to check: no hand reaches the kernel's memory."""
+
+    def link_at(self, revision: int) -> bytes | None:
+        return None
 
     async def check_whole(self) -> None:
         """Nothing to check: no hand reaches the kernel's memory."""

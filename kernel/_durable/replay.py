@@ -41,6 +41,13 @@ class ReplayReport:
       differs; None when `ok`.
     - `detail`: on a divergence, which keys differ and where; when `ok`, the keys this
       kernel could not rebuild, if any.
+    - `keyed`: whether the thread's chain is keyed (written by a kernel given `chain_key=`),
+      so that only the key's holder could have re-chained it; False for an unkeyed chain
+      (or a kernel without a thread store).
+    - `head_digest`: the chain's digest at the head, `"<revision>:<32 hex digits>"`, once
+      the chain up to it checked out (else ""): keep it elsewhere, and
+      `verify(thread_id, expect_head=...)` tells later whether the journal still holds
+      exactly that history.
     """
 
     ok: bool
@@ -48,6 +55,8 @@ class ReplayReport:
     state_hash: str
     first_divergence: int | None = None
     detail: str = ""
+    keyed: bool = False
+    head_digest: str = ""
 
 
 def apply_records(

@@ -13,7 +13,16 @@ from typing import Any
 
 from .._engine.registry import KeyRegistry
 from .._errors import JournalCorrupted
-from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
+from .chain import (
+    SEAL,
+    START,
+    Chain,
+    ChainKey,
+    check_head,
+    read_head_seal,
+    snapshot_link,
+    walk,
+)
 from .journal import CommitRecord, record_prev
 from .store import (
     SupportsHead,
@@ -30,8 +39,9 @@ from .threads import ReplayBase
 __all__ = ["StoredJournal"]
 
 _LINKED_ONLY = Chain(START, None)
-"""What history reads assume of a thread's chain without reading its head: they check
-the records and seals they find (a thread stored before the chain has none)."""
+"""What history reads assume of a thread's chain when its head has no seal (or there is
+no head): they check the records and seals they find (a thread stored before the chain
+has none)."""
 
 
 class StoredJournal:
@@ -48,20 +58,34 @@ class StoredJournal:
         *,
         skip: bool,
         whole: Sequence[CommitRecord] = (),
+        chain_key: ChainKey | None = None,
     ) -> None:
         self._store, self._registry, self._thread_id = store, registry, thread_id
         self._skip = skip
+        self._key = chain_key
         self._whole = whole
         # The link at each revision this journal read: a sealed snapshot's (`base`), or a
         # record's own (`records`), for the next read to start from or the head to name.
         self._links: dict[int, bytes] = {}
         self._head: tuple[int, bytes | None] | None = None  # the head last read, its seal
         self._sealed = False  # whether anything read carries a link or seal (the chain began)
+        self._head_read = False  # whether `_head` was read (a head that is None, too)
+        self._keyed = False  # whether the chain last read is keyed
 
     async def head(self) -> int | None:
         found = await self._read_head()
         self._head = None if found is None else (found.revision, found.seal)
+        self._head_read = True
         return None if found is None else found.revision
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the chain this journal last read (at its head) is keyed."""
+        return self._keyed
+
+    def link_at(self, revision: int) -> bytes | None:
+        """The link at `revision` as this journal read and checked it, if it did."""
+        return self._links.get(revision)
 
     async def _read_head(self) -> ThreadHead | ThreadState | None:
         with store_failures("thread history read", self._thread_id):
@@ -92,7 +116,7 @@ class StoredJournal:
         link = self._links.get(after) if after == since else None
         if after == 0 and record_prev(entries[0].data) is not None:
             link = START
-        chain = self._chain()
+        chain = await self._chain()
         then = chain.link if self._head_at(entries[-1].revision) else None
         records, links = walk(thread_id, entries, after=after, link=link, chain=chain, then=then)
         self._links.update(zip((entry.revision for entry in entries), links, strict=True))
@@ -114,7 +138,9 @@ class StoredJournal:
         snapshot = await self.snapshot(revision)
         if snapshot is None:
             return None
-        link = snapshot_link(self._thread_id, snapshot, self._chain())  # a changed one is refused
+        link = snapshot_link(
+            self._thread_id, snapshot, await self._chain()
+        )  # a changed one is refused
         if link is not None:
             self._links[snapshot.revision] = link
             self._sealed = True
@@ -133,7 +159,7 @@ class StoredJournal:
         """An older snapshot a Vector extends, checked against its seal like the first."""
         snapshot = await self.snapshot(revision)
         if snapshot is not None:
-            snapshot_link(self._thread_id, snapshot, self._chain())
+            snapshot_link(self._thread_id, snapshot, await self._chain())
         return snapshot
 
     async def snapshot(self, revision: int) -> ThreadSnapshot | None:
@@ -169,12 +195,20 @@ class StoredJournal:
     def held_differing(self, values: Mapping[str, Any], ignore: set[str]) -> set[str]:
         return set()  # the store holds the thread; this kernel only some keys of it
 
-    def _chain(self) -> Chain:
-        """The chain the head last read names; before a head is read (or of a thread stored
-        before the chain), what history reads assume (`_LINKED_ONLY`)."""
+    async def _chain(self) -> Chain:
+        """The chain the head last read names (read first, when it was not: a keyed chain
+        is checked with its key, and needs it); of a thread stored before the chain, what
+        history reads assume (`_LINKED_ONLY`)."""
+        if not self._head_read:
+            await self.head()
+        return self._chain_named()
+
+    def _chain_named(self) -> Chain:
         if self._head is None or self._head[1] is None:
             return _LINKED_ONLY
-        return read_head_seal(self._thread_id, self._head[0], self._head[1])
+        chain = read_head_seal(self._thread_id, self._head[0], self._head[1], self._key)
+        self._keyed = chain.key is not None
+        return chain
 
     def _head_at(self, revision: int) -> bool:
         """Whether the head last read stands at `revision` with a seal."""
@@ -192,7 +226,7 @@ class StoredJournal:
                 await self.check_whole()  # the head lost its seal
             return
         link = self._links.get(revision)
-        if link is not None and link != read_head_seal(self._thread_id, revision, seal).link:
+        if link is not None and link != self._chain_named().link:
             await self.check_whole()  # names what was changed, the record or the head
 
     async def check_whole(self) -> None:
@@ -210,9 +244,12 @@ class StoredJournal:
             and await self._moved_past(entries[-1].revision)
         ):  # a save landed between the two reads: what it added is not checked here
             entries = [entry for entry in entries if entry.revision <= stored.revision]
-        chain = read_head_seal(thread_id, stored.revision, stored.seal)
+        chain = read_head_seal(thread_id, stored.revision, stored.seal, self._key)
+        self._keyed = chain.key is not None
         if not entries:  # a snapshot and no record: what a load checks is all there is
-            trusted_records(thread_id, stored)
+            trusted_records(thread_id, stored, self._key)
+            if chain.chained_from is not None:
+                self._links[stored.revision] = chain.link
             return
         after = entries[0].revision - 1
         link: bytes | None = START if after == 0 and chain.chained_from == 1 else None
@@ -252,6 +289,8 @@ class StoredJournal:
         )
         last = entries[-1].revision
         check_head(thread_id, stored.revision, last, links[-1], chain, sealed=sealed)
+        if chain.chained_from is not None:
+            self._links.update(at)
 
     async def _moved_past(self, revision: int) -> bool:
         """Whether the head now stands at `revision` or later (read again)."""

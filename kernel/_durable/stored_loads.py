@@ -22,7 +22,16 @@ from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import DecodeFailed, JournalCorrupted, StateError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import RESERVED_PREFIX, KeyScope
-from .chain import SEAL, START, Chain, check_head, read_head_seal, snapshot_link, walk
+from .chain import (
+    SEAL,
+    START,
+    Chain,
+    ChainKey,
+    check_head,
+    read_head_seal,
+    snapshot_link,
+    walk,
+)
 from .journal import CommitRecord, record_prev
 from .key_codec import EncodeCache, Restored, decode_values
 from .replay import apply_records
@@ -58,9 +67,10 @@ async def load_thread(
     *,
     skip_undecodable: bool,
     refuse_unknown: bool,
+    chain_key: ChainKey | None,
 ) -> StoredThread:
     """The thread as the store has it, with the non-persistent keys this kernel kept of it
-    (`previous`, as last loaded or saved)."""
+    (`previous`, as last loaded or saved), read by a kernel holding `chain_key`."""
     stored = await _loaded(store, thread_id)
     return await _thread_of(
         store,
@@ -70,6 +80,7 @@ async def load_thread(
         stored,
         skip_undecodable=skip_undecodable,
         refuse_unknown=refuse_unknown,
+        chain_key=chain_key,
     )
 
 
@@ -81,6 +92,7 @@ async def load_newer(
     *,
     skip_undecodable: bool,
     refuse_unknown: bool,
+    chain_key: ChainKey | None,
 ) -> StoredThread:
     """The thread as the store has it now, for a kernel that knew it as `kept`: the
     records saved since, applied to the values `kept` holds at its position (`base`), when
@@ -109,8 +121,9 @@ async def load_newer(
                 stored,
                 skip_undecodable=skip_undecodable,
                 refuse_unknown=refuse_unknown,
+                chain_key=chain_key,
             )
-        followed = _chain_since(thread_id, kept, stored)
+        followed = _chain_since(thread_id, kept, stored, chain_key)
         if followed is not None:
             records, chain = followed
             if refuse_unknown:
@@ -125,6 +138,7 @@ async def load_newer(
         kept,
         skip_undecodable=skip_undecodable,
         refuse_unknown=refuse_unknown,
+        chain_key=chain_key,
     )
 
 
@@ -168,15 +182,19 @@ def _caught_up(
 
 
 def _chain_since(
-    thread_id: str, kept: StoredThread, stored: ThreadState
+    thread_id: str, kept: StoredThread, stored: ThreadState, chain_key: ChainKey | None
 ) -> tuple[list[CommitRecord], Chain] | None:
     """The records `stored` holds after `kept`'s revision, once the chain proves them
     whole from the link `kept` knows to the head's seal, and the chain there; None when
     they do not follow on (a break, or a thread deleted or written anew since)."""
     since = kept.held.revision
     try:
-        chain = read_head_seal(thread_id, stored.revision, stored.seal)
-        if chain.chained_from != kept.chain.chained_from or stored.position < kept.position:
+        chain = read_head_seal(thread_id, stored.revision, stored.seal, chain_key)
+        if (
+            chain.chained_from != kept.chain.chained_from
+            or chain.key != kept.chain.key
+            or stored.position < kept.position
+        ):
             return None
         records, links = walk(
             thread_id,
@@ -191,7 +209,7 @@ def _chain_since(
         check_head(thread_id, stored.revision, reached, link, chain, sealed=True)
     except JournalCorrupted:
         return None  # a whole load says what it finds
-    return records, Chain(link, chain.chained_from)
+    return records, Chain(link, chain.chained_from, chain.key)
 
 
 async def _thread_of(
@@ -203,6 +221,7 @@ async def _thread_of(
     *,
     skip_undecodable: bool,
     refuse_unknown: bool,
+    chain_key: ChainKey | None,
 ) -> StoredThread:
     """The thread `stored` holds (as `load` returned it), with what `previous` kept."""
     if stored is None:
@@ -213,7 +232,7 @@ async def _thread_of(
             HeldThread(_volatile(registry, held.values), held.revision, held.runs),
             whole=previous.whole,
         )
-    records, chain = trusted_records(thread_id, stored)  # before anything is decoded
+    records, chain = trusted_records(thread_id, stored, chain_key)  # before anything is decoded
     restored, bases = await _read_snapshot(
         store,
         registry,
@@ -267,7 +286,9 @@ async def _thread_of(
     )
 
 
-async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding) -> Any:
+async def read_stored_as(
+    store: ThreadStore, thread_id: str, binding: KeyBinding, chain_key: ChainKey | None
+) -> Any:
     """The thread's stored value of `binding`'s key string, decoded and replayed with
     `binding`'s declaration alone (None when it holds none)."""
     name = binding.name
@@ -275,7 +296,7 @@ async def read_stored_as(store: ThreadStore, thread_id: str, binding: KeyBinding
     if stored is None:
         return None
     registry = KeyRegistry([binding])
-    records, chain = trusted_records(thread_id, stored)
+    records, chain = trusted_records(thread_id, stored, chain_key)
     restored, _ = await _read_snapshot(
         store, registry, thread_id, stored, chain, False, lambda other: other != name
     )
@@ -399,10 +420,13 @@ def _drop_marker(stored: ThreadState, thread_id: str) -> frozenset[str]:
         raise DecodeFailed(DROPPED_ON_UNINSTALL, thread_id, error) from error
 
 
-def trusted_records(thread_id: str, stored: ThreadState) -> tuple[list[CommitRecord], Chain]:
+def trusted_records(
+    thread_id: str, stored: ThreadState, chain_key: ChainKey | None
+) -> tuple[list[CommitRecord], Chain]:
     """The loaded thread's records after its snapshot, once the chain proves them whole
-    and unchanged from the snapshot to the head (`chain`); and the chain at the head."""
-    chain = read_head_seal(thread_id, stored.revision, stored.seal)
+    and unchanged from the snapshot to the head (`chain`), read by a kernel holding
+    `chain_key`; and the chain at the head."""
+    chain = read_head_seal(thread_id, stored.revision, stored.seal, chain_key)
     after = stored.snapshot_revision
     link: bytes | None = START if after == 0 and chain.chained_from == 1 else None
     if stored.values or after:  # a snapshot the store says it has, even an emptied one
@@ -413,7 +437,7 @@ def trusted_records(thread_id: str, stored: ThreadState) -> tuple[list[CommitRec
     reached = records[-1].revision if records else after
     sealed = SEAL in stored.values or any(record_prev(e.data) for e in stored.records)
     check_head(thread_id, stored.revision, reached, link, chain, sealed=sealed)
-    return records, Chain(START if link is None else link, chain.chained_from)
+    return records, Chain(START if link is None else link, chain.chained_from, chain.key)
 
 
 def _volatile(registry: KeyRegistry, values: Mapping[str, Any]) -> dict[str, Any]:

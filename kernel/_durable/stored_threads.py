@@ -39,7 +39,7 @@ from .._errors import DecodeFailed, OutcomeUnknown, RevisionConflict, StateError
 from .._values.codec import CODEC_ERRORS
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent, decode_run_events, encode_run_events
-from .chain import START, Chain, chain_records, link_of, seal_snapshot
+from .chain import START, Chain, ChainKey, chain_records, link_of, read_head_seal, seal_snapshot
 from .journal import CommitRecord, Journaled, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
 from .rebase import Rebase, commutes, merged, renumbered, renumbered_events
@@ -48,7 +48,9 @@ from .store import (
     JournalEntry,
     SupportsHead,
     SupportsRunEvents,
+    ThreadHead,
     ThreadSave,
+    ThreadState,
     ThreadStore,
     store_failures,
 )
@@ -110,8 +112,10 @@ class StoredThreads:
         snapshot_every: int = SNAPSHOT_EVERY,
         refuse_unknown: bool = False,
         retention: Retention | None = None,
+        chain_key: ChainKey | None = None,
     ) -> None:
         self._registry = registry
+        self._key = chain_key  # the threads this kernel starts are chained with it
         self._retention = retention or Retention()
         self._store = store
         self.skip_undecodable = skip_undecodable
@@ -142,6 +146,7 @@ class StoredThreads:
                 self._threads.get(thread_id),
                 skip_undecodable=self.skip_undecodable or tolerate,
                 refuse_unknown=self._refuse_unknown,
+                chain_key=self._key,
             )
         except BaseException:
             self._live.drop(thread_id)
@@ -270,7 +275,10 @@ class StoredThreads:
     ) -> _Landed:
         """Write one save on top of what `kept` knows of the store, and note it there."""
         records = _with_drop_clears(kept.dropped, journaled.records)
-        entries, chain = chain_records(records, kept.chain)
+        chain = kept.chain
+        if kept.position == 0 and self._key is not None:  # a thread it starts: keyed
+            chain = attrs.evolve(chain, key=self._key)
+        entries, chain = chain_records(records, chain)
         size = sum(len(entry.data) for entry in entries)
         undecodable = {name: data for name, data in kept.undecodable.items() if name not in touched}
         needed, blocking, superseded = self._snapshot_needs(
@@ -282,7 +290,7 @@ class StoredThreads:
                 thread_id, kept, values, undecodable, needed, blocking, revision
             )
         if snapshot is not None:
-            snapshot = seal_snapshot(thread_id, snapshot, revision, chain.link)
+            snapshot = seal_snapshot(thread_id, snapshot, revision, chain.link, chain.key)
         save = ThreadSave(
             revision=revision,
             records=entries,
@@ -351,6 +359,7 @@ class StoredThreads:
                 kept,
                 skip_undecodable=self.skip_undecodable,
                 refuse_unknown=self._refuse_unknown,
+                chain_key=self._key,
             )
             if newer.position == 0 or newer.held.suspended is not None:
                 return None  # deleted meanwhile, or a run waits there: nothing to merge onto
@@ -535,7 +544,7 @@ class StoredThreads:
         return interrupted
 
     async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
-        return await read_stored_as(self._store, thread_id, binding)
+        return await read_stored_as(self._store, thread_id, binding, self._key)
 
     # -- the journal: history, forks, pruning ----------------------------------------------
 
@@ -543,7 +552,12 @@ class StoredThreads:
         kept = self._threads.get(thread_id)
         whole = kept.whole if kept is not None else ()
         return StoredJournal(
-            self._store, self._registry, thread_id, skip=self.skip_undecodable, whole=whole
+            self._store,
+            self._registry,
+            thread_id,
+            skip=self.skip_undecodable,
+            whole=whole,
+            chain_key=self._key,
         )
 
     async def fork(
@@ -554,20 +568,22 @@ class StoredThreads:
         records: Sequence[CommitRecord],
         values: dict[str, Any],
     ) -> None:
-        """The fork is a new thread in the store, chained afresh from its first record, with
-        the run events of the commits it copies; this kernel holds nothing of it."""
+        """The fork is a new thread in the store, chained afresh from its first record (with
+        this kernel's key, if it has one), with the run events of the commits it copies;
+        this kernel holds nothing of it."""
         with store_failures("thread fork", thread_id):
             base = await self._store.snapshot_at(thread_id, revision)
             snapshot = None
             if base is not None:
-                fetch = snapshot_fetcher(self._store, thread_id, Chain(START, None))
+                source = Chain(START, None, await self._key_of(thread_id))
+                fetch = snapshot_fetcher(self._store, thread_id, source)
                 snapshot = await whole_snapshot(base, fetch, record=thread_id)
-        start = Chain(START, records[0].revision if records else 1)
+        start = Chain(START, records[0].revision if records else 1, self._key)
         entries, chain = chain_records(records, start)
         if snapshot is not None and base is not None:  # sealed with the link at its revision
             at_base = [e for e in entries if e.revision == base.revision]
-            link = link_of(at_base[0].data) if at_base else START
-            snapshot = seal_snapshot(new_thread_id, snapshot, base.revision, link)
+            link = link_of(at_base[0].data, self._key) if at_base else START
+            snapshot = seal_snapshot(new_thread_id, snapshot, base.revision, link, self._key)
         save = ThreadSave(
             revision=revision,
             records=entries,
@@ -583,6 +599,17 @@ class StoredThreads:
             await self._store.save(new_thread_id, save, expected_position=0)
         if new_thread_id not in self._live:  # a thread of that id deleted earlier is gone
             self._threads.pop(new_thread_id, None)
+
+    async def _key_of(self, thread_id: str) -> ChainKey | None:
+        """The key the thread's chain is keyed with (this kernel's, or None)."""
+        head: ThreadHead | ThreadState | None
+        if self._heads is not None:
+            head = await self._heads.head(thread_id)
+        else:
+            head = await self._store.load(thread_id)
+        if head is None:
+            return None
+        return read_head_seal(thread_id, head.revision, head.seal, self._key).key
 
     async def threads(self, prefix: str, limit: int | None) -> list[str]:
         with store_failures("thread listing", prefix):

@@ -192,6 +192,16 @@ class ThreadJournal(Protocol):
         trusted (a broken chain, `_durable.chain`)."""
         ...
 
+    @property
+    def keyed(self) -> bool:
+        """Whether the journal's chain, as last read, is keyed (`_durable.chain`)."""
+        ...
+
+    def link_at(self, revision: int) -> bytes | None:
+        """The chain's link at `revision`, once a read checked it (`check_whole` checks
+        every held one); None where there is no chain (a kernel's memory)."""
+        ...
+
 
 class ThreadHome(Protocol):
     """Where a kernel's threads live between its runs; one live run per thread."""

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .._durable.chain import chain_key_of
 from .._durable.export import ExportedState
 from .._durable.history import ThreadHistory
 from .._durable.journal import CommitRecord
@@ -95,6 +96,13 @@ class Kernel:
     - `retention`: how much of each thread's journal is kept, a
       [`Retention`](reference.md#statekernel.Retention) (None: the default, `Retention()`,
       the newest 1,000 revisions). Anything else raises `TypeError`.
+    - `chain_key`: a secret of 16 to 64 bytes (e.g. `secrets.token_bytes(32)`) that keys
+      the journal chain of every thread this kernel starts in its thread store, so that
+      only whoever holds it can forge or re-chain a record unseen; such a thread is read
+      only with that key (`ChainKeyMissing`, `ChainKeyMismatch`). Threads stored without
+      a key stay readable and unkeyed. A `str` or other non-bytes raises `TypeError`, a
+      wrong length `ValueError`. See [durability: a chain only the key holder can
+      forge](durability.md#a-chain-only-the-key-holder-can-forge).
 
     Attributes:
 
@@ -116,6 +124,7 @@ class Kernel:
         snapshot_every: int = SNAPSHOT_EVERY,
         unknown_keys: Literal["keep", "refuse"] = "keep",
         retention: Retention | None = None,
+        chain_key: bytes | None = None,
     ) -> None:
         profile_store, thread_store = chosen_stores(
             stores, profile_store, thread_store, owner="Kernel"
@@ -138,6 +147,7 @@ class Kernel:
                 f"Retention.keep_all()), got {retention!r}"
             )
         self.retention = retention
+        key = chain_key_of(chain_key)
         # OpenTelemetry spans, when the extra is installed; None: nothing imported or spent.
         self.tracing: Tracing | None = tracing()
         self.components = Components.build(
@@ -165,6 +175,7 @@ class Kernel:
                 snapshot_every=snapshot_every,
                 refuse_unknown=unknown_keys == "refuse",
                 retention=retention,
+                chain_key=key,
             )
             if thread_store is not None
             else MemoryThreads(
@@ -359,13 +370,17 @@ class Kernel:
         The source is untouched. An existing `new_thread_id` raises `StateError`."""
         await self._history.fork(thread_id, revision, new_thread_id)
 
-    async def verify(self, thread_id: str) -> ReplayReport:
+    async def verify(self, thread_id: str, *, expect_head: str | None = None) -> ReplayReport:
         """Rebuild the thread from its journal alone and compare it with what was stored.
 
         The rebuilt state is compared at every stored snapshot and at the head; the
-        `ReplayReport` names the first revision that differs. A thread nothing saved raises
-        `UnknownThread`."""
-        return await self._history.verify(thread_id)
+        `ReplayReport` names the first revision that differs, says whether the chain is
+        keyed, and gives the head's digest. `expect_head`: a `head_digest` an earlier
+        `verify` reported and you kept elsewhere; the report is not ok unless the journal
+        still holds exactly that history up to its revision (`ValueError` if it is not
+        one; `UnknownRevision` once that revision is pruned). A thread nothing saved
+        raises `UnknownThread`; a keyed thread read without its key `ChainKeyMissing`."""
+        return await self._history.verify(thread_id, expect_head=expect_head)
 
     async def prune(
         self, thread_id: str, *, before: int | None = None, keep: int | None = None
