@@ -268,7 +268,9 @@ async def verify(where: Location, thread_id: str, *, as_json: bool) -> int:
             "state_hash": report.state_hash,
             "detail": report.detail,
         }
-    unchecked = await _unchecked(where, thread_id) if answer["ok"] else []
+    # An ok report's detail names what replay could not rebuild, and is empty when it
+    # rebuilt every key: only then is there anything to name, key by key.
+    unchecked = await _unchecked(where, thread_id) if answer["ok"] and answer["detail"] else []
     answer["unchecked"] = unchecked
     if as_json:
         _print_json(answer)
