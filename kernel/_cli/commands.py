@@ -158,7 +158,7 @@ async def history(
         records = await where.kernel.history(thread_id, since=since, limit=limit)
     else:
         records = await _changing(where, thread_id, key, since=since, limit=limit)
-        if not records:
+        if not records and limit != 0:
             _no_commits_note(where, thread_id, key, since)
     if as_json:
         _print_json([_record(record) for record in records])
