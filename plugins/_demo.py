@@ -21,6 +21,7 @@ Run: statekernel demo [--dir DIR] [--trace]
 from __future__ import annotations
 
 import enum
+import shlex
 from typing import Any
 
 import msgspec
@@ -53,6 +54,8 @@ from ._team import Team, TeamContext
 
 THREAD = "demo-thread"
 HELPER_THREAD = "demo-helper"
+APP = "statekernel.plugins._demo:plugins"
+"""The demo's plugins as a reading command's `--app` names them."""
 
 
 class Fact(msgspec.Struct, frozen=True):
@@ -186,6 +189,18 @@ def show_context(request: Any) -> None:
             print(f"    system: {text}")
 
 
+def writer_plugins(team: Team) -> list[Plugin]:
+    """The writer's plugins, with its team context."""
+    return [RunLifecycle(), ContextInjection(), WORKFLOW, team, Notebook()]
+
+
+def plugins() -> list[Plugin]:
+    """Every key the demo stores is declared by one of these (the helper's plugins are
+    among the writer's): `statekernel show DB --app statekernel.plugins._demo:plugins`
+    reads the demo's threads typed."""
+    return writer_plugins(Team())
+
+
 async def writer_run(
     stores: Stores, script: list[InferenceResponse], trace: bool
 ) -> tuple[RunResult, ScriptedModel, Any]:
@@ -201,7 +216,7 @@ async def writer_run(
             show_phase(run, report)
 
     agent = Agent(
-        [RunLifecycle(), ContextInjection(), WORKFLOW, team, Notebook()],
+        writer_plugins(team),
         model,
         WORKFLOW.tools({"remember": remember, "review": review, "publish": publish}),
         stores=stores,
@@ -227,7 +242,8 @@ async def helper_run(stores: Stores) -> ScriptedModel:
 async def demo(stores: Stores, *, trace: bool = False) -> None:
     """Tell the story on `stores` (the command line gives it the embedded default in a
     folder); only the demo's own threads and team context start afresh."""
-    where = getattr(stores.thread_store, "path", None) or "the stores given"
+    path = getattr(stores.thread_store, "path", None)
+    where = path or "the stores given"
     for thread in (THREAD, HELPER_THREAD):  # start the demo afresh on every `make demo`
         await stores.thread_store.delete(thread)
     # Only the demo's own entries go: the folder may be an application's embedded store.
@@ -264,7 +280,13 @@ async def demo(stores: Stores, *, trace: bool = False) -> None:
     print("  the team context is one shared record; the helper now sees:")
     for line in team_message.content.splitlines():
         print(f"    {line}")
-    print(
-        f"\nSee inside: statekernel history {where} --thread {THREAD}\n"
-        f"            statekernel show {where} --thread {THREAD} --at 5"
-    )
+    print("\nLook inside what it stored (--app gives the demo's plugins, which type every key):")
+    app = f"--app {APP}"
+    db = shlex.quote(str(path)) if path is not None else "DB"
+    for command in (
+        f"statekernel threads {db}",
+        f"statekernel history {db} --thread {THREAD} --key demo.facts {app}",
+        f"statekernel show {db} --thread {THREAD} --at 13 {app}",
+        f"statekernel verify {db} --thread {THREAD} {app}",
+    ):
+        print(f"  {command}")

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import socket
 import sqlite3
@@ -257,6 +258,24 @@ def test_bad_arguments_exit_2_with_usage() -> None:
     done = cli("show", "x.db", "--thread", "t", "--at", "minus-one")
     assert done.returncode == 2
     assert "expected a revision" in done.stderr
+    done = cli("history", "x.db", "--thread", "t", "--limit", "-3")
+    assert done.returncode == 2
+    assert "--limit: expected a count of commits (an integer >= 0), got '-3'" in done.stderr
+
+
+def test_the_demo_ends_with_the_commands_that_look_inside_and_they_work(tmp_path: Path) -> None:
+    folder = tmp_path / "a folder"  # a space in its name: the commands quote it
+    told = cli("demo", "--dir", str(folder)).stdout.splitlines()
+    commands = [shlex.split(line) for line in told if line.startswith("  statekernel ")]
+    assert [c[1] for c in commands] == ["threads", "history", "show", "verify"]
+    for command in commands:
+        assert command[2] == str(folder / "statekernel.db")
+        done = cli(*command[1:])
+        assert done.returncode == 0, (command, done.stderr)
+        if "--app" in command:  # the demo's plugins type every key it stored: no notes
+            assert done.stderr == "", (command, done.stderr)
+    facts = answer(*commands[2][1:])["demo.facts"]
+    assert facts == [{"topic": "kernel", "text": "hooks return commands"}]
 
 
 def test_the_console_script_and_version() -> None:

@@ -52,7 +52,7 @@ def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
         assert "- Collect reader questions" in lines
         assert "review before publishing. The model is scripted: the demo runs offline." in lines
         assert "[trace]" not in output
-        assert len(lines) < 45
+        assert len(lines) < 50
 
 
 def test_the_team_demo_plans_delegates_talks_and_publishes_after_review(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
 """What each reading command reads, and how it says it: a table for people, `--json` for
 programs.
 
-Every command reads through a `Location` (a plain `Kernel` and the stores, read-only) and
-writes to standard output; notes that a program should not have to parse (a key shown as of
-an older revision) go to standard error. The exit status is the command's answer: 0, or 1
-when `verify` finds a divergence, or `threads` and `inspect` find a damaged thread: they
-show it in its own row, say on standard error what is wrong with it, and go on with the
-others.
+Every command reads through a `Location` (a `Kernel` with no plugin, or with the keys of
+the application given as `--app`, and the stores, read-only) and writes to standard output;
+notes that a program should not have to parse go to standard error: each key the kernel
+could not type (shown as its stored JSON, or as of an older revision; not checked by
+`verify`), named one per line, and what a commit with no stored ops is. The exit status is
+the command's answer: 0, or 1 when `verify` finds a divergence, or `threads` and `inspect`
+find a damaged thread: they show it in its own row, say on standard error what is wrong with
+it, and go on with the others.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from statekernel import (
     DecodeFailed,
     ExportedState,
     JournalCorrupted,
+    KeyScope,
     ReplayFailed,
     StateError,
     UnknownThread,
@@ -117,7 +120,7 @@ async def inspect(where: Location, *, as_json: bool) -> int:
                 shown[thread_id] = {"revision": state.revision, "values": state.values}
             shown[thread_id].update(_state_of(damaged.get(thread_id)))
         _print_json({"threads": shown, "profiles": namespaces})
-        _notes(found)
+        _notes(where, found)
         return _report(damaged)
     for thread_id in ids:
         if thread_id in damaged:
@@ -137,34 +140,98 @@ async def inspect(where: Location, *, as_json: bool) -> int:
         print()
     if not ids and not namespaces:
         print(f"{where.shown} holds no threads and no profile entries")
-    _notes(found)
+    _notes(where, found)
     return _report(damaged)
 
 
 async def history(
-    where: Location, thread_id: str, *, since: int, limit: int | None, as_json: bool
+    where: Location,
+    thread_id: str,
+    *,
+    since: int,
+    limit: int | None,
+    key: str | None = None,
+    as_json: bool,
 ) -> int:
-    """`statekernel history`: the thread's commits, oldest first."""
-    records = await where.kernel.history(thread_id, since=since, limit=limit)
+    """`statekernel history`: the thread's commits, oldest first; with `key`, only those
+    that changed it, each with its ops on it."""
+    if key is None:
+        records = await where.kernel.history(thread_id, since=since, limit=limit)
+    else:
+        records = await _changing(where, thread_id, key, since=since, limit=limit)
+        if not records and limit != 0:
+            _no_commits_note(where, thread_id, key, since)
     if as_json:
         _print_json([_record(record) for record in records])
         return 0
     print(
         table(
-            ["rev", "phase", "step", "sources", "ops"],
+            ["rev", "phase", "step", "sources", "ops" if key is None else f"ops on {key}"],
             [
                 [
                     str(r.revision),
                     r.phase.value if r.phase is not None else "-",
                     str(r.step),
                     ", ".join(r.sources),
-                    ", ".join(f"{op.kind} {op.key}" for op in r.ops),
+                    _ops_cell(r, shown_whole=key is not None),
                 ]
                 for r in records
             ],
         )
     )
+    if any(not r.ops for r in records):
+        print(
+            f"note: a commit whose ops are {_NOT_STORED} changed only run keys or "
+            f"persistent=False thread keys: a store keeps no ops of those (a run key starts "
+            f"afresh in every run; a persistent=False key lives in the writing process's "
+            f"memory); its sources say who made it",
+            file=sys.stderr,
+        )
     return 0
+
+
+_NOT_STORED = "(not stored)"
+_PAGE = 1000
+
+
+async def _changing(
+    where: Location, thread_id: str, key: str, *, since: int, limit: int | None
+) -> list[CommitRecord]:
+    """The commits after `since` that changed `key` (at most `limit`), each with only its
+    ops on it, read a page at a time."""
+    found: list[CommitRecord] = []
+    while limit is None or len(found) < limit:
+        page = await where.kernel.history(thread_id, since=since, limit=_PAGE)
+        for record in page:
+            ops = tuple(op for op in record.ops if op.key == key)
+            if ops:
+                found.append(msgspec.structs.replace(record, ops=ops))
+        if len(page) < _PAGE:
+            break
+        since = page[-1].revision
+    return found if limit is None else found[:limit]
+
+
+def _no_commits_note(where: Location, thread_id: str, key: str, since: int) -> None:
+    binding = where.kernel.components.keys.by_name.get(key)
+    if binding is not None and not binding.stored:
+        kind = "a run key" if binding.scope is KeyScope.RUN else "a persistent=False thread key"
+        why = f"key {key!r} is {kind}: a store keeps no ops of it"
+    else:
+        why = f"no commit after revision {since} changed key {key!r}"
+    print(f"note: thread {thread_id}: {why}", file=sys.stderr)
+
+
+def _ops_cell(record: CommitRecord, *, shown_whole: bool) -> str:
+    """The record's ops for the table: kind and key, or (for one key) kind and update."""
+    if not record.ops:
+        return _NOT_STORED
+    if shown_whole:
+        return ", ".join(
+            op.kind if op.update is None else f"{op.kind} {op.update.decode('utf-8')}"
+            for op in record.ops
+        )
+    return ", ".join(f"{op.kind} {op.key}" for op in record.ops)
 
 
 async def show(where: Location, thread_id: str, *, at: int | None, as_json: bool) -> int:
@@ -175,7 +242,7 @@ async def show(where: Location, thread_id: str, *, at: int | None, as_json: bool
     else:
         print(f"thread {thread_id}  (revision {state.revision})")
         print(_values_table(state))
-    _notes({thread_id: state})
+    _notes(where, {thread_id: state})
     return 0
 
 
@@ -184,7 +251,8 @@ async def verify(
 ) -> int:
     """`statekernel verify`: rebuild the thread from its journal alone and compare; exit 1
     naming the first revision that differs (or the first record that cannot be trusted,
-    or a kept head digest the journal no longer holds)."""
+    or a kept head digest the journal no longer holds). A key the reading kernel does not
+    type is not checked: the answer names each one."""
     answer: dict[str, Any]
     try:
         report = await where.kernel.verify(thread_id, expect_head=expect_head)
@@ -208,21 +276,60 @@ async def verify(
             "keyed": report.keyed,
             "head_digest": report.head_digest or None,
         }
+    # An ok report's detail names what replay could not rebuild, and is empty when it
+    # rebuilt every key: only then is there anything to name, key by key.
+    unchecked = await _unchecked(where, thread_id) if answer["ok"] and answer["detail"] else []
+    answer["unchecked"] = unchecked
     if as_json:
         _print_json(answer)
     elif answer["ok"]:
+        but = (
+            f"; {len(unchecked)} {'key was' if len(unchecked) == 1 else 'keys were'} not "
+            f"checked (see the notes)"
+            if unchecked
+            else ""
+        )
         print(
             f"ok: thread {thread_id} rebuilds from its journal (revision {answer['revision']}, "
-            f"state hash {answer['state_hash']})"
+            f"state hash {answer['state_hash']}){but}"
         )
         if answer["head_digest"]:
             kind = "keyed" if answer["keyed"] else "unkeyed"
             print(f"head digest {answer['head_digest']} ({kind} chain): keep it to check later")
-        if answer["detail"]:
-            print(f"note: {answer['detail']}")
     else:
         print(f"diverged at revision {answer['first_divergence']}: {answer['detail']}")
+    for name in unchecked:
+        print(
+            f"note: thread {thread_id}: key {name!r} was not checked: "
+            f"{_without_declaration(where, name)}",
+            file=sys.stderr,
+        )
+    if answer["ok"] and answer["detail"] and not unchecked:
+        print(f"note: {answer['detail']}", file=sys.stderr)
     return 0 if answer["ok"] else 1
+
+
+async def _unchecked(where: Location, thread_id: str) -> list[str]:
+    """The keys of the thread that replay cannot rebuild here: those the store holds a
+    value or an op of that the kernel does not type."""
+    names = {op.key for record in await where.kernel.history(thread_id) for op in record.ops}
+    state = await where.kernel.export_state(thread_id)
+    names |= {*state.values, *state.as_of}
+    return sorted(name for name in names if not where.typed(name))
+
+
+def _without_declaration(where: Location, name: str) -> str:
+    """Why the key `name` is not typed, and what to do about it."""
+    if where.app is None:
+        return (
+            "no plugin of the reading kernel declares it: give the application with --app "
+            "module:attr (its plugin list, Kernel, Agent or AgentTeam)"
+        )
+    binding = where.kernel.components.keys.by_name.get(name)
+    if binding is None:
+        return f"the application {where.app!r} does not declare it"
+    kind = "a run key" if binding.scope is KeyScope.RUN else "persistent=False"
+    return f"the application {where.app!r} declares it as {kind}, and a store kept it"
 
 
 # -- shared pieces --------------------------------------------------------------------------
@@ -314,13 +421,22 @@ def _values_table(state: ExportedState, *, limit: int | None = None) -> str:
     return table(["key", "value"], rows, limit=limit) if rows else "(no keys)"
 
 
-def _notes(states: Mapping[str, ExportedState]) -> None:
-    """Say on stderr which keys are shown as of an earlier revision, and why."""
+def _notes(where: Location, states: Mapping[str, ExportedState]) -> None:
+    """Say on stderr which keys the kernel could not type, each by name: shown as their
+    stored JSON, or as of an earlier revision, and why."""
     for thread_id, state in states.items():
-        for name, revision in state.as_of.items():
+        for name in sorted({*state.values, *state.as_of}):
+            if where.typed(name):
+                continue
+            revision = state.as_of.get(name)
+            shown = (
+                "is shown as its stored JSON, untyped"
+                if revision is None
+                else f"is shown as of revision {revision} (its later updates need its apply)"
+            )
             print(
-                f"note: thread {thread_id}: key {name!r} is shown as of revision {revision}; "
-                f"the updates after it need the plugin that declares the key",
+                f"note: thread {thread_id}: key {name!r} {shown}: "
+                f"{_without_declaration(where, name)}",
                 file=sys.stderr,
             )
 

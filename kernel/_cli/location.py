@@ -4,9 +4,12 @@ A command is handed one string, a SQLite file's path or a PostgreSQL DSN (a URI 
 `key=value` pairs: the store backends tell which). What it holds is asked first
 (`stored_components`), so that a missing file, a file of another program or an empty
 database is refused before any store is made, and nothing is ever created there. The kernel
-that reads it has no plugins: what it shows is what any program can read; where it names
-the database, it shows it without a DSN's password. It holds the chain key it is given
-(`chain_key`, which `chain_key_given` reads from `--chain-key-file` or the environment).
+that reads it registers no plugin of its own: what it shows is what any program can read.
+Given the application (`--app module:attr`), it registers the keys the application declares
+(`declarations.py`), so that every key is typed, shown whole and checked; it still reads
+only this database, read-only. Where it names the database, it shows it without a DSN's
+password. It holds the chain key it is given (`chain_key`, which `chain_key_given` reads
+from `--chain-key-file` or the environment).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import attrs
 
 from statekernel import Kernel, ProfileStore, ThreadStore
 
+from .application import load_application
+from .declarations import reading_plugins
 from .extensions import store_backends
 
 __all__ = ["CHAIN_KEY_VARIABLE", "Location", "chain_key_given", "opened"]
@@ -32,7 +37,8 @@ CHAIN_KEY_VARIABLE = "STATEKERNEL_CHAIN_KEY"
 @attrs.frozen
 class Location:
     """A database opened for reading: a kernel over its threads, and its profile store when
-    it holds one."""
+    it holds one; `app`, the application whose keys the kernel registers, when one was
+    given."""
 
     db: str
     shown: str
@@ -40,6 +46,13 @@ class Location:
     kernel: Kernel
     threads: ThreadStore | None
     profiles: ProfileStore | None
+    app: str | None = None
+
+    def typed(self, name: str) -> bool:
+        """Whether the kernel types the key `name` and replays its ops (a persistent thread
+        key it registers): what a store keeps of any other key is shown as its JSON."""
+        binding = self.kernel.components.keys.by_name.get(name)
+        return binding is not None and binding.stored
 
 
 def chain_key_given(path: Path | None) -> bytes | None:
@@ -62,8 +75,12 @@ def chain_key_given(path: Path | None) -> bytes | None:
 
 
 @contextlib.asynccontextmanager
-async def opened(db: str, *, chain_key: bytes | None = None) -> AsyncIterator[Location]:
-    """The database `db`, read-only, closed on leaving; read with `chain_key`."""
+async def opened(
+    db: str, app: str | None = None, *, chain_key: bytes | None = None
+) -> AsyncIterator[Location]:
+    """The database `db`, read-only, closed on leaving; read with the keys of the
+    application `app` (`module:attr`) when given, and with `chain_key`."""
+    found = None if app is None else load_application(app)  # a typo fails before any read
     backends = store_backends()
     held = await backends.stored_components(db)
     stores = backends.open_stores(db, read_only=True)  # nothing is opened until first use
@@ -71,7 +88,8 @@ async def opened(db: str, *, chain_key: bytes | None = None) -> AsyncIterator[Lo
     threads = stores.thread_store if "thread_store" in held else None
     profiles = stores.profile_store if "profile_store" in held else None
     try:
-        kernel = Kernel([], thread_store=threads, chain_key=chain_key)
-        yield Location(db, backends.redacted(db), kernel, threads, profiles)
+        plugins = [] if app is None else await reading_plugins(app, found, stores)
+        kernel = Kernel(plugins, thread_store=threads, chain_key=chain_key)
+        yield Location(db, backends.redacted(db), kernel, threads, profiles, app)
     finally:
         await stores.close()

@@ -5,10 +5,11 @@ it read is damaged (`JournalCorrupted`, a value that no longer decodes: `history
 stop, `threads` and `inspect` show it in its own row and go on), or the store failed while
 reading; 2 the command could not start: bad arguments, a missing file, a file or database
 that is not a statekernel store, an unknown thread or revision, an output file that cannot
-be written or that is the store itself, an application (`module:attr`) that cannot be
-loaded. `worker` exits 0 once a signal's drain is done. An error is one line on standard
-error, never a traceback, and never holds a DSN's password (the line goes through the store
-backends' `redacted`, whatever raised it). A reader that stops reading (`| head`) ends the command
+be written or that is the store itself, an application (`module:attr`, `worker`'s or a
+reading command's `--app`) that cannot be loaded or is not what the command takes. `worker`
+exits 0 once a signal's drain is done. An error is one line on standard error, never a
+traceback, and never holds a DSN's password (the line goes through the store backends'
+`redacted`, whatever raised it). A reader that stops reading (`| head`) ends the command
 quietly.
 """
 
@@ -140,6 +141,14 @@ def _parser() -> argparse.ArgumentParser:
             metavar="PATH",
             help=f"the key of keyed threads' chains, in hex (default: ${CHAIN_KEY_VARIABLE})",
         )
+        command.add_argument(
+            "--app",
+            default=None,
+            metavar="MODULE:ATTR",
+            help="the application whose keys to read with: its Plugin list, Kernel, Agent or "
+            "AgentTeam, or a callable returning one (given the Stores if it takes an "
+            "argument); every key is then typed, shown whole and checked",
+        )
         return command
 
     listing = reading(
@@ -156,11 +165,20 @@ def _parser() -> argparse.ArgumentParser:
     everything.set_defaults(run=_reading(lambda w, a: commands.inspect(w, as_json=a.json)))
 
     commits = reading("history", "a thread's commits: revision, phase, sources, ops", thread=True)
-    commits.add_argument("--since", type=_revision, default=0, help="only commits after it")
-    commits.add_argument("--limit", type=_revision, default=None, help="at most this many")
+    commits.add_argument(
+        "--since", type=_revision, default=0, metavar="REV", help="only commits after it"
+    )
+    commits.add_argument(
+        "--limit", type=_count, default=None, metavar="N", help="at most this many commits"
+    )
+    commits.add_argument(
+        "--key", default=None, metavar="K", help="only the commits that changed key K, its ops"
+    )
     commits.set_defaults(
         run=_reading(
-            lambda w, a: commands.history(w, a.thread, since=a.since, limit=a.limit, as_json=a.json)
+            lambda w, a: commands.history(
+                w, a.thread, since=a.since, limit=a.limit, key=a.key, as_json=a.json
+            )
         )
     )
 
@@ -203,7 +221,7 @@ def _reading(
 
     async def run(args: argparse.Namespace) -> int:
         key = chain_key_given(args.chain_key_file)
-        async with opened(args.db, chain_key=key) as where:
+        async with opened(args.db, args.app, chain_key=key) as where:
             return await command(where, args)
 
     return run
@@ -223,10 +241,18 @@ def _names(text: str) -> list[str]:
 
 
 def _revision(text: str) -> int:
+    return _whole_number(text, "a revision")
+
+
+def _count(text: str) -> int:
+    return _whole_number(text, "a count of commits")
+
+
+def _whole_number(text: str, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a revision (an integer >= 0), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} (an integer >= 0), got {text!r}")
     return value

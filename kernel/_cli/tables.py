@@ -31,9 +31,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, limit: int | 
     line fits `limit` columns (the terminal's width by default)."""
     limit = width() if limit is None else limit
     cells = [[_one_line(cell) for cell in row] for row in [header, *rows]]
-    sizes = [[_columns(cell) for cell in row] for row in cells]
-    widths = [max(row[i] for row in sizes) for i in range(len(header))]
-    room = max(limit - sum(widths[:-1]) - len(_GAP) * (len(widths) - 1), _MIN_LAST)
+    # The last column is cut to the room left, never measured whole: a value shown there
+    # may be megabytes of JSON.
+    sizes = [[_columns(cell) for cell in row[:-1]] for row in cells]
+    widths = [max(row[i] for row in sizes) for i in range(len(header) - 1)]
+    room = max(limit - sum(widths) - len(_GAP) * len(widths), _MIN_LAST)
     lines = []
     for row, size in zip(cells, sizes, strict=True):
         padded = [c + " " * (w - n) for c, n, w in zip(row[:-1], size, widths, strict=False)]
@@ -53,16 +55,18 @@ def _char_columns(char: str) -> int:
 
 
 def _cut(text: str, room: int) -> str:
-    """`text` as it is when it fits `room` columns, else as much as fits before a "…"."""
-    if _columns(text) <= room:
-        return text
-    kept, used = [], 0
-    for char in text:
+    """`text` as it is when it fits `room` columns, else as much as fits before a "…"
+    (read only as far as the cut)."""
+    used = 0
+    for index, char in enumerate(text):
         used += _char_columns(char)
-        if used > room - 1:
-            break
-        kept.append(char)
-    return "".join(kept) + "…"
+        if used > room:
+            kept, columns = index, used - _char_columns(char)
+            while columns > room - 1:  # room for the "…"
+                kept -= 1
+                columns -= _char_columns(text[kept])
+            return text[:kept] + "…"
+    return text
 
 
 def _one_line(cell: str) -> str:
