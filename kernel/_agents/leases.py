@@ -211,26 +211,34 @@ class Leases:
         ]
         return max(candidates, key=lambda w: _weight(w, thread_id))
 
-    async def take(self, thread_id: str, role: str) -> bool:
-        """Whether this worker holds the agent of `thread_id` now: held already, handed to
-        it, or free (nobody, or a dead holder) and this worker's to take."""
+    async def claimable(self, thread_id: str, role: str) -> int | None:
+        """Whether this worker may run the agent of `thread_id`: None if not (another live
+        worker holds it, or it is free and left to its preferred worker for a beat), else
+        the lease's version to `take` it at (-1: this worker holds it already)."""
         if not self.trusted():
-            return False
+            return None
         if thread_id in self._held:
-            return True
+            return -1
         self._elsewhere.pop(thread_id, None)
         lease, version = await self._profile.read_with_version(TeamLease, thread_id)
         if lease.worker == self.worker_id:  # handed over to this worker
             self._held.add(thread_id)
-            return True
+            return -1
         if lease.worker and await self.alive(lease.worker):
             self._deferred.pop(thread_id, None)
             self._elsewhere[thread_id] = lease.worker
-            return False
+            return None
         if self.preferred(thread_id, role) != self.worker_id:
             first = self._deferred.setdefault(thread_id, self._clock())
             if self._clock() - first < self.beat_every:
-                return False
+                return None
+        return version
+
+    async def take(self, thread_id: str, version: int) -> bool:
+        """Take the lease `claimable` found free at `version`; whether this worker holds it
+        now (of two workers taking it, one wins)."""
+        if thread_id in self._held:
+            return True
         self._deferred.pop(thread_id, None)
         if not self.trusted():  # (the reads took long)
             return False

@@ -288,14 +288,21 @@ class Worker:
             ]
         if not records:
             return
-        # What this process knew of an agent it does not hold (its cursor, whether its
+        # An agent this worker does not hold is looked at only if it may take it: its
+        # lease is read first (one read), its inbox and thread after.
+        versions = await asyncio.gather(*(leases.claimable(r.thread_id, r.role) for r in records))
+        open_ = {r.id: v for r, v in zip(records, versions, strict=True) if v is not None}
+        records = [r for r in records if r.id in open_]
+        if not records:
+            return
+        # What this process knew of an agent it did not hold (its cursor, whether its
         # conversation waits) may be stale: another worker may have run it since.
-        self._rounds.forget_threads(r.thread_id for r in records if r.thread_id not in leases.held)
+        self._rounds.forget_threads(r.thread_id for r in records if open_[r.id] >= 0)
         ready = set(await self._rounds.ready(records))
         for record in records:
             if record.id not in ready:
                 await leases.idle(record.thread_id, record.role)
-            elif await leases.take(record.thread_id, record.role):
+            elif await leases.take(record.thread_id, open_[record.id]):
                 self._start(record)
 
     # -- runs ------------------------------------------------------------------------------
