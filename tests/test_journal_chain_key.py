@@ -443,6 +443,11 @@ async def test_the_command_line_reads_and_verifies_with_the_key(
     missing = cli("show", db, "--thread", "t")
     assert missing.returncode == 2
     assert missing.stderr.count("\n") == 1 and "--chain-key-file" in missing.stderr
+    listed = cli("threads", db, "--json")  # the keyed thread in its own row, the listing whole
+    assert listed.returncode == 1, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert (row["thread_id"], row["status"]) == ("t", "keyed")
+    assert "keyed: give its chain key" in cli("threads", db).stdout
     wrong = cli("verify", db, "--thread", "t", key=OTHER.hex())
     assert wrong.returncode == 1 and "another key" in wrong.stdout
     not_hex = cli("verify", db, "--thread", "t", key="not a key")

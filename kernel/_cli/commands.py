@@ -22,6 +22,7 @@ import msgspec
 
 from statekernel import (
     ChainKeyMismatch,
+    ChainKeyMissing,
     CommitRecord,
     DecodeFailed,
     ExportedState,
@@ -43,6 +44,9 @@ __all__ = ["history", "inspect", "show", "threads", "verify"]
 # were changed outside statekernel (or no longer decode, or replay). A store that fails
 # (a lost connection) ends the command instead: then no thread can be trusted to read.
 _DAMAGE = (JournalCorrupted, DecodeFailed, ReplayFailed)
+# What makes one thread unreadable without being damaged: it is chained with a key, and
+# none was given. `threads` and `inspect` show it in its own row too.
+_UNREADABLE = (*_DAMAGE, ChainKeyMissing)
 
 
 async def threads(where: Location, *, prefix: str, as_json: bool) -> int:
@@ -55,7 +59,7 @@ async def threads(where: Location, *, prefix: str, as_json: bool) -> int:
             rows.append(await _thread_row(where, thread_id))
         except UnknownThread:
             continue  # deleted since it was listed
-        except _DAMAGE as failure:
+        except _UNREADABLE as failure:
             damaged[thread_id] = failure
             head = await _readable_head(where, thread_id)
             rows.append(
@@ -105,7 +109,7 @@ async def inspect(where: Location, *, as_json: bool) -> int:
             found[thread_id] = await where.kernel.export_state(thread_id)
         except UnknownThread:
             continue  # deleted since it was listed
-        except _DAMAGE as failure:
+        except _UNREADABLE as failure:
             damaged[thread_id] = failure
             heads[thread_id] = await _readable_head(where, thread_id)
     namespaces = await _profiles(where)
@@ -355,7 +359,7 @@ async def _readable_head(where: Location, thread_id: str) -> int | None:
     """The revision a damaged thread's head names, when it can be read at all."""
     try:
         return await _head_revision(where, thread_id)
-    except (*_DAMAGE, UnknownThread):
+    except (*_UNREADABLE, UnknownThread):
         return None
 
 
@@ -364,6 +368,8 @@ def _state_of(failure: StateError | None) -> dict[str, str | None]:
     error's message on one line."""
     if failure is None:
         return {"status": "ok", "error": None}
+    if isinstance(failure, ChainKeyMissing):
+        return {"status": "keyed", "error": _one_line(failure)}
     return {"status": "damaged", "error": _one_line(failure)}
 
 
@@ -372,6 +378,8 @@ def _status(failure: StateError | None) -> str:
     the error allows (the whole message goes to standard error)."""
     if failure is None:
         return "ok"
+    if isinstance(failure, ChainKeyMissing):
+        return "keyed: give its chain key (--chain-key-file or STATEKERNEL_CHAIN_KEY)"
     if isinstance(failure, JournalCorrupted):
         return f"damaged at revision {failure.revision}: {failure.problem}"
     return f"damaged: {_one_line(failure)}"
