@@ -125,6 +125,156 @@ async def test_a_set_that_fails_fails_alone_in_its_batch(tmp_path: Path) -> None
         assert stored == {key: i for i, key in enumerate(keys) if i != 4}
 
 
+async def test_a_batch_that_fails_as_a_whole_fails_every_caller_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another connection holds the write lock past the store's patience: each set of the
+    batch (compare-and-sets among them) raises `StoreError` naming its own entry."""
+    from statekernel.stores._sqlite import connection
+
+    monkeypatch.setattr(connection, "LOCK_PATIENCE_SECONDS", 0.2)
+    path = tmp_path / "locked.db"
+    async with SqliteProfileStore(path) as made:
+        await made.set("ns", "k0", "old")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            outcomes = await asyncio.gather(
+                *(made.set("ns", f"k{i}", i, expected_version=i % 2) for i in range(6)),
+                return_exceptions=True,
+            )
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        for i, outcome in enumerate(outcomes):
+            assert isinstance(outcome, StoreError), outcome
+            assert f"'k{i}'" in str(outcome) and "locked" in str(outcome)
+        assert [(e.key, e.value) for e in await made.list("ns")] == [("k0", "old")]
+        assert (await made.set("ns", "k0", "new", expected_version=1)).version == 2
+
+
+async def _cas_until_written(store: ProfileStore, key: str, value: Any) -> tuple[int, Entry]:
+    """Read, then compare-and-set, until the write lands: the version read and the entry."""
+    while True:
+        entry = await store.get("ns", key)
+        read = 0 if entry is None else entry.version
+        try:
+            return read, await store.set("ns", key, value, expected_version=read)
+        except VersionConflict as conflict:
+            assert (conflict.key, conflict.expected) == (key, read)
+            assert conflict.actual is not None and conflict.actual > read
+
+
+async def test_concurrent_compare_and_sets_on_many_keys_all_land(
+    profile_store: ProfileStore,
+) -> None:
+    """Ten writers, each read-then-compare-and-set on ten keys in turn (a mailbox's posts):
+    every write lands once, at the version after the one it read."""
+
+    async def writer(task: int) -> list[tuple[int, Entry]]:
+        return [
+            await _cas_until_written(profile_store, f"k{(task + i) % 10}", [task, i])
+            for i in range(30)
+        ]
+
+    written = [landed for each in await asyncio.gather(*map(writer, range(10))) for landed in each]
+    assert len(written) == 300
+    assert all(entry.version == read + 1 for read, entry in written)
+    for k in range(10):
+        versions = sorted(entry.version for _, entry in written if entry.key == f"k{k}")
+        assert versions == list(range(1, 31))
+        stored = await profile_store.get("ns", f"k{k}")
+        assert stored is not None and stored.version == 30
+        last = next(entry for _, entry in written if (entry.key, entry.version) == (f"k{k}", 30))
+        assert stored.value == last.value
+
+
+async def test_concurrent_compare_and_sets_on_one_key_have_one_winner_per_version(
+    profile_store: ProfileStore,
+) -> None:
+    """Writers racing on one entry, with plain sets among them: each version is written by
+    exactly one set, the losers see `VersionConflict` and retry, and nothing is lost."""
+
+    async def casser(task: int) -> list[Entry]:
+        return [(await _cas_until_written(profile_store, "k", [task, i]))[1] for i in range(20)]
+
+    async def plain() -> list[Entry]:
+        landed = []
+        for i in range(20):
+            landed.append(await profile_store.set("ns", "k", ["plain", i]))
+            await asyncio.sleep(0)
+        return landed
+
+    results = await asyncio.gather(*map(casser, range(8)), plain())
+    written = [entry for each in results for entry in each]
+    assert sorted(entry.version for entry in written) == list(range(1, 181))
+    stored = await profile_store.get("ns", "k")
+    assert stored is not None and stored.version == 180
+    assert stored.value == next(entry.value for entry in written if entry.version == 180)
+
+
+async def test_writes_of_one_entry_at_once_apply_in_call_order(
+    profile_store: ProfileStore,
+) -> None:
+    """Sets started together are applied in the order they were called: a compare-and-set
+    sees the version the set before it made, and one that loses writes nothing."""
+    await profile_store.set("ns", "k", "start")  # version 1
+    outcomes = await asyncio.gather(
+        profile_store.set("ns", "k", "a", expected_version=1),  # -> 2
+        profile_store.set("ns", "k", "b", expected_version=2),  # -> 3, sees the first
+        profile_store.set("ns", "k", "lost", expected_version=2),  # loses: it is at 3
+        profile_store.set("ns", "k", "c"),  # -> 4
+        profile_store.set("ns", "k", "d", expected_version=4),  # -> 5
+        profile_store.set("ns", "other", "x", expected_version=0),  # -> 1, its own entry
+        return_exceptions=True,
+    )
+    lost = outcomes.pop(2)
+    assert isinstance(lost, VersionConflict)
+    assert (lost.namespace, lost.key, lost.expected, lost.actual) == ("ns", "k", 2, 3)
+    assert str(lost) == str(VersionConflict("ns", "k", 2, 3))
+    assert [(e.key, e.value, e.version) for e in outcomes] == [  # type: ignore[union-attr]
+        ("k", "a", 2),
+        ("k", "b", 3),
+        ("k", "c", 4),
+        ("k", "d", 5),
+        ("other", "x", 1),
+    ]
+    stored = await profile_store.get("ns", "k")
+    assert stored is not None and (stored.value, stored.version) == ("d", 5)
+
+
+async def test_callers_written_together_each_get_their_own_result(
+    profile_store: ProfileStore,
+) -> None:
+    """Compare-and-sets in two namespaces started together: each caller gets its own
+    entry, or its own `VersionConflict` naming its entry and the version found."""
+    for i in range(24):
+        if i % 4 in (0, 1):
+            await profile_store.set(f"ns{i % 2}", f"k{i}", "old")
+    expected = {0: 1, 1: 0, 2: 0, 3: 3}  # by i % 4: wins, loses, wins, loses
+    outcomes = await asyncio.gather(
+        *(
+            profile_store.set(f"ns{i % 2}", f"k{i}", {"i": i}, expected_version=expected[i % 4])
+            for i in range(24)
+        ),
+        return_exceptions=True,
+    )
+    for i, outcome in enumerate(outcomes):
+        record = (f"ns{i % 2}", f"k{i}")
+        if i % 4 in (0, 2):
+            assert isinstance(outcome, Entry)
+            assert (outcome.namespace, outcome.key, outcome.value) == (*record, {"i": i})
+            assert outcome.version == (2 if i % 4 == 0 else 1)
+        else:
+            assert isinstance(outcome, VersionConflict)
+            assert (outcome.namespace, outcome.key, outcome.expected) == (*record, expected[i % 4])
+            assert outcome.actual == (1 if i % 4 == 1 else None)
+        stored = await profile_store.get(*record)
+        assert stored is not None or i % 4 == 3
+        if stored is not None:
+            assert stored.value == ({"i": i} if i % 4 in (0, 2) else "old")
+
+
 async def test_a_name_no_store_can_keep_is_refused_alike_by_every_store(
     profile_store: ProfileStore,
 ) -> None:

@@ -6,6 +6,13 @@ can be read with any SQLite tool; a row whose text is no longer JSON fails with
 `DecodeFailed` for that entry only. Compare-and-set checks the version inside the same
 transaction that writes.
 
+Sets that arrive together, compare-and-sets included, are applied in one transaction in one
+call (on the connection's thread, or on the loop's when it is idle: see `connection`), in
+call order, each with its own check: a compare-and-set sees the version an earlier set of
+its batch made, one that loses raises `VersionConflict` and writes nothing while the rest
+land, and a batch that fails as a whole (the lock held past `LOCK_PATIENCE_SECONDS`, a full
+disk) fails each of its sets with a `StoreError` naming its entry.
+
 Change feeds: the store's own writes are told to its feeds when their transaction commits
 (the connection's `on_commit`), with their keys; other connections' commits to the file are
 found by `changes.DataVersionPoll`, as "unknown".
