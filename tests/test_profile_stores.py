@@ -125,34 +125,6 @@ async def test_a_set_that_fails_fails_alone_in_its_batch(tmp_path: Path) -> None
         assert stored == {key: i for i, key in enumerate(keys) if i != 4}
 
 
-async def test_a_batch_that_fails_as_a_whole_fails_every_caller_and_writes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Another connection holds the write lock past the store's patience: each set of the
-    batch (compare-and-sets among them) raises `StoreError` naming its own entry."""
-    from statekernel.stores._sqlite import connection
-
-    monkeypatch.setattr(connection, "LOCK_PATIENCE_SECONDS", 0.2)
-    path = tmp_path / "locked.db"
-    async with SqliteProfileStore(path) as made:
-        await made.set("ns", "k0", "old")
-        holder = sqlite3.connect(path, isolation_level=None)
-        holder.execute("BEGIN IMMEDIATE")
-        try:
-            outcomes = await asyncio.gather(
-                *(made.set("ns", f"k{i}", i, expected_version=i % 2) for i in range(6)),
-                return_exceptions=True,
-            )
-        finally:
-            holder.execute("ROLLBACK")
-            holder.close()
-        for i, outcome in enumerate(outcomes):
-            assert isinstance(outcome, StoreError), outcome
-            assert f"'k{i}'" in str(outcome) and "locked" in str(outcome)
-        assert [(e.key, e.value) for e in await made.list("ns")] == [("k0", "old")]
-        assert (await made.set("ns", "k0", "new", expected_version=1)).version == 2
-
-
 async def _cas_until_written(store: ProfileStore, key: str, value: Any) -> tuple[int, Entry]:
     """Read, then compare-and-set, until the write lands: the version read and the entry."""
     while True:
