@@ -549,7 +549,9 @@ class AgentTeam:
         other workers take the agents without waiting for a lease. Cancelling the task
         drains the same way (cancelling it again cancels the runs). `TeamReport.idle` says
         whether nothing was left to do when it stopped; `rounds` counts its looks at the
-        agents. Serving from inside one of the team's own runs raises `StateError`."""
+        agents; each `AgentReport` keeps the agent's last 16 runs (`outcomes`, `results`).
+        A store failure while it looks at its agents is logged once, and it tries again at
+        its next beat. Serving from inside one of the team's own runs raises `StateError`."""
         if stop is not None and not isinstance(stop, asyncio.Event):
             raise TypeError(f"stop must be an asyncio.Event, got {stop!r}")
         self._rounds.refuse_inside("serve")
