@@ -226,7 +226,10 @@ async def test_writers_through_a_crash_and_a_stopped_server(
         assert errors == []
         assert not [r for r in caplog.records if r.exc_info], "a traceback in the log"
         down = [r for r in caplog.records if "is not answering" in r.getMessage()]
-        assert 2 <= len(down) <= 4  # one per outage (two), per store (two) at the most
+        # One line per outage (two) and store (two); a store whose connection opened while
+        # the server was going down ("answers again, after 0.0 s") saw one outage more.
+        flaps = sum("answers again, after 0.0 s" in r.getMessage() for r in caplog.records)
+        assert 2 <= len(down) <= 4 + flaps
         for n in range(3):
             entry = await profiles.get("ns", f"c{n}")
             assert entry is not None and entry.value == acknowledged[f"c{n}"], caplog.text
