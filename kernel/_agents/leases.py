@@ -116,10 +116,6 @@ class Leases:
         self._observed_at = float("-inf")  # when the heartbeats were last read
         self._beat = 0
 
-    @property
-    def held(self) -> frozenset[str]:
-        return frozenset(self._held)
-
     def _entry(self, worker_id: str) -> str:
         return f"{self._team_id}/{worker_id}"
 

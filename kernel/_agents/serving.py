@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -36,7 +36,6 @@ import attrs
 from .._errors import cause_text
 from .._profile.changes import ChangeFeed, SupportsChanges
 from .._profile.store import ProfileStore
-from .agent import Agent
 from .leases import Leases, TeamLease
 from .mailbox import Inbox
 from .roster import AgentRecord, Roster, TeamRoster
@@ -102,13 +101,11 @@ class Worker:
         roster: TeamRoster,
         leases: Leases,
         store: ProfileStore,
-        agents: Mapping[str, Agent],
     ) -> None:
         self._rounds = rounds
         self._roster = roster
         self._leases = leases
         self._store = store
-        self._agents = agents
         self._prefix = f"{roster.team_id}/"  # every thread of the team's agents starts so
         self._tallies: dict[str, Tally] = {}
         self._running: dict[str, asyncio.Task[None]] = {}  # by agent id

@@ -564,7 +564,7 @@ class AgentTeam:
                 lease_seconds=self.lease_seconds,
                 clock=asyncio.get_running_loop().time,  # the clock the worker sleeps by
             )
-            worker = Worker(self._rounds, self._roster, leases, self._profile.store, self._agents)
+            worker = Worker(self._rounds, self._roster, leases, self._profile.store)
             self.worker_id = leases.worker_id
             try:
                 return await worker.serve(
