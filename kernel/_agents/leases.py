@@ -70,6 +70,7 @@ class TeamWorker(ProfileKey[WorkerBeat | None]):
     """Heartbeats, one entry per `<team id>/<worker id>`."""
 
     key = "statekernel.team_worker"
+    _kernel_values = True
     default = None
 
 
@@ -77,6 +78,7 @@ class TeamLease(ProfileKey[LeaseData]):
     """Leases, one entry per agent thread."""
 
     key = "statekernel.team_lease"
+    _kernel_values = True
 
 
 @attrs.define

@@ -185,12 +185,14 @@ class Inbox(ProfileKey[InboxData]):
     starts new inboxes, and the old ones stay as they were until the roster points away."""
 
     key = "statekernel.team_inbox"
+    _kernel_values = True
 
 
 class InboxPage(ProfileKey[tuple[Letter, ...]]):
     """Sealed pages of inboxes, one entry per `<thread id>#<index of its first letter>`."""
 
     key = "statekernel.team_inbox_page"
+    _kernel_values = True
 
 
 @attrs.frozen

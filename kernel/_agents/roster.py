@@ -101,6 +101,7 @@ class Roster(ProfileKey[RosterData]):
     """Rosters, one entry per team id."""
 
     key = "statekernel.team_roster"
+    _kernel_values = True
 
 
 class TeamSnapshot(msgspec.Struct, frozen=True):

@@ -24,6 +24,9 @@ class ProfileKeyInfo:
     make_default: Callable[[], Any]
     classes: tuple[type, ...] | None
     """Runtime classes a value may be (None: any); checked before the deeper msgspec check."""
+    reads_back: bool = True
+    """Whether a write decodes what it encoded, to refuse a value that would not read back
+    (see `ProfileKey._kernel_values`)."""
 
 
 class ProfileKey(DeclaredToken, Generic[V]):
@@ -65,6 +68,10 @@ class ProfileKey(DeclaredToken, Generic[V]):
     key: ClassVar[str]
     """Required. The namespace string of the key's entries in the store."""
     __statekernel_profile_key__: ClassVar[ProfileKeyInfo | None] = None
+    _kernel_values: ClassVar[bool] = False
+    """True only on the kernel's own keys (a team's inboxes, roster, leases): their values
+    are built by kernel code alone, so a write skips the read-back check that guards a
+    user's values, which would cost a decode of every letter an inbox holds at every send."""
 
     @classmethod
     def _declare(cls, name: str, args: tuple[Any, ...]) -> ProfileKeyInfo | None:
@@ -76,6 +83,7 @@ class ProfileKey(DeclaredToken, Generic[V]):
             value_type=value_type,
             make_default=_declared_types.default_maker(cls, value_type),
             classes=_declared_types.runtime_classes(value_type),
+            reads_back=not cls._kernel_values,
         )
 
 

@@ -7,11 +7,12 @@ can be read with any SQLite tool; a row whose text is no longer JSON fails with
 transaction that writes.
 
 Sets that arrive together, compare-and-sets included, are applied in one transaction in one
-call (on the connection's thread, or on the loop's when it is idle: see `connection`), in
-call order, each with its own check: a compare-and-set sees the version an earlier set of
-its batch made, one that loses raises `VersionConflict` and writes nothing while the rest
-land, and a batch that fails as a whole (the lock held past `LOCK_PATIENCE_SECONDS`, a full
-disk) fails each of its sets with a `StoreError` naming its entry.
+call (on the loop's thread, or on the connection's while another process holds the lock:
+see `connection`), in call order, each with its own check: a compare-and-set sees the
+version an earlier set of its batch made, one that loses raises `VersionConflict` and
+writes nothing while the rest land, and a batch that fails as a whole (the lock held past
+`LOCK_PATIENCE_SECONDS`, a full disk) fails each of its sets with a `StoreError` naming
+its entry.
 
 Change feeds: the store's own writes are told to its feeds when their transaction commits
 (the connection's `on_commit`), with their keys; other connections' commits to the file are
@@ -180,9 +181,11 @@ class SqliteProfileStore(ClosingStore):
     async def update(self, namespace: str, key: str, fn: Callable[[Entry | None], Any]) -> Entry:
         """Set the entry to `fn(current entry or None)` in one write transaction.
 
-        `fn` runs on the connection's thread while the write lock is held, so no other
-        task or process can write between the read and the write: it must be pure and
-        quick. Its exceptions propagate unchanged, and nothing is written.
+        `fn` runs while the write lock is held, so no other task or process can write
+        between the read and the write: it must be pure and quick. It runs on the event
+        loop's thread, or on the connection's when another process held the lock (then
+        it may have run once before, on a value that was not written). Its exceptions
+        propagate unchanged, and nothing is written.
         """
         namespace, key = check_names(namespace, key)
         return await self._db.submit(_Update(namespace, key, fn, self._max_value_bytes))
@@ -230,12 +233,13 @@ class SqliteProfileStore(ClosingStore):
         await self._db.close()
 
 
-# -- operations, run on the connection's thread ---------------------------------------------
+# -- operations, run on the connection's thread or the loop's (see `connection`) -----------
 
 
 @attrs.frozen
 class _Get:
     writes: ClassVar[bool] = False
+    inline: ClassVar[bool] = True  # one indexed row: cheaper than a hop
     namespace: str
     key: str
 
@@ -315,6 +319,7 @@ class _Set:
 @attrs.frozen
 class _Update:
     writes: ClassVar[bool] = True
+    inline: ClassVar[bool] = True  # a read and a write of one row: cheaper than a hop
     namespace: str
     key: str
     fn: Callable[[Entry | None], Any]
@@ -370,6 +375,7 @@ class _Clear:
 @attrs.frozen
 class _List:
     writes: ClassVar[bool] = False
+    inline: ClassVar[bool] = True  # a range of one index: cheaper than a hop (see the note)
     namespace: str
     prefix: str
 
