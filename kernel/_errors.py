@@ -432,7 +432,8 @@ class JournalCorrupted(StateError):
 
 _GIVE_THE_KEY = (
     "`Kernel(..., chain_key=key)` (or `Agent`, `AgentTeam`), or on the command line "
-    "`--chain-key-file PATH` or the STATEKERNEL_CHAIN_KEY environment variable (the key in hex)"
+    "`--chain-key-file PATH` or the STATEKERNEL_CHAIN_KEY environment variable (the key in hex), "
+    "or `--app` naming an application built with it"
 )
 
 

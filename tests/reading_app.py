@@ -8,7 +8,9 @@ keys of their own (run lifecycle, context injection, a stage workflow). The same
 declarations are offered in every form `--app` takes: a plugin list (`PLUGINS`), a
 zero-argument factory (`plugins`), a factory of the Stores returning an `Agent`
 (`make_agent`, which the tests also write with), a `Kernel` (`KERNEL`) and an `AgentTeam`
-whose roles split the plugins between them (`make_team`); and two it refuses.
+whose roles split the plugins between them (`make_team`); and two it refuses. The keyed
+forms (`make_keyed_agent`, `make_keyed_team`) are built with a `chain_key=`, which `--app`
+hands the reader too.
 """
 
 from __future__ import annotations
@@ -138,12 +140,31 @@ def plugins() -> list[Plugin]:
 PLUGINS = plugins()
 
 
-def make_agent(stores: Stores) -> Agent:
+def make_agent(stores: Stores, chain_key: bytes | None = None) -> Agent:
     return Agent(
         plugins(),
         ScriptedModel(list(SCRIPT)),
         WORKFLOW.tools({"note": note, "review": review}),
         stores=stores,
+        chain_key=chain_key,
+    )
+
+
+CHAIN_KEY = bytes(range(32))
+"""The key of the keyed application: its threads are read only with it."""
+
+
+def make_keyed_agent(stores: Stores) -> Agent:
+    """The application built with its own `chain_key=`: `--app` gives the reader the key."""
+    return make_agent(stores, CHAIN_KEY)
+
+
+def make_keyed_team(stores: Stores) -> AgentTeam:
+    """The same key given to a team: every role's agent chains with it."""
+    return AgentTeam(
+        {"counter": Role(plugins=plugins(), model=ScriptedModel([]))},
+        stores=stores,
+        chain_key=CHAIN_KEY,
     )
 
 

@@ -91,6 +91,7 @@ async def test_pending_asked_from_inside_the_threads_own_run_is_empty(tmp_path: 
             async for _ in events:
                 assert await agent.pending("t") == ()
         assert await agent.pending("t") == ()
+        assert await agent.pending("never-run") == ()  # a thread the store does not hold
 
 
 async def test_run_end_hooks_run_in_the_runs_own_task_and_context() -> None:

@@ -4,13 +4,15 @@ with its own plugins wrote (`reading_app.py`).
 
 With the application, every key is typed and shown whole: its value at every revision is
 what the writing process's own kernel gives (`get_state`, `state_at`), and `verify` checks
-every key. Without it, `show` and `verify` name each key they could not type or check.
+every key. Without it, `show` and `verify` name each key they could not type or check. An
+application built with a `chain_key=` gives the reader its key too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,8 +35,12 @@ COUNTED = "k"
 """A thread whose first commit is a plugin's key's update: `show --at 1` needs its apply."""
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`statekernel` in a process of its own, from the folder that holds the application."""
+def cli(*args: str, chain_key: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`statekernel` in a process of its own, from the folder that holds the application;
+    given `chain_key` (hex) in the environment, else none."""
+    env = {k: v for k, v in os.environ.items() if k != "STATEKERNEL_CHAIN_KEY"}
+    if chain_key is not None:
+        env["STATEKERNEL_CHAIN_KEY"] = chain_key
     return subprocess.run(
         [sys.executable, "-m", "statekernel", *args],
         cwd=HERE,
@@ -42,6 +48,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
 
 
@@ -110,7 +117,7 @@ async def test_with_the_app_every_key_at_every_revision_is_what_the_writer_reads
     # every revision, in the trace's data
     page = tmp_path / "trace.html"
     drawn = cli("trace", db, "--thread", THREAD, "--html", str(page), "--app", APP)
-    assert drawn.returncode == 0, drawn.stderr
+    assert drawn.returncode == 0 and drawn.stderr == "", drawn.stderr
     found = re.search(
         r'<script type="application/json" id="states">(.*?)</script>', page.read_text()
     )
@@ -159,8 +166,14 @@ async def test_verify_with_the_app_checks_every_key_and_without_it_names_each_it
     assert answer("verify", written.db, "--thread", THREAD)["unchecked"] == untyped
 
 
-async def test_without_the_app_show_names_each_key_it_could_not_type(written: Written) -> None:
+async def test_without_the_app_show_names_each_key_it_could_not_type(
+    written: Written, tmp_path: Path
+) -> None:
     head = written.states[THREAD][len(written.states[THREAD])]
+    drawn = cli("trace", written.db, "--thread", THREAD, "--html", str(tmp_path / "t.html"))
+    assert drawn.returncode == 0, drawn.stderr
+    named = re.findall(r"^note: thread t: key '([^']+)' is shown", drawn.stderr, re.M)
+    assert sorted(named) == sorted(set(head) - {"statekernel.messages"})
     for at in ([], ["--at", "11"]):
         done = cli("show", written.db, "--thread", THREAD, *at)
         assert done.returncode == 0, done.stderr
@@ -260,4 +273,65 @@ def test_an_app_it_cannot_take_is_one_line_and_exit_2(app: str, said: str, tmp_p
         assert done.returncode == 2, done.stderr
         assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
         assert done.stderr.startswith("statekernel: ") and said in done.stderr
+    assert fingerprint(db) == before
+
+
+def test_an_app_built_with_a_chain_key_reads_its_keyed_threads(tmp_path: Path) -> None:
+    """`--app` of an application built with `chain_key=` reads and verifies its threads
+    with no key file; a key given on the command line wins, and a note says they differ."""
+    db = str(tmp_path / "keyed.db")
+    writer = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _WRITE.replace("make_agent(stores)", "make_keyed_agent(stores)"),
+            db,
+        ],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert writer.returncode == 0, writer.stderr
+    before = fingerprint(db)
+    for app in ("reading_app:make_keyed_agent", "reading_app:make_keyed_team"):
+        checked = cli("verify", db, "--thread", THREAD, "--app", app)
+        assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+        assert checked.stdout.startswith("ok: ") and "(keyed chain)" in checked.stdout
+        report = answer("verify", db, "--thread", THREAD, "--app", app)
+        assert (report["ok"], report["keyed"], report["unchecked"]) == (True, True, [])
+        assert (
+            answer("show", db, "--thread", THREAD, "--at", "11", "--app", app)["tally.count"] == 3
+        )
+    # Without the key: the keys of a plugin list, or no application at all, read nothing.
+    for app in (["--app", "reading_app:plugins"], []):
+        missing = cli("show", db, "--thread", THREAD, *app)
+        assert missing.returncode == 2 and "is chained with a key" in missing.stderr
+    # The key given wins over the application's: the same key reads quietly, another one
+    # is read with (and is the wrong key here), with a note saying so.
+    same = cli(
+        "verify",
+        db,
+        "--thread",
+        THREAD,
+        "--app",
+        "reading_app:make_keyed_agent",
+        chain_key=reading_app.CHAIN_KEY.hex(),
+    )
+    assert same.returncode == 0 and same.stderr == "", same.stderr
+    other = cli(
+        "verify",
+        db,
+        "--thread",
+        THREAD,
+        "--app",
+        "reading_app:make_keyed_agent",
+        chain_key=bytes(range(100, 132)).hex(),
+    )
+    assert other.returncode == 1 and "another key" in other.stdout, other.stdout
+    assert other.stderr.startswith(
+        "note: the chain key given (STATEKERNEL_CHAIN_KEY or "
+        "--chain-key-file) is not the one the application "
+        "'reading_app:make_keyed_agent' was built with"
+    )
     assert fingerprint(db) == before

@@ -377,8 +377,9 @@ def test_a_chain_key_is_bytes_of_16_to_64() -> None:
     for size in (0, 15, 65):
         with pytest.raises(ValueError, match="16 to 64 bytes"):
             Kernel([], chain_key=bytes(size))
-    Kernel([], chain_key=bytes(16))
-    Kernel([], chain_key=bytearray(64))  # type: ignore[arg-type]
+    assert Kernel([], chain_key=bytes(16)).chain_key == bytes(16)
+    assert Kernel([], chain_key=bytearray(64)).chain_key == bytes(64)  # type: ignore[arg-type]
+    assert Kernel([]).chain_key is None
     with pytest.raises(TypeError, match="not a str"):
         Agent([], ScriptedModel([]), chain_key="secret")  # type: ignore[arg-type]
 
@@ -394,6 +395,8 @@ async def test_agents_and_teams_chain_their_threads_with_the_key(tmp_path: Path)
         async with AgentTeam(roles, stores=stores, chain_key=KEY) as team:
             team.spawn("helper", "help")
             await team.run_until_idle()
+        assert agent.kernel.chain_key == KEY  # what a reader given the application takes
+        assert all(team.agent(r).kernel.chain_key == KEY for r in team.roles)
         reader = Kernel([], thread_store=stores.thread_store)
         keyed = Kernel([], thread_store=stores.thread_store, chain_key=KEY)
         threads = await keyed.threads()

@@ -37,7 +37,7 @@ from statekernel.lowlevel import SupportsHead, SupportsNamespaces
 from .location import Location
 from .tables import table, width
 
-__all__ = ["history", "inspect", "show", "threads", "verify"]
+__all__ = ["history", "inspect", "note_untyped", "show", "threads", "verify"]
 
 
 # What makes one thread unreadable while the others read: its stored journal or values
@@ -124,7 +124,7 @@ async def inspect(where: Location, *, as_json: bool) -> int:
                 shown[thread_id] = {"revision": state.revision, "values": state.values}
             shown[thread_id].update(_state_of(damaged.get(thread_id)))
         _print_json({"threads": shown, "profiles": namespaces})
-        _notes(where, found)
+        note_untyped(where, found)
         return _report(damaged)
     for thread_id in ids:
         if thread_id in damaged:
@@ -144,7 +144,7 @@ async def inspect(where: Location, *, as_json: bool) -> int:
         print()
     if not ids and not namespaces:
         print(f"{where.shown} holds no threads and no profile entries")
-    _notes(where, found)
+    note_untyped(where, found)
     return _report(damaged)
 
 
@@ -246,7 +246,7 @@ async def show(where: Location, thread_id: str, *, at: int | None, as_json: bool
     else:
         print(f"thread {thread_id}  (revision {state.revision})")
         print(_values_table(state))
-    _notes(where, {thread_id: state})
+    note_untyped(where, {thread_id: state})
     return 0
 
 
@@ -429,7 +429,7 @@ def _values_table(state: ExportedState, *, limit: int | None = None) -> str:
     return table(["key", "value"], rows, limit=limit) if rows else "(no keys)"
 
 
-def _notes(where: Location, states: Mapping[str, ExportedState]) -> None:
+def note_untyped(where: Location, states: Mapping[str, ExportedState]) -> None:
     """Say on stderr which keys the kernel could not type, each by name: shown as their
     stored JSON, or as of an earlier revision, and why."""
     for thread_id, state in states.items():

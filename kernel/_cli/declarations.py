@@ -21,6 +21,10 @@ command opened read-only, whatever stores the application's own kernel was given
 A callable that requires an argument is handed the `Stores` opened on the database
 (read-only: it cannot write there), like the factory `statekernel worker` takes, so the
 same `module:make_team` serves both; one that requires none is called with none.
+
+An application built with a `chain_key=` (a `Kernel`, an `Agent`, an `AgentTeam`) gives
+that key too: its threads are chained with it, so a reader of them needs it as much as
+their keys' declarations.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import attrs
 
 from statekernel import (
     Agent,
@@ -43,7 +49,7 @@ from statekernel.lowlevel import KeyBinding
 
 from .application import ApplicationNotFound
 
-__all__ = ["NotAnApplication", "reading_plugins"]
+__all__ = ["Declarations", "NotAnApplication", "declarations"]
 
 _KINDS = "a Plugin list, a Kernel, an Agent, an AgentTeam, or a callable returning one"
 
@@ -52,18 +58,32 @@ class NotAnApplication(ApplicationNotFound):
     """`module:attr` names something a reading kernel cannot take its keys from."""
 
 
-async def reading_plugins(app: str, found: Any, stores: Stores) -> list[Plugin]:
-    """Plugins that register, on a kernel of their own, the keys the application `found`
-    (what `app` named, `load_application`) declares; `stores` goes to a factory."""
+@attrs.frozen
+class Declarations:
+    """What a reading kernel takes from the application: plugins that register its keys
+    as it registers them, and the key its threads are chained with (None: none, or an
+    application of plugins only, which holds no key)."""
+
+    plugins: tuple[Plugin, ...]
+    chain_key: bytes | None = attrs.field(repr=False)  # a secret: never printed
+
+
+async def declarations(app: str, found: Any, stores: Stores) -> Declarations:
+    """The declarations of the application `found` (what `app` named, `load_application`);
+    `stores` goes to a factory."""
     if callable(found) and not isinstance(found, (Plugin, Kernel, Agent, AgentTeam)):
         found = await _made(app, found, stores)
-    bindings = _united(app, _registries(app, found))
+    kernels = _kernels(app, found)
+    bindings = _united(app, {owner: k.components.keys for owner, k in kernels.items()})
     built_in = set(Kernel([]).components.keys.by_name)  # every kernel registers these
     by_plugin: dict[str, list[KeyBinding]] = {}
     for binding in bindings:
         if binding.name not in built_in:
             by_plugin.setdefault(binding.plugin or "application", []).append(binding)
-    return [_Declared(plugin_id, tuple(keys)) for plugin_id, keys in by_plugin.items()]
+    plugins = tuple(_Declared(plugin_id, tuple(keys)) for plugin_id, keys in by_plugin.items())
+    # A team gives every role's kernel its one key; a plugin list's kernel was given none.
+    keys = {k.chain_key for k in kernels.values()}
+    return Declarations(plugins, keys.pop() if len(keys) == 1 else None)
 
 
 class _Declared(Plugin):
@@ -109,20 +129,20 @@ async def _made(app: str, factory: Any, stores: Stores) -> Any:
         ) from error
 
 
-def _registries(app: str, found: Any) -> dict[str, Iterable[KeyBinding]]:
-    """The key registries of the application's kernels, by what they belong to."""
+def _kernels(app: str, found: Any) -> dict[str, Kernel]:
+    """The application's kernels, by what they belong to."""
     if isinstance(found, Kernel):
-        return {"the kernel": found.components.keys}
+        return {"the kernel": found}
     if isinstance(found, Agent):
-        return {"the agent": found.kernel.components.keys}
+        return {"the agent": found.kernel}
     if isinstance(found, AgentTeam):
-        return {f"role {r!r}": found.agent(r).kernel.components.keys for r in found.roles}
+        return {f"role {r!r}": found.agent(r).kernel for r in found.roles}
     plugins = [found] if isinstance(found, Plugin) else found
     if isinstance(plugins, Iterable) and not isinstance(plugins, (str, bytes, Mapping)):
         plugins = list(plugins)
         if all(isinstance(p, Plugin) for p in plugins):
             try:
-                return {"the plugins": Kernel(plugins).components.keys}
+                return {"the plugins": Kernel(plugins)}
             except (StateError, TypeError, ValueError) as error:
                 raise NotAnApplication(
                     f"{app!r}: its plugins cannot make a kernel: {error}"

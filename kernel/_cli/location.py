@@ -9,13 +9,16 @@ Given the application (`--app module:attr`), it registers the keys the applicati
 (`declarations.py`), so that every key is typed, shown whole and checked; it still reads
 only this database, read-only. Where it names the database, it shows it without a DSN's
 password. It holds the chain key it is given (`chain_key`, which `chain_key_given` reads
-from `--chain-key-file` or the environment).
+from `--chain-key-file` or the environment), else the one the application was built with
+(`chain_key=`): the key given on the command line wins, as a flag wins over a setting, and
+when the two differ a note on standard error says which one is read with.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,7 +27,7 @@ import attrs
 from statekernel import Kernel, ProfileStore, ThreadStore
 
 from .application import load_application
-from .declarations import reading_plugins
+from .declarations import Declarations, declarations
 from .extensions import store_backends
 
 __all__ = ["CHAIN_KEY_VARIABLE", "Location", "chain_key_given", "opened"]
@@ -79,7 +82,8 @@ async def opened(
     db: str, app: str | None = None, *, chain_key: bytes | None = None
 ) -> AsyncIterator[Location]:
     """The database `db`, read-only, closed on leaving; read with the keys of the
-    application `app` (`module:attr`) when given, and with `chain_key`."""
+    application `app` (`module:attr`) when given, and with `chain_key`, else the
+    application's."""
     found = None if app is None else load_application(app)  # a typo fails before any read
     backends = store_backends()
     held = await backends.stored_components(db)
@@ -88,8 +92,23 @@ async def opened(
     threads = stores.thread_store if "thread_store" in held else None
     profiles = stores.profile_store if "profile_store" in held else None
     try:
-        plugins = [] if app is None else await reading_plugins(app, found, stores)
-        kernel = Kernel(plugins, thread_store=threads, chain_key=chain_key)
+        declared = Declarations((), None) if app is None else await declarations(app, found, stores)
+        key = _chosen_key(chain_key, declared.chain_key, app)
+        kernel = Kernel(declared.plugins, thread_store=threads, chain_key=key)
         yield Location(db, backends.redacted(db), kernel, threads, profiles, app)
     finally:
         await stores.close()
+
+
+def _chosen_key(given: bytes | None, declared: bytes | None, app: str | None) -> bytes | None:
+    """The key given on the command line, else the application's; a note when both are
+    there and differ (the application's may be of another deployment, or stale)."""
+    if given is None:
+        return declared
+    if declared is not None and declared != given:
+        print(
+            f"note: the chain key given ({CHAIN_KEY_VARIABLE} or --chain-key-file) is not the "
+            f"one the application {app!r} was built with: reading with the one given",
+            file=sys.stderr,
+        )
+    return given

@@ -139,7 +139,8 @@ def _parser() -> argparse.ArgumentParser:
             type=Path,
             default=None,
             metavar="PATH",
-            help=f"the key of keyed threads' chains, in hex (default: ${CHAIN_KEY_VARIABLE})",
+            help=f"the key of keyed threads' chains, in hex (default: ${CHAIN_KEY_VARIABLE}, "
+            "else the chain_key= the --app application was built with)",
         )
         command.add_argument(
             "--app",
@@ -147,7 +148,8 @@ def _parser() -> argparse.ArgumentParser:
             metavar="MODULE:ATTR",
             help="the application whose keys to read with: its Plugin list, Kernel, Agent or "
             "AgentTeam, or a callable returning one (given the Stores if it takes an "
-            "argument); every key is then typed, shown whole and checked",
+            "argument); every key is then typed, shown whole and checked, and its "
+            "chain_key=, if any, reads keyed threads",
         )
         return command
 

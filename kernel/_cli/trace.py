@@ -3,11 +3,12 @@
 The page is drawn here, on the server side, from what the store holds: the commit records
 (`kernel.history`), the run events journaled beside them (`kernel.run_events`: phases with
 their hooks, re-runs, effects and actions; tool gate decisions; tool calls) and the state at
-each revision (`kernel.export_state`). Each run is a grid: one lane per phase, a lane for
-tool calls and one for commits; one column per thing that happened, in order. The only
-script is the one that shows the state at a revision when its commit or phase is clicked,
-from data in the page: the file needs no network to be viewed, and its Content Security
-Policy forbids any request.
+each revision (`kernel.export_state`, typed by the application's keys given `--app`; the
+keys it could not type are named on standard error, as `show` names them). Each run is a
+grid: one lane per phase, a lane for tool calls and one for commits; one column per thing
+that happened, in order. The only script is the one that shows the state at a revision
+when its commit or phase is clicked, from data in the page: the file needs no network to be
+viewed, and its Content Security Policy forbids any request.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import attrs
 
 from statekernel import CommitRecord, GateRun, Phase, PhaseRun, RunEvent, ToolRun
 
+from .commands import note_untyped
 from .location import Location
 from .output import Output
 
@@ -55,6 +57,8 @@ async def trace(where: Location, thread_id: str, out: Path) -> int:
     size = 0
     for record in reversed(records):
         exported = await where.kernel.export_state(thread_id, revision=record.revision)
+        if not states:  # the head: name the keys the page shows untyped, as `show` does
+            note_untyped(where, {thread_id: exported})
         size += len(json.dumps(exported.values, ensure_ascii=False))
         if states and size > MAX_STATE_BYTES:
             break

@@ -109,6 +109,8 @@ class Kernel:
     - `kernel.plugin_ids`: the ids of its plugins.
     - `kernel.profile_store`, `kernel.thread_store`: the stores it was given (or None).
     - `kernel.retention`: its `Retention`.
+    - `kernel.chain_key`: the `chain_key` it was given (bytes), or None: what a reader of
+      its threads needs (the command line's `--app` takes it from here).
     - `kernel.profile`: a `ProfileAccess` on the profile store, or None without one.
     """
 
@@ -148,6 +150,7 @@ class Kernel:
             )
         self.retention = retention
         key = chain_key_of(chain_key)
+        self._chain_key = key
         # OpenTelemetry spans, when the extra is installed; None: nothing imported or spent.
         self.tracing: Tracing | None = tracing()
         self.components = Components.build(
@@ -188,6 +191,12 @@ class Kernel:
     def plugin_ids(self) -> tuple[str, ...]:
         """The ids of the plugins this kernel registers, in registration order."""
         return self.components.plugin_ids
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The key this kernel chains the threads it starts with, and reads keyed threads
+        with (None: unkeyed); fixed when the kernel is made."""
+        return None if self._chain_key is None else self._chain_key.secret
 
     async def start_run(
         self,
