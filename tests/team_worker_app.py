@@ -12,6 +12,7 @@ lease come from the environment, so that each trial has its own team and a short
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import random
 import uuid
@@ -87,6 +88,24 @@ def make_team(stores: Stores) -> AgentTeam:
         lease_seconds=float(os.environ.get("TEAM_WORKER_LEASE", "10")),
         max_steps=100,  # a plan of 25 letters takes 26 steps
     )
+
+
+class CollectorModel:
+    """Writes, when asked, how the worker process set its garbage collector up."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    async def __call__(self, request: InferenceRequest) -> InferenceResponse:
+        with open(self._path, "w") as out:
+            out.write(f"{gc.get_threshold()[0]} {gc.get_freeze_count()}")
+        return InferenceResponse("noted")
+
+
+def collector_team(stores: Stores) -> AgentTeam:
+    """A team whose model notes the collector's set-up in the file COLLECTOR_LOG names."""
+    model = CollectorModel(os.environ["COLLECTOR_LOG"])
+    return AgentTeam({"peer": Role(model=model)}, stores=stores, team_id="collector")
 
 
 def not_a_team(stores: Stores) -> str:

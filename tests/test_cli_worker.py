@@ -4,6 +4,7 @@ and it exits 0."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 from workers import HERE, Worker
+
+from statekernel import AgentTeam, InferenceResponse, Role
+from statekernel.stores import open_stores
 
 
 def worker(db: Path, app: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +61,33 @@ def test_a_signal_drains_the_worker_and_it_exits_0(tmp_path: Path, signum: int) 
     assert running.stop(signum) == 0, running.output
     assert "stopped after 0 runs" in running.output
     assert "Traceback" not in running.output
+
+
+def test_a_worker_tunes_the_garbage_collector_for_serving(tmp_path: Path) -> None:
+    """Collections at Python's default threshold cost a worker holding many agents half its
+    CPU: the worker freezes what the application built and collects less often."""
+    log = tmp_path / "collector.txt"
+    db = str(tmp_path / "team.db")
+    env = {"COLLECTOR_LOG": str(log)}
+    running = Worker(db, env, app="team_worker_app:collector_team")
+    try:
+        running.wait_for("serving team 'collector'")
+        asyncio.run(_spawn_and_wait(db))
+    finally:
+        assert running.stop(signal.SIGTERM) == 0, running.output
+    threshold, frozen = map(int, log.read_text().split())
+    assert threshold >= 50_000
+    assert frozen > 0
+
+
+async def _spawn_and_wait(db: str) -> None:
+    async with (
+        open_stores(db) as stores,
+        AgentTeam(
+            {"peer": Role(model=lambda request: InferenceResponse("unused"))},
+            stores=stores,
+            team_id="collector",
+        ) as team,
+    ):
+        team.spawn("peer", "note the collector", agent_id="c")
+        assert await team.wait_idle(timeout=60)

@@ -20,9 +20,9 @@ APP = "team_worker_app:make_team"
 class Worker:
     """One `statekernel worker` process."""
 
-    def __init__(self, db: str, env: dict[str, str], *args: str) -> None:
+    def __init__(self, db: str, env: dict[str, str], *args: str, app: str = APP) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "statekernel", "worker", APP, "--store", db, *args],
+            [sys.executable, "-m", "statekernel", "worker", app, "--store", db, *args],
             cwd=HERE,
             env={**os.environ, **env},
             stdout=subprocess.DEVNULL,
