@@ -8,9 +8,10 @@ stays watched) registers it: a row in `statekernel_profile_watched` and three tr
 `namespace = '<that namespace>'`, that add the row's namespace and key to
 `statekernel_profile_changes`. So the change is part of the write's own transaction, made
 by every writer whatever path it took (a group-commit batch, a compare-and-set, an
-`update`, a delete, a `clear`, another program's SQL). A write to a namespace nobody
-watches costs the triggers' conditions, a comparison each; a file where nobody ever
-entered a feed has no trigger at all. SQLite cannot bind a value in `CREATE TRIGGER`, so
+`update`, a delete, a `clear`, another program's SQL). A write to a watched namespace costs
+one row more in its transaction (about 7 µs on a transaction of one set); one to a
+namespace nobody watches costs the triggers' conditions, a comparison each; a file where
+nobody ever entered a feed has no trigger at all. SQLite cannot bind a value in `CREATE TRIGGER`, so
 the namespace reaches it as a quoted literal (its quotes doubled; the store refuses NUL
 and lone surrogates before), and the triggers are named by a hash of it. Registering is
 one write transaction, so no write that commits after the feed was entered can miss its
@@ -31,14 +32,17 @@ the connection the store writes through, in one read transaction with the change
   others' commits are told again: harmless.
 
 The table stays small by itself: a trigger on it deletes, with every 1024th row, all but
-the newest 1024. A poll is never behind by more rows than it reads, so nothing it could
-use is lost.
+the newest 1024, so it holds 1024 to 2047 rows. A poll reads at most 1024 new rows (a poll
+further behind says "unknown"), so the trim never takes a row a poll would still read; a
+gap (rows deleted some other way) says "unknown" too.
 
 Timing. One poll per store object, however many feeds, running only while a feed is
 entered, on the event loop's thread: one small read transaction (a few microseconds). It
-polls again 2 ms after it found a change, doubling the pause with every quiet poll up to
-`change_poll` (0.1 s by default): a burst of commits is followed closely, an idle feed
-costs well under 1 % of a core.
+polls again 2 ms after it told a feed something, doubling the pause with every quiet poll
+up to `change_poll` (0.1 s by default): a stream of writes to a watched namespace is
+followed within milliseconds (at a few % of a core while it lasts), an idle feed costs well
+under 1 % of a core, and other connections' writes that no feed here watches (thread
+saves, other namespaces) cost a poll each `change_poll`, as when idle.
 """
 
 from __future__ import annotations
@@ -74,21 +78,22 @@ CHANGE_POLL_SECONDS = 0.1
 connection committed to its file (`change_poll`)."""
 
 READ_AT_MOST = 1024
-"""New change rows one poll reads; more are told as "unknown". Also how many the table keeps."""
+"""New change rows one poll reads (more are told as "unknown"), and the fewest the table keeps."""
 
-_SOONEST = 0.002  # the pause after a poll that found a change
+_SOONEST = 0.002  # the pause after a poll that told a feed something
 
 CHANGE_TABLES = (
     "CREATE TABLE statekernel_profile_watched (namespace TEXT PRIMARY KEY) WITHOUT ROWID",
     """
     CREATE TABLE statekernel_profile_changes (
-        id        INTEGER PRIMARY KEY AUTOINCREMENT,
+        id        INTEGER PRIMARY KEY,
         namespace TEXT NOT NULL,
         key       TEXT NOT NULL
     )
     """,
-    # AUTOINCREMENT: ids are never reused, and (one writer at a time, a rolled-back insert
-    # taking its id back) follow each other without holes, so a hole is a trimmed row.
+    # An id is the newest + 1 (the trim never deletes the newest), and one writer at a time
+    # with a rolled-back insert taking its id back leaves no holes: a hole is a trimmed row.
+    # (No AUTOINCREMENT: its counter row would cost every watched write another page.)
     f"""
     CREATE TRIGGER statekernel_profile_changes_trimmed
     AFTER INSERT ON statekernel_profile_changes
@@ -215,23 +220,27 @@ class ChangePoll:
             self._failing = False
             changed = polled.version != self._last.version
             self._last = polled
-            if changed:
-                self._tell(polled.rows)
+            if changed and self._tell(polled.rows):
                 pause = min(_SOONEST, self._interval)
 
-    def _tell(self, rows: Iterable[tuple[str, str]] | None) -> None:
-        """Tell each feed the keys of its namespace among `rows` (None: "unknown")."""
+    def _tell(self, rows: Iterable[tuple[str, str]] | None) -> bool:
+        """Tell each feed the keys of its namespace among `rows` (None: "unknown"); whether
+        any feed was told anything."""
         if rows is None:
             self._watchers.unknown()
-            return
+            return True
         keys: dict[str, set[str]] = {}
         for namespace, key in rows:
             keys.setdefault(namespace, set()).add(key)
+        told = False
         for namespace in list(self._feeds):
             if namespace not in self._keyed:
                 self._watchers.unknown(namespace)
+                told = True
             elif namespace in keys:
                 self._watchers.wrote(namespace, keys[namespace])
+                told = True
+        return told
 
 
 def _trigger_statements(namespace: str) -> tuple[str, ...]:
@@ -294,8 +303,8 @@ class _Poll:
         if self.last is None or self.last.seen is None:  # the baseline (or a new table)
             return _Polled(version, newest or 0, None)
         seen = self.last.seen
-        if newest is None:  # no row yet (or all deleted by hand): ids go on after `seen`
-            newest = seen
+        if newest is None:  # no row yet (or all deleted some other way: ids start again at 1,
+            newest = seen  # which a later poll finds below `seen`, and says "unknown")
         if version == self.last.version:
             return _Polled(version, newest, ())  # rows since `seen` are this store's own
         if not 0 <= newest - seen <= READ_AT_MOST:
@@ -305,7 +314,7 @@ class _Poll:
             (seen, newest),
         ).fetchall()
         if len(rows) != newest - seen:
-            return _Polled(version, newest, None)  # a gap: rows trimmed before they were read
+            return _Polled(version, newest, None)  # a gap: rows deleted before they were read
         return _Polled(version, newest, tuple(rows))
 
     def error(self, cause: BaseException) -> BaseException:
