@@ -1,7 +1,7 @@
 """Workers: a team served by `statekernel worker` processes on a real PostgreSQL, as an
 operator runs it: three workers finish a 200-message team that the test only waits for
 (`wait_idle`), a SIGKILLed worker's agents are taken over once its lease has passed, a
-SIGTERMed one drains and exits 0, and an idle one sleeps (on a SQLite file too)."""
+SIGTERMed one drains and exits 0, and an idle one sleeps."""
 
 from __future__ import annotations
 
@@ -173,22 +173,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "team.db")
-    return str(request.getfixturevalue("postgres_dsn"))
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
-async def test_an_idle_worker_sleeps(where: str, trials: Callable[[int, int], int]) -> None:
-    """After its work, a worker with no mail uses under 1 % of a core: on SQLite too, where
-    its change feeds poll the file."""
+async def test_an_idle_worker_sleeps(postgres_dsn: str, trials: Callable[[int, int], int]) -> None:
+    """After its work, a worker with no mail uses under 1 % of a core."""
     team_id = f"idle-{uuid.uuid4().hex[:6]}"
-    (worker,) = start_workers(where, 1, team_env(team_id, 10))
+    (worker,) = start_workers(postgres_dsn, 1, team_env(team_id, 10))
     try:
-        await spawn_plan(where, team_id, seed=3, messages=16)
-        assert await wait_idle(where, team_id, timeout=60)
+        await spawn_plan(postgres_dsn, team_id, seed=3, messages=16)
+        assert await wait_idle(postgres_dsn, team_id, timeout=60)
         window = trials(10, 5)  # seconds
         before = cpu_seconds(worker.process.pid)
         await asyncio.sleep(window)

@@ -15,9 +15,8 @@ writes nothing while the rest land, and a batch that fails as a whole (the lock 
 its entry.
 
 Change feeds: the store's own writes are told to its feeds when their transaction commits
-(the connection's `on_commit`), with their keys; other connections' writes to a watched
-namespace are found by `changes.ChangePoll`, also by key (the triggers and tables of schema
-version 2).
+(the connection's `on_commit`), with their keys; other connections' commits to the file are
+found by `changes.DataVersionPoll`, as "unknown".
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from .._profile_codec import (
     decode_value,
     listed,
 )
-from .changes import CHANGE_POLL_SECONDS, CHANGE_TABLES, ChangePoll, check_change_poll
+from .changes import CHANGE_POLL_SECONDS, DataVersionPoll, check_change_poll
 from .connection import (
     FILE_MODE,
     OpFailed,
@@ -61,7 +60,7 @@ _INLINE_CHARS = 64 * 1024  # a set of a value at most this long may run inline
 
 _SCHEMA = Schema(
     component="profile_store",
-    version=2,
+    version=1,
     statements=(
         """
         CREATE TABLE profile_records (
@@ -73,12 +72,7 @@ _SCHEMA = Schema(
             PRIMARY KEY (namespace, key)
         ) WITHOUT ROWID
         """,
-        *CHANGE_TABLES,
     ),
-    # Version 2 tells change feeds other connections' writes by key: the watched namespaces
-    # and the changes their triggers add (see `changes`).
-    migrations={1: CHANGE_TABLES},
-    readable_from=1,  # version 1 lacks only the change rows: its feeds report None
 )
 
 _SELECT = "SELECT value, version, updated_at FROM profile_records WHERE namespace = ? AND key = ?"
@@ -125,14 +119,13 @@ class SqliteProfileStore(ClosingStore):
       `StoreError` naming them unless `other_tables="allow"`.
     - `read_only=True` opens an existing file for reading only: nothing is created, migrated
       or written (a missing file or a write raises `StoreError`), and a file without this
-      store's tables, or at a newer schema version than this statekernel's, is refused (one
-      at version 1, before change rows, is read as it is).
+      store's tables at this statekernel's schema version is refused.
     - `change_poll` (seconds, 0.1 by default): while a change feed is entered
-      (`store.changes(namespace)`), the longest pause between two looks for writes by
-      other connections (another process, another store object on the file); such a write
-      is reported by key within about this long, and within milliseconds while commits
-      keep coming. Writes through this store object are reported at once, with their keys.
-      A value that is not a number > 0 raises `ValueError`.
+      (`store.changes(namespace)`), how often the store asks whether another connection
+      (another process, another store object on the file) committed to the file; such a
+      commit is reported as None within about this long. Writes through this store object
+      are reported at once, with their keys. A value that is not a number > 0 raises
+      `ValueError`.
     """
 
     accepts_encoded_values: ClassVar[bool] = True  # see statekernel.lowlevel.EncodedValue
@@ -160,7 +153,7 @@ class SqliteProfileStore(ClosingStore):
             on_commit=self._committed,
         )
         self._max_value_bytes = max_value_bytes
-        self._others = ChangePoll(self._db, self._watchers, interval)
+        self._others = DataVersionPoll(self._db, self._watchers, interval)
 
     @property
     def path(self) -> str:
@@ -218,10 +211,8 @@ class SqliteProfileStore(ClosingStore):
     def changes(self, namespace: str) -> ChangeFeed:
         """A feed of the keys of `namespace` written from the moment it is entered
         (`async with store.changes(namespace) as feed:`): through this store object at
-        once; by any other connection to the file within about `change_poll` seconds. Both
-        by key; None when the poll cannot say which (more than a thousand new changes, a
-        poll that fell behind, a failure; a `read_only` store's feed of a namespace no
-        feed of a writing store ever entered)."""
+        once, with their keys; by any other connection to the file as None, within about
+        `change_poll` seconds."""
         namespace, _ = check_names(namespace, "")
         return Feed(self._watchers, namespace, self._others)
 
