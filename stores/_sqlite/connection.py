@@ -562,9 +562,17 @@ def _in_transaction(conn: sqlite3.Connection, body: Callable[[], T]) -> T:
     return result
 
 
+_FIRST_PAUSE = 0.0002
+_LONGEST_PAUSE = 0.002
+"""How long a write waiting for another process's lock sleeps between tries (jittered,
+doubling from the first): its transactions last tens to hundreds of microseconds, so a
+longer sleep would mostly be spent after the lock came free (a 50 ms cap once held a
+sender idle for half of a busy second). A try costs a few microseconds on this thread."""
+
+
 def _retrying(body: Callable[[], T]) -> T:
     deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
-    pause = 0.0005
+    pause = _FIRST_PAUSE
     while True:
         try:
             return body()
@@ -572,7 +580,7 @@ def _retrying(body: Callable[[], T]) -> T:
             if not _is_busy(exc) or time.monotonic() >= deadline:
                 raise
         time.sleep(random.uniform(pause / 2, pause))
-        pause = min(pause * 2, 0.05)
+        pause = min(pause * 2, _LONGEST_PAUSE)
 
 
 def _is_busy(exc: BaseException) -> bool:
