@@ -25,6 +25,7 @@ from .._durable.retention import Retention
 from .._durable.store import ThreadStore
 from .._durable.threads import SNAPSHOT_EVERY
 from .._engine.plugin import Plugin
+from .._engine.snapshot import Snapshot
 from .._errors import StateError
 from .._host.kernel import Kernel
 from .._host.run import PhaseListener, Tool
@@ -308,6 +309,16 @@ class Agent:
         async with self._turns.turn(thread_id):
             detail = await self.kernel.suspension(thread_id)
         return () if detail is None else Suspension.decode(detail).pending
+
+    async def _saved(self, thread_id: str) -> tuple[Snapshot, tuple[PendingCall, ...]] | None:
+        """The thread as last saved and the calls its suspended run waits on (`pending`), or
+        None for a thread nothing saved: a team's look at an agent between its runs."""
+        async with self._turns.turn(thread_id):
+            found = await self.kernel._saved(thread_id)
+        if found is None:
+            return None
+        state, detail = found
+        return state, () if detail is None else Suspension.decode(detail).pending
 
     async def cancel(self, thread_id: str) -> RunResult:
         """Cancel the thread's run; returns how the run ended.

@@ -24,7 +24,7 @@ from typing import Literal
 
 import attrs
 
-from .._errors import StateError, UnknownThread, cause_text
+from .._errors import StateError, cause_text
 from .._values.reserved_keys import History, MailCursor, Outbox
 from .agent import Agent
 from .mailbox import PRUNE_AT
@@ -233,17 +233,17 @@ class Rounds:
         it makes the agent `"waiting"` in this process only, and it is looked at again each
         round until it is not suspended any more."""
         agent = self._agents[record.role]
-        try:
-            state = await agent.kernel.get_state(record.thread_id)
-        except UnknownThread:
+        saved = await agent._saved(record.thread_id)
+        if saved is None:
             self._looked_at.add(record.thread_id)
             return  # nothing saved yet: its task waits in its inbox
+        state, pending = saved
         outbox = state.get(Outbox)
         if outbox.entries:
             await self._outboxes.post(record.thread_id, outbox)
         cursor: tuple[tuple[str, int], ...] = state.get(MailCursor)
         self._cursors[record.thread_id] = dict(cursor)
-        suspended = record.held is None and bool(await agent.pending(record.thread_id))
+        suspended = record.held is None and bool(pending)
         self._looked_at.add(record.thread_id)
         if suspended:
             self._found_waiting.add(record.id)

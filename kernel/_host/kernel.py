@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+import immutables
 import msgspec
 
 from .._durable.chain import chain_key_of
@@ -287,6 +288,21 @@ class Kernel:
         except BaseException:
             self._home.release(thread_id)
             raise
+
+    async def _saved(self, thread_id: str) -> tuple[Snapshot, bytes | None] | None:
+        """The thread keys as last saved and its suspended run's detail (None: none), or
+        None for a thread nothing saved: what `get_state` and `suspension` say, for a team
+        looking at an agent before its next run. Read through the home, so a thread this
+        kernel saved last costs a head read, not a load and a replay."""
+        thread = await self._home.claim(thread_id)
+        try:
+            if thread.revision == 0:
+                return None
+            detail = None if thread.suspended is None else thread.suspended.detail
+            values = immutables.Map(thread.values)
+            return Snapshot(thread.revision, values, self.components.keys), detail
+        finally:
+            self._home.release(thread_id)
 
     async def suspension(self, thread_id: str) -> bytes | None:
         """The detail bytes the thread's suspended run was saved with (what `run.suspend`
