@@ -164,8 +164,8 @@ class SupportsHead(Protocol):
     An optional, runtime-checkable protocol: `await store.head(thread_id)` returns a
     `ThreadHead` (the write position, the head revision and the seal of the last save, as
     `ThreadState` has them), or None for a thread never saved. A kernel keeps the persistent
-    thread keys of the 256 threads it saved last; before a run of one it asks the store only
-    for the head, and when the position and seal are still those of its own last save
+    thread keys of the 1,024 threads it saved or loaded last; before a run of one it asks
+    the store only for the head, and when the position and seal are still those it knows
     (nobody saved the thread since) it starts the run from them instead of loading and
     replaying the thread. All three bundled thread stores have it; a store without it is
     simply loaded every time. The store contract checks it.
