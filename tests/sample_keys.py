@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from statekernel import MergeStrategy, StateKey, Vector
+from statekernel import KeyScope, MergeStrategy, StateKey, Vector
 
 
 class Counter(StateKey[int, int]):
@@ -84,3 +84,24 @@ class LiveHandle(StateKey[Any, Any]):
 
 
 ALL_KEYS = (Counter, Title, Items, Settings, Log, Positive)
+
+
+def _total(strategy: MergeStrategy) -> type[StateKey[int, int]]:
+    class Total(StateKey[int, int]):
+        """A thread count that adds: any order of its updates gives one sum, so only its
+        strategy decides whether two writers both land."""
+
+        key = f"test.total.{strategy.value}"
+        scope = KeyScope.THREAD
+        merge = strategy
+
+        @staticmethod
+        def apply(value: int, update: int) -> int:
+            return value + update
+
+    Total.__qualname__ = f"Total_{strategy.name}"
+    return Total
+
+
+TOTALS = {strategy: _total(strategy) for strategy in MergeStrategy}
+"""One adding thread key per `MergeStrategy` (a new strategy gets one too)."""

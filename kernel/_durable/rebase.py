@@ -3,12 +3,14 @@
 Two kernels (any processes) ran on one thread from the same write position; the first save
 wins. In one process the loop already merges what commutes (§7: commutative ops
 concatenate, exclusive ones re-run); across processes the later save does the same here.
-When every op of its unsaved commits is an update of a `COMMUTATIVE` key, the order the two
-writers' ops apply in cannot change the result, so the later save *rebases*: its records
-are renumbered after the newer head, their ops applied (each with its key's `apply`, each
-touched value validated, as any commit) to the state the newer head holds, and saved as new
-records. Any other op (an exclusive key, a clear, a value set whole) leaves the save a
-`RevisionConflict`: a conversation, for one, must not be merged blind.
+When every op of its unsaved commits is an update of a key whose `MergeStrategy` `rebases`
+(`COMMUTATIVE`: the strategy that claims no key in a phase's merge, `_engine/merge.py`),
+the order the two writers' ops apply in cannot change the result, so the later save
+*rebases*: its records are renumbered after the newer head, their ops applied (each with its
+key's `apply`, each touched value validated, as any commit) to the state the newer head
+holds, and saved as new records. Any other op (an exclusive key, a clear, a value set
+whole) leaves the save a `RevisionConflict`: a conversation, for one, must not be merged
+blind.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import msgspec
 
 from .._engine.registry import KeyRegistry
 from .._errors import RevisionConflict
-from .._values.keys import MergeStrategy
 from .._values.run_events import RunEvent
 from .journal import CommitRecord
 from .replay import apply_records
@@ -50,14 +51,15 @@ class Rebase:
 
 
 def commutes(registry: KeyRegistry, records: Iterable[CommitRecord]) -> bool:
-    """Whether every op of `records` is an update of a commutative key: what may rebase."""
+    """Whether every op of `records` is an update of a key whose strategy `rebases`: what
+    may rebase."""
     by_name = registry.by_name
     for record in records:
         for op in record.ops:
             binding = by_name.get(op.key)
             if op.kind != "update" or binding is None:
                 return False
-            if binding.merge is not MergeStrategy.COMMUTATIVE:
+            if not binding.merge.rebases:
                 return False
     return True
 

@@ -2,11 +2,14 @@
 
 Hooks of a phase all read one snapshot, so two writes to one EXCLUSIVE key cannot both be
 right: the second was computed without seeing the first. `partition` walks the commands in
-registration order and keeps each one whose exclusive keys do not overlap what is already
-kept; the rest are deferred, to be re-run alone on a fresh snapshot. Ops on COMMUTATIVE keys
-never conflict: they claim nothing here, so every command that carries them is kept, and the
-commit (`LiveState.commit`) applies the kept commands' ops in registration order. The result
-therefore does not depend on which hook finished first.
+registration order and keeps each one whose claimed keys (those whose `MergeStrategy`
+`claims_key`) do not overlap what is already kept; the rest are deferred, to be re-run alone
+on a fresh snapshot. Ops on COMMUTATIVE keys never conflict: they claim nothing here, so
+every command that carries them is kept, and the commit (`LiveState.commit`) applies the
+kept commands' ops in registration order. The result therefore does not depend on which hook
+finished first. The strategy, not this module, says which keys claim: a save's rebase
+(`_durable/rebase.py`) reads the same strategy, so that what merges here merges across
+processes too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import attrs
 import msgspec
 
 from .._values.commands import StateCommand
-from .._values.keys import MergeStrategy
 
 
 class Contribution(msgspec.Struct, frozen=True):
@@ -59,9 +61,10 @@ class Partition:
 def partition(contributions: Sequence[Contribution]) -> Partition:
     """Greedily keep, in the given order, each command compatible with those already kept.
 
-    Walks the contributions in the given order. It keeps each one whose EXCLUSIVE keys do
-    not overlap those already kept, and defers the rest. COMMUTATIVE ops claim nothing, so
-    they never cause a deferral. This is the pure merge step, exposed for tools and tests.
+    Walks the contributions in the given order. It keeps each one whose claimed keys (an
+    EXCLUSIVE key claims, see `MergeStrategy.claims_key`) do not overlap those already kept,
+    and defers the rest. COMMUTATIVE ops claim nothing, so they never cause a deferral.
+    This is the pure merge step, exposed for tools and tests.
 
     See [concepts: merge](concepts.md#merge-commutative-and-exclusive).
     """
@@ -70,11 +73,10 @@ def partition(contributions: Sequence[Contribution]) -> Partition:
     kept: list[Contribution] = []
     deferred: list[Contribution] = []
     claimed: set[str] = set()
-    exclusive = MergeStrategy.EXCLUSIVE
     for contribution in contributions:
         mine: list[str] | None = None
         for key, _ in contribution.command.patch.ops:
-            if key.merge is exclusive:
+            if key.merge.claims_key:
                 if mine is None:
                     mine = [key.key]
                 else:

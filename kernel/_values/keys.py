@@ -43,18 +43,60 @@ class KeyScope(enum.Enum):
     """The key keeps its value across the runs of one thread."""
 
 
+_BEHAVIOUR = ("claims_key", "rebases")
+"""The attributes that say what a `MergeStrategy` does, set once per member."""
+
+
 class MergeStrategy(enum.Enum):
-    """What happens when several hooks of one phase write the same key.
+    """What happens when several writers of one key race: hooks of one phase, or kernels
+    (in any processes) saving one thread.
+
+    Each member carries its behaviour in two read-only attributes, which the phase's merge
+    and a save's rebase read alike, so that a strategy means the same in a process and
+    across processes:
+
+    - `claims_key`: whether two hooks of one phase writing the key conflict, so that one
+      write is kept and the other hooks re-run, one at a time, on a fresh snapshot.
+    - `rebases`: whether a save overtaken by another kernel's save of the thread may land
+      after it, its update ops replayed on the newer value (see
+      [durability](durability.md#saves-that-merge-what-commutes)).
+
+    One fact decides both, whether two writers' updates may both stand, so a strategy
+    that claims its key never rebases and one that does not claim it always does.
 
     See [concepts: merge](concepts.md#merge-commutative-and-exclusive).
     """
 
     EXCLUSIVE = "exclusive"
     """The default. Only one hook's write can be applied against a given snapshot: one write
-    is kept and the other hooks are re-run on a fresh snapshot."""
+    is kept and the other hooks are re-run on a fresh snapshot. A save overtaken by another
+    kernel's is a `RevisionConflict`."""
     COMMUTATIVE = "commutative"
-    """The ops are concatenated in registration order. Declare it only when the order of
-    updates (`apply` calls) cannot change the result (check with `assert_commutative`)."""
+    """The ops are concatenated in registration order, and a save overtaken by another
+    kernel's replays them after it. Declare it only when the order of updates (`apply`
+    calls) cannot change the result (check with `assert_commutative`)."""
+
+    claims_key: bool
+    """Whether two hooks of one phase writing a key of this strategy conflict (the later
+    one re-runs on a fresh snapshot). Read-only."""
+    rebases: bool
+    """Whether a save overtaken by another kernel's save of the thread may rebase: replay
+    its updates of a key of this strategy on the newer value. Read-only."""
+
+    def __init__(self, value: str) -> None:
+        # Attributes, not properties: the merge reads `claims_key` for every op of a phase.
+        commutes = {"exclusive": False, "commutative": True}[value]
+        self.claims_key, self.rebases = not commutes, commutes
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _BEHAVIOUR and name in vars(self):
+            raise AttributeError(f"MergeStrategy.{self.name}.{name} is read-only")
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _BEHAVIOUR:
+            raise AttributeError(f"MergeStrategy.{self.name}.{name} is read-only")
+        super().__delattr__(name)
 
 
 @attrs.frozen
