@@ -919,3 +919,37 @@ class UnknownAgent(StateError, LookupError):
             f"team {team_id!r} has no agent {agent_id!r}; its agents are [{shown}]. Agent ids "
             f"are what team.spawn returned (see team.list_agents())."
         )
+
+
+class InvalidOption(StateError, ValueError):
+    """A value a constructor's option (or a call's setting) cannot take, refused where it
+    is given.
+
+    Every numeric, choice and kind-of-object option the kernel's public constructors take
+    (`Kernel`, `Agent`, `AgentTeam`, `Role`, `Retention`, `ProfileAccess`, the OpenAI
+    model, ...) is checked by the same rules, so that one kind of value is refused
+    everywhere or nowhere: a bool is never taken for an int, a number of seconds is
+    finite. The message names the option, what was given and what it takes.
+
+    Also a `ValueError`.
+
+    Attributes:
+
+    - `option`: the option's name (`"snapshot_every"`, ...).
+    - `value`: the value given.
+    - `expected`: what the option takes, in words.
+    """
+
+    def __init__(self, option: str, value: object, expected: str, fix: str = "") -> None:
+        self.option, self.value, self.expected = option, value, expected
+        message = f"{option} must be {expected}, got {_preview(value)}."
+        super().__init__(f"{message} {fix}" if fix else message)
+
+
+class OptionNotOfType(InvalidOption, TypeError):
+    """An option given an object of a kind it does not take (a bool or a string where an
+    int goes, a non-callable where a callable goes).
+
+    An `InvalidOption`, so also a `ValueError` (what code written before the two were told
+    apart catches), and a `TypeError`. Attributes: those of `InvalidOption`.
+    """

@@ -31,6 +31,7 @@ from .._host.kernel import Kernel
 from .._host.run import PhaseListener, Tool
 from .._host.stores import Stores, chosen_stores
 from .._profile.store import ProfileStore
+from .._values import options
 from .._values.dead_letters import DeadLetter, DeadLetters
 from .._values.messages import MessageLike
 from .._values.model import Model
@@ -70,14 +71,14 @@ class Agent:
       default) or `stores=statekernel.stores.open_stores(db)` (a file or a PostgreSQL DSN);
       or give `thread_store` and `profile_store` one by one.
     - `max_steps` (default 25): how many steps a run may take; running out ends the run
-      with outcome `"failure"`. Below 1 raises `ValueError`.
+      with outcome `"failure"`. Not a positive int (a bool is not one): `ValueError`.
     - `name`: the agent's name, the `AgentSpec` name of its runs (saved with a suspended
       run: a name no store can keep, holding a lone surrogate or a NUL character, raises
       `ValueError`).
     - `max_phase_rounds`, `restore_errors`, `unknown_keys`, `snapshot_every`, `retention`
       and `chain_key`: its `Kernel`'s (see [Kernel](reference.md#statekernel.Kernel)).
     - `on_phase(run, report)`: called after every phase, for tracing; an async one is
-      awaited before the loop goes on.
+      awaited before the loop goes on. Not callable: `TypeError`.
 
     The agent's `Kernel` is `agent.kernel`; `agent.tools`, `agent.model`,
     `agent.system_prompt`, `agent.max_steps` and `agent.name` are what it was given.
@@ -109,10 +110,12 @@ class Agent:
         on_phase: PhaseListener | None = None,
         chain_key: bytes | None = None,
     ) -> None:
-        if not callable(model):
-            raise TypeError(f"model must be an async callable (request) -> response, got {model!r}")
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        options.a_callable("model", model, "an async callable (request) -> response")
+        options.positive_int("max_steps", max_steps)
+        if on_phase is not None:
+            options.a_callable("on_phase", on_phase, "None or a callable (run, report)")
+        if system_prompt is not None:
+            options.instance("system_prompt", system_prompt, str, "a string")
         check_name("agent name", name)
         profile_store, thread_store = chosen_stores(
             stores, profile_store, thread_store, owner="Agent"
@@ -128,8 +131,6 @@ class Agent:
             retention=retention,
             chain_key=chain_key,
         )
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise TypeError(f"system_prompt must be a string, got {system_prompt!r}")
         self.model = model
         self._stored = thread_store is not None  # a run's input must be what it can keep
         self.tools: dict[str, Tool] = named_tools(tools)

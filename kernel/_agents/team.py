@@ -29,18 +29,22 @@ import contextlib
 import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
+from typing import Literal
 
 import attrs
 
+from .._durable.retention import Retention
 from .._durable.store import ThreadStore
+from .._durable.threads import SNAPSHOT_EVERY
 from .._engine.plugin import Plugin
 from .._errors import StateError, UnknownAgent, cause_text
 from .._host.kernel import Kernel
-from .._host.run import Tool
+from .._host.run import PhaseListener, Tool
 from .._host.stores import Stores, chosen_stores
 from .._observe.spans import current_traceparent
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
+from .._values import options
 from .._values.commands import StateCommand
 from .._values.messages import Message
 from .._values.model import Model
@@ -51,7 +55,7 @@ from .agent import Agent, named_tools
 from .leases import Leases
 from .mailbox import TASK_SENDER, LetterOf, Mailbox, sender_of
 from .outbox import SENDING, Outboxes, post_following
-from .roles import Role, RoleDefaults
+from .roles import AgentOptions, Role, RoleDefaults
 from .roster import AgentRecord, AgentStatus, TeamRoster, TeamSnapshot, role_clash
 from .rounds import AgentReport, RestartPolicy, Rounds, TeamReport
 from .run_result import RunResult
@@ -159,7 +163,7 @@ class AgentTeam:
       sharing a PostgreSQL database split a team this way; each message is still
       delivered once. A role the team does not have raises `StateError`.
     - `lease_seconds` (default 10): how long after a worker (`team.serve`) stops beating
-      the other workers take its agents over; a number > 0, else `ValueError`. See
+      the other workers take its agents over; a finite number > 0, else `ValueError`. See
       [teams: workers](team.md#workers-a-team-that-runs-itself).
     - `mail_tool` (default True): every agent gets the tool `send_message(content,
       to=None, group=None, topic=None)`, which sends from the calling agent through its
@@ -167,8 +171,17 @@ class AgentTeam:
     - `spawn_tool` (default False): True (every role) or the roles whose agents get the
       tool `spawn_agent(role, task)`, which spawns a member of the team through the
       calling agent's outbox (a step done again after a crash spawns no twin).
-    - `chain_key`: every role's `Agent` gets it, and so its `Kernel` (see
-      [Kernel](reference.md#statekernel.Kernel)): the agents' threads are chained with it.
+    - `max_phase_rounds`, `restore_errors`, `unknown_keys`, `snapshot_every`, `retention`
+      and `chain_key`: every role's `Agent` gets them, and so its `Kernel` (see
+      [Kernel](reference.md#statekernel.Kernel)), with the same defaults and the same
+      checks: e.g. `snapshot_every=50` snapshots each agent's thread every 50 records, and
+      `chain_key` chains the agents' threads with it.
+    - `on_phase(run, report)`: every role's `Agent` calls it after every phase of its runs,
+      as `Agent(on_phase=...)` does (the run's `agent` name is the role).
+
+    Every option is checked when the team is made, by the rules of the `Kernel`'s: a bool
+    is not an int, a number of seconds is finite; a value of the wrong kind raises
+    `TypeError` (also a `ValueError`), one out of range `ValueError`, naming the option.
     """
 
     def __init__(
@@ -190,6 +203,12 @@ class AgentTeam:
         mail_tool: bool = True,
         spawn_tool: bool | Iterable[str] = False,
         lease_seconds: float = 10,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        retention: Retention | None = None,
+        max_phase_rounds: int = 16,
+        restore_errors: Literal["raise", "skip"] = "raise",
+        unknown_keys: Literal["keep", "refuse"] = "keep",
+        on_phase: PhaseListener | None = None,
         chain_key: bytes | None = None,
     ) -> None:
         if not isinstance(roles, Mapping) or not roles:
@@ -204,21 +223,14 @@ class AgentTeam:
                 "stores=statekernel.stores.open_stores(dsn) for many hosts, or "
                 "profile_store=MemoryProfileStore() for a test"
             )
-        if restart_policy not in ("never", "on_failure"):
-            raise ValueError(
-                f"restart_policy must be 'never' or 'on_failure', got {restart_policy!r}"
-            )
-        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
-        if (
-            isinstance(lease_seconds, bool)
-            or not isinstance(lease_seconds, int | float)
-            or not 0 < lease_seconds < float("inf")
-        ):
-            raise ValueError(
-                f"lease_seconds must be a number of seconds > 0 (how long after a worker stops "
-                f"its agents are taken over), got {lease_seconds!r}"
-            )
+        options.choice("restart_policy", restart_policy, ("never", "on_failure"))
+        options.count("max_restarts", max_restarts)
+        options.seconds(
+            "lease_seconds",
+            lease_seconds,
+            above_zero=True,
+            fix="It is how long after a worker stops beating its agents are taken over.",
+        )
         if team_id is not None and (not isinstance(team_id, str) or not team_id):
             raise TypeError(f"team_id must be a non-empty string, got {team_id!r}")
         self.team_id = checked_text("team_id", team_id or f"team-{uuid.uuid4().hex[:12]}")
@@ -232,7 +244,19 @@ class AgentTeam:
         self.roles: dict[str, Role] = {}
         self._spawner = Spawner(self._roster, mailbox, self.roles, self._kernel_of)
         self._outboxes = Outboxes(self._roster, mailbox, self._spawner)
-        defaults = RoleDefaults(model, named_tools(tools), tuple(plugins), system_prompt, max_steps)
+        options.positive_int("max_steps", max_steps)
+        kernel_options = AgentOptions(
+            max_phase_rounds,
+            restore_errors,
+            unknown_keys,
+            snapshot_every,
+            retention,
+            on_phase,
+            chain_key,
+        )
+        defaults = RoleDefaults(
+            model, named_tools(tools), tuple(plugins), system_prompt, max_steps, kernel_options
+        )
         if mail_tool:
             defaults.tools.setdefault(
                 "send_message", team_tools.mail_tool(self._roster, self._outboxes, self.send)
@@ -259,7 +283,6 @@ class AgentTeam:
                 extra,
                 profile_store=profile_store,
                 thread_store=thread_store,
-                chain_key=chain_key,
             )
         local = tuple(self.roles) if local_roles is None else tuple(local_roles)
         unknown = [r for r in local if r not in self.roles]
@@ -522,8 +545,7 @@ class AgentTeam:
         others. A suspended agent waits (status `"waiting"`) for `team.resume` without
         holding the rest up; a failed one follows the restart policy. A `max_rounds` below
         1 raises `ValueError`."""
-        if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-            raise ValueError(f"max_rounds must be a positive int, got {max_rounds!r}")
+        options.positive_int("max_rounds", max_rounds)
         self._rounds.refuse_inside("run_until_idle")
         await self._sync()
         async with self._rounds.lock:
@@ -596,10 +618,8 @@ class AgentTeam:
         for good has none. It reads the stores only, so it waits for workers in other
         processes as for this one; it returns once two looks in a row found the team idle
         and unchanged."""
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        if timeout is not None:
+            options.seconds("timeout", timeout, fix="Or None to wait as long as it takes.")
         self._rounds.refuse_inside("wait_idle")
         await self._sync()
         loop = asyncio.get_running_loop()

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import attrs
 
+from .._values import options
+
 __all__ = ["DEFAULT_REVISIONS", "Retention"]
 
 DEFAULT_REVISIONS = 1000
 
 
 def _check_revisions(instance: object, attribute: object, value: int | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"Retention(revisions=...) takes how many revisions to keep reachable (an int "
-            f">= 1), or use Retention.keep_all(); got {value!r}"
+    if value is not None:
+        options.positive_int(
+            "Retention(revisions=...)",
+            value,
+            expected="an int >= 1 (how many revisions to keep reachable)",
+            fix="To keep every one, use Retention.keep_all().",
         )
 
 

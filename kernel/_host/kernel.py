@@ -47,6 +47,7 @@ from .._errors import (
 from .._observe.spans import Tracing, tracing
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
+from .._values import options
 from .._values.codec import CODEC_ERRORS, dec_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetters
@@ -78,7 +79,8 @@ class Kernel:
       (`statekernel.stores.embedded()`: one SQLite file in a folder) instead of
       `profile_store=` and `thread_store=`. A kernel never closes a store it was given.
     - `max_phase_rounds` (default 16): how many rounds of scheduled actions one phase may
-      run before `PhaseRunLoopExceeded`. Below 1 raises `ValueError`.
+      run before `PhaseRunLoopExceeded`. Not a positive int (a bool is not one):
+      `ValueError`.
     - `restore_errors`: `"raise"` (the default) or `"skip"`; any other value raises
       `ValueError`. `"skip"` lets a run start when a stored value no longer decodes: that
       key starts from its default, and its stored bytes are kept unless the run writes it
@@ -104,6 +106,11 @@ class Kernel:
       a key stay readable and unkeyed. A `str` or other non-bytes raises `TypeError`, a
       wrong length `ValueError`. See [durability: a chain only the key holder can
       forge](durability.md#a-chain-only-the-key-holder-can-forge).
+
+    Every option is checked here, by the checks every public constructor shares: a value of
+    the wrong kind (a bool or a string where an int goes) raises `TypeError`, also a
+    `ValueError`; one out of range, `ValueError`; both are `StateError`s whose message starts
+    with the option's name.
 
     Attributes:
 
@@ -132,23 +139,16 @@ class Kernel:
         profile_store, thread_store = chosen_stores(
             stores, profile_store, thread_store, owner="Kernel"
         )
-        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int):
-            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
-        if snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be a positive int, got {snapshot_every!r}")
-        if not isinstance(max_phase_rounds, int) or max_phase_rounds < 1:
-            raise ValueError(f"max_phase_rounds must be a positive int, got {max_phase_rounds!r}")
-        if restore_errors not in ("raise", "skip"):
-            raise ValueError(f"restore_errors must be 'raise' or 'skip', got {restore_errors!r}")
-        if unknown_keys not in ("keep", "refuse"):
-            raise ValueError(f"unknown_keys must be 'keep' or 'refuse', got {unknown_keys!r}")
-        if retention is None:
-            retention = Retention()
-        elif not isinstance(retention, Retention):
-            raise TypeError(
-                f"retention must be a statekernel.Retention (e.g. Retention(revisions=5000) or "
-                f"Retention.keep_all()), got {retention!r}"
-            )
+        options.positive_int("snapshot_every", snapshot_every)
+        options.positive_int("max_phase_rounds", max_phase_rounds)
+        options.choice("restore_errors", restore_errors, ("raise", "skip"))
+        options.choice("unknown_keys", unknown_keys, ("keep", "refuse"))
+        retention = options.instance(
+            "retention",
+            Retention() if retention is None else retention,
+            Retention,
+            "a statekernel.Retention (e.g. Retention(revisions=5000) or Retention.keep_all())",
+        )
         self.retention = retention
         key = chain_key_of(chain_key)
         self._chain_key = key
@@ -350,10 +350,8 @@ class Kernel:
         surrogate, a NUL character) `ValueError`, as for a thread id; a `limit` that is not
         None or an int >= 0, `ValueError`."""
         check_name("prefix", prefix)
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
-        ):
-            raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+        if limit is not None:
+            options.count("limit", limit, expected="None or an int >= 0")
         return await self._home.threads(prefix, limit)
 
     async def get_state(self, thread_id: str) -> Snapshot:
@@ -422,8 +420,7 @@ class Kernel:
         if (before is None) == (keep is None):
             raise ValueError("prune takes one of before=<revision> or keep=<count of revisions>")
         if keep is not None:
-            if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-                raise ValueError(f"keep must be a count of revisions (an int >= 0), got {keep!r}")
+            options.count("keep", keep, expected="a count of revisions (an int >= 0)")
             head = await self._history.head(thread_id)
             if head is None:
                 return

@@ -30,6 +30,7 @@ from .._errors import (
 )
 from .._public import renamed
 from .._values import declared_types as _declared_types
+from .._values import options
 from .._values.codec import CODEC_ERRORS, dec_hook, enc_hook
 from .keys import ProfileKey, ProfileKeyInfo, profile_key_info
 from .store import (
@@ -145,12 +146,8 @@ class ProfileAccess:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         max_update_attempts: int = DEFAULT_MAX_UPDATE_ATTEMPTS,
     ) -> None:
-        for label, number in (
-            ("max_value_bytes", max_value_bytes),
-            ("max_update_attempts", max_update_attempts),
-        ):
-            if not isinstance(number, int) or number < 1:
-                raise ValueError(f"{label} must be a positive int, got {number!r}")
+        options.positive_int("max_value_bytes", max_value_bytes)
+        options.positive_int("max_update_attempts", max_update_attempts)
         self._store = store
         self._keys = keys
         self._max_value_bytes = max_value_bytes

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ModelCallFailed, ToolArgumentsTooDeep, ValueTooDeep
+from .._values import options
 from .._values.frozen import thaw
 from .._values.messages import Message
 from .._values.model import InferenceRequest, InferenceResponse
@@ -55,8 +56,10 @@ class OpenAIChatModel:
       retried `max_retries` times (an int >= 0), waiting `backoff * 2**attempt` seconds (or
       the server's `Retry-After`, at most 30 s); each retry is logged at `INFO`. Any other
       4xx fails at once. Either way the error is `ModelCallFailed`, which fails the run. A
-      streamed answer is retried only until its first piece arrived.
-    - `base_url`, `api_key`, `timeout=120.0` (seconds): the settings of the client it makes.
+      streamed answer is retried only until its first piece arrived. `backoff` is a finite
+      number of seconds >= 0 (else `ValueError`).
+    - `base_url`, `api_key`, `timeout=120.0` (seconds, finite and > 0, else `ValueError`):
+      the settings of the client it makes.
     - `client`: an `openai.AsyncOpenAI` of your own; then `base_url`, `api_key` and
       `timeout` are its settings (its own `max_retries` adds to ours).
 
@@ -81,8 +84,9 @@ class OpenAIChatModel:
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a model name such as 'gpt-4o-mini', got {model!r}")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        options.count("max_retries", max_retries)
+        options.seconds("backoff", backoff)
+        options.seconds("timeout", timeout, above_zero=True)
         if client is None:
             try:
                 import openai

@@ -22,6 +22,7 @@ from .._engine.context import PhaseContext
 from .._engine.plugin import Plugin, PluginRegistrar
 from .._engine.snapshot import Snapshot
 from .._host.kernel import Kernel
+from .._values import options
 from .._values.commands import StateCommand
 from .._values.phases import Phase, phase_of
 
@@ -53,8 +54,7 @@ async def assert_deterministic(
     naming the keys that differ and the order the hooks finished in both runs. `runs` below
     2 raises `ValueError`.
     """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
-        raise ValueError(f"runs must be an int >= 2 (one run proves nothing), got {runs!r}")
+    options.whole("runs", runs, at_least=2, fix="One run proves nothing.")
     if type(phase) is not Phase:
         phase = phase_of(phase)
     rng = random.Random(seed)
