@@ -398,6 +398,10 @@ async def test_without_head_a_store_is_loaded_for_every_run(
     assert await note(kernel, "t", "d") == ("a", "b", "c", "d")
 
 
+KEPT = 1024
+"""How many threads' values a kernel keeps (docs/durability.md says so)."""
+
+
 async def test_a_kernel_keeps_the_values_of_its_most_recent_threads_only(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
@@ -406,10 +410,10 @@ async def test_a_kernel_keeps_the_values_of_its_most_recent_threads_only(
     store = CountingLoads(store_factory())
     assert isinstance(store.store, SupportsHead)
     kernel = Kernel([NotesPlugin()], thread_store=store)  # type: ignore[arg-type]
-    for n in range(300):
+    for n in range(KEPT + 2):
         await note(kernel, f"t{n}", "first")
     loads = store.loads
-    await note(kernel, "t299", "second")  # recent: kept
+    await note(kernel, f"t{KEPT + 1}", "second")  # recent: kept
     assert store.loads == loads
     assert await note(kernel, "t0", "second") == ("first", "second")  # let go: loaded
     assert store.loads == loads + 1
@@ -418,7 +422,7 @@ async def test_a_kernel_keeps_the_values_of_its_most_recent_threads_only(
 async def test_a_thread_let_go_while_its_head_is_read_is_loaded(
     store_factory: Callable[[], ThreadStore],
 ) -> None:
-    """A kernel keeps the values of its 256 most recent threads. A run whose thread is let
+    """A kernel keeps the values of its 1,024 most recent threads. A run whose thread is let
     go (by the saves of others) while its head is being read still runs: the thread is
     loaded (a team's worker with more agents at once than that meets this)."""
     import asyncio
@@ -438,7 +442,7 @@ async def test_a_thread_let_go_while_its_head_is_read_is_loaded(
     await note(kernel, "t0", "first")
     run_of_t0 = asyncio.create_task(note(kernel, "t0", "second"))
     await reading.wait()
-    for n in range(300):  # meanwhile, newer threads push t0's kept values out
+    for n in range(KEPT + 2):  # meanwhile, newer threads push t0's kept values out
         await note(kernel, f"u{n}", "x")
     go_on.set()
     assert await run_of_t0 == ("first", "second")
