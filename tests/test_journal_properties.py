@@ -97,9 +97,10 @@ async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) 
     saved: dict[int, dict[str, Any]] = {0: {}}  # the state at every saved revision
     head = 0
     for steps, ending in plan:
-        try:  # a run suspended by the previous plan is resumed, else a new one starts
+        # a run suspended by the previous plan is resumed, else a new one starts
+        if await kernel.suspension("t") is not None:
             run, _ = await kernel.resume_run("t")
-        except Exception:
+        else:
             run = await kernel.start_run("t")
         unsaved: dict[int, dict[str, Any]] = {}
         run.add_commit_listener(functools.partial(_remember, unsaved))
@@ -130,9 +131,9 @@ async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) 
         if revision or head:
             snapshot = await fresh.state_at("t", revision)
             assert snapshot.to_dict() == expected, revision
-    try:
+    if await fresh.suspension("t") is not None:
         run, _ = await fresh.resume_run("t")
-    except Exception:
+    else:
         run = await fresh.start_run("t")
     assert run.revision == head and run.snapshot.to_dict() == saved[head]
     await run.abandon()
