@@ -28,7 +28,7 @@ import statekernel.plugins
 import statekernel.stores
 import statekernel.testing
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 PAGES: dict[ModuleType, str] = {
     statekernel: "reference.md",

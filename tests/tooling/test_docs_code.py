@@ -26,9 +26,9 @@ from docs_page import python_blocks, rendered_text
 
 from statekernel.testing.postgres import PostgresServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-RUNNER = Path(__file__).resolve().parent / "docs_page.py"
+RUNNER = ROOT / "tests" / "docs_page.py"
 PAGES = sorted(DOCS.glob("*.md"))
 # The pages that talk to a server, each run by a test of its own that starts it.
 SERVED = ("models.md", "observability.md", "postgres.md", "reference-testing.md")
