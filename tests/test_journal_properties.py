@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from samples import Keys
@@ -188,6 +189,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_writer_killed_at_any_point_leaves_a_sound_verified_thread(tmp_path: Path) -> None:
     chance = random.Random(11)
     for trial in range(6):

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the benchmark suite, run as a process
+
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "suite.py"
 REPORT = ROOT / "benchmarks" / "report.py"

@@ -144,6 +144,7 @@ def test_the_user_api_page_documents_no_lowlevel_name() -> None:
     assert not documented & lowlevel_only
 
 
+@pytest.mark.slow
 def test_no_signature_shows_a_private_constant_as_a_default() -> None:
     """`snapshot_every: int = SNAPSHOT_EVERY` would send readers after a name they cannot
     look up: the site's Griffe extension shows the constant's value instead."""
