@@ -246,6 +246,7 @@ class TestPostgres:
             await store.set("inbox", "é" * 4000, 1)  # 8000 bytes
             assert await woken(feed) is None
 
+    @pytest.mark.slow  # waits a second on purpose
     async def test_an_idle_feed_sends_nothing(
         self, store: PostgresProfileStore, postgres_dsn: str
     ) -> None:

@@ -140,6 +140,7 @@ async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) 
     await run.abandon()
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=program, snapshot_every=st.integers(1, 4))
 def test_any_sequence_of_runs_loads_travels_and_verifies_in_memory(

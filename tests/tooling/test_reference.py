@@ -125,6 +125,7 @@ def _is_public_submodule(path: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_every_documented_name_has_a_docstring(package: griffe.Object) -> None:
     """mkdocstrings shows a name with no docstring as its bare signature: say something."""
     bare = []
