@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 BASE := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs unit bench mutation mutation-continue mutation-save package-check clean
+.PHONY: demo test lint typecheck docs unit unit-fast bench mutation mutation-continue mutation-save package-check clean
 
 # The demo needs only the package; the tools for `make test` come in on top. The install is
 # an editable one in strict mode: a tree of links under build/ that mypy and IDEs follow. A
@@ -41,6 +41,12 @@ docs: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest
+
+# The fast lane while working (under a minute on 2 cores): the suite without the tests marked
+# slow (the crash, fault and process trials, and every test of more than a few seconds).
+# `make test` runs them all, and so does CI.
+unit-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
 
 test: lint typecheck docs unit
 

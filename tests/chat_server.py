@@ -10,6 +10,7 @@ conversation goes on. A request that breaks a rule gets the 400 a provider would
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -58,7 +59,9 @@ class ChatServer:
                 server._handle(self)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # shutdown() waits for the serving loop's next poll: a short one ends each test sooner
+        serve = functools.partial(self._httpd.serve_forever, poll_interval=0.01)
+        self._thread = threading.Thread(target=serve, daemon=True)
 
     @property
     def base_url(self) -> str:

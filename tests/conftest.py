@@ -53,6 +53,9 @@ _shortened: list[str] = []
 REQUIRE_PGBOUNCER = os.environ.get("STATEKERNEL_REQUIRE_PGBOUNCER") == "1"
 _NO_PGBOUNCER = f"PgBouncer is not installed here: {HOW_TO_INSTALL_PGBOUNCER}"
 _skipped_for_pgbouncer: list[str] = []
+# The PostgreSQL variant of a test that runs on every backend: a schema of its own on the
+# throwaway server costs more than the test. `make unit-fast` runs such a test on the others.
+_POSTGRES = pytest.param("postgres", marks=pytest.mark.slow)
 
 
 @pytest.fixture
@@ -65,7 +68,7 @@ def state(registry: KeyRegistry) -> LiveState:
     return LiveState(registry)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", _POSTGRES])
 async def thread_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ThreadStore]:
@@ -90,7 +93,7 @@ async def _thread_store(
         yield made
 
 
-@pytest.fixture(params=["kernel memory", "memory", "sqlite", "postgres"])
+@pytest.fixture(params=["kernel memory", "memory", "sqlite", _POSTGRES])
 async def thread_store_or_none(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ThreadStore | None]:
@@ -110,7 +113,7 @@ async def sqlite_thread_store(tmp_path: Path) -> AsyncIterator[SqliteThreadStore
         yield opened
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", _POSTGRES])
 async def profile_store(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[ProfileStore]:

@@ -22,7 +22,7 @@ a RuntimeWarning anywhere, fails like one that raises: Python would only warn, a
 reader's program would silently skip the call.
 
 It exits 1 at the first block that raises, printing the block's line on the page and the
-traceback; tests/test_docs_code.py runs every page through it.
+traceback; tests/tooling/test_docs_code.py runs every page through it.
 """
 
 from __future__ import annotations

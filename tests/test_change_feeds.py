@@ -149,6 +149,7 @@ class TestSqlite:
             got = await store.get("inbox", "a")
             assert got is not None and got.value == 1
 
+    @pytest.mark.slow
     async def test_another_process_writing_the_file_is_told_as_unknown(
         self, store: SqliteProfileStore
     ) -> None:
@@ -196,6 +197,7 @@ class TestPostgres:
             await other.update("inbox", "agent-2", lambda entry: 1)
             assert await woken(feed) == {"agent-2"}
 
+    @pytest.mark.slow
     async def test_a_write_by_another_process_wakes_the_feed_with_its_key(
         self, store: PostgresProfileStore, postgres_dsn: str
     ) -> None:
@@ -244,6 +246,7 @@ class TestPostgres:
             await store.set("inbox", "é" * 4000, 1)  # 8000 bytes
             assert await woken(feed) is None
 
+    @pytest.mark.slow  # waits a second on purpose
     async def test_an_idle_feed_sends_nothing(
         self, store: PostgresProfileStore, postgres_dsn: str
     ) -> None:

@@ -43,6 +43,8 @@ from statekernel.stores import (
 )
 from statekernel.testing.postgres import PostgresServer
 
+pytestmark = pytest.mark.slow  # the command line, run as a process
+
 THREAD = "demo-thread"
 
 

@@ -28,6 +28,8 @@ from conftest import _fresh_schema
 from statekernel import CommitRecord, Kernel, Snapshot, StateCommand, enc_hook
 from statekernel.stores import open_stores
 
+pytestmark = pytest.mark.slow  # the command line with an application, run as a process
+
 HERE = Path(__file__).parent
 APP = "reading_app:make_agent"
 THREAD = "t"

@@ -16,6 +16,8 @@ from workers import HERE, Worker
 from statekernel import AgentTeam, InferenceResponse, Role
 from statekernel.stores import open_stores
 
+pytestmark = pytest.mark.slow  # `statekernel worker`, run as a process
+
 
 def worker(db: Path, app: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -8,6 +8,7 @@ import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import pytest
 from samples import Keys
 
 from statekernel import Kernel, StateCommand, StateKey
@@ -34,6 +35,7 @@ def run_python(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
     for _ in range(2):  # rerunnable: the demo thread starts afresh each time
         output = run_demo(tmp_path)
@@ -55,6 +57,7 @@ def test_demo_tells_its_story_and_persists_to_sqlite(tmp_path: Path) -> None:
         assert len(lines) < 50
 
 
+@pytest.mark.slow
 def test_the_team_demo_plans_delegates_talks_and_publishes_after_review(tmp_path: Path) -> None:
     for _ in range(2):  # rerunnable: it starts its SQLite files afresh
         output = run_example("team.py", tmp_path)
@@ -75,6 +78,7 @@ def test_the_team_demo_plans_delegates_talks_and_publishes_after_review(tmp_path
         assert (tmp_path / ".statekernel" / "team" / "statekernel.db").exists()
 
 
+@pytest.mark.slow
 def test_the_demo_trace_shows_every_phase(tmp_path: Path) -> None:
     output = run_demo(tmp_path, "--trace")
     traced = [line.split()[1] for line in output.splitlines() if "[trace]" in line]
@@ -90,11 +94,13 @@ def test_the_demo_keeps_its_commutative_promise() -> None:
     assert_commutative(demo.Facts, (demo.Fact("kernel", "a"),), facts)
 
 
+@pytest.mark.slow
 def test_engine_tour_runs(tmp_path: Path) -> None:
     output = run_example("engine_tour.py", tmp_path)
     assert "commit rejected" in output and "conflict" in output
 
 
+@pytest.mark.slow
 def test_the_history_example_travels_forks_and_verifies(tmp_path: Path) -> None:
     output = run_example("history.py", tmp_path)
     assert "notes right after revision" in output and "('buy milk',)" in output
@@ -102,6 +108,7 @@ def test_the_history_example_travels_forks_and_verifies(tmp_path: Path) -> None:
     assert "verify: ok=True" in output
 
 
+@pytest.mark.slow
 def test_the_migrating_example_runs_three_frameworks_state_and_restores_it(
     tmp_path: Path,
 ) -> None:
@@ -112,6 +119,7 @@ def test_the_migrating_example_runs_three_frameworks_state_and_restores_it(
     assert "restored from SQLite, journal verified: True" in output
 
 
+@pytest.mark.slow
 def test_the_profile_owner_example_lists_and_forgets_one_owner(tmp_path: Path) -> None:
     output = run_example("profile_owner.py", tmp_path)
     assert "alice holds: {'prefs': Preferences(tone='warm'), 'quota': 7}" in output
@@ -119,6 +127,7 @@ def test_the_profile_owner_example_lists_and_forgets_one_owner(tmp_path: Path) -
     assert "bob still holds: {'prefs': Preferences(tone='brief'), 'quota': 7}" in output
 
 
+@pytest.mark.slow
 def test_the_dead_letters_example_keeps_a_failure_and_retries_it(tmp_path: Path) -> None:
     output = run_example("dead_letters.py", tmp_path)
     assert "dead letter dl-1: shop.deliver attempt 1" in output
@@ -129,6 +138,7 @@ def test_the_dead_letters_example_keeps_a_failure_and_retries_it(tmp_path: Path)
     assert output.count("dead letters left: 0") == 2
 
 
+@pytest.mark.slow
 def test_the_plugins_come_and_go_example_keeps_drops_and_refuses(tmp_path: Path) -> None:
     output = run_example("plugins_come_and_go.py", tmp_path)
     assert "notes, carried over while away: ('a note',)" in output
@@ -137,6 +147,7 @@ def test_the_plugins_come_and_go_example_keeps_drops_and_refuses(tmp_path: Path)
     assert "a strict kernel refuses: thread 'thread-1' holds keys" in output
 
 
+@pytest.mark.slow
 def test_the_demo_leaves_an_applications_data_in_its_folder_alone(tmp_path: Path) -> None:
     """`statekernel demo` writes to .statekernel/, the embedded default's folder: it starts
     its own threads and team context afresh, and nothing else there."""

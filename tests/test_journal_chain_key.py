@@ -424,6 +424,7 @@ def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 async def test_the_command_line_reads_and_verifies_with_the_key(
     backend: Backend, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from samples import Keys
@@ -97,9 +98,10 @@ async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) 
     saved: dict[int, dict[str, Any]] = {0: {}}  # the state at every saved revision
     head = 0
     for steps, ending in plan:
-        try:  # a run suspended by the previous plan is resumed, else a new one starts
+        # a run suspended by the previous plan is resumed, else a new one starts
+        if await kernel.suspension("t") is not None:
             run, _ = await kernel.resume_run("t")
-        except Exception:
+        else:
             run = await kernel.start_run("t")
         unsaved: dict[int, dict[str, Any]] = {}
         run.add_commit_listener(functools.partial(_remember, unsaved))
@@ -130,14 +132,15 @@ async def play(store: ThreadStore | None, plan: list[Any], snapshot_every: int) 
         if revision or head:
             snapshot = await fresh.state_at("t", revision)
             assert snapshot.to_dict() == expected, revision
-    try:
+    if await fresh.suspension("t") is not None:
         run, _ = await fresh.resume_run("t")
-    except Exception:
+    else:
         run = await fresh.start_run("t")
     assert run.revision == head and run.snapshot.to_dict() == saved[head]
     await run.abandon()
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=program, snapshot_every=st.integers(1, 4))
 def test_any_sequence_of_runs_loads_travels_and_verifies_in_memory(
@@ -187,6 +190,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_writer_killed_at_any_point_leaves_a_sound_verified_thread(tmp_path: Path) -> None:
     chance = random.Random(11)
     for trial in range(6):

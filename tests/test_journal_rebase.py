@@ -190,6 +190,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_two_processes_adding_to_one_thread_both_land(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
     async with SqliteThreadStore(path) as store:
@@ -375,6 +376,7 @@ class RivalStore(MemoryThreadStore):
         await super().save(thread_id, save, expected_position=expected_position)
 
 
+@pytest.mark.slow
 async def test_a_save_overtaken_every_time_gives_up_saying_how_often_it_tried() -> None:
     store = RivalStore()
     await seeded(store)

@@ -105,6 +105,7 @@ async def test_a_sqlite_thread_of_20_000_steps_occupies_bounded_bytes_by_default
     assert sizes[20_000] - sizes[10_000] <= 16 * 1024, sizes  # flat: nothing piles up
 
 
+@pytest.mark.slow
 async def test_an_agent_without_a_store_runs_13_000_steps_in_bounded_memory() -> None:
     """Each step adds two messages to the conversation, which the thread keeps by design;
     the journal of those steps is bounded by the default retention, so memory grows by the

@@ -321,6 +321,7 @@ async def test_a_run_links_to_at_most_128_senders_and_counts_the_rest(
     assert delivering.attributes["statekernel.letter.links_dropped"] == 2
 
 
+@pytest.mark.slow
 def test_without_the_extra_nothing_of_opentelemetry_is_imported() -> None:
     script = textwrap.dedent(
         """
@@ -341,6 +342,7 @@ def test_without_the_extra_nothing_of_opentelemetry_is_imported() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "untraced", done.stderr
 
 
+@pytest.mark.slow
 def test_a_team_without_the_extra_sends_and_delivers_importing_nothing_of_it() -> None:
     script = textwrap.dedent(
         """

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each example runs as a process
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 PLUGIN_EXAMPLES = ["run_lifecycle", "context_injection", "stage_workflow", "team_context"]
 

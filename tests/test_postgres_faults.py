@@ -43,6 +43,8 @@ from statekernel.testing.postgres import (
     throwaway_postgres,
 )
 
+pytestmark = pytest.mark.slow  # a server restarted and stopped, proxies, PgBouncer
+
 REQUIRE_POSTGRES = os.environ.get("STATEKERNEL_REQUIRE_POSTGRES") == "1"
 _databases = itertools.count(1)
 

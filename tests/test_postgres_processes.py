@@ -35,6 +35,8 @@ from statekernel.plugins import TeamContext
 from statekernel.stores import PostgresProfileStore, PostgresThreadStore
 from statekernel.testing.postgres import PostgresServer
 
+pytestmark = pytest.mark.slow  # writer processes racing on one server
+
 
 def run_workers(script: str, argvs: Sequence[Sequence[str]], timeout: float = 120) -> list[str]:
     """Run one process per argv with `script`; their stdouts, once all exited 0."""

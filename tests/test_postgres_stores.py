@@ -332,6 +332,7 @@ class TestSchema:
         assert [tuple(row) for row in rows] == [("profile_store", 2), ("thread_store", 2)]
 
 
+@pytest.mark.slow
 async def test_writes_arriving_for_several_call_timeouts_run_on_their_own_deadlines(
     postgres_dsn: str,
 ) -> None:
@@ -379,6 +380,7 @@ async def test_writes_arriving_for_several_call_timeouts_run_on_their_own_deadli
             assert head is not None and head.position == position
 
 
+@pytest.mark.slow
 async def test_saves_through_a_server_restart_land_once_and_none_acknowledged_is_lost(
     postgres_server: PostgresServer, postgres_dsn: str
 ) -> None:

@@ -12,6 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.slow  # SIGKILL trials and racing writers in processes of their own
+
 HERE = Path(__file__).parent
 SCRIPT = HERE / "agent_process.py"
 

@@ -1,6 +1,6 @@
 """Owner-wide profile access: every record of one owner across the registered profile keys.
 
-`ProfileAccess.list(owner)` and `clear(owner)`, as Awaken's profile access offers it."""
+`ProfileAccess.list(owner)` and `forget(owner)`, as Awaken's profile access offers it."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ async def test_one_entry_that_no_longer_decodes_costs_list_only_itself(
         await profile.read(Prefs, "alice")
 
 
-async def test_clear_removes_one_owners_records_and_nothing_of_another(kernel: Kernel) -> None:
+async def test_forget_removes_one_owners_records_and_nothing_of_another(kernel: Kernel) -> None:
     profile = access(kernel)
     for owner in ("alice", "bob"):
         await profile.write(Quota, owner, 1)
@@ -117,7 +117,7 @@ class Forget(Plugin):
         return None
 
 
-async def test_inside_a_hook_list_and_clear_go_through_the_hooks_buffer(tmp_path: Path) -> None:
+async def test_inside_a_hook_list_and_forget_go_through_the_hooks_buffer(tmp_path: Path) -> None:
     async with SqliteProfileStore(tmp_path / "profiles.db") as store:
         forget = Forget()
         kernel = Kernel([Keys(Prefs, Quota, Notes, id="profiles"), forget], profile_store=store)
@@ -128,7 +128,7 @@ async def test_inside_a_hook_list_and_clear_go_through_the_hooks_buffer(tmp_path
         assert await access(kernel).list("alice") == {}  # the deletes applied at the commit
 
 
-async def test_a_read_only_view_refuses_clear_and_lists_fine(kernel: Kernel) -> None:
+async def test_a_read_only_view_refuses_forget_and_lists_fine(kernel: Kernel) -> None:
     profile = access(kernel)
     await profile.write(Quota, "alice", 3)
     gate_view = profile.read_only("tool gates must not write")

@@ -15,6 +15,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
+pytestmark = pytest.mark.slow  # writer processes racing on one file
+
 COUNTER_WORKER = textwrap.dedent(
     """
     import asyncio, sys, time

@@ -116,6 +116,7 @@ def test_a_value_that_cannot_be_encoded_is_named() -> None:
         state.snapshot.state_hash()
 
 
+@pytest.mark.slow
 def test_the_hash_is_the_same_in_another_process_with_another_hash_seed() -> None:
     command = StateCommand().update(Tags, frozenset(f"tag{i}" for i in range(50)))
     here = _state(command.update(Scores, {f"k{i}": i for i in range(50)})).snapshot.state_hash()

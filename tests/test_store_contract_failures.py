@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the contract run by pytest in a process of its own
+
 TESTS = Path(__file__).resolve().parent
 PAGE = TESTS.parent / "docs" / "custom-stores.md"
 
@@ -121,6 +123,7 @@ def output(tmp_path_factory: pytest.TempPathFactory) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_only_the_broken_promises_fail(output: str) -> None:
     failed = set(re.findall(r"^FAILED test_wrong\.py::(\S+)", output, re.MULTILINE))
     assert failed == set(FAILURES), output

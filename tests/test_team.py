@@ -1167,6 +1167,7 @@ async def test_roster_changes_from_two_teams_at_once_are_all_kept(
             assert await one.send("user", "news", topic="again") == 1
 
 
+@pytest.mark.slow
 async def test_a_roster_that_keeps_changing_is_an_error_that_says_so() -> None:
     class Contended(MemoryProfileStore):
         contended = False
@@ -1603,6 +1604,7 @@ async def test_a_letter_to_an_agent_a_restore_dropped_after_it_was_sent_is_logge
     assert dropped == ["a letter from 'boss' to agent 'x' was dropped: the team no longer has it"]
 
 
+@pytest.mark.slow
 async def test_a_team_of_more_agents_than_one_process_keeps_inbox_heads_of_takes_mail_to_all() -> (
     None
 ):

@@ -13,12 +13,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import team_agents_process as agents_process
 import team_cut_process as cut_process
 from team_process import AGENTS, TEAM_ID, plan, roles
 
 from statekernel import AgentTeam, Decision, Message
 from statekernel.stores import SqliteProfileStore, SqliteThreadStore, open_stores
+
+pytestmark = pytest.mark.slow  # teams SIGKILLed at random points, trial after trial
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "team_process.py"

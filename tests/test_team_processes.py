@@ -16,6 +16,8 @@ from test_team_crashes import check_exactly_once, start_agents
 
 from statekernel.stores import open_stores
 
+pytestmark = pytest.mark.slow  # teams in two processes at once
+
 HERE = Path(__file__).parent
 
 

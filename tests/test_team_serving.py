@@ -186,6 +186,7 @@ async def test_wait_idle_does_not_wait_for_an_agent_waiting_on_a_decision() -> N
         assert [i.status for i in team.list_agents()] == ["done"]
 
 
+@pytest.mark.slow
 async def test_a_worker_that_joins_gets_a_share_of_the_agents() -> None:
     profiles, threads = MemoryProfileStore(), MemoryThreadStore()
     model = Overlaps(app.PlanModel())
@@ -323,6 +324,7 @@ class FlakyLeases(MemoryProfileStore):
         return await super().get(namespace, key)
 
 
+@pytest.mark.slow
 async def test_a_store_failure_in_a_look_is_said_once_and_the_worker_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -340,6 +342,7 @@ async def test_a_store_failure_in_a_look_is_said_once_and_the_worker_goes_on(
     assert history["statekernel.messages"][-1].content == "done"
 
 
+@pytest.mark.slow
 async def test_a_long_serving_worker_keeps_its_report_small() -> None:
     profiles, threads = MemoryProfileStore(), MemoryThreadStore()
     team = workers_team(profiles, threads, app.PlanModel())

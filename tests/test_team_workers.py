@@ -22,6 +22,8 @@ from workers import start_workers, stop_all
 from statekernel import AgentTeam
 from statekernel.stores import open_stores
 
+pytestmark = pytest.mark.slow  # workers in processes of their own
+
 
 def team_env(team_id: str, lease: float) -> dict[str, str]:
     return {"TEAM_WORKER_TEAM": team_id, "TEAM_WORKER_LEASE": str(lease)}

@@ -144,6 +144,7 @@ async def test_assert_deterministic_catches_hooks_that_depend_on_timing() -> Non
         await assert_deterministic([Greeter()], runs=1)
 
 
+@pytest.mark.slow
 def test_a_throwaway_postgres_whose_owner_is_killed_is_stopped_and_deleted(
     postgres_server: PostgresServer,  # skips (or fails, under .ci/run) without the binaries
 ) -> None:

@@ -500,6 +500,7 @@ async def test_a_head_or_snapshot_that_no_longer_decodes_names_the_thread(tmp_pa
         assert good is not None and good.values == FULL.snapshot
 
 
+@pytest.mark.slow
 def test_a_saved_thread_survives_into_a_new_process(tmp_path: Path) -> None:
     path = tmp_path / "handover.db"
     writer = textwrap.dedent(

@@ -17,6 +17,8 @@ from run_event_samples import First, Second
 from statekernel import GateRun, Kernel, Phase
 from statekernel.stores import SqliteThreadStore
 
+pytestmark = pytest.mark.slow  # the page is written by the command line, run as a process
+
 THREAD = "demo-thread"
 BLOCK_REASON = "publish needs stage REVIEWED (now DRAFT): call `review` first"
 
@@ -113,6 +115,7 @@ def test_an_unknown_thread_writes_no_page(traced: tuple[Path, Path], tmp_path: P
     assert not page.exists()
 
 
+@pytest.mark.slow
 def test_chromium_renders_the_trace_and_shows_the_state_on_click(
     traced: tuple[Path, Path], browser: Browser, tmp_path: Path
 ) -> None:

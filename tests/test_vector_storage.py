@@ -291,6 +291,7 @@ for grow in (
 """
 
 
+@pytest.mark.slow
 def test_shared_empty_storage_keeps_nothing_alive() -> None:
     # Empty vectors share storage; growing one must never park items in that shared
     # storage.  A fresh interpreter, because the first growth in a process is what counts.

@@ -26,9 +26,11 @@ from docs_page import python_blocks, rendered_text
 
 from statekernel.testing.postgres import PostgresServer
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # each page runs in a process of its own
+
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-RUNNER = Path(__file__).resolve().parent / "docs_page.py"
+RUNNER = ROOT / "tests" / "docs_page.py"
 PAGES = sorted(DOCS.glob("*.md"))
 # The pages that talk to a server, each run by a test of its own that starts it.
 SERVED = ("models.md", "observability.md", "postgres.md", "reference-testing.md")
@@ -163,7 +165,8 @@ def otlp_receiver() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
     received: list[tuple[str, bytes]] = []
     handler = type("Receiver", (_Receiver,), {"received": received})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the serving loop's next poll (0.5 s by default)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", received

@@ -28,7 +28,7 @@ import statekernel.plugins
 import statekernel.stores
 import statekernel.testing
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 PAGES: dict[ModuleType, str] = {
     statekernel: "reference.md",
@@ -125,6 +125,7 @@ def _is_public_submodule(path: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_every_documented_name_has_a_docstring(package: griffe.Object) -> None:
     """mkdocstrings shows a name with no docstring as its bare signature: say something."""
     bare = []
@@ -144,6 +145,7 @@ def test_the_user_api_page_documents_no_lowlevel_name() -> None:
     assert not documented & lowlevel_only
 
 
+@pytest.mark.slow
 def test_no_signature_shows_a_private_constant_as_a_default() -> None:
     """`snapshot_every: int = SNAPSHOT_EVERY` would send readers after a name they cannot
     look up: the site's Griffe extension shows the constant's value instead."""

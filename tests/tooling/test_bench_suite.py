@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # the benchmark suite, run as a process
+
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "benchmarks" / "suite.py"
 REPORT = ROOT / "benchmarks" / "report.py"
 WORKLOADS = {"hook_width", "state_size", "profile_store", "checkpoint"}

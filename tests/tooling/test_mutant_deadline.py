@@ -10,7 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+import pytest
+
+pytestmark = pytest.mark.slow  # pytest in a subprocess, waiting out deadlines
+
+TESTS = Path(__file__).resolve().parents[1]
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"]
 PYTEST += ["-o", "asyncio_mode=auto"]
 

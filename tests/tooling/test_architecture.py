@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The repository's kernel/, or statekernel/ in the mutation mirror laid out as the package
 # (there plugins/ and stores/ sit inside it, and are not kernel modules).
 KERNEL = ROOT / "kernel" if (ROOT / "kernel").is_dir() else ROOT / "statekernel"
