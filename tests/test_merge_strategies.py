@@ -101,6 +101,7 @@ async def _across_processes(strategy: MergeStrategy, path: Path) -> tuple[bool, 
         return conflicted, bool(run.rebases), await read(reader, "t", total)
 
 
+@pytest.mark.slow  # a process for each strategy
 @pytest.mark.parametrize("strategy", list(MergeStrategy), ids=lambda strategy: strategy.name)
 async def test_a_strategy_merges_in_a_phase_as_it_does_across_processes(
     strategy: MergeStrategy, tmp_path: Path
