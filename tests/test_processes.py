@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +104,12 @@ def _kill_trial(source: Path, workdir: Path, point: str) -> tuple[str, str, int]
 
 
 def test_an_approved_tool_killed_anywhere_never_runs_twice_and_is_never_lost(
-    tmp_path: Path,
+    tmp_path: Path, trials: Callable[[int, int], int]
 ) -> None:
     source = tmp_path / "suspended.db"
     suspended = child("run", str(source), "t", "pay", env={"PAYLOG": str(tmp_path / "none")})
     assert suspended["pending"] == ["call-0-pay"]
-    trials = [(KILL_POINTS[i % 3], tmp_path / f"trial{i}") for i in range(21)]
+    trials = [(KILL_POINTS[i % 3], tmp_path / f"trial{i}") for i in range(trials(21, 6))]
     for _, workdir in trials:
         workdir.mkdir()
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:

@@ -92,11 +92,12 @@ async def delivered(tmp: Path) -> tuple[dict[str, list[tuple[str | None, str]]],
 
 
 async def test_sigkilled_teams_deliver_every_message_exactly_once_in_sender_order(
-    tmp_path: Path,
+    tmp_path: Path, trials: Callable[[int, int], int]
 ) -> None:
     rng = random.Random(2026)
     kills = 0
-    for trial in range(10):
+    count = trials(10, 4)
+    for trial in range(count):
         tmp = tmp_path / f"trial-{trial}"
         tmp.mkdir()
         # an unhurried process does all its work in about 0.2 s after "started": kill it
@@ -116,7 +117,7 @@ async def test_sigkilled_teams_deliver_every_message_exactly_once_in_sender_orde
         assert all(verified), trial
         acked = (tmp / "acked.log").read_text().split()
         assert len(acked) == len(set(acked)) == MESSAGES
-    assert kills >= 10  # the processes were killed mid-work, not after they finished
+    assert kills >= count  # the processes were killed mid-work, not after they finished
 
 
 # -- agents that send through their own tool, as real agents do ------------------------------
@@ -180,21 +181,22 @@ async def check_exactly_once(db: str, seed: int) -> None:
 
 
 async def test_agents_that_send_through_their_tool_deliver_once_across_sigkills(
-    tmp_path: Path,
+    tmp_path: Path, trials: Callable[[int, int], int]
 ) -> None:
     """SIGKILL at random points, between steps too, while agents send through
     `send_message` with a model that picks fresh call ids; then the same program again,
     with nothing added for recovery."""
     rng = random.Random(4040)
     kills = 0
-    for trial in range(20):
+    count = trials(20, 6)
+    for trial in range(count):
         db = str(tmp_path / f"trial-{trial}.db")
         # unhurried, the work takes about 0.15 s after "started": kill within it
         kills += kill_then_finish(
             functools.partial(start_agents, db, trial), 1 + trial % 2, 0.15, rng
         )
         await check_exactly_once(db, trial)
-    assert kills >= 20  # the processes were killed mid-work, not after they finished
+    assert kills >= count  # the processes were killed mid-work, not after they finished
 
 
 # -- what a reopened team finds ----------------------------------------------------------------
