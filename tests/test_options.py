@@ -10,6 +10,7 @@ starts with the option's name, then says what was given and what the option take
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,13 @@ from statekernel import (
     StateError,
 )
 from statekernel.models import OpenAIChatModel
-from statekernel.stores import MemoryProfileStore, SqliteProfileStore, SqliteThreadStore
+from statekernel.stores import (
+    MemoryProfileStore,
+    PostgresProfileStore,
+    PostgresThreadStore,
+    SqliteProfileStore,
+    SqliteThreadStore,
+)
 
 
 def kernel(**kw: Any) -> object:
@@ -180,3 +187,11 @@ async def test_a_team_gives_every_agent_its_phase_listener_and_phase_rounds() ->
         assert {the_team.agent(r).kernel.max_phase_rounds for r in roles} == {3}
     assert {name for name, _ in seen} == {"a", "b"}
     assert ("a", "RUN_END") in seen and ("b", "RUN_START") in seen
+
+
+@pytest.mark.parametrize("option", ["retry_for", "call_timeout"])
+@pytest.mark.parametrize("value", [math.nan, -1, True, "30"])
+def test_a_postgresql_store_refuses_a_time_that_is_not_one(option: str, value: object) -> None:
+    for store in (PostgresProfileStore, PostgresThreadStore):
+        with pytest.raises(ValueError, match=f"{option} must be a number of seconds >= 0"):
+            store("postgresql://app@127.0.0.1/db", **{option: value})

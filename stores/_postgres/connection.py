@@ -39,6 +39,7 @@ import contextvars
 import enum
 import hashlib
 import logging
+import math
 import random
 import time
 import urllib.parse
@@ -353,7 +354,12 @@ class PostgresConnection:
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}")
         for name, seconds in (("retry_for", retry_for), ("call_timeout", call_timeout)):
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or math.isnan(seconds)
+                or seconds < 0
+            ):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {seconds!r}")
         if call_timeout == 0:
             raise ValueError("call_timeout must be more than 0 seconds: every call needs some")
