@@ -307,13 +307,13 @@ class Agent:
         live = self._turns.live(thread_id)
         if live is not None and live.waits_for(asyncio.current_task()):
             return ()  # its own run asks: running, so not suspended (a turn would never come)
-        async with self._turns.turn(thread_id):
-            detail = await self.kernel.suspension(thread_id)
-        return () if detail is None else Suspension.decode(detail).pending
+        saved = await self._saved(thread_id)
+        return () if saved is None else saved[1]
 
     async def _saved(self, thread_id: str) -> tuple[Snapshot, tuple[PendingCall, ...]] | None:
-        """The thread as last saved and the calls its suspended run waits on (`pending`), or
-        None for a thread nothing saved: a team's look at an agent between its runs."""
+        """The thread as last saved and the calls its suspended run waits on, or None for a
+        thread nothing saved: what `pending` says, and what a team's look at an agent
+        between its runs reads (in the thread's turn, so never beside its run)."""
         async with self._turns.turn(thread_id):
             found = await self.kernel._saved(thread_id)
         if found is None:

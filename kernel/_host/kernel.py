@@ -291,12 +291,13 @@ class Kernel:
 
     async def _saved(self, thread_id: str) -> tuple[Snapshot, bytes | None] | None:
         """The thread keys as last saved and its suspended run's detail (None: none), or
-        None for a thread nothing saved: what `get_state` and `suspension` say, for a team
-        looking at an agent before its next run. Read through the home, so a thread this
-        kernel saved last costs a head read, not a load and a replay."""
+        None for a thread nothing saved (no commit, no suspended run): what `suspension`
+        says, with the state a team's look at an agent between its runs wants. Read through
+        the home, so a thread this kernel saved or loaded last costs a head read, not a load
+        and a replay."""
         thread = await self._home.claim(thread_id)
         try:
-            if thread.revision == 0:
+            if thread.revision == 0 and thread.suspended is None:
                 return None
             detail = None if thread.suspended is None else thread.suspended.detail
             values = immutables.Map(thread.values)
@@ -310,11 +311,8 @@ class Kernel:
         suspended run (or is unknown). Changes nothing.
 
         Raises `StateError` while this kernel has a live run on the thread."""
-        thread = await self._home.claim(thread_id)
-        try:
-            return None if thread.suspended is None else thread.suspended.detail
-        finally:
-            self._home.release(thread_id)
+        saved = await self._saved(thread_id)
+        return None if saved is None else saved[1]
 
     # -- the journal: history, time travel, outside commits --------------------------------
 
