@@ -317,21 +317,8 @@ class PhaseEngine:
         hook that is deferred or fails can be dropped without touching anyone else's."""
         if self._profile is None:
             return [context] * count
-        c = context  # built directly: replace() costs more, per hook
-        return [
-            PhaseContext(
-                c.phase,
-                c.run,
-                c.agent,
-                c.snapshot,
-                c.messages,
-                self._profile.buffered(),
-                c.tool_call,
-                c.response,
-                c.tool_result,
-            )
-            for _ in range(count)
-        ]
+        replace = msgspec.structs.replace
+        return [replace(context, profile=self._profile.buffered()) for _ in range(count)]
 
     async def _settle_conflicts(
         self,
@@ -362,9 +349,11 @@ class PhaseEngine:
             tally.reruns += (hook.plugin,)
             rerun_context = msgspec.structs.replace(context, snapshot=staged.snapshot)
             (fresh,) = self._hook_contexts(rerun_context, 1)
-            result = await _call_one(hook, fresh)
+            results, waiting = _call_hooks((hook,), (fresh,), context.phase)
+            if waiting:
+                await _settle((hook,), results, waiting, context.phase)
             rerun_contexts.append(fresh)
-            rerun = self._contribution(hook, result, context.phase)
+            rerun = self._contribution(hook, results[0], context.phase)
             if rerun is not None:
                 self._check_handlers(rerun)
                 done.append(((rerun,), staged.commit((rerun,))))
@@ -373,9 +362,8 @@ class PhaseEngine:
         await self._after_commits(done, [*kept_contexts, *rerun_contexts], tally)
 
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
-        """The hook's result as a contribution; None for nothing to commit or dispatch."""
-        if type(result) is StateCommand and result.patch.ops:  # the common case, first
-            return Contribution(hook.plugin, result)
+        """The hook's result as a contribution, checked; None for nothing to commit or
+        dispatch. (`_kept` takes a command with ops without asking: the common case.)"""
         command = checked(
             result,
             (StateCommand,),
@@ -606,18 +594,6 @@ def _call_hooks(
             waiting.append(len(results))
         results.append(result)
     return results, waiting
-
-
-async def _call_one(hook: Registered, context: PhaseContext) -> Any:
-    """Call one hook (a deferred hook's re-run) and await its result if it has to be."""
-    try:
-        result = hook.function(context)
-        waits = hook.is_async or inspect.isawaitable(result)
-        if result is not None and type(result) is not StateCommand and waits:
-            result = await result
-    except Exception as error:
-        reraise(hook.plugin, context.phase, error)
-    return result
 
 
 async def _settle(
