@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from journal_samples import Count, plugins
-from samples import Ends, Hooks, answered
+from samples import Ends, Hooks, answered, read
 
 from statekernel import (
     Agent,
@@ -18,6 +18,7 @@ from statekernel import (
     InferenceResponse,
     Kernel,
     PhaseContext,
+    Retention,
     ScriptedModel,
     StateCommand,
     Suspend,
@@ -485,3 +486,64 @@ async def test_a_cancel_during_a_small_save_lands_the_save_first(tmp_path: Path)
         assert stored is not None and stored.revision == 2
         assert run.saves == 2
         await run.abandon()
+
+
+async def test_an_update_state_cancelled_during_its_save_lands_it_and_raises(
+    tmp_path: Path,
+) -> None:
+    """The commit is in the store, and the caller still learns of the cancellation."""
+    async with CancellingStore(tmp_path / "t.db") as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        assert await kernel.update_state("t", StateCommand().update(Count, 1)) == 1
+        store.at = store.saves + 1
+        store.task = asyncio.ensure_future(
+            kernel.update_state("t", StateCommand().update(Count, 2))
+        )
+        with pytest.raises(asyncio.CancelledError):
+            await store.task
+        store.task = None
+        stored = await store.load("t")
+        assert stored is not None and stored.revision == 2
+        assert await kernel.update_state("t", StateCommand().update(Count, 4)) == 3
+        assert await read(kernel, "t", Count) == 7
+        assert (await kernel.verify("t")).ok
+
+
+class PruneCancellingStore(SqliteThreadStore):
+    """Cancels `task` while retention prunes the thread (after a save that landed)."""
+
+    task: asyncio.Task[Any] | None = None
+
+    async def prune(self, thread_id: str, *, before: int) -> None:
+        if self.task is not None:
+            asyncio.get_running_loop().call_soon(self.task.cancel)
+            await asyncio.sleep(0)
+        await super().prune(thread_id, before=before)
+
+
+async def test_a_cancel_while_retention_prunes_after_a_save_keeps_the_save_noted(
+    tmp_path: Path,
+) -> None:
+    async with PruneCancellingStore(tmp_path / "t.db") as store:
+        kernel = Kernel(
+            plugins(), thread_store=store, snapshot_every=2, retention=Retention(revisions=1)
+        )
+        run = await kernel.start_run("t")
+        for _ in range(2):
+            await run.submit(StateCommand().update(Count, 1))
+        await run.checkpoint()  # a snapshot at 2: nothing older to prune yet
+        for _ in range(2):
+            await run.submit(StateCommand().update(Count, 1))
+        store.task = asyncio.current_task()
+        assert store.task is not None
+        with pytest.raises(asyncio.CancelledError):
+            await run.checkpoint()  # a snapshot at 4: retention prunes before 2
+        store.task.uncancel()
+        store.task = None
+        assert run.saves == 2  # the run noted the save that landed
+        stored = await store.load("t")
+        assert stored is not None and stored.revision == 4
+        await run.submit(StateCommand().update(Count, 1))
+        await run.finish()  # its commits are not sent again: no conflict
+        assert await read(kernel, "t", Count) == 5
+        assert (await kernel.verify("t")).ok

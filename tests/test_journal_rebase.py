@@ -244,6 +244,7 @@ async def test_a_rebase_cut_short_by_a_cancel_still_moves_the_run_on() -> None:
     task.uncancel()
     assert (second.revision, second.snapshot.get(Count)) == (3, 16)
     assert [r.onto for r in second.rebases] == [2]
+    assert second.identity.run_id == second.rebases[0].run_id == "t:run-3"  # renamed, too
     await second.submit(StateCommand().update(Count, 7))
     await second.finish()
     reader = Kernel(plugins(), thread_store=store)

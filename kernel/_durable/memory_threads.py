@@ -8,7 +8,7 @@ replays a bounded tail. History reads the same lists (`MemoryJournal`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -17,10 +17,10 @@ from .._engine.registry import KeyBinding, KeyRegistry
 from .._values.declared_types import copy_of
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent
-from .journal import CommitRecord, Journaled, RunJournal
+from .journal import CommitRecord, RunJournal
 from .replay import hash_of
 from .retention import Retention
-from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, Rebased, ReplayBase, SuspendedRun
+from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, ReplayBase, Saved, SaveRequest
 
 __all__ = ["MAX_EVENTS", "MemoryThreads"]
 
@@ -85,19 +85,12 @@ class MemoryThreads:
     def run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
         return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, persistent_only=False)
 
-    async def save(
-        self,
-        thread_id: str,
-        values: Mapping[str, Any],
-        *,
-        revision: int,
-        touched: frozenset[str],
-        journaled: Journaled,
-        suspended: SuspendedRun | None = None,
-        on_saved: Callable[[Rebased | None], None] | None = None,
-    ) -> None:
+    async def save(self, request: SaveRequest) -> Saved:
+        """Keep the run's records and values; nothing else saves here, so a save never
+        rebases, and nothing in it waits, so no cancellation can come during it."""
+        thread_id, revision, journaled = request.thread_id, request.revision, request.journaled
         kept = self._threads[thread_id]
-        thread_values, run_values = _split_by_scope(self._registry, values)
+        thread_values, run_values = _split_by_scope(self._registry, request.values)
         records = journaled.records
         kept.records.extend(records)
         kept.values_at.update(journaled.held)
@@ -111,10 +104,9 @@ class MemoryThreads:
             before = self._retention.prune_before(revision)
             if before is not None:
                 await self.prune(thread_id, before=before)
-        kept.held.note_saved(thread_values, run_values, revision, suspended)
+        kept.held.note_saved(thread_values, run_values, revision, request.suspended)
         kept.saved = True
-        if on_saved is not None:
-            on_saved(None)
+        return Saved(revision)
 
     async def read_as(self, thread_id: str, binding: KeyBinding) -> Any:
         # Values are held decoded with this kernel's declarations: the one held is it.

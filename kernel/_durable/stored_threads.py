@@ -28,7 +28,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -41,7 +41,7 @@ from .._values.codec import CODEC_ERRORS
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent, decode_run_events, encode_run_events
 from .chain import START, Chain, ChainKey, chain_records, link_of, read_head_seal, seal_snapshot
-from .journal import CommitRecord, Journaled, JournalOp, RunJournal
+from .journal import CommitRecord, JournalOp, RunJournal
 from .key_codec import EncodeCache, encode_scope
 from .rebase import Rebase, commutes, merged, renumbered, renumbered_events
 from .retention import Retention
@@ -65,7 +65,7 @@ from .thread_snapshots import (
     whole_snapshot,
     write_snapshot,
 )
-from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, Rebased, SuspendedRun
+from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, Rebased, Saved, SaveRequest
 
 __all__ = ["SNAPSHOT_BYTES", "StoredThreads"]
 
@@ -236,59 +236,43 @@ class StoredThreads:
 
     # -- saving ----------------------------------------------------------------------------
 
-    async def save(
-        self,
-        thread_id: str,
-        values: Mapping[str, Any],
-        *,
-        revision: int,
-        touched: frozenset[str],
-        journaled: Journaled,
-        suspended: SuspendedRun | None = None,
-        on_saved: Callable[[Rebased | None], None] | None = None,
-    ) -> Rebased | None:
+    async def save(self, request: SaveRequest) -> Saved:
         """Append the run's records, with a snapshot of the persistent thread keys when the
         policy says so (`_snapshot_due`) or a key needs one (`_snapshot_needs`).
 
         Only what this save writes is looked at, so its cost follows what changed, not how
         many keys the thread holds. A save another kernel's overtook rebases when its
-        commits only commute (`_rebase`), else it is a `RevisionConflict`.
+        commits only commute (`_rebase`), else it is a `RevisionConflict`. Once it has
+        landed, a cancellation is reported, not raised (`ThreadHome.save`): one that
+        arrived while the store wrote it, or while retention pruned after it.
         """
+        thread_id = request.thread_id
         kept = self._threads[thread_id]
         if kept.unsettled:
             raise StoreError("thread save", RuntimeError(_UNSETTLED), key=thread_id)
         rebased = None
         try:
-            landed = await self._land(
-                thread_id, kept, values, revision, touched, journaled, suspended
-            )
+            landed = await self._land(kept, request)
         except RevisionConflict as conflict:
-            if not _may_rebase(self._registry, kept, journaled, suspended):
+            if not _may_rebase(self._registry, kept, request):
                 raise
-            found = await self._rebase(thread_id, kept, values, touched, journaled)
+            found = await self._rebase(kept, request)
             if found is None:
                 raise conflict from None
             rebased, landed = found
-            revision = rebased.report.revision
-        if on_saved is not None:  # (before a cancellation is raised: the save has landed)
-            on_saved(rebased)
-        if landed.interrupted:
-            raise asyncio.CancelledError
-        if landed.snapshot:
-            await self._retain(thread_id, revision)
-        return rebased
+        revision = request.revision if rebased is None else rebased.report.revision
+        cancelled = landed.interrupted
+        if landed.snapshot and not cancelled:
+            try:
+                await self._retain(thread_id, revision)
+            except asyncio.CancelledError:
+                cancelled = True  # it landed all the same; the next snapshot prunes
+        return Saved(revision, rebased, cancelled=cancelled)
 
-    async def _land(
-        self,
-        thread_id: str,
-        kept: StoredThread,
-        values: Mapping[str, Any],
-        revision: int,
-        touched: frozenset[str],
-        journaled: Journaled,
-        suspended: SuspendedRun | None,
-    ) -> _Landed:
+    async def _land(self, kept: StoredThread, request: SaveRequest) -> _Landed:
         """Write one save on top of what `kept` knows of the store, and note it there."""
+        thread_id, values, revision = request.thread_id, request.values, request.revision
+        touched, journaled, suspended = request.touched, request.journaled, request.suspended
         records = _with_drop_clears(kept.dropped, journaled.records)
         chain = kept.chain
         if kept.position == 0 and self._key is not None:  # a thread it starts: keyed
@@ -345,12 +329,7 @@ class StoredThreads:
         return _Landed(interrupted, snapshot is not None)
 
     async def _rebase(
-        self,
-        thread_id: str,
-        kept: StoredThread,
-        values: Mapping[str, Any],
-        touched: frozenset[str],
-        journaled: Journaled,
+        self, kept: StoredThread, request: SaveRequest
     ) -> tuple[Rebased, _Landed] | None:
         """Land the save after the newer head: read what the other kernels saved since
         (`load_newer`: only the records after this one's revision, when it can), apply this
@@ -360,6 +339,7 @@ class StoredThreads:
         `REBASE_FOR` seconds; then a `RevisionConflict` says how many times it tried.
         Nothing of it is stored unless the whole lands. None: not a case for a rebase (the
         thread was deleted, or a run is suspended on it)."""
+        thread_id, journaled = request.thread_id, request.journaled
         registry = self._registry
         number = kept.held.runs  # this run's number, as it counted itself
         original = journaled.records[0].run_id if journaled.records else None
@@ -401,9 +381,10 @@ class StoredThreads:
             shift = onto - journaled.records[0].revision + 1 if journaled.records else 0
             events = renumbered_events(journaled.events, shift, run_id)
             moved = attrs.evolve(journaled, records=records, whole=whole, events=events)
-            all_values = {**values, **_named(thread_values, registry.stored_names)}
+            all_values = {**request.values, **_named(thread_values, registry.stored_names)}
+            onto_newer = attrs.evolve(request, values=all_values, revision=head, journaled=moved)
             try:
-                landed = await self._land(thread_id, newer, all_values, head, touched, moved, None)
+                landed = await self._land(newer, onto_newer)
             except RevisionConflict as overtaken:
                 kept = newer
                 took = time.monotonic() - began
@@ -533,7 +514,7 @@ class StoredThreads:
 
     async def _write(self, thread_id: str, save: ThreadSave, position: int) -> bool:
         """Write `save` if the store is still at `position`; returns whether a cancellation
-        arrived meanwhile (to be raised once the save is noted).
+        arrived meanwhile (reported in `Saved`, raised by the caller once it noted the save).
 
         A save cancelled half-way may still commit (a SQLite write runs in its own thread):
         this waits for it, so that what is noted is what the store has, but no longer than
@@ -663,16 +644,12 @@ class StoredThreads:
             kept.whole = [r for r in kept.whole if r.revision > snapshot.revision]
 
 
-def _may_rebase(
-    registry: KeyRegistry,
-    kept: StoredThread,
-    journaled: Journaled,
-    suspended: SuspendedRun | None,
-) -> bool:
+def _may_rebase(registry: KeyRegistry, kept: StoredThread, request: SaveRequest) -> bool:
     """Whether a stale save may land after the newer head: it carries commits, every op of
     which commutes (`rebase.commutes`), and no suspension. (A save of nothing but a run
     ending has nothing to merge, and stays a conflict, so a stale run learns it was.)"""
-    records = journaled.records
+    records = request.journaled.records
+    suspended = request.suspended
     return bool(records) and suspended is None and not kept.dropped and commutes(registry, records)
 
 
@@ -697,7 +674,7 @@ def _overtaken(expected: int, actual: int, attempts: int, took: float) -> Revisi
 
 @attrs.frozen
 class _Landed:
-    interrupted: bool  # a cancellation arrived while it was written: raise it once noted
+    interrupted: bool  # a cancellation arrived while it was written (`Saved.cancelled`)
     snapshot: bool  # it wrote a snapshot (so retention may prune)
 
 

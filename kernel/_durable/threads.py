@@ -11,12 +11,14 @@ where they die with it. So no other module asks whether there is a store: the ru
 history are written once, against this interface.
 
 What both hand a run is a `HeldThread`: its values, revision, run count, and a suspended
-run's record and run keys. What each keeps besides is its own.
+run's record and run keys. What each keeps besides is its own. A save goes in as a
+`SaveRequest` and comes back as a `Saved`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -36,6 +38,8 @@ __all__ = [
     "PendingAction",
     "Rebased",
     "ReplayBase",
+    "SaveRequest",
+    "Saved",
     "SuspendedRun",
     "ThreadHome",
     "ThreadJournal",
@@ -118,6 +122,46 @@ class Rebased:
 
     report: Rebase
     values: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class SaveRequest:
+    """One save of a claimed thread (`ThreadHome.save`): its commits since its last save,
+    and where it stands.
+
+    `values` are the run's values at `revision`, `journaled` its commits since the last
+    save, `touched` the keys it wrote (what it replaced of `ThreadHome.set_aside`). With
+    `suspended`, the run keys in `values` are saved too, with the record.
+    """
+
+    thread_id: str
+    values: Mapping[str, Any]
+    revision: int
+    touched: frozenset[str]
+    journaled: Journaled
+    suspended: SuspendedRun | None = None
+
+
+@attrs.frozen
+class Saved:
+    """What became of a save that landed (`ThreadHome.save`).
+
+    `revision` is where the thread now stands: the request's own, or, when the save
+    landed after another kernel's, where its commits end on the new head (`rebased` then
+    says how, else it is None). `cancelled`: the caller was cancelled once the save was
+    under way (while the store wrote it, or pruned after it); the caller raises that
+    cancellation (`raise_cancellation`) once it has noted the save.
+    """
+
+    revision: int
+    rebased: Rebased | None = None
+    cancelled: bool = False
+
+    def raise_cancellation(self) -> None:
+        """Raise the cancellation that arrived during the save, if one did: the caller's
+        last step, once it has taken note of the save."""
+        if self.cancelled:
+            raise asyncio.CancelledError
 
 
 @attrs.define
@@ -241,27 +285,26 @@ class ThreadHome(Protocol):
         """How a run's (or an outside commit's) ops are journaled for this home."""
         ...
 
-    async def save(
-        self,
-        thread_id: str,
-        values: Mapping[str, Any],
-        *,
-        revision: int,
-        touched: frozenset[str],
-        journaled: Journaled,
-        suspended: SuspendedRun | None = None,
-        on_saved: Callable[[Rebased | None], None] | None = None,
-    ) -> Rebased | None:
-        """Save a claimed thread's commits since its last save and where it stands; a
-        save that rebased after another kernel's says how (`Rebased`).
+    async def save(self, request: SaveRequest) -> Saved:
+        """Save a claimed thread's commits since its last save and where it stands
+        (`SaveRequest`); returns where the save landed, and how, when it rebased after
+        another kernel's (`Saved`).
 
-        `values` are the run's values at `revision`, `journaled` its commits since the last
-        save, `touched` the keys it wrote (what it replaced of `set_aside`). With
-        `suspended`, the run keys are saved too, with the record. Raises before changing
-        anything if a value cannot be saved; the run then stays open, so the caller can
-        still end it cleanly. `on_saved(rebased)` is called once the save is done and noted
-        (with how it rebased, or None), before anything else can happen (also when a
-        cancellation arrived during the save: it is raised after).
+        Raises before changing anything if a value cannot be saved; the run then stays
+        open, so the caller can still end it cleanly.
+
+        A save that landed returns, even when its caller was cancelled meanwhile: the
+        cancellation is then reported (`Saved.cancelled`), not raised, and the caller
+        raises it (`Saved.raise_cancellation`) once it has noted the save. A store write
+        cut short by a cancellation may commit anyway, so the home waits for its answer
+        (`through_cancellation`); were the cancellation raised from here, the caller would
+        never learn that its commits are in the store: it would hold them as unsaved and
+        send them again, and a rebased run would not move on to the new head and run id.
+        Handing the outcome back, rather than calling the caller back before raising,
+        keeps the noting in the caller, in plain sight, and nothing can come between: no
+        `await` separates the return from the caller's next line. What did not land still
+        raises: a cancellation before the write, or one the store did not answer in time
+        (the thread is then unsettled, and the run saves nothing more).
         """
         ...
 

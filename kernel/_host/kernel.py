@@ -28,7 +28,7 @@ from .._durable.threads import (
     SNAPSHOT_EVERY,
     HeldThread,
     PendingAction,
-    Rebased,
+    SaveRequest,
     ThreadHome,
     check_thread_id,
 )
@@ -496,21 +496,17 @@ class Kernel:
             if set_aside:
                 state.track_touched()
             state.commit((Contribution(None, command, "external"),))
-            landed: list[int] = [state.revision]
-
-            def saved(rebased: Rebased | None) -> None:
-                if rebased is not None:  # it landed after another kernel's save
-                    landed[0] = rebased.report.revision
-
-            await self._home.save(
-                thread_id,
-                state.stored_values(),
-                revision=state.revision,
-                touched=state.touched_names,
-                journaled=journal.journaled(state.pending_commits()),
-                on_saved=saved,
+            saved = await self._home.save(
+                SaveRequest(
+                    thread_id=thread_id,
+                    values=state.stored_values(),
+                    revision=state.revision,
+                    touched=state.touched_names,
+                    journaled=journal.journaled(state.pending_commits()),
+                )
             )
-            return landed[0]
+            saved.raise_cancellation()  # it landed, but the caller was cancelled meanwhile
+            return saved.revision  # after another kernel's save, if it rebased
         finally:
             self._home.release(thread_id)
 

@@ -20,7 +20,7 @@ import msgspec
 
 from .._durable.journal import CommitRecord, RunJournal
 from .._durable.rebase import Rebase
-from .._durable.threads import PendingAction, Rebased, SuspendedRun, ThreadHome
+from .._durable.threads import PendingAction, SaveRequest, SuspendedRun, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from .._engine.invoke import call, checked, outcome
@@ -87,30 +87,29 @@ class Lease:
     async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
         """Save the run's commits since the last save; one that rebased after another
         kernel's moves the run on to the new head (and, if that run took this one's number,
-        to a new run id)."""
+        to a new run id). A cancellation during a save that landed is raised once the run
+        has noted the save (`ThreadHome.save`)."""
         pending = state.pending_commits()
-
         journaled = self.journal.journaled(pending)
-
-        def saved(rebased: Rebased | None) -> None:  # durable now, even if cancelled after
-            state.forget_commits(len(pending))
-            self.journal.forget_events(len(journaled.events))
-            self.saves += 1
-            if rebased is not None:
-                state.rebase(rebased.values, rebased.report.revision)
-                self.rebases.append(rebased.report)
-                if rebased.report.run_id is not None:
-                    self.journal.rename(rebased.report.run_id)
-
-        await self.home.save(
-            self.thread_id,
-            state.stored_values(),
-            revision=state.revision,
-            touched=state.touched_names,
-            journaled=journaled,
-            suspended=suspended,
-            on_saved=saved,
+        saved = await self.home.save(
+            SaveRequest(
+                thread_id=self.thread_id,
+                values=state.stored_values(),
+                revision=state.revision,
+                touched=state.touched_names,
+                journaled=journaled,
+                suspended=suspended,
+            )
         )
+        state.forget_commits(len(pending))  # durable now, even if cancelled meanwhile
+        self.journal.forget_events(len(journaled.events))
+        self.saves += 1
+        if (rebased := saved.rebased) is not None:
+            state.rebase(rebased.values, saved.revision)
+            self.rebases.append(rebased.report)
+            if rebased.report.run_id is not None:
+                self.journal.rename(rebased.report.run_id)
+        saved.raise_cancellation()
 
     def release(self) -> None:
         self.home.release(self.thread_id)
@@ -205,10 +204,12 @@ class Run:
         return tuple(self._lease.rebases)
 
     async def _save(self, suspended: SuspendedRun | None = None) -> None:
-        await self._lease.save(self._state, suspended)
-        run_id = self._lease.journal.run_id
-        if run_id is not None and run_id != self.identity.run_id:
-            self.identity = attrs.evolve(self.identity, run_id=run_id)
+        try:
+            await self._lease.save(self._state, suspended)
+        finally:  # a save that landed renamed the run, even if a cancellation came after
+            run_id = self._lease.journal.run_id
+            if run_id is not None and run_id != self.identity.run_id:
+                self.identity = attrs.evolve(self.identity, run_id=run_id)
 
     @property
     def durable(self) -> bool:
