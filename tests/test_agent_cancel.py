@@ -21,6 +21,7 @@ from statekernel import (
     Retention,
     ScriptedModel,
     StateCommand,
+    StateError,
     Suspend,
     ToolCall,
     ToolCallStatus,
@@ -546,4 +547,25 @@ async def test_a_cancel_while_retention_prunes_after_a_save_keeps_the_save_noted
         await run.submit(StateCommand().update(Count, 1))
         await run.finish()  # its commits are not sent again: no conflict
         assert await read(kernel, "t", Count) == 5
+        assert (await kernel.verify("t")).ok
+
+
+async def test_a_suspend_cancelled_during_its_save_still_releases_the_run(tmp_path: Path) -> None:
+    """The suspended run is in the store, so the run is over here: its thread can be resumed
+    at once, and the caller still learns of the cancellation."""
+    async with CancellingStore(tmp_path / "t.db") as store:
+        kernel = Kernel(plugins(), thread_store=store)
+        run = await kernel.start_run("t")
+        await run.submit(StateCommand().update(Count, 3))
+        store.at = store.saves + 1
+        store.task = asyncio.ensure_future(run.suspend(b"waiting"))
+        with pytest.raises(asyncio.CancelledError):
+            await store.task
+        store.task = None
+        with pytest.raises(StateError, match="finished"):
+            await run.submit(StateCommand().update(Count, 1))
+        resumed, detail = await kernel.resume_run("t")
+        assert detail == b"waiting"
+        assert resumed.snapshot.get(Count) == 3
+        await resumed.finish()
         assert (await kernel.verify("t")).ok

@@ -20,7 +20,7 @@ import msgspec
 
 from .._durable.journal import CommitRecord, RunJournal
 from .._durable.rebase import Rebase
-from .._durable.threads import PendingAction, SaveRequest, SuspendedRun, ThreadHome
+from .._durable.threads import PendingAction, Saved, SaveRequest, SuspendedRun, ThreadHome
 from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from .._engine.invoke import call, checked, outcome
@@ -84,11 +84,12 @@ class Lease:
     saves: int = 0
     rebases: list[Rebase] = attrs.field(factory=list)
 
-    async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> None:
+    async def save(self, state: LiveState, suspended: SuspendedRun | None = None) -> Saved:
         """Save the run's commits since the last save; one that rebased after another
         kernel's moves the run on to the new head (and, if that run took this one's number,
-        to a new run id). A cancellation during a save that landed is raised once the run
-        has noted the save (`ThreadHome.save`)."""
+        to a new run id). A cancellation during a save that landed is not raised here: the
+        caller raises it (`Saved.raise_cancellation`) once it has done what follows the save
+        (a suspended run is released first)."""
         pending = state.pending_commits()
         journaled = self.journal.journaled(pending)
         saved = await self.home.save(
@@ -109,7 +110,7 @@ class Lease:
             self.rebases.append(rebased.report)
             if rebased.report.run_id is not None:
                 self.journal.rename(rebased.report.run_id)
-        saved.raise_cancellation()
+        return saved
 
     def release(self) -> None:
         self.home.release(self.thread_id)
@@ -203,13 +204,14 @@ class Run:
         commutes](durability.md#saves-that-merge-what-commutes)."""
         return tuple(self._lease.rebases)
 
-    async def _save(self, suspended: SuspendedRun | None = None) -> None:
-        try:
-            await self._lease.save(self._state, suspended)
-        finally:  # a save that landed renamed the run, even if a cancellation came after
-            run_id = self._lease.journal.run_id
-            if run_id is not None and run_id != self.identity.run_id:
-                self.identity = attrs.evolve(self.identity, run_id=run_id)
+    async def _save(self, suspended: SuspendedRun | None = None) -> Saved:
+        """Save, and take the run id a rebase gave the run's commits; a cancellation that
+        came during a save that landed is the caller's to raise (`Lease.save`)."""
+        saved = await self._lease.save(self._state, suspended)
+        run_id = self._lease.journal.run_id
+        if run_id is not None and run_id != self.identity.run_id:
+            self.identity = attrs.evolve(self.identity, run_id=run_id)
+        return saved
 
     @property
     def durable(self) -> bool:
@@ -631,7 +633,8 @@ class Run:
         self._check_open()
         record = self._suspended_record(resumable) if resumable is not None else None
         async with self._lock:
-            await self._save(record)
+            saved = await self._save(record)
+        saved.raise_cancellation()
 
     async def finish(self, **fields: Any) -> PhaseReport:
         """Run `RUN_END`, save the thread keys and close the run.
@@ -655,8 +658,9 @@ class Run:
         self._check_open()
         record = self._suspended_record(detail)
         async with self._lock:
-            await self._lease.save(self._state, record)  # on failure the run stays open
-        self._release("suspended")
+            saved = await self._save(record)  # on failure the run stays open
+        self._release("suspended")  # it landed: the run is suspended, cancelled or not
+        saved.raise_cancellation()
 
     def _suspended_record(self, detail: bytes) -> SuspendedRun:
         actions = tuple(
@@ -710,7 +714,8 @@ class Run:
         try:
             if save:
                 async with self._lock:
-                    await self._save()
+                    saved = await self._save()
+                saved.raise_cancellation()
         finally:
             self._release("finished")
 
