@@ -210,7 +210,8 @@ class OpWriter(abc.ABC):
         out: the commit refuses it, and with it what was written here.)
 
         This runs on every commit. An update of a key journaled as it is (its route is its
-        key string) is encoded right here; every other op goes to `_write`.
+        key string) is encoded right here; every other op goes to `_write`, as does a key's
+        first op, once its route is worked out (`_route`).
         """
         routes = self.routes
         hook_sources = self.hook_sources
@@ -229,14 +230,14 @@ class OpWriter(abc.ABC):
             sources.append(source)
             for key, update in applied:
                 route = routes.get(key)
-                if route is None:
-                    route = self._route(key)
                 if type(route) is str and thread_ops is None and update is not CLEAR:
                     try:  # a key journaled as it is: the common case
                         keep(JournalOp(route, "update", encode_update(update)))
                         continue
                     except CODEC_ERRORS:
                         pass  # `_write` journals it as a value without bytes
+                elif route is None:  # a key first seen
+                    route = self._route(key)
                 if route is not Route.SKIP:
                     thread_ops = self._write(route, key, update, ops, thread_ops, failed)
         return PendingCommit(
