@@ -134,6 +134,24 @@ async def test_an_unencodable_value_without_a_store_is_held_and_travels_back() -
     assert (await kernel.state_at("copy", 1)).get(Blob) == thing
 
 
+async def test_with_a_record_listener_an_unencodable_value_of_a_stored_key_is_still_refused(
+    thread_store: ThreadStore,
+) -> None:
+    """A listener has the run write every op, yet the thread is still the store's: a value
+    it could never keep is refused at its commit, as without one."""
+    kernel = Kernel([Keys(Blob)], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    heard: list[CommitRecord] = []
+    run.add_record_listener(heard.append)
+    with pytest.raises(StateValidationError, match="a value a thread store keeps exactly"):
+        await run.submit(StateCommand().update(Blob, object()))
+    assert (run.revision, heard) == (0, [])
+    await run.submit(StateCommand().update(Blob, "fine now"))
+    await run.finish()
+    assert [[(op.kind, op.update) for op in r.ops] for r in heard] == [[("update", b'"fine now"')]]
+    assert await read(Kernel([Keys(Blob)], thread_store=thread_store), "t", Blob) == "fine now"
+
+
 def memory_only_blob() -> Keys:
     return Keys(Blob, Total, options={Blob: StateKeyOptions(persistent=False)})
 

@@ -287,6 +287,62 @@ async def test_a_record_listener_gets_every_op_and_the_store_keeps_what_it_alway
     ]
 
 
+async def test_each_home_journals_the_ops_it_keeps(
+    thread_store_or_none: ThreadStore | None,
+) -> None:
+    """Without a store the kernel's memory journals every op, a run key's too (history
+    only: replay leaves it alone). With one, the store gets the persistent thread key's op,
+    the kernel's memory the `persistent=False` thread key's beside it, and nobody the run
+    key's."""
+    kernel = Kernel([both()], thread_store=thread_store_or_none)
+    await commit_all(
+        kernel, "t", StateCommand().update(Total, 1).update(Notes, "n").update(RunCount, 1)
+    )
+
+    def ops(records: list[Any]) -> list[list[tuple[str, bytes | None]]]:
+        return [[(op.key, op.update) for op in r.ops] for r in records]
+
+    persistent, memory_only, run_key = ("e.total", b"1"), ("e.notes", b'"n"'), ("e.run_count", b"1")
+    if thread_store_or_none is None:
+        assert ops(await kernel.history("t")) == [[persistent, memory_only, run_key]]
+    else:
+        assert ops(await kernel.history("t")) == [[persistent, memory_only]]
+        fresh = Kernel([both()], thread_store=thread_store_or_none)
+        assert ops(await fresh.history("t")) == [[persistent]]
+    # Replay rebuilds thread keys only; with a store, from what the store keeps.
+    rebuilt = {"e.total": 1} if thread_store_or_none else {"e.total": 1, "e.notes": "n"}
+    assert (await kernel.state_at("t", 1)).to_dict() == rebuilt
+    assert (await kernel.verify("t")).ok
+
+
+async def test_a_record_listener_added_mid_run_hears_every_op_and_one_save_keeps_both_halves(
+    thread_store: ThreadStore,
+) -> None:
+    """A listener added after the run's first commit: the commits from then on are written
+    with every op (the listener hears them), and the save that holds commits written both
+    ways keeps of each what the store and the kernel's memory always keep."""
+    kernel = Kernel([both()], thread_store=thread_store)
+    run = await kernel.start_run("t")
+    ops = StateCommand().update(Total, 1).update(Notes, "n").update(RunCount, 1)
+    await run.submit(ops)
+    heard: list[Any] = []
+    run.add_record_listener(heard.append)
+    run.add_record_listener(heard.append)  # a second listener changes nothing of the writing
+    await run.submit(ops)
+    await run.finish()
+
+    def keys(records: list[Any]) -> list[list[str]]:
+        return [[op.key for op in r.ops] for r in records]
+
+    assert [r.revision for r in heard] == [2, 2]
+    assert keys(heard) == [["e.total", "e.notes", "e.run_count"]] * 2
+    assert keys(await kernel.history("t")) == [["e.total", "e.notes"]] * 2
+    fresh = Kernel([both()], thread_store=thread_store)
+    assert keys(await fresh.history("t")) == [["e.total"]] * 2
+    assert (await fresh.state_at("t", 2)).get(Total) == 2
+    assert (await kernel.verify("t")).ok
+
+
 # -- commits from outside a run ------------------------------------------------------------
 
 

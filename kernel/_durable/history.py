@@ -150,20 +150,21 @@ class ThreadHistory:
                 await journal.check_whole()  # a record past the head
         elif at_head:
             await journal.check_newest(revision)  # only the head vouches for the newest record
-        lost: dict[str, int] = {}
-        stale = apply_records(
+        replayed = apply_records(
             self._registry,
             base.values,
             records,
             thread_id=thread_id,
+            policy=journal.replay_policy,
             unreadable=base.raw,
-            skip_undecodable=self._home.skip_undecodable,
-            persistent_only=journal.persistent_only,
-            held=journal.held,
-            lost=lost,
         )
         return _Rebuilt(
-            revision, base.values, frozenset(stale | set(base.raw)), lost, base, records
+            revision,
+            base.values,
+            replayed.stale | set(base.raw),
+            replayed.lost,
+            base,
+            records,
         )
 
     async def export(self, thread_id: str, revision: int | None) -> ExportedState:
@@ -258,7 +259,6 @@ class ThreadHistory:
         except JournalCorrupted as error:  # (between the check and this read)
             return ReplayReport(False, head, "", error.revision, str(error))
         values, unreadable = base.values, set(base.raw)
-        lost: dict[str, int] = {}
         position, last_good = 0, start
         for revision in [*checks, head]:
             chunk_end = position
@@ -267,19 +267,17 @@ class ThreadHistory:
             chunk = records[position:chunk_end]
             position = chunk_end
             try:
-                unreadable |= apply_records(
+                replayed = apply_records(
                     self._registry,
                     values,
                     chunk,
                     thread_id=thread_id,
+                    policy=journal.replay_policy,
                     unreadable=unreadable,
-                    skip_undecodable=self._home.skip_undecodable,
-                    persistent_only=journal.persistent_only,
-                    held=journal.held,
-                    lost=lost,
                 )
-                if lost:  # a value the journal cannot rebuild: never reported as ok
-                    name, at = min(lost.items(), key=lambda item: item[1])
+                unreadable |= replayed.stale
+                if replayed.lost:  # a value the journal cannot rebuild: never reported as ok
+                    name, at = min(replayed.lost.items(), key=lambda item: item[1])
                     unjournaled = _unjournaled(thread_id, at, name, at)
                     return ReplayReport(False, head, "", at, str(unjournaled))
                 if revision in checks:

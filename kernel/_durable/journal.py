@@ -72,50 +72,39 @@ def records_of(
     pending: Iterable[PendingCommit],
     registry: KeyRegistry,
     *,
+    kept_by: OpWriter,
     thread_id: str,
     run_id: str | None,
-    persistent_only: bool,
     events: tuple[RunEvent, ...] = (),
 ) -> Journaled:
     """The pending commits as records of `thread_id` and `run_id` (with the run's `events`).
 
-    `persistent_only` says how their ops were written (`OpWriter`): `records` then hold only the
-    ops of persistent thread keys, and a commit that also wrote `persistent=False` thread
-    keys is also kept whole in `whole`. A key some op of which could not be journaled as its
-    update keeps one `"value"` op without bytes in that commit, where its last op was; it is
-    `unrecorded` (if replay is what rebuilds it), and the save must write a snapshot.
+    The records keep the ops that `kept_by`, the writer the thread's home chose, keeps
+    (`OpWriter.as_kept`): for a store, the ops of persistent thread keys, and a commit that
+    also wrote `persistent=False` thread keys is also kept whole in `whole`. A key some op
+    of which could not be journaled as its update keeps one `"value"` op without bytes in
+    that commit, where its last op was; it is `unrecorded` (if replay is what rebuilds it),
+    and the save must write a snapshot.
     """
     records: list[CommitRecord] = []
     whole_records: list[CommitRecord] = []
     unrecorded: set[str] = set()
     held: dict[tuple[int, str], Any] = {}
     for commit in pending:
+        commit = kept_by.as_kept(commit)  # a listener's commit with every op: sorted now
         if commit.held:
             held.update(((commit.revision, name), value) for name, value in commit.held.items())
         ops, failed, whole = commit.ops, commit.failed, commit.thread_ops
-        if persistent_only and not commit.persistent_only:  # every op, for a listener: sort now
-            ops, whole = _split_persistent(ops, registry)
         if failed:
             ops = as_values(ops, failed)
-            # Only a persistent thread key (any thread key without a store) is rebuilt by
-            # replay: it needs the snapshot the save writes.
+            # Replay rebuilds the thread keys whose ops the records keep (every thread key
+            # without a store, the persistent ones with one): those need the save's snapshot.
+            kept = {op.key for op in ops}
             by_name = registry.by_name
             unrecorded.update(
-                n
-                for n in failed
-                if by_name[n].scope is KeyScope.THREAD
-                and (by_name[n].stored or not persistent_only)
+                n for n in failed if n in kept and by_name[n].scope is KeyScope.THREAD
             )
-        record = CommitRecord(
-            thread_id=thread_id,
-            revision=commit.revision,
-            run_id=run_id,
-            phase=commit.phase,
-            step=commit.step,
-            sources=commit.sources,
-            ops=ops,
-            created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
-        )
+        record = _record_of(commit, ops, thread_id, run_id)
         records.append(record)
         if whole is not None:
             whole = as_values(whole, failed) if failed else whole
@@ -123,36 +112,43 @@ def records_of(
     return Journaled(records, frozenset(unrecorded), tuple(whole_records), held, events)
 
 
-def _split_persistent(
-    ops: tuple[JournalOp, ...], registry: KeyRegistry
-) -> tuple[tuple[JournalOp, ...], tuple[JournalOp, ...] | None]:
-    """Every op of a commit, sorted as a store keeps them: the persistent thread keys' ops
-    for the store, and the thread keys' ops for the kernel's memory when some key among them
-    is `persistent=False` (None otherwise). Run keys' ops are in neither."""
-    by_name = registry.by_name
-    stored = tuple(op for op in ops if by_name[op.key].stored)
-    thread = tuple(op for op in ops if by_name[op.key].scope is KeyScope.THREAD)
-    return stored, (thread if len(thread) > len(stored) else None)
+def _record_of(
+    commit: PendingCommit, ops: tuple[JournalOp, ...], thread_id: str, run_id: str | None
+) -> CommitRecord:
+    """`commit`, holding `ops`, dated and labelled as a record of the thread and run."""
+    return CommitRecord(
+        thread_id=thread_id,
+        revision=commit.revision,
+        run_id=run_id,
+        phase=commit.phase,
+        step=commit.step,
+        sources=commit.sources,
+        ops=ops,
+        created_at=datetime.datetime.fromtimestamp(commit.at, _UTC),
+    )
 
 
 class RunJournal:
     """How one run's commits reach the journal: the `writer` its live state writes each op
     with as the commit applies it, and the records a save makes of the commits noted since
-    the last one (dated and labelled with the run's thread and id)."""
+    the last one (dated and labelled with the run's thread and id).
+
+    The thread's home gives the writer (`StoreOpWriter` or `EveryOpWriter`): what it keeps
+    is what the home's records keep, whichever writer the run later writes with."""
 
     def __init__(
         self,
         registry: KeyRegistry,
+        writer: OpWriter,
         *,
         thread_id: str,
         run_id: str | None,
-        persistent_only: bool,
     ) -> None:
         self._registry = registry
         self._thread_id = thread_id
         self._run_id = run_id
-        self._persistent_only = persistent_only
-        self.writer = OpWriter(registry, persistent_only=persistent_only)
+        self._kept_by = writer
+        self.writer = writer
         """How the run's live state writes its ops (`LiveState.keep_journal`)."""
         self._events: list[RunEvent] = []
 
@@ -169,14 +165,23 @@ class RunJournal:
         """Keep `event` for the next save."""
         self._events.append(event)
 
+    def write_every_op(self) -> OpWriter:
+        """Have the run write every op from now on, for a record listener: `writer` becomes
+        one that keeps every op (the home's own, when it keeps every op already), which is
+        returned for the live state to write with. A save still keeps what the home's writer
+        keeps (`records_of` sorts the commits)."""
+        if self.writer is self._kept_by:
+            self.writer = self._kept_by.every_op_writer()
+        return self.writer
+
     def journaled(self, pending: Iterable[PendingCommit]) -> Journaled:
         """The commits noted since the last save, as records, with the run's events."""
         return records_of(
             pending,
             self._registry,
+            kept_by=self._kept_by,
             thread_id=self._thread_id,
             run_id=self._run_id,
-            persistent_only=self._persistent_only,
             events=tuple(self._events),
         )
 
@@ -185,15 +190,10 @@ class RunJournal:
         del self._events[:count]
 
     def whole_record(self, commit: PendingCommit) -> CommitRecord:
-        """One commit as a record with every op, whatever a save keeps of it: what a record
-        listener sees (once `writer.write_every_op()` was called)."""
-        return records_of(
-            (commit,),
-            self._registry,
-            thread_id=self._thread_id,
-            run_id=self._run_id,
-            persistent_only=False,
-        ).records[0]
+        """One commit as a record with every op it holds, whatever a save keeps of it: what
+        a record listener sees (of a commit written after `write_every_op()`)."""
+        ops = as_values(commit.ops, commit.failed) if commit.failed else commit.ops
+        return _record_of(commit, ops, self._thread_id, self._run_id)
 
 
 _record_encoder = msgspec.msgpack.Encoder()

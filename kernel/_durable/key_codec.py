@@ -87,17 +87,13 @@ def encode_scope(
     values: Mapping[str, Any],
     scope: KeyScope,
     cache: EncodeCache,
-    *,
-    persistent_only: bool = True,
 ) -> dict[str, bytes]:
-    """Encode the held values of registered keys in `scope`, validating each first."""
+    """Encode the held values of the persistent keys in `scope`, validating each first."""
     encoded: dict[str, bytes] = {}
     by_name = registry.by_name
     for name, value in values.items():
         binding = by_name.get(name)
-        if binding is None or binding.scope is not scope:
-            continue
-        if persistent_only and not binding.persistent:
+        if binding is None or binding.scope is not scope or not binding.persistent:
             continue
         encoded[name] = cache.encode(
             name,

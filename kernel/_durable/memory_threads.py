@@ -13,12 +13,13 @@ from typing import Any
 
 import attrs
 
+from .._engine.records import EveryOpWriter
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._values.declared_types import copy_of
 from .._values.keys import KeyScope
 from .._values.run_events import RunEvent
 from .journal import CommitRecord, RunJournal
-from .replay import hash_of
+from .replay import ReplayPolicy, hash_of
 from .retention import Retention
 from .threads import SNAPSHOT_EVERY, HeldThread, LiveRuns, ReplayBase, Saved, SaveRequest
 
@@ -83,7 +84,8 @@ class MemoryThreads:
         return frozenset()  # nothing was decoded, so nothing failed to
 
     def run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
-        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, persistent_only=False)
+        writer = EveryOpWriter(self._registry)  # the kernel's memory keeps every op
+        return RunJournal(self._registry, writer, thread_id=thread_id, run_id=run_id)
 
     async def save(self, request: SaveRequest) -> Saved:
         """Keep the run's records and values; nothing else saves here, so a save never
@@ -114,7 +116,9 @@ class MemoryThreads:
         return None if kept is None else kept.held.values.get(binding.name)
 
     def journal(self, thread_id: str) -> MemoryJournal:
-        return MemoryJournal(self._threads.get(thread_id), self._registry)
+        return MemoryJournal(
+            self._threads.get(thread_id), self._registry, skip=self.skip_undecodable
+        )
 
     async def fork(
         self,
@@ -162,13 +166,17 @@ class MemoryThreads:
 class MemoryJournal:
     """A thread's journal in the kernel's memory, for history: every op of every key."""
 
-    persistent_only = False
     keyed = False  # nothing to forge: a kernel's memory is not chained
 
-    def __init__(self, thread: MemoryThread | None, registry: KeyRegistry) -> None:
+    def __init__(self, thread: MemoryThread | None, registry: KeyRegistry, *, skip: bool) -> None:
         self._thread = thread
         self._registry = registry
-        self.held: Mapping[tuple[int, str], Any] = {} if thread is None else thread.values_at
+        self.replay_policy = ReplayPolicy(
+            every_op=True,
+            held={} if thread is None else thread.values_at,
+            skip_undecodable=skip,
+        )
+        """Every op, and the values no op of their commit could journal, held as they are."""
 
     async def head(self) -> int | None:
         if self._thread is None or not self._thread.saved:

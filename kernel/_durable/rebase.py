@@ -25,7 +25,7 @@ from .._engine.registry import KeyRegistry
 from .._errors import RevisionConflict
 from .._values.run_events import RunEvent
 from .journal import CommitRecord
-from .replay import apply_records
+from .replay import ReplayPolicy, apply_records
 
 __all__ = ["Rebase", "commutes", "merged", "renumbered", "renumbered_events"]
 
@@ -104,7 +104,11 @@ def merged(
     values may be a live run's: a mutable one is copied before an `apply` changes it."""
     try:
         apply_records(
-            registry, values, records, thread_id=thread_id, persistent_only=True, shared=True
+            registry,
+            values,
+            records,
+            thread_id=thread_id,
+            policy=ReplayPolicy(every_op=False, shared=True),  # a run's records for a store
         )
         by_name = registry.by_name
         for name in {op.key for record in records for op in record.ops}:

@@ -24,6 +24,7 @@ from .chain import (
     walk,
 )
 from .journal import CommitRecord, record_prev
+from .replay import ReplayPolicy
 from .store import (
     SupportsHead,
     ThreadHead,
@@ -47,9 +48,6 @@ has none)."""
 class StoredJournal:
     """One thread's stored journal; `whole` are the records this kernel holds whole."""
 
-    persistent_only = True
-    held: Mapping[tuple[int, str], Any] = {}  # a store keeps every op's bytes
-
     def __init__(
         self,
         store: ThreadStore,
@@ -62,6 +60,8 @@ class StoredJournal:
     ) -> None:
         self._store, self._registry, self._thread_id = store, registry, thread_id
         self._skip = skip
+        self.replay_policy = ReplayPolicy(every_op=False, skip_undecodable=skip)
+        """A store keeps the persistent thread keys' ops, each with its bytes."""
         self._key = chain_key
         self._whole = whole
         # The link at each revision this journal read: a sealed snapshot's (`base`), or a

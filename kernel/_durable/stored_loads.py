@@ -34,7 +34,7 @@ from .chain import (
 )
 from .journal import CommitRecord, record_prev
 from .key_codec import EncodeCache, Restored, decode_values
-from .replay import apply_records
+from .replay import ReplayPolicy, apply_records
 from .store import (
     SupportsLoadSince,
     ThreadSnapshot,
@@ -160,20 +160,18 @@ def _caught_up(
         registry,
         values,
         records,
-        persistent_only=True,
         thread_id=thread_id,
+        # (shared: the values are the live run's too)
+        policy=ReplayPolicy(every_op=False, skip_undecodable=skip_undecodable, shared=True),
         unreadable=(*kept.foreign, *kept.undecodable),
-        skip_undecodable=skip_undecodable,
-        lost={},
-        shared=True,  # the values are the live run's too
-    )
+    ).stale
     return attrs.evolve(
         kept,
         held=_held(registry, thread_id, stored, kept.held, values, skip_undecodable),
         position=stored.position,
         since_snapshot=kept.since_snapshot + len(records),
         bytes_since_snapshot=kept.bytes_since_snapshot + sum(len(e.data) for e in stored.records),
-        stale=kept.stale | (frozenset(stale) - kept.dropped),
+        stale=kept.stale | (stale - kept.dropped),
         chain=chain,
         cache=EncodeCache(),
         saved_values=None,
@@ -253,12 +251,10 @@ async def _thread_of(
         registry,
         restored.values,
         records,
-        persistent_only=True,
         thread_id=thread_id,
+        policy=ReplayPolicy(every_op=False, skip_undecodable=skip_undecodable),
         unreadable=(*restored.foreign, *restored.undecodable),
-        skip_undecodable=skip_undecodable,
-        lost={},  # unknown until a snapshot, but no reason to hold snapshots back
-    )
+    ).stale  # (a lost key is unknown until a snapshot, but no reason to hold snapshots back)
     return StoredThread(
         _held(registry, thread_id, stored, previous.held, restored.values, skip_undecodable),
         base=restored.values,
@@ -268,7 +264,7 @@ async def _thread_of(
         since_snapshot=len(records),
         bytes_since_snapshot=sum(len(entry.data) for entry in stored.records),
         snapshot_bytes=sum(len(data) for data in stored.values.values()),
-        stale=frozenset(stale) - dropped,
+        stale=stale - dropped,
         vector_bases=bases,
         dropped=dropped,
         drop_marker=drop_marker,
@@ -300,7 +296,13 @@ async def read_stored_as(
     restored, _ = await _read_snapshot(
         store, registry, thread_id, stored, chain, False, lambda other: other != name
     )
-    apply_records(registry, restored.values, records, thread_id=thread_id, persistent_only=True)
+    apply_records(
+        registry,
+        restored.values,
+        records,
+        thread_id=thread_id,
+        policy=ReplayPolicy(every_op=False),
+    )
     return restored.values.get(name)
 
 

@@ -35,6 +35,7 @@ import attrs
 import msgspec
 
 from .._engine.invoke import through_cancellation
+from .._engine.records import StoreOpWriter
 from .._engine.registry import KeyBinding, KeyRegistry
 from .._errors import DecodeFailed, OutcomeUnknown, RevisionConflict, StateError, StoreError
 from .._values.codec import CODEC_ERRORS
@@ -232,7 +233,8 @@ class StoredThreads:
         return frozenset() if kept is None else kept.stale.union(kept.undecodable)
 
     def run_journal(self, thread_id: str, run_id: str | None) -> RunJournal:
-        return RunJournal(self._registry, thread_id=thread_id, run_id=run_id, persistent_only=True)
+        writer = StoreOpWriter(self._registry)  # the store keeps the persistent thread keys' ops
+        return RunJournal(self._registry, writer, thread_id=thread_id, run_id=run_id)
 
     # -- saving ----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from .._errors import StateError
 from .._values.run_events import RunEvent
 from .journal import CommitRecord, Journaled, RunJournal
 from .rebase import Rebase
+from .replay import ReplayPolicy
 from .store import check_name
 
 __all__ = [
@@ -179,15 +180,11 @@ class ThreadJournal(Protocol):
     is written once over these few questions."""
 
     @property
-    def persistent_only(self) -> bool:
-        """Whether its records hold only the ops of persistent thread keys (`apply_records`
-        then leaves the others alone)."""
-        ...
-
-    @property
-    def held(self) -> Mapping[tuple[int, str], Any]:
-        """Values that no op of their commit could journal, by (revision, key string),
-        held as they are (a kernel's memory only; a store keeps every op's bytes)."""
+    def replay_policy(self) -> ReplayPolicy:
+        """How its records replay (`apply_records`): whether they hold every op or the
+        persistent thread keys' only, the values that no op of their commit could journal
+        (a kernel's memory holds them; a store keeps every op's bytes), and whether an op
+        that no longer decodes is skipped."""
         ...
 
     async def head(self) -> int | None:

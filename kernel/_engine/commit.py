@@ -153,7 +153,9 @@ class LiveState:
     def keep_journal(self, writer: OpWriter) -> None:
         """From now on, journal every commit that moves the revision (`pending_commits`),
         its ops written by `writer` as they are applied. A noted commit holds only those
-        small encoded ops, so a long stretch between saves keeps nothing of the commands."""
+        small encoded ops, so a long stretch between saves keeps nothing of the commands.
+        Called again, the new writer writes the commits from then on (a fork already
+        staged keeps the one it was staged with)."""
         self._writer = writer
 
     def pending_commits(self) -> tuple[PendingCommit, ...]:

@@ -10,6 +10,10 @@ not encode) goes through its `Route`. No command, update or value is held after 
 and the journal later only dates and labels what was written here (`CommitRecord`, made by
 `_durable.journal.records_of`).
 
+Which ops a writer keeps is chosen once, where the thread's home is: a `StoreOpWriter` for a
+thread a ThreadStore keeps (the ops of persistent thread keys), an `EveryOpWriter` for one
+only the kernel's memory keeps (every op).
+
 The commit notes what was written as a `PendingCommit`, kept until a save.
 
 An `Overwrite` (a schema field's value replaced whole) is written as a `"value"` op holding
@@ -21,12 +25,13 @@ every op replays.
 
 from __future__ import annotations
 
+import abc
 import datetime
 import enum
 import time
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -110,12 +115,13 @@ class Route(enum.Enum):
     """
 
     SKIP = "skip"
-    """Not journaled: a run key, when the writer keeps persistent ops only."""
+    """Not journaled: a run key, for a `StoreOpWriter` (or a key the registry does not know:
+    the commit refuses it)."""
     CHECKED = "checked"
     """Journaled once each update is checked to decode back equal (an inexact update type)."""
     SET_ASIDE = "set aside"
-    """A memory-only (`persistent=False`) thread key, when the writer keeps persistent ops
-    only: its ops go into the commit's `thread_ops`, not its `ops`."""
+    """A memory-only (`persistent=False`) thread key, for a `StoreOpWriter`: its ops go into
+    the commit's `thread_ops`, not its `ops`."""
 
 
 class PendingCommit(msgspec.Struct, frozen=True, gc=False):
@@ -124,11 +130,12 @@ class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     Its ops were written as JournalOps as the commit applied them (`OpWriter.write`), so it
     holds no command, update or value: only small encoded ops, in the order they were
     applied, and the sources of the contributions that had ops, in merge order.
-    `persistent_only` says which ops `ops` holds (see `OpWriter`); `thread_ops` is None
-    unless a writer keeping persistent ops only set some aside: then it holds every thread
-    key's op, memory-only ones included, for the kernel's memory. `failed` names keys some op
-    of which could not be journaled, even as the key's value (`OpWriter.complete`). (A
-    frozen msgspec Struct: one is built for every commit.)
+    `every_op` says which ops `ops` holds: every op (an `EveryOpWriter` wrote it), or the
+    persistent thread keys' only (a `StoreOpWriter`). `thread_ops` is None unless a
+    `StoreOpWriter` set some ops aside: then it holds every thread key's op, memory-only ones
+    included, for the kernel's memory. `failed` names keys some op of which could not be
+    journaled, even as the key's value (`OpWriter.complete`). (A frozen msgspec Struct: one
+    is built for every commit.)
     """
 
     revision: int
@@ -138,30 +145,40 @@ class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     ops: tuple[JournalOp, ...]
     thread_ops: tuple[JournalOp, ...] | None
     failed: AbstractSet[str]
-    persistent_only: bool
+    every_op: bool
     at: float = msgspec.field(default_factory=time.time)
     held: Mapping[str, Any] | None = None
     """For the keys still in `failed` (their value could not be journaled either), their
     value right after the commit, held as it is: only a kernel's memory keeps these."""
 
 
-class OpWriter:
+class OpWriter(abc.ABC):
     """How one live state writes its ops: where each key's ops go, and how.
 
-    A writer keeps every op, or (`persistent_only`) the ops of persistent thread keys only:
-    those a thread keeps between runs, while run keys start afresh in every run and a key's
-    scope may differ in the next kernel that reads the thread. It then sets the ops of a
-    `persistent=False` thread key aside, into the commit's `thread_ops` (every thread key's
-    op), kept in the kernel's memory beside the others, and drops a run key's. After
-    `write_every_op()` (a record listener wants every op), it keeps every op, and whoever
-    reads them sorts them (`_durable.journal.records_of`).
+    Which ops a writer keeps depends on where the thread lives, chosen once with the
+    thread's home (its `run_journal`):
+
+    - `StoreOpWriter`, for a thread a ThreadStore keeps: the ops of persistent thread keys
+      (those a thread keeps between runs; run keys start afresh in every run, and a key's
+      scope may differ in the next kernel that reads the thread). A `persistent=False`
+      thread key's ops are set aside into the commit's `thread_ops`, which the kernel's
+      memory keeps beside the others; a run key's are dropped.
+    - `EveryOpWriter`, for a thread only the kernel's memory keeps: every op. A run whose
+      record listener wants every op (`RunJournal.write_every_op`) writes with one too,
+      whatever its home; a save then sorts them as the home's writer keeps them
+      (`StoreOpWriter.as_kept`).
+
+    Both write the same way (`write`); they differ only in each key's route (`_route_of`).
     """
 
-    __slots__ = ("_checks", "_registry", "hook_sources", "persistent_only", "routes", "to_store")
+    __slots__ = ("_checks", "_registry", "hook_sources", "routes", "to_store")
 
-    def __init__(self, registry: KeyRegistry, *, persistent_only: bool) -> None:
+    every_op: ClassVar[bool]
+    """Whether this writer's commits hold every op (`PendingCommit.every_op`)."""
+
+    def __init__(self, registry: KeyRegistry, *, to_store: bool) -> None:
         self._registry = registry
-        self.to_store = persistent_only
+        self.to_store = to_store
         """Whether the persistent thread keys' ops go to a ThreadStore (then each must have
         its bytes: `complete`)."""
         self.routes: dict[Any, str | Route] = {}
@@ -170,15 +187,18 @@ class OpWriter:
         self.hook_sources: dict[str | None, str] = {}
         """A hook's source string (`"plugin:<id>"`) by plugin, made once."""
         self._checks: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}
-        self.persistent_only = persistent_only
-        """Whether only persistent thread keys' ops are kept in a commit's ops."""
 
-    def write_every_op(self) -> None:
-        """From now on keep every op; commits written from then on say so
-        (`PendingCommit.persistent_only` is False)."""
-        if self.persistent_only:
-            self.persistent_only = False
-            self.routes.clear()
+    @abc.abstractmethod
+    def _route_of(self, binding: KeyBinding) -> str | Route:
+        """Where a registered key's ops go, for this kind of writer."""
+
+    @abc.abstractmethod
+    def every_op_writer(self) -> OpWriter:
+        """A writer keeping every op of the same thread (a record listener wants them)."""
+
+    @abc.abstractmethod
+    def as_kept(self, pending: PendingCommit) -> PendingCommit:
+        """`pending` with the ops this writer keeps, whichever writer wrote it."""
 
     def write(
         self, contributions: Sequence[Contribution], revision: int, phase: Phase | None, step: int
@@ -188,6 +208,10 @@ class OpWriter:
         does with it. Nothing of the commands is held after this, so a long stretch between
         saves keeps only these small encoded ops. (A key the registry does not know is left
         out: the commit refuses it, and with it what was written here.)
+
+        This runs on every commit. An update of a key journaled as it is (its route is its
+        key string) is encoded right here; every other op goes to `_write`, as does a key's
+        first op, once its route is worked out (`_route`).
         """
         routes = self.routes
         hook_sources = self.hook_sources
@@ -207,14 +231,15 @@ class OpWriter:
             for key, update in applied:
                 route = routes.get(key)
                 if type(route) is str and thread_ops is None and update is not CLEAR:
-                    try:  # a key journaled as it is: the common case, inlined
+                    try:  # a key journaled as it is: the common case
                         keep(JournalOp(route, "update", encode_update(update)))
                         continue
                     except CODEC_ERRORS:
                         pass  # `_write` journals it as a value without bytes
-                elif route is Route.SKIP:
-                    continue
-                thread_ops = self._write(key, update, ops, thread_ops, failed)
+                elif route is None:  # a key first seen
+                    route = self._route(key)
+                if route is not Route.SKIP:
+                    thread_ops = self._write(route, key, update, ops, thread_ops, failed)
         return PendingCommit(
             revision,
             phase,
@@ -223,7 +248,7 @@ class OpWriter:
             tuple(ops),
             None if thread_ops is None else tuple(thread_ops),
             failed,  # (handed over, never changed again)
-            self.persistent_only,
+            self.every_op,
         )
 
     def _hook_source(self, contribution: Contribution) -> str:
@@ -231,34 +256,26 @@ class OpWriter:
         return source
 
     def _route(self, key: Any) -> str | Route:
-        """The key's route, worked out once."""
-        found = self.routes.get(key)
-        if found is None:
-            binding = self._registry.by_class.get(key)
-            if binding is None:  # unknown: nothing of the commit is kept
-                return Route.SKIP
-            if not self.persistent_only or binding.stored:
-                found = binding.name if binding.exact.updates else Route.CHECKED
-            elif binding.scope is KeyScope.THREAD:
-                found = Route.SET_ASIDE
-            else:
-                found = Route.SKIP
-            self.routes[key] = found
-        return found
+        """The route of a key first seen, worked out once (`routes`)."""
+        binding = self._registry.by_class.get(key)
+        if binding is None:  # unknown: nothing of the commit is kept
+            return Route.SKIP
+        route = self.routes[key] = self._route_of(binding)
+        return route
 
     def _write(
         self,
+        route: str | Route,
         key: Any,
         update: Any,
         ops: list[JournalOp],
         thread_ops: list[JournalOp] | None,
         failed: set[str],
     ) -> list[JournalOp] | None:
-        """Journal one op that `write` does not inline; returns the commit's thread ops so
-        far (None while no op was set aside)."""
-        route = self._route(key)
-        if route is Route.SKIP:
-            return thread_ops
+        """Journal one op that `write` does not encode itself, by its `route` (never
+        `SKIP`): a CLEAR, an update that did not encode or must be checked, an op set
+        aside, or any op after one was (it joins `thread_ops` too). Returns the commit's
+        thread ops so far (None while no op was set aside)."""
         op = self._op(self._registry.by_class[key], update, failed)
         if route is Route.SET_ASIDE:
             if thread_ops is None:
@@ -355,6 +372,79 @@ class OpWriter:
             failed=frozenset(held),
             held=held or None,
         )
+
+
+class StoreOpWriter(OpWriter):
+    """The writer of a thread a ThreadStore keeps: the persistent thread keys' ops in a
+    commit's `ops`, for the store; a `persistent=False` thread key's set aside (into
+    `thread_ops`, with every other thread key's, for the kernel's memory); a run key's
+    dropped."""
+
+    __slots__ = ()
+    every_op = False
+
+    def __init__(self, registry: KeyRegistry) -> None:
+        super().__init__(registry, to_store=True)
+
+    def _route_of(self, binding: KeyBinding) -> str | Route:
+        if binding.stored:
+            return _as_is_or_checked(binding)
+        if binding.scope is KeyScope.THREAD:
+            return Route.SET_ASIDE
+        return Route.SKIP
+
+    def every_op_writer(self) -> OpWriter:
+        """An `EveryOpWriter` whose values must still reach the store (`complete`)."""
+        return EveryOpWriter(self._registry, to_store=True)
+
+    def as_kept(self, pending: PendingCommit) -> PendingCommit:
+        """`pending` as this writer would have written it: a commit an `EveryOpWriter` wrote
+        (for a record listener) sorted by each key's route; one of ours as it is."""
+        if not pending.every_op:
+            return pending
+        by_name = self._registry.by_name
+        ops: list[JournalOp] = []
+        thread_ops: list[JournalOp] = []
+        for op in pending.ops:
+            route = self._route_of(by_name[op.key])
+            if route is Route.SKIP:
+                continue
+            thread_ops.append(op)
+            if route is not Route.SET_ASIDE:
+                ops.append(op)
+        return msgspec.structs.replace(
+            pending,
+            ops=tuple(ops),
+            thread_ops=tuple(thread_ops) if len(thread_ops) > len(ops) else None,
+            every_op=False,
+        )
+
+
+class EveryOpWriter(OpWriter):
+    """The writer of a thread only the kernel's memory keeps: every op, in a commit's `ops`.
+    Also what a run writes with once a record listener wants every op (`to_store` when the
+    thread's home is a store all the same)."""
+
+    __slots__ = ()
+    every_op = True
+
+    def __init__(self, registry: KeyRegistry, *, to_store: bool = False) -> None:
+        super().__init__(registry, to_store=to_store)
+
+    def _route_of(self, binding: KeyBinding) -> str | Route:
+        return _as_is_or_checked(binding)
+
+    def every_op_writer(self) -> OpWriter:
+        return self
+
+    def as_kept(self, pending: PendingCommit) -> PendingCommit:
+        return pending  # every op: whichever writer wrote it, it holds no op we would not
+
+
+def _as_is_or_checked(binding: KeyBinding) -> str | Route:
+    """The route of a key whose ops a writer keeps: its key string when its updates always
+    decode back equal (journaled as they are), else `CHECKED`."""
+    return binding.name if binding.exact.updates else Route.CHECKED
 
 
 def _filled(ops: tuple[JournalOp, ...], filled: Mapping[str, JournalOp]) -> tuple[JournalOp, ...]:

@@ -253,7 +253,7 @@ class Run:
         `agent.stream` is built on this and `add_phase_start_listener`."""
         state = self._state
         journal = self._lease.journal
-        journal.writer.write_every_op()  # a save sorts them for the store
+        state.keep_journal(journal.write_every_op())  # a save sorts them for the store
 
         def on_commit(snapshot: Snapshot) -> None:
             pending = state.noted_commit(snapshot.revision)
