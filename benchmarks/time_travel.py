@@ -2,7 +2,8 @@
 
 Builds a thread of S steps on a SQLite file, one checkpoint per step, each step appending one
 message to a thread-scoped `Vector[Message]` and adding 1 to a counter (S = 10,000 by
-default), with the default snapshot policy (a snapshot every 1,000 records). Then it times,
+default), with the default snapshot policy (a snapshot every 1,000 records), keeping the whole
+journal (`Retention.keep_all()`: the default keeps the newest 1,000 revisions). Then it times,
 on a fresh kernel: `state_at` at revisions spread over the thread (the worst case is just
 before a snapshot: the most records to replay), `history` of 100 records, a load (a new run
 on the thread), and `verify` over the whole thread. Medians of the repeated calls, in ms.
@@ -31,6 +32,7 @@ from statekernel import (
     PhaseContext,
     Plugin,
     PluginRegistrar,
+    Retention,
     StateCommand,
     StateKey,
     Vector,
@@ -74,7 +76,8 @@ class Conversation(Plugin):
 
 async def build(path: Path, steps: int) -> None:
     async with SqliteThreadStore(path) as store:
-        run = await Kernel([Conversation()], thread_store=store).start_run("t")
+        kernel = Kernel([Conversation()], thread_store=store, retention=Retention.keep_all())
+        run = await kernel.start_run("t")
         for _ in range(steps):
             await run.run_phase(Phase.STEP_START)
             await run.checkpoint()
@@ -92,7 +95,7 @@ async def median_ms(call: Callable[[], Awaitable[Any]], repeats: int) -> float:
 
 async def measure(path: Path, steps: int) -> list[tuple[str, float]]:
     async with SqliteThreadStore(path) as store:
-        kernel = Kernel([Conversation()], thread_store=store)
+        kernel = Kernel([Conversation()], thread_store=store, retention=Retention.keep_all())
         chance = random.Random(7)
         spread = [chance.randint(1, steps) for _ in range(50)]
         worst = [r for r in range(999, steps, 1000)] or [steps]
