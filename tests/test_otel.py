@@ -2,7 +2,8 @@
 an approval run's spans nest run -> phases -> model call -> tool call, with the GenAI
 conventions' names and the Block reason on the gate's span; a bare Kernel's runs and a
 team's agents are traced too; the run that delivers a team's letters links to the span each
-was sent under; and without the extra nothing of OpenTelemetry is imported."""
+was sent under; and without the extra nothing of OpenTelemetry is imported, and runs go
+through the no-op tracing."""
 
 from __future__ import annotations
 
@@ -25,18 +26,24 @@ from statekernel import (
     Agent,
     AgentTeam,
     Block,
+    GateRun,
+    HookFailed,
     InferenceRequest,
     InferenceResponse,
     Kernel,
     Phase,
     PhaseContext,
+    PhaseRun,
     Plugin,
     PluginRegistrar,
     Role,
     ScriptedModel,
     StateCommand,
+    StateError,
     Suspend,
     ToolCall,
+    ToolCallStatus,
+    ToolRun,
 )
 from statekernel.stores import MemoryProfileStore
 
@@ -214,6 +221,77 @@ async def test_a_failed_run_marks_its_span(spans: InMemorySpanExporter) -> None:
     assert step.status.status_code is trace.StatusCode.ERROR
 
 
+async def test_without_tracing_phases_tools_and_model_calls_run_through_the_no_op(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracing off, as without the extra: the kernel's tracing is the no-op one, through
+    which a bare run's phases (a failed one too), gates and tool calls and an agent's model
+    and tool calls all run, journaling their run events; the provider the application set
+    gets no span."""
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # as if not installed
+
+    def refuse(ctx: PhaseContext) -> None:
+        raise ValueError("not at the end")
+
+    hooks = Hooks(
+        "hooks", step_start=lambda ctx: StateCommand().update(Counter, 1), step_end=refuse
+    )
+    kernel = Kernel([Keys(Counter), hooks, Approval()])
+    assert kernel.tracing.enabled is False
+    run = await kernel.start_run("bare")
+    await run.run_phase(Phase.STEP_START)
+    with pytest.raises(HookFailed):
+        await run.run_phase(Phase.STEP_END)
+    review = await run.handle_tool_call(ToolCall("c1", "review", {}), lambda a, c: "ok")
+    publish = await run.handle_tool_call(ToolCall("c2", "publish", {}), lambda a, c: "out")
+    assert (review.status, review.result) == (ToolCallStatus.SUCCEEDED, "ok")
+    assert (publish.status, publish.error) == (
+        ToolCallStatus.FAILED,
+        "publish needs a review first",
+    )
+    with run.model_call_span("a-model") as span:
+        assert span is None
+    run.note_model_response(span, InferenceResponse(text="hi"))
+    assert run.traceparent() is None
+    run.link_letters([("00-" + "1" * 32 + "-" + "2" * 16 + "-01", "someone")])
+    await run.finish()
+    assert run.snapshot.get(Counter) == 1
+    events = await kernel.run_events("bare")
+    (failed,) = [e for e in events if isinstance(e, PhaseRun) and e.error is not None]
+    assert failed.phase is Phase.STEP_END and "ValueError: not at the end" in str(failed.error)
+    assert [(e.call_id, e.decision) for e in events if isinstance(e, GateRun)] == [
+        ("c1", "allow"),
+        ("c2", "block"),
+    ]
+    assert [(e.call_id, e.status) for e in events if isinstance(e, ToolRun)] == [
+        ("c1", "succeeded"),
+        ("c2", "failed"),
+    ]
+
+    calls = (ToolCall("c1", "review", {}), ToolCall("c2", "publish", {}))
+    model = ScriptedModel([InferenceResponse(tool_calls=calls), InferenceResponse(text="done")])
+    tools: dict[str, Any] = {"review": lambda a, c: "ok", "publish": lambda a, c: "out"}
+    agent = Agent([Approval()], model, tools, name="writer")
+    assert agent.kernel.tracing.enabled is False
+    assert (await agent.run("t", ["publish it"])).outcome == "success"
+    assert len([e for e in await agent.kernel.run_events("t") if isinstance(e, ToolRun)]) == 2
+    assert spans.get_finished_spans() == ()
+
+
+async def test_an_ended_runs_calls_make_no_span(spans: InMemorySpanExporter) -> None:
+    kernel = Kernel([Approval()])
+    run = await kernel.start_run("t", agent="ended")
+    assert kernel.tracing.enabled and run.traceparent() is not None
+    await run.finish()
+    assert run.traceparent() is None
+    with pytest.raises(StateError):
+        await run.handle_tool_call(ToolCall("c1", "review", {}), lambda a, c: "ok")
+    with run.model_call_span("a-model") as span:
+        assert span is None
+    names = [span.name for span in spans.get_finished_spans()]
+    assert names == ["phase RUN_END", "invoke_agent ended"]
+
+
 async def test_a_teams_agents_are_traced(spans: InMemorySpanExporter) -> None:
     model = ScriptedModel([InferenceResponse(text="done")])
     team = AgentTeam({"solo": Role(model=model)}, profile_store=MemoryProfileStore())
@@ -331,7 +409,7 @@ def test_without_the_extra_nothing_of_opentelemetry_is_imported() -> None:
         agent = Agent([], ScriptedModel([InferenceResponse(text="hi")]))
         result = asyncio.run(agent.run("t", ["go"]))
         assert result.outcome == "success", result
-        assert agent.kernel.tracing is None
+        assert agent.kernel.tracing.enabled is False
         assert not [m for m in sys.modules if m.startswith("opentelemetry.")], sys.modules
         print("untraced")
         """

@@ -44,7 +44,7 @@ from .._errors import (
     UnknownActionHandler,
     UnknownThread,
 )
-from .._observe.spans import Tracing, tracing
+from .._observe.spans import NoTracing, Tracing, tracing
 from .._profile.access import ProfileAccess
 from .._profile.store import ProfileStore
 from .._values import options
@@ -152,8 +152,9 @@ class Kernel:
         self.retention = retention
         key = chain_key_of(chain_key)
         self._chain_key = key
-        # OpenTelemetry spans, when the extra is installed; None: nothing imported or spent.
-        self.tracing: Tracing | None = tracing()
+        # OpenTelemetry spans when the extra is installed; else the no-op NO_TRACING, with
+        # nothing of it imported and nothing spent.
+        self.tracing: Tracing | NoTracing = tracing()
         self.components = Components.build(
             plugins,
             extra_keys=tuple(
@@ -565,4 +566,14 @@ class Kernel:
         if self._home.set_aside(identity.thread_id):
             state.track_touched()  # to know which set-aside values this run replaced
         lease = Lease(self._home, identity.thread_id, journal)
-        return Run(self, identity, agent, state, lease, pending)
+        return Run(
+            self.components,
+            identity,
+            agent,
+            state,
+            lease,
+            pending,
+            profile=self.profile,
+            max_phase_rounds=self.max_phase_rounds,
+            tracing=self.tracing,
+        )

@@ -4,16 +4,20 @@ Run keys start at their defaults, thread keys come back as the thread last left 
 the revision continues from the thread's last one, so a `base_revision` taken in one run
 still means something in the next. Its phases, tool gates, tool calls and submissions all
 commit through the one engine; its saves go through the lease its kernel gave it.
+
+A run is handed what it needs of its kernel (plugins, profile access, options, tracing), not
+the kernel. It keeps three helpers: its `RunSpans` (`_observe.spans`; the no-op
+`NO_RUN_SPANS` when it is not traced, so it never asks), its `RunNotes` (the run events
+noted for the journal) and its `ToolLedger` (what the gates decided on each tool call, and
+how each ended).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import attrs
 import msgspec
@@ -25,6 +29,7 @@ from .._engine.commit import LiveState
 from .._engine.context import AgentSpec, PhaseContext, RunIdentity, check_phase_fields
 from .._engine.invoke import call, checked, outcome
 from .._engine.phase_engine import PhaseEngine, PhaseReport
+from .._engine.plugin import Components
 from .._engine.snapshot import Snapshot
 from .._errors import (
     CommitRejected,
@@ -36,8 +41,19 @@ from .._errors import (
     UnknownActionHandler,
     cause_text,
 )
+from .._observe.spans import (
+    NO_RUN_SPANS,
+    Gated,
+    GateRunner,
+    NoRunSpans,
+    NoTracing,
+    PhaseRunner,
+    RunSpans,
+    Tracing,
+)
+from .._profile.access import ProfileAccess
 from .._public import renamed
-from .._values.codec import CODEC_ERRORS, as_json_data, enc_hook
+from .._values.codec import CODEC_ERRORS, enc_hook
 from .._values.commands import StateCommand
 from .._values.dead_letters import DeadLetter, DeadLetters, letter_for, retried
 from .._values.frozen import thaw
@@ -45,14 +61,12 @@ from .._values.keys import RESERVED_PREFIX
 from .._values.messages import Message
 from .._values.names import check_name
 from .._values.phases import Phase, phase_of
-from .._values.run_events import GateRun, PhaseRun, ToolRun
 from .._values.specs import ScheduledAction
-from .._values.toolgate import Block, GateDecision, SetResult, Suspend
+from .._values.toolgate import GateDecision
 from .._values.tools import ToolCall, ToolCallStatus, ToolOutput, ToolResult
 from .run_lock import RunLock
-
-if TYPE_CHECKING:
-    from .kernel import Kernel
+from .run_notes import RunNotes
+from .tool_ledger import ToolLedger
 
 _WRITES_HERE = (
     "this context is read-only for profile state; hooks, action handlers and tools get a "
@@ -133,45 +147,48 @@ class Run:
 
     def __init__(
         self,
-        kernel: Kernel,
+        components: Components,
         identity: RunIdentity,
         agent: AgentSpec,
         state: LiveState,
         lease: Lease,
         pending: Sequence[tuple[ScheduledAction, str | None]] = (),
+        *,
+        profile: ProfileAccess | None,
+        max_phase_rounds: int,
+        tracing: Tracing | NoTracing,
     ) -> None:
-        self._kernel = kernel
+        self._components = components
         self.identity = identity
         self.agent = agent
         self._state = state
         self._lease = lease
-        profile = kernel.profile
+        self._profile = profile
         self._read_only_profile = profile.read_only(_WRITES_HERE) if profile is not None else None
         self._phase_listeners: list[PhaseListener] = []
         self._start_listeners: list[PhaseStartListener] = []
         self._lock = RunLock()
         self._finished = False
-        self._tool_ends: dict[str, str] = {}  # the status last noted of each tool call
-        self._tracing = kernel.tracing
-        self._tool_span: Any = None  # the span of the tool call under way, if traced
-        self._traceparent: str | None = None  # the run's span as a traceparent, once asked
-        self._letter_contexts: set[str] | None = None  # senders' spans met in delivered mail
-        self._span: Any = (
-            None
-            if self._tracing is None
-            else self._tracing.start_run(
-                agent.name, identity.thread_id, identity.run_id, state.revision
-            )
-        )
+        self._notes = RunNotes(lease.journal, state, identity.run_id)
+        self._ledger = ToolLedger(self._notes)
         self._engine = PhaseEngine(
-            kernel.components,
+            components,
             state,
             self._context,
             allows=agent.allows,
-            max_phase_rounds=kernel.max_phase_rounds,
-            profile=kernel.profile,
+            max_phase_rounds=max_phase_rounds,
+            profile=profile,
         )
         self._engine.restore_pending(pending)
+        spans = tracing.start_run(agent.name, identity, state)
+        self._spans: RunSpans | NoRunSpans = spans
+        # What phases, tool gates and tool calls go through, asked of the spans once:
+        # untraced, the bare engine and methods themselves, so that none of them makes a
+        # call for tracing; traced, those wrapped in spans (which open none once the run
+        # ended: it takes no phase, gate or call then).
+        self._phases: PhaseRunner = spans.phases(self._engine)
+        self._gate: GateRunner = spans.tool_gates(self._bare_gate)
+        self._handle = spans.tool_calls(self._bare_handle)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -211,6 +228,7 @@ class Run:
         run_id = self._lease.journal.run_id
         if run_id is not None and run_id != self.identity.run_id:
             self.identity = attrs.evolve(self.identity, run_id=run_id)
+            self._notes.run_id = run_id
         return saved
 
     @property
@@ -278,15 +296,7 @@ class Run:
             check_phase_fields(fields)
         if self._start_listeners:
             await self._notify_start(phase)
-        if self._span is None:
-            report = await self._phase(phase, fields)
-        else:
-            assert self._tracing is not None
-            attributes = {"statekernel.phase": phase.value}
-            name = f"phase {phase.value}"
-            with self._tracing.child(self._parent_span, name, attributes) as span:
-                report = await self._phase(phase, fields)
-                self._tracing.phase_done(span, report)
+        report = await self._phase(phase, fields)
         if self._phase_listeners:
             await self._notify_phase(report)
         return report
@@ -298,13 +308,13 @@ class Run:
         try:
             if phase is Phase.STEP_START:
                 self._state.step += 1
-            report = await self._engine.run_phase(phase, fields)
+            report = await self._phases.run_phase(phase, fields)
         except Exception as error:
-            self._note_failed_phase(phase, error)
+            self._phase_failed(phase, error)
             raise
         finally:
             lock.release()
-        self._note_phase(report)
+        self._notes.phase(report)
         return report
 
     async def tool_gate(self, tool_call: ToolCall, **fields: Any) -> GateDecision | None:
@@ -377,7 +387,7 @@ class Run:
                     f"dead letter {wanted!r} is already being retried: its action waits for "
                     f"phase {found.phase.name} of this run."
                 )
-            entry = self._kernel.components.actions.get(found.action)
+            entry = self._components.actions.get(found.action)
             if entry is None:
                 raise UnknownActionHandler(found.action, None)
             command = StateCommand()
@@ -391,7 +401,7 @@ class Run:
             saved.attempt,
             bytes(saved.payload).decode(),
             failed,
-            phase=self._kernel.components.actions[saved.key].spec.phase,
+            phase=self._components.actions[saved.key].spec.phase,
             revision=self._state.revision + 1,
             run_id=self.identity.run_id,
         )
@@ -419,27 +429,7 @@ class Run:
         tool twice unseen, and a resume runs that phase's hooks once). `on_run` is called
         right before the tool itself is.
         """
-        if self._span is None:
-            return await self._handle(tool_call, tool, messages, before_execute, on_run)
-        assert self._tracing is not None
-        attributes = {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": tool_call.name,
-            "gen_ai.tool.call.id": tool_call.id,
-        }
-        name = f"execute_tool {tool_call.name}"
-        with self._tracing.child(self._span, name, attributes) as span:
-            self._tool_span = span
-            try:
-                result = await self._handle(tool_call, tool, messages, before_execute, on_run)
-            finally:
-                self._tool_span = None
-            self._tracing.tool_done(span, result)
-        return result
-
-    @property
-    def _parent_span(self) -> Any:
-        return self._tool_span if self._tool_span is not None else self._span
+        return await self._handle(tool_call, tool, messages, before_execute, on_run)
 
     def model_call_span(self, model: str) -> AbstractContextManager[Any]:
         """A context manager for one model call of this run.
@@ -448,38 +438,24 @@ class Run:
         ([tracing](observability.md)); else it does nothing and yields None. The Agent
         calls it around each model call; `note_model_response(span, response)` puts what
         the model answered on the span."""
-        if self._span is None:
-            return contextlib.nullcontext()
-        assert self._tracing is not None
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
-        return self._tracing.child(self._span, f"chat {model}", attributes)
+        return self._spans.model_call(model)
 
     def note_model_response(self, span: Any, response: Any) -> None:
         """What the model answered, on its call's span (from `model_call_span`)."""
-        if span is not None and self._tracing is not None:
-            self._tracing.model_done(span, response)
+        self._spans.model_done(span, response)
 
     def traceparent(self) -> str | None:
         """This run's `invoke_agent` span as a W3C `traceparent`, the context a team's
         letter sent from the run carries; None when the run is not traced."""
-        if self._span is None:
-            return None
-        if self._traceparent is None:  # (a span's context never changes)
-            assert self._tracing is not None
-            self._traceparent = self._tracing.traceparent(self._span)
-        return self._traceparent
+        return self._spans.traceparent()
 
     def link_letters(self, senders: Iterable[tuple[str, str]]) -> None:
         """Link this run's span to the spans that sent the letters it delivers, given as
         `(traceparent, sender)`: once per sending span, at most 128 per run
         ([tracing](observability.md)). Nothing when the run is not traced."""
-        if self._span is not None:
-            assert self._tracing is not None
-            if self._letter_contexts is None:
-                self._letter_contexts = set()
-            self._tracing.link_letters(self._span, senders, self._letter_contexts)
+        self._spans.link_letters(senders)
 
-    async def _handle(
+    async def _bare_handle(
         self,
         tool_call: ToolCall,
         tool: Tool,
@@ -489,22 +465,14 @@ class Run:
     ) -> ToolResult:
         fields: dict[str, Any] = {"messages": messages}
         decision, _ = await self._tool_gate(tool_call, fields)
-        if isinstance(decision, Block):
-            result = self._note_tool(
-                ToolResult(tool_call, ToolCallStatus.FAILED, error=decision.reason)
-            )
-        elif isinstance(decision, Suspend):
-            return self._note_tool(
-                ToolResult(tool_call, ToolCallStatus.SUSPENDED, ticket=decision.ticket)
-            )
-        elif isinstance(decision, SetResult):
-            result = self._note_tool(
-                ToolResult(tool_call, ToolCallStatus.SUCCEEDED, result=decision.result)
-            )
-        else:
+        if decision is None:  # the gates let the tool run
             if before_execute is not None:
                 await before_execute()
             result = await self.execute_tool(tool_call, tool, messages=messages, on_run=on_run)
+        else:
+            result = self._ledger.decided(tool_call, decision)
+            if result.status is ToolCallStatus.SUSPENDED:
+                return result
         await self.run_phase(
             Phase.AFTER_TOOL_EXECUTE, tool_call=tool_call, tool_result=result, messages=messages
         )
@@ -526,7 +494,7 @@ class Run:
         gate and no `AFTER_TOOL_EXECUTE`. Used by `handle_tool_call`, and by a resume that
         skips the gate."""
         result = await self._execute_tool(tool_call, tool, messages, on_run)
-        return self._note_tool(result)
+        return self._ledger.ended(result)
 
     async def _execute_tool(
         self,
@@ -536,7 +504,7 @@ class Run:
         on_run: Callable[[], None] | None,
     ) -> ToolResult:
         await self.run_phase(Phase.BEFORE_TOOL_EXECUTE, tool_call=tool_call, messages=messages)
-        profile = self._kernel.profile
+        profile = self._profile
         buffer = profile.buffered() if profile is not None else None
         context = msgspec.structs.replace(
             self._context(
@@ -595,7 +563,7 @@ class Run:
         Each is `(request, snapshot) -> request`; they see the snapshot as it is now. A
         transform that raises, or returns another type, fails with `HookFailed`.
         """
-        for transform in self._kernel.components.transforms:
+        for transform in self._components.transforms:
             if not self.agent.allows(transform.plugin):
                 continue
             phase = Phase.BEFORE_INFERENCE
@@ -723,10 +691,8 @@ class Run:
         """The run is over: its thread goes back, its span ends."""
         self._finished = True
         self._lease.release()
-        if self._span is not None:
-            assert self._tracing is not None
-            self._tracing.end_run(self._span, self._state.revision, outcome)
-            self._span = None
+        spans, self._spans = self._spans, NO_RUN_SPANS  # nothing of an ended run is traced
+        spans.end(outcome)
 
     async def _tool_gate(
         self, tool_call: ToolCall, fields: Mapping[str, Any]
@@ -738,83 +704,27 @@ class Run:
         check_phase_fields(fields)
         if self._start_listeners:
             await self._notify_start(Phase.TOOL_GATE)
-        if self._span is None:
-            decision, report = await self._gate(tool_call, fields, None)
-        else:
-            assert self._tracing is not None
-            attributes = {"statekernel.phase": Phase.TOOL_GATE.value}
-            name = f"phase {Phase.TOOL_GATE.value}"
-            with self._tracing.child(self._parent_span, name, attributes) as span:
-                decision, report = await self._gate(tool_call, fields, span)
-                self._tracing.phase_done(span, report)
+        async with self._lock:  # (a phase's span, like its run, starts once it holds the lock)
+            decision, report, _ = await self._gate(tool_call, fields)
         if self._phase_listeners:
             await self._notify_phase(report)
         return decision, report
 
-    async def _gate(
-        self, tool_call: ToolCall, fields: Mapping[str, Any], span: Any
-    ) -> tuple[GateDecision | None, PhaseReport]:
-        async with self._lock:
-            try:
-                decision, decided_by, report = await self._engine.tool_gate(fields)
-            except Exception as error:
-                self._note_failed_phase(Phase.TOOL_GATE, error)
-                raise
-        self._note_phase(report)
-        gate = GateRun(
-            self.identity.run_id,
-            self._state.step,
-            tool_call.id,
-            tool_call.name,
-            _decision_name(decision),
-            self._state.revision,
-            decided_by,
-            getattr(decision, "reason", None),
-            time.time(),
-            _ticket_data(decision),
-        )
-        self._lease.journal.note(gate)
-        if span is not None:
-            assert self._tracing is not None
-            self._tracing.gate_decided(span, gate)
-            if self._tool_span is not None:  # the tool call's span says it too
-                self._tracing.gate_decided(self._tool_span, gate)
-        return decision, report
+    async def _bare_gate(self, tool_call: ToolCall, fields: Mapping[str, Any]) -> Gated:
+        """The `TOOL_GATE` phase and the gates on its snapshot, noted; under the lock."""
+        try:
+            decision, decided_by, report = await self._engine.tool_gate(fields)
+        except Exception as error:
+            self._phase_failed(Phase.TOOL_GATE, error)
+            raise
+        self._notes.phase(report)
+        return decision, report, self._notes.gate(tool_call, decision, decided_by)
 
-    def _note_phase(self, report: PhaseReport) -> None:
-        """Journal what the phase did (`PhaseRun`), for the trace."""
-        assert report.phase is not None
-        self._lease.journal.note(
-            PhaseRun(
-                self.identity.run_id,
-                self._state.step,
-                report.phase,
-                report.revision,
-                report.commits,
-                report.round_hooks,
-                report.reruns,
-                report.effects,
-                report.actions,
-                time.time(),
-            )
-        )
-
-    def _note_failed_phase(self, phase: Phase, error: Exception) -> None:
-        """Journal a phase that failed (`PhaseRun` with its error), for the trace; the run's
-        span says it failed."""
-        if self._span is not None:
-            assert self._tracing is not None
-            self._tracing.fail(self._span, error)
-        self._lease.journal.note(
-            PhaseRun(
-                self.identity.run_id,
-                self._state.step,
-                phase,
-                self._state.revision,
-                at=time.time(),
-                error=cause_text(error),
-            )
-        )
+    def _phase_failed(self, phase: Phase, error: Exception) -> None:
+        """A phase failed: the journal notes it (`PhaseRun` with its error), the run's span
+        says so."""
+        self._spans.fail(error)
+        self._notes.failed_phase(phase, error)
 
     def note_tool_result(self, result: ToolResult) -> None:
         """Journal how a tool call ended (a `ToolRun` run event, for the trace).
@@ -823,28 +733,7 @@ class Run:
         their own: an outside decision on a suspended call, a call of a tool that does not
         exist, a call answered because its run stopped. A call already journaled with the
         same status is not journaled twice."""
-        self._note_tool(result)
-
-    def _note_tool(self, result: ToolResult) -> ToolResult:
-        """Journal how a tool call ended (`ToolRun`), for the trace; return `result`."""
-        call = result.call
-        status = result.status.value
-        if self._tool_ends.get(call.id) == status:
-            return result
-        self._tool_ends[call.id] = status
-        self._lease.journal.note(
-            ToolRun(
-                self.identity.run_id,
-                self._state.step,
-                call.id,
-                call.name,
-                status,
-                self._state.revision,
-                result.error,
-                time.time(),
-            )
-        )
-        return result
+        self._ledger.ended(result)
 
     async def _notify_start(self, phase: Phase) -> None:
         for listener in self._start_listeners:
@@ -870,25 +759,3 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<Run {self.identity.run_id!r} revision={self.revision}>"
-
-
-def _decision_name(
-    decision: GateDecision | None,
-) -> Literal["allow", "block", "suspend", "set_result"]:
-    """A gate decision's kind as a run event names it (subclasses rank as their kind)."""
-    if decision is None:
-        return "allow"
-    if isinstance(decision, Block):
-        return "block"
-    if isinstance(decision, Suspend):
-        return "suspend"
-    return "set_result"
-
-
-def _ticket_data(decision: GateDecision | None) -> Any:
-    """A suspension's ticket as the run event keeps it: plain JSON data (a pydantic model as
-    its dump), so that it reads back from a store as it was noted. The engine refused
-    tickets that do not encode, so the repr fallback `as_json_data` asks for stays unused."""
-    if not isinstance(decision, Suspend) or decision.ticket is None:
-        return None
-    return as_json_data(decision.ticket, repr(decision.ticket))

@@ -2,7 +2,8 @@
 and its tool calls, in whatever tracer provider the application configured.
 
 Beside the host (its layer): the host's `Run` and the agents call it at the points a span
-begins and ends, through one small object chosen once per kernel. Without the extra
-`statekernel[otel]` there is no such object: nothing of OpenTelemetry is imported, and a run
-pays one `is None` test per phase. Nothing is exported from here.
+begins and ends, through one small object chosen once per kernel and one per run. Without
+the extra `statekernel[otel]` those are no-op objects with the same calls: nothing of
+OpenTelemetry is imported, and an untraced run's phase makes no call for tracing at all.
+Nothing is exported from here.
 """
