@@ -461,3 +461,48 @@ def test_a_team_without_the_extra_sends_and_delivers_importing_nothing_of_it() -
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == "delivered", done.stderr
+
+
+@pytest.mark.slow
+def test_a_run_started_before_any_tracer_provider_makes_no_spans_later() -> None:
+    """With the API installed and no provider yet, a run has nothing to trace under: it
+    does not start parentless phase, tool or model spans once the application sets one up
+    mid-run, and a run started after that is traced whole."""
+    script = textwrap.dedent(
+        """
+        import asyncio
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+        from statekernel import Kernel, Phase
+
+        async def main():
+            kernel = Kernel([])
+            early = await kernel.start_run("t1")
+            await early.run_phase(Phase.STEP_START)
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            for _ in range(3):
+                await early.run_phase(Phase.STEP_START)
+            await early.finish()
+            assert exporter.get_finished_spans() == (), exporter.get_finished_spans()
+            late = await kernel.start_run("t2")
+            await late.run_phase(Phase.STEP_START)
+            await late.finish()
+            return sorted(span.name for span in exporter.get_finished_spans())
+
+        print(asyncio.run(main()))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(
+        ["invoke_agent default", "phase RUN_END", "phase STEP_START"]
+    ), done.stdout

@@ -118,10 +118,18 @@ class Tracing:
         self._tracer = trace.get_tracer("statekernel")
         self._propagator: Any = None  # W3C trace context's parser, once a letter needs it
 
-    def start_run(self, agent: str, identity: RunIdentity, state: LiveState) -> RunSpans:
+    def start_run(
+        self, agent: str, identity: RunIdentity, state: LiveState
+    ) -> RunSpans | NoRunSpans:
         """Open the `invoke_agent` span of the run of `agent` with `identity` over `state`
         (its revision is read now and as the run ends); the spans under it come from what
-        this returns."""
+        this returns.
+
+        Without a tracer provider (the API is installed, no SDK is set up) the span is
+        OpenTelemetry's invalid one: nothing records it or can be linked to it, so the run
+        gets `NO_RUN_SPANS` and its phases run bare, as with the extra not installed.
+        (Spans under it would cost each phase about 3 µs for nothing, and, were a provider
+        set later in the run, they would start traces of their own, without their run.)"""
         span = self._tracer.start_span(
             f"invoke_agent {agent}",
             attributes={
@@ -132,6 +140,8 @@ class Tracing:
                 "statekernel.revision": state.revision,
             },
         )
+        if not span.get_span_context().is_valid:
+            return NO_RUN_SPANS
         return RunSpans(self, span, state)
 
     def start_child(self, parent: Any, name: str, attributes: dict[str, Any]) -> Any:
