@@ -96,6 +96,9 @@ mutation: $(VENV)/.mutation-installed
 mutation-continue: $(VENV)/.mutation-installed
 	@test -d .mutation/mutants || test -f tests/mutation_ledger.json || { echo "no run in .mutation and no tests/mutation_ledger.json to continue: run make mutation"; exit 2; }
 	mkdir -p .mutation/statekernel
+	# Tests moved or deleted since the run began must not linger in the copies (pytest would
+	# collect an old test beside its new place and stop): the tests are copied afresh.
+	rm -rf .mutation/tests .mutation/mutants/tests
 	cp -r kernel/. .mutation/statekernel/
 	cp -r plugins .mutation/statekernel/
 	cp -r stores .mutation/statekernel/
