@@ -7,9 +7,9 @@ commit through the one engine; its saves go through the lease its kernel gave it
 
 A run is handed what it needs of its kernel (plugins, profile access, options, tracing), not
 the kernel. It keeps three helpers: its `RunSpans` (`_observe.spans`; the no-op
-`NO_RUN_SPANS` when it is not traced, so it never asks), its `RunNotes` (the run events
-noted for the journal) and its `ToolLedger` (what the gates decided on each tool call, and
-how each ended).
+`NO_RUN_SPANS` when it is not traced, so it never asks), its `RunNotes` (the run events,
+phases, gate decisions and tool calls, noted for the journal) and its `ToolLedger` (what a
+gate's decision answers a tool call with, and how each call ended, noted once).
 """
 
 from __future__ import annotations

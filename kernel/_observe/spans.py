@@ -220,7 +220,8 @@ class RunSpans:
         tracing = self._tracing
 
         async def spanned(call: ToolCall, fields: Mapping[str, Any]) -> Gated:
-            with tracing.child(self._parent(), *_TOOL_GATE_SPAN) as span:
+            attributes = {"statekernel.phase": _TOOL_GATE}
+            with tracing.child(self._parent(), f"phase {_TOOL_GATE}", attributes) as span:
                 decision, report, noted = await gate(call, fields)
                 _gate_attributes(span, noted)
                 if self._tool_span is not None:
@@ -343,7 +344,7 @@ class _SpannedPhases:
         return report
 
 
-_TOOL_GATE_SPAN = (f"phase {Phase.TOOL_GATE.value}", {"statekernel.phase": Phase.TOOL_GATE.value})
+_TOOL_GATE = Phase.TOOL_GATE.value
 
 
 def _phase_done(span: Any, report: PhaseReport) -> None:
