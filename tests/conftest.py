@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -158,7 +159,9 @@ async def _fresh_schema(request: pytest.FixtureRequest) -> str:
 async def _fresh_schema_dsn(server: PostgresServer) -> str:
     import asyncpg
 
-    schema = f"test_{os.getpid()}_{next(_schemas)}"
+    # Unique whatever imports this module again in one process (mutmut's in-process runs):
+    # a per-module counter restarts there, on a server that already has its schemas.
+    schema = f"test_{os.getpid()}_{next(_schemas)}_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(server.dsn)
     try:
         await conn.execute(f"CREATE SCHEMA {schema}")
