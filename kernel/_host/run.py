@@ -169,7 +169,7 @@ class Run:
         self._start_listeners: list[PhaseStartListener] = []
         self._lock = RunLock()
         self._finished = False
-        self._notes = RunNotes(lease.journal, state, identity.run_id)
+        self._notes = RunNotes(lease.journal, state)
         self._ledger = ToolLedger(self._notes)
         self._engine = PhaseEngine(
             components,
@@ -228,7 +228,6 @@ class Run:
         run_id = self._lease.journal.run_id
         if run_id is not None and run_id != self.identity.run_id:
             self.identity = attrs.evolve(self.identity, run_id=run_id)
-            self._notes.run_id = run_id
         return saved
 
     @property

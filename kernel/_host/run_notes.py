@@ -27,15 +27,21 @@ __all__ = ["RunNotes"]
 class RunNotes:
     """Builds a run's events and notes them into its journal.
 
-    `run_id` is the id they are noted under: the run's, renamed when a save rebased the run
-    under a new id. Step and revision are the live state's as each is noted."""
+    They are noted under the journal's run id: the run's, renamed when a save rebased the
+    run under a new id (`RunJournal.rename`). Step and revision are the live state's as each
+    is noted."""
 
-    __slots__ = ("_journal", "_state", "run_id")
+    __slots__ = ("_journal", "_state")
 
-    def __init__(self, journal: RunJournal, state: LiveState, run_id: str) -> None:
+    def __init__(self, journal: RunJournal, state: LiveState) -> None:
         self._journal = journal
         self._state = state
-        self.run_id = run_id
+
+    @property
+    def run_id(self) -> str:
+        run_id = self._journal.run_id
+        assert run_id is not None  # a run's journal always names its run
+        return run_id
 
     def phase(self, report: PhaseReport) -> None:
         """What a phase did (`PhaseRun`)."""

@@ -207,8 +207,8 @@ class RunSpans:
         return self._tool_span if self._tool_span is not None else self._span
 
     def _phase_span(self, phase: Phase) -> Any:
-        name = f"phase {phase.value}"
-        return self._tracing.start_child(self._parent(), name, {"statekernel.phase": phase.value})
+        """A phase's span, started under the tool call under way or the run."""
+        return self._tracing.start_child(self._parent(), *_phase_span_of(phase))
 
     def phases(self, engine: PhaseRunner) -> PhaseRunner:
         """`engine`, running each phase inside a span of its own."""
@@ -220,8 +220,7 @@ class RunSpans:
         tracing = self._tracing
 
         async def spanned(call: ToolCall, fields: Mapping[str, Any]) -> Gated:
-            attributes = {"statekernel.phase": _TOOL_GATE}
-            with tracing.child(self._parent(), f"phase {_TOOL_GATE}", attributes) as span:
+            with tracing.child(self._parent(), *_phase_span_of(Phase.TOOL_GATE)) as span:
                 decision, report, noted = await gate(call, fields)
                 _gate_attributes(span, noted)
                 if self._tool_span is not None:
@@ -344,7 +343,9 @@ class _SpannedPhases:
         return report
 
 
-_TOOL_GATE = Phase.TOOL_GATE.value
+def _phase_span_of(phase: Phase) -> tuple[str, dict[str, Any]]:
+    """A phase span's name and first attributes (a new dict each: the span keeps it)."""
+    return f"phase {phase.value}", {"statekernel.phase": phase.value}
 
 
 def _phase_done(span: Any, report: PhaseReport) -> None:
