@@ -4,7 +4,6 @@ a throwaway PostgreSQL server, and a headless Chromium."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -143,9 +142,6 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
 
 
-_schemas = itertools.count(1)
-
-
 @pytest.fixture
 async def postgres_dsn(postgres_server: PostgresServer) -> str:
     """A DSN on the throwaway server whose tables land in a fresh, empty schema."""
@@ -159,9 +155,9 @@ async def _fresh_schema(request: pytest.FixtureRequest) -> str:
 async def _fresh_schema_dsn(server: PostgresServer) -> str:
     import asyncpg
 
-    # Unique whatever imports this module again in one process (mutmut's in-process runs):
-    # a per-module counter restarts there, on a server that already has its schemas.
-    schema = f"test_{os.getpid()}_{next(_schemas)}_{uuid.uuid4().hex[:8]}"
+    # Random, not counted: mutmut's in-process runs import this module again, and a counter
+    # would restart there on a server that already has its schemas.
+    schema = f"test_{uuid.uuid4().hex}"
     conn = await asyncpg.connect(server.dsn)
     try:
         await conn.execute(f"CREATE SCHEMA {schema}")
