@@ -5,14 +5,20 @@ live state that keeps no journal."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Annotated, Any
 
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from statekernel import (
     EffectSpec,
     Kernel,
     KeyScope,
+    MergeStrategy,
     Overwrite,
     Phase,
     PhaseContext,
@@ -23,6 +29,7 @@ from statekernel import (
     StateSchema,
 )
 from statekernel.lowlevel import KeyRegistry, LiveState
+from statekernel.stores import MemoryThreadStore
 
 
 class Total(StateKey[int, int]):
@@ -137,3 +144,110 @@ def test_a_live_state_that_keeps_no_journal_notes_no_commit() -> None:
     assert state.revision == 1
     assert state.pending_commits() == ()
     assert state.noted_commit(1) is None
+
+
+class Sum(StateKey[int, int]):
+    key = "r.sum"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+class Tags(StateKey[tuple[str, ...], list[str]]):
+    """A mutable update type, journaled as it is: each command copies its update."""
+
+    key = "r.tags"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: tuple[str, ...], update: list[str]) -> tuple[str, ...]:
+        return (*value, *update)
+
+
+class Label(StateKey[str, str]):
+    key = "r.label"
+    scope = KeyScope.THREAD
+    merge = MergeStrategy.COMMUTATIVE
+    default = ""
+
+    @staticmethod
+    def apply(value: str, update: str) -> str:
+        return update
+
+
+class Scratch(StateKey[int, int]):
+    """A run key: a thread store keeps none of its ops."""
+
+    key = "r.scratch"
+    merge = MergeStrategy.COMMUTATIVE
+
+    @staticmethod
+    def apply(value: int, update: int) -> int:
+        return value + update
+
+
+_UPDATES = st.one_of(
+    st.tuples(st.just(Sum), st.integers()),
+    st.tuples(st.just(Tags), st.lists(st.text(max_size=6), max_size=3)),
+    st.tuples(st.just(Label), st.text(max_size=8)),
+    st.tuples(st.just(Scratch), st.integers(-5, 5)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(commands=st.lists(st.lists(_UPDATES, min_size=1, max_size=4), min_size=1, max_size=5))
+def test_a_phase_journals_each_op_with_its_own_update_bytes_in_the_order_applied(
+    commands: list[list[tuple[type[StateKey[Any, Any]], Any]]],
+) -> None:
+    """However many hooks and ops a phase's commit gathers, each op's bytes are exactly its
+    update's own encoding, in the order the commit applied them, and replay rebuilds the
+    state: with every op kept in memory, and with a store keeping the thread keys' only."""
+
+    class Writers(Plugin):
+        id = "writers"
+
+        def register(self, r: PluginRegistrar) -> None:
+            for key in (Sum, Tags, Label, Scratch):
+                r.register_key(key)
+            for ops in commands:
+                r.register_phase_hook(Phase.STEP_START, functools.partial(self.write, ops))
+
+        def write(self, ops: list[tuple[Any, Any]], ctx: PhaseContext) -> StateCommand:
+            command = StateCommand()
+            for key, update in ops:
+                command.update(key, update)
+            return command
+
+    async def journaled(store: MemoryThreadStore | None) -> None:
+        kernel = Kernel([Writers()], thread_store=store)
+        run = await kernel.start_run("t")
+        await run.run_phase(Phase.STEP_START)
+        await run.finish()
+        (record,) = await kernel.history("t")
+        kept = [(k, u) for ops in commands for k, u in ops if store is None or k is not Scratch]
+        assert _ops(record) == [(k.key, "update", msgspec.json.encode(u)) for k, u in kept]
+        assert (await kernel.state_at("t", 1)).get(Tags) == run.snapshot.get(Tags)
+        assert (await kernel.verify("t")).ok
+
+    asyncio.run(journaled(None))
+    asyncio.run(journaled(MemoryThreadStore()))
+
+
+async def test_a_commit_with_an_update_that_cannot_be_encoded_journals_its_other_ops() -> None:
+    """One update a commit cannot encode does not cost the commit's other ops their bytes:
+    only its key's op is journaled without them (its value is held in the kernel's memory)."""
+    kernel = Kernel([KeysOf(Total, Label)])
+    run = await kernel.start_run("t")
+    await run.submit(StateCommand().update(Total, 1).update(Label, "lone \ud800").update(Total, 2))
+    await run.finish()
+    (record,) = await kernel.history("t")
+    assert _ops(record) == [
+        ("r.total", "update", b"1"),
+        ("r.label", "value", None),
+        ("r.total", "update", b"2"),
+    ]
+    assert (await kernel.state_at("t", 1)).get(Label) == "lone \ud800"

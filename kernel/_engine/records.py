@@ -1,14 +1,16 @@
 """What a commit leaves in the journal: its ops as `JournalOp`s, written as it applies them.
 
 Every change goes through one commit path, so the ops a commit applies *are* the history.
-The live state has its `OpWriter` write a commit's ops as `JournalOp`s right as it applies
-them (`OpWriter.write`, just before the ops run): a key journaled as it is (the common case:
-its update type always decodes back equal) costs one encode and one small struct, inlined in
-the writer's loop (its route is its key string, `OpWriter.routes`); everything else (a CLEAR,
-an update of an inexact type, a key whose ops are set aside or not kept, an update that does
-not encode) goes through its `Route`. No command, update or value is held after the commit,
-and the journal later only dates and labels what was written here (`CommitRecord`, made by
-`_durable.journal.records_of`).
+The live state has its `OpWriter` write a commit's ops right as it applies them
+(`OpWriter.write`, just before the ops run). In the common case every op is an update of a
+key journaled as it is (its update type always decodes back equal; its route is its key
+string, `OpWriter.routes`): the writer's loop then only gathers the key strings and updates,
+and encodes the updates together, as one JSON array (`PackedOps`), split into `JournalOp`s
+only when a save or a listener reads them. A commit with any other op (a CLEAR, an update of
+an inexact type, a key whose ops are set aside or not kept, an update that does not encode)
+is written op by op, each through its `Route`. No command, update or value is held after
+the commit, and the journal later only dates and labels what was written here
+(`CommitRecord`, made by `_durable.journal.records_of`).
 
 Which ops a writer keeps is chosen once, where the thread's home is: a `StoreOpWriter` for a
 thread a ThreadStore keeps (the ops of persistent thread keys), an `EveryOpWriter` for one
@@ -124,12 +126,40 @@ class Route(enum.Enum):
     the commit's `thread_ops`, not its `ops`."""
 
 
+_split_updates = msgspec.json.Decoder(list[msgspec.Raw]).decode
+
+
+class PackedOps(msgspec.Struct, frozen=True, gc=False):
+    """A commit's ops when each is an update of a key journaled as it is: their key strings,
+    and their updates encoded together as one JSON array.
+
+    Most commits are only such ops, and most are never read again op by op before a save:
+    two objects per commit instead of two per op keep the commit cheap and the journal
+    small. Each element of the array is exactly the bytes its update encodes to alone (JSON
+    does not depend on where a value sits), so `unpack` gives the JournalOps that writing
+    op by op would have."""
+
+    keys: tuple[str, ...]
+    updates: bytes
+
+    def unpack(self) -> tuple[JournalOp, ...]:
+        """The ops, one `"update"` JournalOp each, in the order they were applied."""
+        return tuple(
+            JournalOp(key, "update", bytes(update))
+            for key, update in zip(self.keys, _split_updates(self.updates), strict=True)
+        )
+
+
+_NOTHING_FAILED: AbstractSet[str] = frozenset()
+
+
 class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     """A commit the live state journaled, to become a `CommitRecord` when it is saved.
 
-    Its ops were written as JournalOps as the commit applied them (`OpWriter.write`), so it
-    holds no command, update or value: only small encoded ops, in the order they were
-    applied, and the sources of the contributions that had ops, in merge order.
+    Its ops were written as the commit applied them (`OpWriter.write`), so it holds no
+    command, update or value: only small encoded ops (`written`: JournalOps, or PackedOps
+    while every op is an update journaled as it is; read them as `ops`), in the order they
+    were applied, and the sources of the contributions that had ops, in merge order.
     `every_op` says which ops `ops` holds: every op (an `EveryOpWriter` wrote it), or the
     persistent thread keys' only (a `StoreOpWriter`). `thread_ops` is None unless a
     `StoreOpWriter` set some ops aside: then it holds every thread key's op, memory-only ones
@@ -142,12 +172,19 @@ class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     phase: Phase | None
     step: int
     sources: tuple[str, ...]
-    ops: tuple[JournalOp, ...]
+    written: tuple[JournalOp, ...] | PackedOps
     thread_ops: tuple[JournalOp, ...] | None
     failed: AbstractSet[str]
     every_op: bool
     at: float = msgspec.field(default_factory=time.time)
     held: Mapping[str, Any] | None = None
+
+    @property
+    def ops(self) -> tuple[JournalOp, ...]:
+        """The ops, as JournalOps (packed ones unpacked anew: read them once)."""
+        written = self.written
+        return written.unpack() if isinstance(written, PackedOps) else written
+
     """For the keys still in `failed` (their value could not be journaled either), their
     value right after the commit, held as it is: only a kernel's memory keeps these."""
 
@@ -209,17 +246,17 @@ class OpWriter(abc.ABC):
         saves keeps only these small encoded ops. (A key the registry does not know is left
         out: the commit refuses it, and with it what was written here.)
 
-        This runs on every commit. An update of a key journaled as it is (its route is its
-        key string) is encoded right here; every other op goes to `_write`, as does a key's
-        first op, once its route is worked out (`_route`).
+        This runs on every commit. While every op is an update of a key journaled as it is
+        (its route is its key string), the loop only gathers key strings and updates, and
+        they are encoded together (`PackedOps`); a commit with any other op, or with an
+        update that does not encode, is written op by op (`_write_each`).
         """
         routes = self.routes
         hook_sources = self.hook_sources
         sources: list[str] = []
-        ops: list[JournalOp] = []
-        thread_ops: list[JournalOp] | None = None
-        failed: set[str] = set()
-        keep = ops.append
+        names: list[str] = []
+        updates: list[Any] = []
+        one_by_one = False
         for contribution in contributions:
             applied = contribution.command.patch.ops
             if not applied:
@@ -228,23 +265,58 @@ class OpWriter(abc.ABC):
             if source is None:  # a hook's: "plugin:<id>", made once per plugin
                 source = hook_sources.get(contribution.origin) or self._hook_source(contribution)
             sources.append(source)
+            if one_by_one:
+                continue
             for key, update in applied:
-                route = routes.get(key)
-                if type(route) is str and thread_ops is None and update is not CLEAR:
-                    try:  # a key journaled as it is: the common case
-                        keep(JournalOp(route, "update", encode_update(update)))
-                        continue
-                    except CODEC_ERRORS:
-                        pass  # `_write` journals it as a value without bytes
-                elif route is None:  # a key first seen
-                    route = self._route(key)
+                route = routes.get(key) or self._route(key)
+                if type(route) is str and update is not CLEAR:
+                    names.append(route)
+                    updates.append(update)
+                elif route is not Route.SKIP:
+                    one_by_one = True
+                    break
+        if not one_by_one:
+            try:
+                written = _written(names, updates)
+            except CODEC_ERRORS:  # some update does not encode: `_write` says which
+                pass
+            else:
+                return PendingCommit(
+                    revision,
+                    phase,
+                    step,
+                    tuple(sources),
+                    written,
+                    None,
+                    _NOTHING_FAILED,
+                    self.every_op,
+                )
+        return self._write_each(contributions, revision, phase, step, tuple(sources))
+
+    def _write_each(
+        self,
+        contributions: Sequence[Contribution],
+        revision: int,
+        phase: Phase | None,
+        step: int,
+        sources: tuple[str, ...],
+    ) -> PendingCommit:
+        """`write`, op by op, for a commit with an op other than an update journaled as it
+        is: each op through its route (`_write`)."""
+        routes = self.routes
+        ops: list[JournalOp] = []
+        thread_ops: list[JournalOp] | None = None
+        failed: set[str] = set()
+        for contribution in contributions:
+            for key, update in contribution.command.patch.ops:
+                route = routes.get(key) or self._route(key)
                 if route is not Route.SKIP:
                     thread_ops = self._write(route, key, update, ops, thread_ops, failed)
         return PendingCommit(
             revision,
             phase,
             step,
-            tuple(sources),
+            sources,
             tuple(ops),
             None if thread_ops is None else tuple(thread_ops),
             failed,  # (handed over, never changed again)
@@ -272,10 +344,9 @@ class OpWriter(abc.ABC):
         thread_ops: list[JournalOp] | None,
         failed: set[str],
     ) -> list[JournalOp] | None:
-        """Journal one op that `write` does not encode itself, by its `route` (never
-        `SKIP`): a CLEAR, an update that did not encode or must be checked, an op set
-        aside, or any op after one was (it joins `thread_ops` too). Returns the commit's
-        thread ops so far (None while no op was set aside)."""
+        """Journal one op of a commit written op by op, by its `route` (never `SKIP`): an
+        op set aside, and any op after one was, joins `thread_ops` too. Returns the
+        commit's thread ops so far (None while no op was set aside)."""
         op = self._op(self._registry.by_class[key], update, failed)
         if route is Route.SET_ASIDE:
             if thread_ops is None:
@@ -363,7 +434,7 @@ class OpWriter(abc.ABC):
             filled[name] = JournalOp(name, "value", data)
         return msgspec.structs.replace(
             pending,
-            ops=_filled(as_values(pending.ops, pending.failed), filled),
+            written=_filled(as_values(pending.ops, pending.failed), filled),
             thread_ops=(
                 None
                 if pending.thread_ops is None
@@ -414,7 +485,7 @@ class StoreOpWriter(OpWriter):
                 ops.append(op)
         return msgspec.structs.replace(
             pending,
-            ops=tuple(ops),
+            written=tuple(ops),
             thread_ops=tuple(thread_ops) if len(thread_ops) > len(ops) else None,
             every_op=False,
         )
@@ -439,6 +510,16 @@ class EveryOpWriter(OpWriter):
 
     def as_kept(self, pending: PendingCommit) -> PendingCommit:
         return pending  # every op: whichever writer wrote it, it holds no op we would not
+
+
+def _written(names: list[str], updates: list[Any]) -> tuple[JournalOp, ...] | PackedOps:
+    """Updates of keys journaled as they are, written: packed from two on (a lone op is one
+    encode either way, and packing it would only add the split)."""
+    if len(names) > 1:
+        return PackedOps(tuple(names), encode_update(updates))
+    if names:
+        return (JournalOp(names[0], "update", encode_update(updates[0])),)
+    return ()
 
 
 def _as_is_or_checked(binding: KeyBinding) -> str | Route:

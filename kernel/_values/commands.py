@@ -156,11 +156,9 @@ class StateCommand:
         `StateValidationError`, and a mutable update is copied.
         """
         info = getattr(key, "__statekernel_key__", None)
-        if info is not None and not info.copy_updates:
-            classes = info.update_classes
-            if classes is None or isinstance(update, classes):  # the common case, inlined
-                self.patch.ops.append((key, update))
-                return self
+        if info is not None and isinstance(update, info.taken_as_is):  # the common case
+            self.patch.ops.append((key, update))
+            return self
         self.patch.ops.append((key, _checked(key, update)))
         return self
 

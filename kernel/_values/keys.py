@@ -139,6 +139,16 @@ class KeyInfo:
     copy_updates: bool
     make_default: Callable[[], Any]
     has_validate: bool
+    taken_as_is: tuple[type, ...] = attrs.field(init=False)
+    """The classes of an update a command takes as it is, neither checked further nor
+    copied: the update classes (any class when there are none); none when updates are
+    copied. One `isinstance` then decides a command's common case."""
+
+    @taken_as_is.default
+    def _taken_as_is(self) -> tuple[type, ...]:
+        if self.copy_updates:
+            return ()
+        return (object,) if self.update_classes is None else self.update_classes
 
 
 class StateKey(DeclaredToken, Generic[V, U]):
