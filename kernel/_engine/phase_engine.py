@@ -300,11 +300,12 @@ class PhaseEngine:
             contribution: Contribution | None
             if type(result) is StateCommand and result.patch.ops:  # the common case, inline
                 contribution = Contribution(hook.plugin, result)
+                command = result
             else:
                 contribution = self._contribution(hook, result, phase)  # checked
                 if contribution is None:
                     continue
-            command = contribution.command
+                command = contribution.command
             if command.scheduled_actions or command.effects:
                 self._check_handlers(contribution)
                 dispatches = True
