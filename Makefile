@@ -74,7 +74,10 @@ bench: $(BENCH_STAMP)
 
 # Slow (minutes), so not part of `make test`: mutates the commit, merge, copy, vector, team and
 # persistence modules one change at a time ([tool.mutmut] in pyproject.toml) and prints the
-# score per module with every surviving mutant; fails below 95 %.
+# score per module with every surviving mutant; fails below 95 %. A mutant's tests mostly wait
+# on servers and processes, so more mutants than cores can run at once:
+# `make mutation-continue MUTATION_CHILDREN=4`.
+MUTATION_CHILDREN ?= 2
 $(VENV)/.mutation-installed: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,mutation]' --config-settings editable_mode=strict
 	touch $@
@@ -85,7 +88,7 @@ mutation: $(VENV)/.mutation-installed
 	cp -r plugins .mutation/statekernel/plugins
 	cp -r stores .mutation/statekernel/stores
 	cp -r tests docs benchmarks pyproject.toml README.md mkdocs.yml .mutation/
-	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
+	cd .mutation && ../$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
 # A whole run takes longer than a working session on 2 cores. This goes on with the run in
@@ -104,7 +107,7 @@ mutation-continue: $(VENV)/.mutation-installed
 	cp -r stores .mutation/statekernel/
 	cp -r tests docs benchmarks pyproject.toml README.md mkdocs.yml .mutation/
 	test -d .mutation/mutants || { cd .mutation && ../$(BIN)/python tests/mutation_ledger.py restore --ledger ../tests/mutation_ledger.json; }
-	cd .mutation && ../$(BIN)/mutmut run --max-children 2 > /dev/null
+	cd .mutation && ../$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 
 # Keep the results of the run in .mutation in the repository (tests/mutation_ledger.json), so

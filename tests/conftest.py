@@ -17,6 +17,9 @@ from mutant_deadline import (  # noqa: F401  (hooks: a deadline per test under m
     pytest_runtest_setup,
     pytest_runtest_teardown,
 )
+from mutant_order import (  # noqa: F401  (hook: fastest modules first under mutmut)
+    pytest_collection_modifyitems,
+)
 from pgbouncer import HOW_TO_INSTALL as HOW_TO_INSTALL_PGBOUNCER
 from pgbouncer import find_pgbouncer
 from sample_keys import ALL_KEYS

@@ -38,7 +38,7 @@ class MutantDeadline(BaseException):
     """A test ran past its deadline under a mutant: the mutant made it hang."""
 
 
-def _durations() -> dict[str, float]:
+def clean_run_durations() -> dict[str, float]:
     """Each test's time in mutmut's clean run (`mutants/mutmut-stats.json`, its call
     phase only), by node id; empty when there is none to read."""
     for folder in (Path.cwd(), Path.cwd() / "mutants"):
@@ -58,7 +58,7 @@ _cache: dict[str, float] | None = None
 def _call_deadline(nodeid: str) -> float:
     global _cache
     if _cache is None:
-        _cache = _durations()
+        _cache = clean_run_durations()
     took = _cache.get(nodeid)
     if took is None:  # a test the clean run did not time: as long as the slowest may take
         took = max(_cache.values(), default=60.0)
@@ -76,11 +76,15 @@ def _expired(signum: int, frame: FrameType | None) -> None:
     raise MutantDeadline("the test ran past its deadline under a mutant")
 
 
+def under_mutant() -> bool:
+    """Whether mutmut is running a mutant's tests (it names the mutant in the environment)."""
+    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+
+
 @contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
-    """Armed only while mutmut runs a mutant's tests (it names the mutant in the
-    environment); elsewhere nothing changes."""
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+    """Armed only while mutmut runs a mutant's tests; elsewhere nothing changes."""
+    if not under_mutant():
         yield
         return
     global _fired
