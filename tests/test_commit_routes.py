@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import operator
 from typing import Annotated, Any
 
 import msgspec
@@ -97,6 +98,34 @@ async def test_a_field_replaced_by_a_value_that_would_not_come_back_is_kept_with
     assert [(kind, data) for _, kind, data in _ops(first)] == [("value", None)]
     assert [(kind, data) for _, kind, data in _ops(second)] == [("value", b"2.5")]
     assert schema.view(run.snapshot).peak == 2.5
+
+
+class Notes(BaseModel):
+    peak: Annotated[float, max] = 0.0
+    notes: Annotated[list[str], operator.add] = []
+
+
+async def test_a_field_replaced_then_updated_in_one_commit_keeps_both_ops() -> None:
+    """A replaced field's op holds the new value, and the update after it keeps its own op:
+    a replace is no op that fails to journal (that would fold both into the value after)."""
+    schema = StateSchema(Notes, scope=KeyScope.THREAD)
+    kernel = Kernel([schema.plugin])
+    run = await kernel.start_run("t")
+    await run.submit(
+        schema.command(peak=Overwrite(2.5), notes=Overwrite(["a"])).extend(
+            schema.command(peak=1.0, notes=["b"])
+        )
+    )
+    await run.finish()
+    (record,) = await kernel.history("t")
+    assert _ops(record) == [
+        ("Notes.peak", "value", b"2.5"),
+        ("Notes.notes", "value", b'["a"]'),
+        ("Notes.peak", "update", b"1.0"),
+        ("Notes.notes", "update", b'["b"]'),
+    ]
+    assert schema.view(run.snapshot) == Notes(peak=2.5, notes=["a", "b"])
+    assert schema.view(await kernel.state_at("t", 1)) == Notes(peak=2.5, notes=["a", "b"])
 
 
 class Notice(EffectSpec[str]):

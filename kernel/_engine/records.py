@@ -369,11 +369,11 @@ class OpWriter(abc.ABC):
                 if not binding.exact.values and not self._comes_back(
                     binding, data, update.value, "value"
                 ):
-                    raise ValueError("does not decode back equal")
+                    raise ValueError(NOT_EXACT)
                 return JournalOp(binding.name, "value", data)
             data = encode_update(update)
             if not binding.exact.updates and not self._comes_back(binding, data, update, "update"):
-                raise ValueError("does not decode back equal")
+                raise ValueError(NOT_EXACT)
             return JournalOp(binding.name, "update", data)
         except CODEC_ERRORS:
             failed.add(binding.name)
