@@ -102,6 +102,9 @@ mutation-continue: $(VENV)/.mutation-installed
 	# Tests moved or deleted since the run began must not linger in the copies (pytest would
 	# collect an old test beside its new place and stop): the tests are copied afresh.
 	rm -rf .mutation/tests .mutation/mutants/tests
+	# mutmut finds which tests cover a function only in a whole stats run: kept stats would
+	# give a function added since no tests at all, and a changed one only its old callers'.
+	rm -f .mutation/mutants/mutmut-stats.json
 	cp -r kernel/. .mutation/statekernel/
 	cp -r plugins .mutation/statekernel/
 	cp -r stores .mutation/statekernel/
