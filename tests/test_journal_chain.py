@@ -164,6 +164,12 @@ def cut_short(data: bytes) -> bytes:
     return data[: len(data) // 2]
 
 
+def cut_to_a_few_bytes(data: bytes) -> bytes:
+    """A record torn after 8 bytes: shorter than a link, as long as the digest a record
+    stored before the chain begins with, and no body after either."""
+    return data[:8]
+
+
 def without(revision: int) -> Callable[[Entries], Entries]:
     return lambda entries: [e for e in entries if e.revision != revision]
 
@@ -227,6 +233,11 @@ TAMPERINGS: dict[str, tuple[dict[str, object], int, str]] = {
     ),
     "a record cut short": (
         {"records": rewritten(33, cut_short)},
+        33,
+        "the record of revision 33 does not decode (",
+    ),
+    "a record cut to a few bytes": (
+        {"records": rewritten(33, cut_to_a_few_bytes)},
         33,
         "the record of revision 33 does not decode (",
     ),
@@ -312,6 +323,8 @@ def on_disk(path: Path, name: str) -> None:
             put(33, relinked(rows[33]))
         elif name == "a record cut short":
             put(33, cut_short(rows[33]))
+        elif name == "a record cut to a few bytes":
+            put(33, cut_to_a_few_bytes(rows[33]))
         elif name == "a record stored as before the chain":
             put(33, before_the_chain(rows[33]))
         elif name == "the newest record changed":
