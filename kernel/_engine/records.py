@@ -30,6 +30,7 @@ from __future__ import annotations
 import abc
 import datetime
 import enum
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -144,10 +145,8 @@ class PackedOps(msgspec.Struct, frozen=True, gc=False):
 
     def unpack(self) -> tuple[JournalOp, ...]:
         """The ops, one `"update"` JournalOp each, in the order they were applied."""
-        return tuple(
-            JournalOp(key, "update", bytes(update))
-            for key, update in zip(self.keys, _split_updates(self.updates), strict=True)
-        )
+        kinds: itertools.repeat[Literal["update"]] = itertools.repeat("update")
+        return tuple(map(JournalOp, self.keys, kinds, map(bytes, _split_updates(self.updates))))
 
 
 _NOTHING_FAILED: AbstractSet[str] = frozenset()
@@ -276,11 +275,8 @@ class OpWriter(abc.ABC):
                     one_by_one = True
                     break
         if not one_by_one:
-            try:
-                written = _written(names, updates)
-            except CODEC_ERRORS:  # some update does not encode: `_write` says which
-                pass
-            else:
+            written = _written(names, updates)
+            if written is not None:
                 return PendingCommit(
                     revision,
                     phase,
@@ -512,14 +508,19 @@ class EveryOpWriter(OpWriter):
         return pending  # every op: whichever writer wrote it, it holds no op we would not
 
 
-def _written(names: list[str], updates: list[Any]) -> tuple[JournalOp, ...] | PackedOps:
+def _written(names: list[str], updates: list[Any]) -> tuple[JournalOp, ...] | PackedOps | None:
     """Updates of keys journaled as they are, written: packed from two on (a lone op is one
-    encode either way, and packing it would only add the split)."""
+    encode either way, and packing it would only add the split). None if some update does
+    not encode: the commit is then written op by op, which says which."""
+    if not names:
+        return ()
+    try:
+        data = encode_update(updates if len(names) > 1 else updates[0])
+    except CODEC_ERRORS:
+        return None
     if len(names) > 1:
-        return PackedOps(tuple(names), encode_update(updates))
-    if names:
-        return (JournalOp(names[0], "update", encode_update(updates[0])),)
-    return ()
+        return PackedOps(tuple(names), data)
+    return (JournalOp(names[0], "update", data),)
 
 
 def _as_is_or_checked(binding: KeyBinding) -> str | Route:
