@@ -110,6 +110,7 @@ mutation-continue: $(VENV)/.mutation-installed
 	cp -r stores .mutation/statekernel/
 	cp -r tests docs benchmarks pyproject.toml README.md mkdocs.yml .mutation/
 	test -d .mutation/mutants || { cd .mutation && ../$(BIN)/python tests/mutation_ledger.py restore --ledger ../tests/mutation_ledger.json; }
+	cd .mutation && ../$(BIN)/python tests/mutation_ledger.py retest-uncovered
 	cd .mutation && ../$(BIN)/mutmut run --max-children $(MUTATION_CHILDREN) > /dev/null
 	cd .mutation && ../$(BIN)/python tests/mutation_report.py --mutmut ../$(BIN)/mutmut --goal 95
 

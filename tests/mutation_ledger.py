@@ -9,7 +9,8 @@ This saves those two things, for the decided mutants only, to `tests/mutation_le
 which `make mutation-continue` does before it runs: results of unchanged functions stand,
 everything else is tested again.
 
-Run from the mutation copy: python tests/mutation_ledger.py save|restore [--ledger PATH]
+Run from the mutation copy:
+python tests/mutation_ledger.py save|restore|retest-uncovered [--ledger PATH]
 """
 
 from __future__ import annotations
@@ -59,14 +60,39 @@ def restore(mutants: Path, ledger: Path) -> int:
     return restored
 
 
+NO_TESTS = 33
+"""mutmut's exit code for a mutant of a function no test covers (in its stats)."""
+
+
+def retest_uncovered(mutants: Path) -> int:
+    """Make every mutant judged covered by no test undecided again. Such a verdict holds
+    only for the stats run it was made with: mutmut finds a function's tests in a whole
+    stats run, or for tests new since the last one, so a function that a change added
+    between two stats runs seemed covered by none. `make mutation-continue` has mutmut
+    collect its stats anew, then tests these mutants with them."""
+    reopened = 0
+    for meta in sorted(mutants.rglob("*.meta")):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        results = data["exit_code_by_key"]
+        uncovered = [key for key, code in results.items() if code == NO_TESTS]
+        for key in uncovered:
+            results[key] = None
+        if uncovered:
+            meta.write_text(json.dumps(data))
+            reopened += len(uncovered)
+    return reopened
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["save", "restore"])
+    parser.add_argument("action", choices=["save", "restore", "retest-uncovered"])
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument("--mutants", type=Path, default=Path("mutants"))
     args = parser.parse_args()
     if args.action == "save":
         print(f"saved {save(args.mutants, args.ledger)} decided mutants to {args.ledger}")
+    elif args.action == "retest-uncovered":
+        print(f"{retest_uncovered(args.mutants)} mutants judged covered by no test to test again")
     else:
         count = restore(args.mutants, args.ledger)
         print(f"restored {count} decided mutants from {args.ledger}")
