@@ -177,15 +177,14 @@ class PendingCommit(msgspec.Struct, frozen=True, gc=False):
     every_op: bool
     at: float = msgspec.field(default_factory=time.time)
     held: Mapping[str, Any] | None = None
+    """For the keys still in `failed` (their value could not be journaled either), their
+    value right after the commit, held as it is: only a kernel's memory keeps these."""
 
     @property
     def ops(self) -> tuple[JournalOp, ...]:
         """The ops, as JournalOps (packed ones unpacked anew: read them once)."""
         written = self.written
         return written.unpack() if isinstance(written, PackedOps) else written
-
-    """For the keys still in `failed` (their value could not be journaled either), their
-    value right after the commit, held as it is: only a kernel's memory keeps these."""
 
 
 class OpWriter(abc.ABC):
