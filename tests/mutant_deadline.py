@@ -38,9 +38,20 @@ class MutantDeadline(BaseException):
     """A test ran past its deadline under a mutant: the mutant made it hang."""
 
 
+_durations: dict[str, float] | None = None
+
+
 def clean_run_durations() -> dict[str, float]:
     """Each test's time in mutmut's clean run (`mutants/mutmut-stats.json`, its call
-    phase only), by node id; empty when there is none to read."""
+    phase only), by node id; empty when there is none to read. Read once per process: the
+    file holds every test's stats, megabytes of JSON."""
+    global _durations
+    if _durations is None:
+        _durations = _read_durations()
+    return _durations
+
+
+def _read_durations() -> dict[str, float]:
     for folder in (Path.cwd(), Path.cwd() / "mutants"):
         try:
             durations = json.loads((folder / "mutmut-stats.json").read_bytes())
@@ -52,16 +63,11 @@ def clean_run_durations() -> dict[str, float]:
     return {}
 
 
-_cache: dict[str, float] | None = None
-
-
 def _call_deadline(nodeid: str) -> float:
-    global _cache
-    if _cache is None:
-        _cache = clean_run_durations()
-    took = _cache.get(nodeid)
+    durations = clean_run_durations()
+    took = durations.get(nodeid)
     if took is None:  # a test the clean run did not time: as long as the slowest may take
-        took = max(_cache.values(), default=60.0)
+        took = max(durations.values(), default=60.0)
     return _SLACK_S + _TIMES * took
 
 
