@@ -12,25 +12,27 @@ from mutation_ledger import NO_TESTS, restore, retest_uncovered, save
 KILLED, SURVIVED = 1, 0
 
 
-def meta(results: dict[str, int | None]) -> dict[str, object]:
-    return {
+def write_meta(path: Path, results: dict[str, int | None]) -> None:
+    """A mutmut results file for one source file, as mutmut writes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
         "exit_code_by_key": results,
         "hash_by_function_name": {"x_f": "abc", "x_g": "def"},
         "type_check_error_by_key": {},
         "durations_by_key": {},
         "estimated_durations_by_key": {},
     }
+    path.write_text(json.dumps(data))
 
 
 def test_decided_results_survive_a_save_and_a_restore(tmp_path: Path) -> None:
     mutants = tmp_path / "mutants"
-    (mutants / "pkg").mkdir(parents=True)
     results = {
         "pkg.x_f__mutmut_1": KILLED,
         "pkg.x_f__mutmut_2": SURVIVED,
         "pkg.x_g__mutmut_1": None,
     }
-    (mutants / "pkg" / "m.py.meta").write_text(json.dumps(meta(results)))
+    write_meta(mutants / "pkg" / "m.py.meta", results)
     ledger = tmp_path / "ledger.json"
     assert save(mutants, ledger) == 2  # the undecided one is not kept
     fresh = tmp_path / "fresh"
@@ -45,14 +47,13 @@ def test_decided_results_survive_a_save_and_a_restore(tmp_path: Path) -> None:
 
 def test_mutants_judged_covered_by_no_test_are_reopened_and_no_others(tmp_path: Path) -> None:
     mutants = tmp_path / "mutants"
-    (mutants / "pkg").mkdir(parents=True)
     results = {
         "pkg.x_f__mutmut_1": KILLED,
         "pkg.x_f__mutmut_2": NO_TESTS,
         "pkg.x_g__mutmut_1": SURVIVED,
     }
-    (mutants / "pkg" / "m.py.meta").write_text(json.dumps(meta(results)))
-    (mutants / "pkg" / "other.py.meta").write_text(json.dumps(meta({"pkg.x_h__mutmut_1": KILLED})))
+    write_meta(mutants / "pkg" / "m.py.meta", results)
+    write_meta(mutants / "pkg" / "other.py.meta", {"pkg.x_h__mutmut_1": KILLED})
     assert retest_uncovered(mutants) == 1
     reopened = json.loads((mutants / "pkg" / "m.py.meta").read_text())["exit_code_by_key"]
     assert reopened == {**results, "pkg.x_f__mutmut_2": None}
