@@ -14,6 +14,7 @@ from statekernel import (
     ScheduledActionSpec,
     StateCommand,
     StateError,
+    StateKey,
     StateValidationError,
 )
 from statekernel.lowlevel import CLEAR
@@ -84,6 +85,11 @@ def test_wrong_payload_type_is_refused() -> None:
 def test_non_key_is_refused_with_a_hint() -> None:
     with pytest.raises(TypeError, match="StateKey subclass"):
         StateCommand().update("test.counter", 1)  # type: ignore[call-overload]
+
+
+def test_the_abstract_key_base_is_refused_with_a_hint() -> None:
+    with pytest.raises(InvalidDeclaration, match="abstract state key"):
+        StateCommand().update(StateKey, 1)
 
 
 def test_mutable_update_is_copied_when_added() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given
+from hypothesis import strategies as st
 from sample_keys import Counter, Log, Msg, Title
 
 from statekernel import StateCommand, StateKey
@@ -79,3 +81,44 @@ def test_zero_or_one_command_is_kept_as_it_is() -> None:
     only = Contribution("a", StateCommand().update(Title, "a"))
     assert partition([only]) == Partition((only,), ())
     assert partition([]) == Partition((), ())
+
+
+def test_commands_before_the_first_claim_are_kept_whatever_follows() -> None:
+    """Commands that claim nothing stay kept, in order, before and after the first one that
+    claims a key; a later claim on that key is deferred."""
+    counts = [Contribution(f"c{i}", StateCommand().update(Counter, i)) for i in range(2)]
+    title = Contribution("t", StateCommand().update(Counter, 1).update(Title, "t"))
+    again = Contribution("u", StateCommand().update(Title, "u"))
+    after = Contribution("v", StateCommand().update(Counter, 9))
+    split = partition([*counts, title, again, after])
+    assert split == Partition((*counts, title, after), (again,))
+
+
+_WRITES = st.lists(st.sampled_from([Counter, Title, Other, None]), max_size=4)
+"""One command's ops: a key's update each, None for a CLEAR of Title."""
+
+
+@given(st.lists(_WRITES, max_size=6))
+def test_partition_keeps_each_command_whose_claims_are_still_free(
+    commands: list[list[type[StateKey[object, object]] | None]],
+) -> None:
+    """Against a model: walking in order, a command is kept when none of its exclusive keys
+    (updated or cleared) is claimed by a command kept before it."""
+    contributions: list[Contribution] = []
+    for index, writes in enumerate(commands):
+        command = StateCommand()
+        for key in writes:
+            if key is None:
+                command.clear(Title)
+            else:
+                command.update(key, 1 if key is Counter else "x")  # type: ignore[arg-type]
+        contributions.append(Contribution(f"p{index}", command))
+    kept, deferred, claimed = [], [], set()
+    for contribution, writes in zip(contributions, commands, strict=True):
+        claims = {(key or Title).key for key in writes if key is not Counter}
+        if claims & claimed:
+            deferred.append(contribution)
+        else:
+            claimed |= claims
+            kept.append(contribution)
+    assert partition(contributions) == Partition(tuple(kept), tuple(deferred))

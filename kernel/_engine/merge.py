@@ -28,11 +28,10 @@ class Contribution(msgspec.Struct, frozen=True):
     produced `command`, None for a direct submission. Part of the pure merge step (`partition`),
     exposed for tools and tests.
 
-    `source` is what the journal records as its origin when it is not a phase hook's
-    (`"action:<key>"`, `"tool:<name>"`, `"submit"`, `"external"`); a hook's is
-    `"plugin:<id>"`, worked out only when a checkpoint writes the record. (A frozen
-    msgspec Struct: one is built for every command, and it builds in a tenth of the time
-    of an attrs class.)
+    `source` is what the journal records as its origin (`"plugin:<id>"` for a phase hook's,
+    `"action:<key>"`, `"tool:<name>"`, `"submit"`, `"external"`); None stands for
+    `hook_source(origin)`. (A frozen msgspec Struct: one is built for every command, and it
+    builds in a tenth of the time of an attrs class.)
     """
 
     origin: str | None
@@ -40,9 +39,13 @@ class Contribution(msgspec.Struct, frozen=True):
     source: str | None = None
 
     def journal_source(self) -> str:
-        if self.source is not None:
-            return self.source
-        return "submit" if self.origin is None else f"plugin:{self.origin}"
+        return self.source if self.source is not None else hook_source(self.origin)
+
+
+def hook_source(plugin: str | None) -> str:
+    """What the journal records as the origin of a command `plugin`'s hook returned
+    (`"plugin:<id>"`), or of a direct submission (None)."""
+    return "submit" if plugin is None else f"plugin:{plugin}"
 
 
 class Partition(msgspec.Struct, frozen=True):
@@ -69,10 +72,21 @@ def partition(contributions: Sequence[Contribution]) -> Partition:
     """
     if len(contributions) < 2:
         return Partition(tuple(contributions), ())
-    kept: list[Contribution] = []
+    # Every command before the first that writes a key that claims is kept: often that is
+    # every command, found by this one scan.
+    for first, contribution in enumerate(contributions):
+        for key, _ in contribution.command.patch.ops:
+            if key.merge.claims_key:
+                return _greedy(contributions, first)
+    return Partition(tuple(contributions), ())
+
+
+def _greedy(contributions: Sequence[Contribution], first: int) -> Partition:
+    """`partition` from `contributions[first]`, the first command that claims a key."""
+    kept = list(contributions[:first])
     deferred: list[Contribution] = []
     claimed: set[str] = set()
-    for contribution in contributions:
+    for contribution in contributions[first:]:
         mine: list[str] | None = None
         for key, _ in contribution.command.patch.ops:
             if key.merge.claims_key:

@@ -299,7 +299,7 @@ class PhaseEngine:
                 continue
             contribution: Contribution | None
             if type(result) is StateCommand and result.patch.ops:  # the common case, inline
-                contribution = Contribution(hook.plugin, result)
+                contribution = Contribution(hook.plugin, result, hook.source)
                 command = result
             else:
                 contribution = self._contribution(hook, result, phase)  # checked

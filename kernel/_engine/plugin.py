@@ -25,6 +25,7 @@ from .._values.keys import RESERVED_PLUGIN_ID, RESERVED_PREFIX, StateKey, StateK
 from .._values.names import check_name
 from .._values.phases import Phase
 from .._values.specs import EffectSpec, ScheduledActionSpec, spec_info
+from .merge import hook_source
 from .registry import KeyBinding, KeyRegistry
 
 PhaseHook = Callable[..., Any]
@@ -67,6 +68,13 @@ class Registered:
     plugin: str
     function: Callable[..., Any]
     is_async: bool
+    source: str = attrs.field(init=False)
+    """What the journal records as the origin of a command the callable returns (made once
+    here, not per command)."""
+
+    @source.default
+    def _source(self) -> str:
+        return hook_source(self.plugin)
 
 
 @attrs.frozen

@@ -206,7 +206,7 @@ class OpWriter(abc.ABC):
     Both write the same way (`write`); they differ only in each key's route (`_route_of`).
     """
 
-    __slots__ = ("_checks", "_registry", "hook_sources", "routes", "to_store")
+    __slots__ = ("_checks", "_registry", "routes", "to_store")
 
     every_op: ClassVar[bool]
     """Whether this writer's commits hold every op (`PendingCommit.every_op`)."""
@@ -219,8 +219,6 @@ class OpWriter(abc.ABC):
         self.routes: dict[Any, str | Route] = {}
         """Key class -> its key string, for a key journaled as it is (`write` inlines
         those), or its `Route`; filled as keys are first seen."""
-        self.hook_sources: dict[str | None, str] = {}
-        """A hook's source string (`"plugin:<id>"`) by plugin, made once."""
         self._checks: dict[tuple[str, str], msgspec.json.Decoder[Any]] = {}
 
     @abc.abstractmethod
@@ -250,7 +248,6 @@ class OpWriter(abc.ABC):
         update that does not encode, is written op by op (`_write_each`).
         """
         routes = self.routes
-        hook_sources = self.hook_sources
         sources: list[str] = []
         names: list[str] = []
         updates: list[Any] = []
@@ -259,14 +256,15 @@ class OpWriter(abc.ABC):
             applied = contribution.command.patch.ops
             if not applied:
                 continue
-            source = contribution.source
-            if source is None:  # a hook's: "plugin:<id>", made once per plugin
-                source = hook_sources.get(contribution.origin) or self._hook_source(contribution)
-            sources.append(source)
+            source = contribution.source  # (set for a hook's: made once, with the hook)
+            sources.append(source if source is not None else contribution.journal_source())
             if one_by_one:
                 continue
             for key, update in applied:
-                route = routes.get(key) or self._route(key)
+                try:
+                    route = routes[key]
+                except KeyError:
+                    route = self._route(key)
                 if type(route) is str and update is not CLEAR:
                     names.append(route)
                     updates.append(update)
@@ -317,10 +315,6 @@ class OpWriter(abc.ABC):
             failed,  # (handed over, never changed again)
             self.every_op,
         )
-
-    def _hook_source(self, contribution: Contribution) -> str:
-        source = self.hook_sources[contribution.origin] = contribution.journal_source()
-        return source
 
     def _route(self, key: Any) -> str | Route:
         """The route of a key first seen, worked out once (`routes`)."""

@@ -155,8 +155,11 @@ class StateCommand:
         The type check happens here, as in `MutationBatch.update`: a wrong type raises
         `StateValidationError`, and a mutable update is copied.
         """
-        info = getattr(key, "__statekernel_key__", None)
-        if info is not None and isinstance(update, info.taken_as_is):  # the common case
+        try:  # (an attribute read, cheaper than getattr's call: the common case is hot)
+            taken_as_is = key.__statekernel_key__.taken_as_is  # type: ignore[union-attr]
+        except AttributeError:  # not a declared key class: `_checked` explains
+            taken_as_is = ()
+        if isinstance(update, taken_as_is):  # the common case
             self.patch.ops.append((key, update))
             return self
         self.patch.ops.append((key, _checked(key, update)))
