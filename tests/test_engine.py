@@ -138,6 +138,34 @@ async def test_two_hooks_on_one_exclusive_key_both_land() -> None:
     assert report.hooks_run == ("a", "b", "b")
 
 
+async def test_a_command_two_hooks_returned_re_runs_the_later_hook() -> None:
+    """Hooks a and c return one and the same command object, b nothing: c's is deferred,
+    and c is the hook that runs again, on the snapshot a's write made."""
+    shared = StateCommand().update(Title, "shared")
+    calls: list[str] = []
+
+    def hook(name: str, result: Callable[[], StateCommand | None]) -> Hook:
+        def call(ctx: PhaseContext) -> StateCommand | None:
+            calls.append(f"{name}@{ctx.snapshot.get(Title)}")
+            return result()
+
+        return Hook(name, Phase.STEP_START, call)
+
+    rerun = StateCommand().update(Title, "again")
+    returns = {"c": [shared, rerun]}
+    run, report = await run_once(
+        [
+            Keys(Title),
+            hook("a", lambda: shared),
+            hook("b", lambda: None),
+            hook("c", lambda: returns["c"].pop(0)),
+        ]
+    )
+    assert report.reruns == ("c",) and report.hooks_run == ("a", "b", "c", "c")
+    assert calls == ["a@", "b@", "c@", "c@shared"]
+    assert run.snapshot.get(Title) == "again"
+
+
 async def test_a_round_with_re_runs_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR, logger="statekernel"):
         run, report = await run_once(

@@ -268,11 +268,11 @@ class PhaseEngine:
         results, waiting = _call_hooks(hooks, contexts, phase)
         if waiting:
             await _settle(hooks, results, waiting, phase)
-        contributions, owners, dispatches = self._kept(hooks, results, phase)
+        contributions, dispatches = self._kept(hooks, results, phase)
         if len(contributions) > 1:  # else nothing to partition
             split = partition(contributions)
             if split.deferred:
-                owner_of = {id(c): hook for c, hook in zip(contributions, owners, strict=True)}
+                owner_of = _owners(hooks, results, contributions)
                 await self._settle_conflicts(split, owner_of, hooks, contexts, context, tally)
                 return
         done: list[tuple[Sequence[Contribution], Snapshot]] = []
@@ -286,13 +286,12 @@ class PhaseEngine:
 
     def _kept(
         self, hooks: Sequence[Registered], results: Sequence[Any], phase: Phase
-    ) -> tuple[list[Contribution], list[Registered], bool]:
-        """The hooks' results as contributions, in registration order, each with its hook;
-        and whether any carries effects or actions to dispatch after the commit (their
-        handlers checked here). Results are checked only now, once every hook has been
-        called and awaited, so that a hook's error outranks an earlier hook's wrong result."""
+    ) -> tuple[list[Contribution], bool]:
+        """The hooks' results as contributions, in registration order; and whether any
+        carries effects or actions to dispatch after the commit (their handlers checked
+        here). Results are checked only now, once every hook has been called and awaited,
+        so that a hook's error outranks an earlier hook's wrong result."""
         contributions: list[Contribution] = []
-        owners: list[Registered] = []
         dispatches = False
         for hook, result in zip(hooks, results, strict=True):
             if result is None:
@@ -310,8 +309,7 @@ class PhaseEngine:
                 self._check_handlers(contribution)
                 dispatches = True
             contributions.append(contribution)
-            owners.append(hook)
-        return contributions, owners, dispatches
+        return contributions, dispatches
 
     def _hook_contexts(self, context: PhaseContext, count: int) -> list[PhaseContext]:
         """One context per hook: each hook gets its own profile buffer, so the writes of a
@@ -571,6 +569,23 @@ def _check_set_result(result: Any, plugin: str, call: ToolCall) -> None:
     if nested_deeper(result, MAX_NESTING_DEPTH):
         too_deep = ToolResultTooDeep(call.name, call.id, MAX_NESTING_DEPTH)
         raise HookFailed(plugin, Phase.TOOL_GATE, too_deep)
+
+
+def _owners(
+    hooks: Sequence[Registered], results: Sequence[Any], contributions: Sequence[Contribution]
+) -> dict[int, Registered]:
+    """Each contribution's hook, by the contribution's id: the hook whose result is the
+    contribution's command, matched in order (`_kept` keeps them in registration order),
+    so that a command two hooks both returned goes to each of them once. Only a round with
+    deferred commands needs it."""
+    owner_of: dict[int, Registered] = {}
+    remaining = iter(contributions)
+    contribution = next(remaining, None)
+    for hook, result in zip(hooks, results, strict=True):
+        if contribution is not None and contribution.command is result:
+            owner_of[id(contribution)] = hook
+            contribution = next(remaining, None)
+    return owner_of
 
 
 def _call_hooks(
