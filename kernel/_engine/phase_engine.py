@@ -127,18 +127,18 @@ class _Tally(msgspec.Struct, gc=False):
     action_keys: tuple[str, ...] = ()
 
     def report(self, phase: Phase | None, revision: int) -> PhaseReport:
-        return PhaseReport(
-            phase=phase,
-            revision=revision,
-            commits=self.commits,
-            conflicts=self.conflicts,
-            effects_dispatched=self.effects,
-            effects_failed=self.effects_failed,
-            actions_run=self.actions,
-            hooks_run=self.hooks,
-            reruns=self.reruns,
-            effects=self.effect_runs,
-            actions=self.action_keys,
+        return PhaseReport(  # in field order: positional arguments take half the time
+            phase,
+            revision,
+            self.commits,
+            self.conflicts,
+            self.effects,  # effects_dispatched
+            self.effects_failed,
+            self.actions,  # actions_run
+            self.hooks,  # hooks_run
+            self.reruns,
+            self.effect_runs,  # effects
+            self.action_keys,  # actions
         )
 
 
