@@ -152,18 +152,56 @@ async def test_a_command_two_hooks_returned_re_runs_the_later_hook() -> None:
         return Hook(name, Phase.STEP_START, call)
 
     rerun = StateCommand().update(Title, "again")
-    returns = {"c": [shared, rerun]}
-    run, report = await run_once(
+    returns = {"d": [shared, rerun]}
+    kernel = Kernel(
         [
             Keys(Title),
             hook("a", lambda: shared),
             hook("b", lambda: None),
-            hook("c", lambda: returns["c"].pop(0)),
+            hook("c", StateCommand),  # an empty command: nothing to keep
+            hook("d", lambda: returns["d"].pop(0)),
         ]
     )
-    assert report.reruns == ("c",) and report.hooks_run == ("a", "b", "c", "c")
-    assert calls == ["a@", "b@", "c@", "c@shared"]
+    run = await kernel.start_run("t")
+    report = await run.run_phase(Phase.STEP_START)
+    assert report.reruns == ("d",) and report.hooks_run == ("a", "b", "c", "d", "d")
+    assert calls == ["a@", "b@", "c@", "d@", "d@shared"]
     assert run.snapshot.get(Title) == "again"
+    await run.finish()
+    records = await kernel.history("t")
+    assert [r.sources for r in records] == [("plugin:a",), ("plugin:d",)]
+
+
+async def test_a_phase_reports_each_of_its_counts_apart() -> None:
+    """Every count a phase reports differs from the others here, so none reads another's."""
+
+    def audit(payload: str, snapshot: Snapshot) -> None:
+        if payload.startswith("bad"):
+            raise RuntimeError("audit bug")
+
+    def again(payload: int, ctx: PhaseContext) -> StateCommand:
+        command = StateCommand().update(Counter, 1)
+        return command.schedule(Again, payload - 1) if payload > 1 else command
+
+    def first(ctx: PhaseContext) -> StateCommand:
+        command = _increment(ctx).schedule(Again, 4)
+        return command.emit(Audit, "ok").emit(Audit, "bad").emit(Audit, "bad too")
+
+    def setup(r: PluginRegistrar) -> None:
+        r.register_key(Counter)
+        r.register_effect(Audit, audit)
+        r.register_action(Again, again)
+        r.register_phase_hook(Phase.STEP_START, first)
+
+    run, report = await run_once(
+        [Keys(Tally), FnPlugin("a", setup), Hook("b", Phase.STEP_START, _increment)]
+    )
+    assert (report.commits, report.conflicts, report.actions_run) == (6, 1, 4)
+    assert (report.effects_dispatched, report.effects_failed) == (3, 2)
+    assert (report.hooks_run, report.reruns) == (("a", "b", "b"), ("b",))
+    assert [effect.key for effect in report.effects] == ["t.audit"] * 3
+    assert report.actions == ("t.again",) * 4
+    assert report.phase is Phase.STEP_START and report.revision == run.revision == 6
 
 
 async def test_a_round_with_re_runs_logs_no_error(caplog: pytest.LogCaptureFixture) -> None:

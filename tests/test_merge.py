@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import deque
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -92,6 +93,7 @@ def test_commands_before_the_first_claim_are_kept_whatever_follows() -> None:
     after = Contribution("v", StateCommand().update(Counter, 9))
     split = partition([*counts, title, again, after])
     assert split == Partition((*counts, title, after), (again,))
+    assert partition(deque([*counts, title, again, after])) == split  # any Sequence
 
 
 _WRITES = st.lists(st.sampled_from([Counter, Title, Other, None]), max_size=4)

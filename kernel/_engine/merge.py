@@ -14,6 +14,7 @@ processes too.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import msgspec
@@ -30,8 +31,8 @@ class Contribution(msgspec.Struct, frozen=True):
 
     `source` is what the journal records as its origin (`"plugin:<id>"` for a phase hook's,
     `"action:<key>"`, `"tool:<name>"`, `"submit"`, `"external"`); None stands for
-    `hook_source(origin)`. (A frozen msgspec Struct: one is built for every command, and it
-    builds in a tenth of the time of an attrs class.)
+    `"plugin:<origin>"`, or `"submit"` when `origin` is None. (A frozen msgspec Struct: one
+    is built for every command, and it builds in a tenth of the time of an attrs class.)
     """
 
     origin: str | None
@@ -83,10 +84,10 @@ def partition(contributions: Sequence[Contribution]) -> Partition:
 
 def _greedy(contributions: Sequence[Contribution], first: int) -> Partition:
     """`partition` from `contributions[first]`, the first command that claims a key."""
-    kept = list(contributions[:first])
+    kept = list(itertools.islice(contributions, first))  # (any Sequence: a deque too)
     deferred: list[Contribution] = []
     claimed: set[str] = set()
-    for contribution in contributions[first:]:
+    for contribution in itertools.islice(contributions, first, None):
         mine: list[str] | None = None
         for key, _ in contribution.command.patch.ops:
             if key.merge.claims_key:

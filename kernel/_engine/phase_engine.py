@@ -362,7 +362,8 @@ class PhaseEngine:
 
     def _contribution(self, hook: Registered, result: Any, phase: Phase) -> Contribution | None:
         """The hook's result as a contribution, checked; None for nothing to commit or
-        dispatch. (`_kept` takes a command with ops without asking: the common case.)"""
+        dispatch. (`_kept` takes a command with ops without asking: the common case.) Its
+        command is the result itself, never a copy: `_owners` finds the hook by it."""
         command = checked(
             result,
             (StateCommand,),
@@ -373,7 +374,7 @@ class PhaseEngine:
         )
         if command is None or command.is_empty():
             return None
-        return Contribution(hook.plugin, command)
+        return Contribution(hook.plugin, command, hook.source)
 
     def _check_handlers(self, contribution: Contribution) -> None:
         command = contribution.command

@@ -69,8 +69,8 @@ class Registered:
     function: Callable[..., Any]
     is_async: bool
     source: str = attrs.field(init=False)
-    """What the journal records as the origin of a command the callable returns (made once
-    here, not per command)."""
+    """For a phase hook, what the journal records as the origin of the commands it returns
+    (made once here, not per command)."""
 
     @source.default
     def _source(self) -> str:
