@@ -124,3 +124,12 @@ def test_partition_keeps_each_command_whose_claims_are_still_free(
             claimed |= claims
             kept.append(contribution)
     assert partition(contributions) == Partition(tuple(kept), tuple(deferred))
+
+
+def test_a_contribution_names_its_source_for_the_journal() -> None:
+    """A given source is kept; without one, a plugin's command is `plugin:<id>` and an
+    origin-less one a submission."""
+    command = StateCommand().update(Counter, 1)
+    assert Contribution("p", command, "tool:search").journal_source() == "tool:search"
+    assert Contribution("p", command).journal_source() == "plugin:p"
+    assert Contribution(None, command).journal_source() == "submit"
