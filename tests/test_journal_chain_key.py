@@ -370,13 +370,22 @@ async def test_a_kept_head_digest_catches_a_history_rewritten_whole(tmp_path: Pa
 
 
 def test_a_chain_key_is_bytes_of_16_to_64() -> None:
-    with pytest.raises(TypeError, match="must be bytes, not a str"):
+    """Each refusal says what was wrong and how to make a key."""
+    with pytest.raises(TypeError) as text:
         Kernel([], chain_key=KEY.hex())  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="must be bytes"):
+    assert str(text.value) == (
+        "chain_key must be bytes, not a str: give the key's bytes (e.g. bytes.fromhex(...) "
+        "of the hex the command line reads, or secrets.token_bytes(32))"
+    )
+    with pytest.raises(TypeError) as number:
         Kernel([], chain_key=42)  # type: ignore[arg-type]
+    assert str(number.value) == "chain_key must be bytes (e.g. secrets.token_bytes(32)), got int"
     for size in (0, 15, 65):
-        with pytest.raises(ValueError, match="16 to 64 bytes"):
+        with pytest.raises(ValueError) as wrong_size:
             Kernel([], chain_key=bytes(size))
+        assert str(wrong_size.value) == (
+            f"chain_key must be 16 to 64 bytes long, got {size} (secrets.token_bytes(32) makes one)"
+        )
     assert Kernel([], chain_key=bytes(16)).chain_key == bytes(16)
     assert Kernel([], chain_key=bytearray(64)).chain_key == bytes(64)  # type: ignore[arg-type]
     assert Kernel([]).chain_key is None
