@@ -14,6 +14,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from samples import Hook
 
 from statekernel import (
     EffectSpec,
@@ -165,6 +166,29 @@ async def test_the_ops_after_a_command_with_none_are_journaled_with_their_source
     (record,) = await kernel.history("t")
     assert record.sources == ("plugin:adder",)
     assert _ops(record) == [("r.total", "update", b"2")]
+
+
+async def test_every_hook_after_one_whose_op_is_written_alone_keeps_its_source() -> None:
+    """A float is checked before it is journaled, which writes its commit op by op: the
+    commit still names every hook whose command it holds, in order."""
+    kernel = Kernel(
+        [
+            KeysOf(Peak, Sum),
+            Hook("a", Phase.STEP_START, lambda ctx: StateCommand().update(Peak, 1.5)),
+            Hook("b", Phase.STEP_START, lambda ctx: StateCommand().update(Sum, 2)),
+            Hook("c", Phase.STEP_START, lambda ctx: StateCommand().update(Sum, 3)),
+        ]
+    )
+    run = await kernel.start_run("t")
+    await run.run_phase(Phase.STEP_START)
+    await run.finish()
+    (record,) = await kernel.history("t")
+    assert record.sources == ("plugin:a", "plugin:b", "plugin:c")
+    assert _ops(record) == [
+        ("r.peak", "update", b"1.5"),
+        ("r.sum", "update", b"2"),
+        ("r.sum", "update", b"3"),
+    ]
 
 
 def test_a_live_state_that_keeps_no_journal_notes_no_commit() -> None:
